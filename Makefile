@@ -1,0 +1,58 @@
+# servelab — `make lab` runs the lab, `make test` runs the tests. Both set up everything on a fresh machine.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.servelab-installed
+PYTEST_ARGS ?=
+
+.PHONY: help setup export stage lab test test-fast serve triton-up triton-down browser clean
+
+help:
+	@echo "make lab    run the lab: notebooks -> results/<run-id>/ (CPU, no Docker)"
+	@echo "make test   run every test (unit, integration on loopback, notebooks, browser)"
+	@echo "make setup  create $(VENV) and install the pinned CPU lab set"
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --disable-pip-version-check -q -r requirements.txt
+	$(PIP) install --disable-pip-version-check -q --no-deps --no-build-isolation -e .
+	$(PY) -m ipykernel install --sys-prefix --name servelab --display-name "servelab (.venv)" >/dev/null
+	touch $@
+
+setup: $(STAMP)
+
+# Headless Chromium for the review-UI tests (Debian packages; Playwright's own browser download fails offline).
+browser:
+	@command -v chromium >/dev/null || { \
+	  echo "installing Debian chromium for the browser tests"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
+export: setup
+	$(VENV)/bin/servelab export
+
+stage: export
+	$(VENV)/bin/servelab triton stage
+
+serve: export
+	$(VENV)/bin/servelab serve
+
+triton-up: stage
+	$(VENV)/bin/servelab triton up
+
+triton-down:
+	$(VENV)/bin/servelab triton down
+
+lab: export
+	$(VENV)/bin/servelab lab run $(LAB_ARGS)
+
+test: export browser
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: export
+	$(PY) -m pytest -m "not notebooks and not browser" $(PYTEST_ARGS)
+
+clean:
+	rm -rf results models artifacts .pytest_cache

@@ -1,0 +1,1 @@
+"""Benchmarks: load generators, experiments, result records, tables and plots."""

@@ -1,0 +1,5 @@
+"""`servelab bench …` commands."""
+
+import typer
+
+app = typer.Typer(no_args_is_help=True)

@@ -1,0 +1,114 @@
+"""`servelab` command line: export | serve | embed | triton … | bench … | dedup … | lab ….
+
+Each command group lives next to the code it drives (servelab/<part>/cli.py); this file only wires them up
+and turns expected failures into one line on stderr and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+app = typer.Typer(help="servelab: serve OpenCLIP ViT-B/32 and measure it honestly.", no_args_is_help=True,
+                  pretty_exceptions_enable=False, add_completion=False)
+
+
+class CliError(Exception):
+    """A failure the user can fix; printed as one line."""
+
+
+@app.command()
+def export(
+    artifacts: Optional[Path] = typer.Option(None, help="output folder (default SERVELAB_ARTIFACTS or ./artifacts)"),
+    int8: bool = typer.Option(True, help="also write the int8 (dynamic quantization) variant"),
+    force: bool = typer.Option(False, help="export even if a matching export exists"),
+):
+    """Export the image tower to ONNX (+ int8) with metadata, and check parity against torch."""
+    from servelab.config import Settings
+    from servelab.model.export import export as do_export
+    from servelab.model.export import load_metadata
+    from servelab.model.weights import weights_label
+
+    settings = Settings.from_env(artifacts=artifacts)
+    meta = load_metadata(settings)
+    if not force and meta and meta["weights"] == weights_label(settings) and ("int8" in meta or not int8):
+        typer.echo(f"up to date: {meta['path']} (weights: {meta['weights']}; use --force to re-export)")
+        return
+    meta = do_export(settings, int8=int8, log_fn=typer.echo)
+    typer.echo(json.dumps({k: meta[k] for k in ("path", "weights", "opset", "sha256", "parity")}, indent=2))
+
+
+@app.command()
+def serve(
+    host: Optional[str] = typer.Option(None, help="bind address (default 127.0.0.1)"),
+    port: Optional[int] = typer.Option(None, help="port (default 8002)"),
+    engine: Optional[str] = typer.Option(None, help="torch | onnx | onnx-int8"),
+    provider: Optional[str] = typer.Option(None, help="cpu | cuda | tensorrt"),
+    threads: Optional[int] = typer.Option(None, help="engine threads (0 = all cores)"),
+    max_batch: Optional[int] = typer.Option(None, help="micro-batcher max batch size"),
+    max_delay_ms: Optional[float] = typer.Option(None, help="micro-batcher max delay (ms)"),
+    max_queue: Optional[int] = typer.Option(None, help="images allowed to wait before 503"),
+):
+    """Run the FastAPI embedding service (settings also from SERVELAB_* env)."""
+    from servelab.config import Settings
+    from servelab.service import run
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    run(Settings.from_env(host=host, port=port, engine=engine, provider=provider, threads=threads,
+                          max_batch=max_batch, max_delay_ms=max_delay_ms, max_queue=max_queue))
+
+
+@app.command()
+def embed(
+    images: List[Path] = typer.Argument(..., help="image files"),
+    mode: str = typer.Option("auto", help="local | remote | auto"),
+    backend: str = typer.Option("fastapi", help="fastapi | triton-http | triton-grpc"),
+    url: Optional[str] = typer.Option(None, help="server URL"),
+    payload: str = typer.Option("jpeg", help="jpeg | tensor"),
+):
+    """Embed image files and print one JSON line per image (path, first values, norm)."""
+    import numpy as np
+
+    from servelab.client import InferenceClient
+
+    for p in images:
+        if not p.is_file():
+            raise CliError(f"{p}: no such file")
+    with InferenceClient(mode=mode, backend=backend, url=url, payload=payload) as client:
+        emb = client.embed_paths(images, progress=False)
+        for p, e in zip(images, emb):
+            typer.echo(json.dumps({"path": str(p), "dim": len(e), "norm": round(float(np.linalg.norm(e)), 6),
+                                   "head": [round(float(x), 5) for x in e[:4]], "mode": client.mode_used,
+                                   "weights": client.weights}))
+
+
+def _add_groups() -> None:
+    from servelab.bench.cli import app as bench_app
+    from servelab.dedup.cli import app as dedup_app
+    from servelab.lab.cli import app as lab_app
+    from servelab.triton.cli import app as triton_app
+
+    app.add_typer(triton_app, name="triton", help="Embedded tritonserver: stage the repository, up / down / status.")
+    app.add_typer(bench_app, name="bench", help="Benchmarks that write result records.")
+    app.add_typer(dedup_app, name="dedup", help="Near-duplicate photo finder.")
+    app.add_typer(lab_app, name="lab", help="Run the notebooks with papermill into result tables.")
+
+
+def main() -> None:
+    from servelab.client.errors import InferenceError
+
+    _add_groups()
+    try:
+        app()
+    except (CliError, ValueError, FileNotFoundError, PermissionError, InferenceError, RuntimeError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

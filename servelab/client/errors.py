@@ -1,0 +1,21 @@
+"""Errors a client raises, typed so callers can tell a bad request from a dead server."""
+
+from __future__ import annotations
+
+
+class InferenceError(RuntimeError):
+    """The server (or engine) refused or failed a request; `message` is the server's own words."""
+
+    def __init__(self, message: str, *, status: int | None = None, code: str | None = None, backend: str = ""):
+        super().__init__(message)
+        self.message, self.status, self.code, self.backend = message, status, code, backend
+
+    def __str__(self) -> str:
+        where = f"{self.backend} " if self.backend else ""
+        status = f"HTTP {self.status} " if self.status else ""
+        code = f"[{self.code}] " if self.code else ""
+        return f"{where}{status}{code}{self.message}".strip()
+
+
+class ServiceUnavailable(InferenceError):
+    """Nothing answered at the URL, or it is not ready."""

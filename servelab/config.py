@@ -1,0 +1,109 @@
+"""Settings read from SERVELAB_* environment variables.
+
+One place for every knob, so the service, the CLI, the containers and the notebooks agree on names and
+defaults. Values are read when `Settings.from_env()` is called, never at import time.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# Default loopback ports (DESIGN.md): service 8002, Triton HTTP 8003, gRPC 8004, metrics 8005, review UI 8000.
+SERVICE_PORT = 8002
+TRITON_HTTP_PORT = 8003
+TRITON_GRPC_PORT = 8004
+TRITON_METRICS_PORT = 8005
+REVIEW_PORT = 8000
+
+ENGINES = ("torch", "onnx", "onnx-int8")
+PROVIDERS = ("cpu", "cuda", "tensorrt")
+
+
+def _env(name: str, default, cast=str):
+    raw = os.environ.get(f"SERVELAB_{name}")
+    if raw is None or raw == "":
+        return default
+    try:
+        return cast(raw)
+    except ValueError as exc:
+        raise ValueError(f"SERVELAB_{name}={raw!r} is not a valid {cast.__name__}") from exc
+
+
+@dataclass(frozen=True)
+class Settings:
+    # model
+    model_name: str = "ViT-B-32"
+    pretrained: str | None = None  # open_clip tag, e.g. laion2b_s34b_b79k (needs internet)
+    checkpoint: str | None = None  # local checkpoint file
+    seed: int = 0  # random-init seed when neither of the above is set
+    artifacts: Path = field(default_factory=lambda: REPO_ROOT / "artifacts")
+    # engine
+    engine: str = "onnx"
+    provider: str = "cpu"
+    threads: int = 0  # 0 = library default (all cores)
+    # service
+    host: str = "127.0.0.1"
+    port: int = SERVICE_PORT
+    max_batch: int = 16
+    max_delay_ms: float = 2.0
+    max_queue: int = 64  # images waiting; more -> 503 with Retry-After
+    max_images_per_request: int = 32
+    max_bytes: int = 20 * 1024 * 1024  # per image
+    max_pixels: int = 40_000_000  # per image (decompression-bomb guard)
+    warmup_iters: int = 2
+
+    @classmethod
+    def from_env(cls, **overrides) -> "Settings":
+        d = cls()
+        values = dict(
+            model_name=_env("MODEL", d.model_name),
+            pretrained=_env("PRETRAINED", None),
+            checkpoint=_env("CHECKPOINT", None),
+            seed=_env("SEED", d.seed, int),
+            artifacts=Path(_env("ARTIFACTS", str(d.artifacts))),
+            engine=_env("ENGINE", d.engine),
+            provider=_env("PROVIDER", d.provider),
+            threads=_env("THREADS", d.threads, int),
+            host=_env("HOST", d.host),
+            port=_env("PORT", d.port, int),
+            max_batch=_env("MAX_BATCH", d.max_batch, int),
+            max_delay_ms=_env("MAX_DELAY_MS", d.max_delay_ms, float),
+            max_queue=_env("MAX_QUEUE", d.max_queue, int),
+            max_images_per_request=_env("MAX_IMAGES", d.max_images_per_request, int),
+            max_bytes=_env("MAX_BYTES", d.max_bytes, int),
+            max_pixels=_env("MAX_PIXELS", d.max_pixels, int),
+            warmup_iters=_env("WARMUP_ITERS", d.warmup_iters, int),
+        )
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        s = cls(**values)
+        s.validate()
+        return s
+
+    def validate(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+        if self.provider not in PROVIDERS:
+            raise ValueError(f"provider must be one of {', '.join(PROVIDERS)}, got {self.provider!r}")
+        if self.pretrained and self.checkpoint:
+            raise ValueError("set SERVELAB_PRETRAINED or SERVELAB_CHECKPOINT, not both")
+        for name in ("max_batch", "max_queue", "max_images_per_request", "max_bytes", "max_pixels"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+
+    def with_(self, **changes) -> "Settings":
+        return replace(self, **changes)
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["artifacts"] = str(self.artifacts)
+        return d
+
+
+def env_names() -> list[str]:
+    """The environment variable behind each setting (for docs and container files)."""
+    special = {"model_name": "MODEL", "max_images_per_request": "MAX_IMAGES"}
+    return [f"SERVELAB_{special.get(f.name, f.name.upper())}" for f in fields(Settings)]

@@ -1,0 +1,1 @@
+"""Near-duplicate photo finder: scan, embed, group, review, evaluate."""

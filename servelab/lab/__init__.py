@@ -1,0 +1,1 @@
+"""The lab: papermill runner, targets, local stack lifecycle, report."""

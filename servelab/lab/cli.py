@@ -1,0 +1,5 @@
+"""`servelab lab …` commands."""
+
+import typer
+
+app = typer.Typer(no_args_is_help=True)

@@ -1,0 +1,141 @@
+"""Engines behind one interface: float32 [N, 3, 224, 224] in, L2-normalised float32 [N, 512] out.
+
+`torch` runs the PyTorch module; `onnx` and `onnx-int8` run the exported graphs in ONNX Runtime on the chosen
+execution provider (cpu, cuda, tensorrt). A provider that is not available is an error, never a silent CPU
+fallback: numbers measured on the wrong device would be a lie.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from servelab.config import Settings
+from servelab.model.preprocess import INPUT_SHAPE
+from servelab.model.weights import EMBED_DIM
+
+
+class EngineError(RuntimeError):
+    pass
+
+
+class Embedder:
+    engine: str = ""
+    provider: str = "cpu"
+    weights: str = ""
+    threads: int = 0
+
+    def embed(self, batch: np.ndarray) -> np.ndarray:
+        batch = np.ascontiguousarray(batch, dtype=np.float32)
+        if batch.ndim != 4 or tuple(batch.shape[1:]) != INPUT_SHAPE:
+            raise ValueError(f"expected a float32 batch of shape [N, 3, 224, 224], got {list(batch.shape)}")
+        if batch.shape[0] == 0:
+            return np.zeros((0, EMBED_DIM), dtype=np.float32)
+        out = self._run(batch)
+        return np.asarray(out, dtype=np.float32)
+
+    def _run(self, batch: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def info(self) -> dict:
+        return {"engine": self.engine, "provider": self.provider, "weights": self.weights, "threads": self.threads}
+
+
+class TorchEmbedder(Embedder):
+    engine = "torch"
+
+    def __init__(self, settings: Settings):
+        import torch
+
+        from servelab.model.torch_model import build_image_encoder
+
+        if settings.provider != "cpu":
+            if settings.provider == "cuda" and torch.cuda.is_available():
+                self.device = "cuda"
+            else:
+                raise EngineError(f"torch engine: provider {settings.provider!r} not available (CUDA available: {torch.cuda.is_available()})")
+        else:
+            self.device = "cpu"
+        if settings.threads > 0:
+            torch.set_num_threads(settings.threads)
+        self.threads = torch.get_num_threads()
+        self.provider = settings.provider
+        self.module, self.weights = build_image_encoder(settings)
+        self.module.to(self.device)
+        self._torch = torch
+
+    def _run(self, batch):
+        with self._torch.inference_mode():
+            return self.module(self._torch.from_numpy(batch).to(self.device)).cpu().numpy()
+
+
+def ort_providers(provider: str, cache_dir: Path | None = None) -> list:
+    """Execution-provider list for onnxruntime, most specific first."""
+    if provider == "cpu":
+        return ["CPUExecutionProvider"]
+    if provider == "cuda":
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    if provider == "tensorrt":
+        cache = str(cache_dir or Path(os.environ.get("SERVELAB_TRT_CACHE", "artifacts/trt_cache")))
+        Path(cache).mkdir(parents=True, exist_ok=True)
+        trt = {
+            "trt_fp16_enable": True,
+            "trt_engine_cache_enable": True,
+            "trt_engine_cache_path": cache,
+            "trt_timing_cache_enable": True,
+            "trt_timing_cache_path": cache,
+        }
+        return [("TensorrtExecutionProvider", trt), "CUDAExecutionProvider", "CPUExecutionProvider"]
+    raise EngineError(f"unknown provider {provider!r} (cpu, cuda, tensorrt)")
+
+
+class OrtEmbedder(Embedder):
+    def __init__(self, model_path: Path, settings: Settings, weights: str, engine: str = "onnx"):
+        import onnxruntime as ort
+
+        self.engine = engine
+        self.provider = settings.provider
+        self.weights = weights
+        self.model_path = Path(model_path)
+        providers = ort_providers(settings.provider)
+        wanted = providers[0] if isinstance(providers[0], str) else providers[0][0]
+        available = ort.get_available_providers()
+        if wanted not in available:
+            raise EngineError(
+                f"ONNX Runtime provider {wanted} is not available here (available: {', '.join(available)}); "
+                "install onnxruntime-gpu on a GPU node or choose provider cpu"
+            )
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        if settings.threads > 0:
+            so.intra_op_num_threads = settings.threads
+        self.threads = settings.threads or (os.cpu_count() or 1)
+        self.session = ort.InferenceSession(str(self.model_path), sess_options=so, providers=providers)
+        self.active_providers = self.session.get_providers()
+        self.input_name = self.session.get_inputs()[0].name
+        self.output_name = self.session.get_outputs()[0].name
+        self._lock = threading.Lock()  # one run at a time keeps intra-op threads from oversubscribing
+
+    def _run(self, batch):
+        with self._lock:
+            return self.session.run([self.output_name], {self.input_name: batch})[0]
+
+    def info(self) -> dict:
+        return {**super().info(), "onnx": str(self.model_path), "active_providers": self.active_providers}
+
+
+def make_embedder(settings: Settings | None = None, **overrides) -> Embedder:
+    """Build the engine the settings name; exports the ONNX model first if it is missing."""
+    settings = (settings or Settings.from_env()).with_(**{k: v for k, v in overrides.items() if v is not None})
+    settings.validate()
+    if settings.engine == "torch":
+        return TorchEmbedder(settings)
+    from servelab.model.export import ensure_exported
+
+    meta = ensure_exported(settings)
+    if settings.engine == "onnx":
+        return OrtEmbedder(Path(meta["path"]), settings, meta["weights"], engine="onnx")
+    return OrtEmbedder(Path(meta["int8"]["path"]), settings, meta["weights"], engine="onnx-int8")

@@ -1,0 +1,36 @@
+"""Build the OpenCLIP ViT-B/32 image tower with the weights the settings ask for.
+
+Real loading path first: an open_clip pretrained tag (SERVELAB_PRETRAINED, needs internet) or a local
+checkpoint (SERVELAB_CHECKPOINT). Without either, a deterministic random-init model (fixed seed, identical in
+every process) with the same compute and shapes; every output carries its label so nobody mistakes its
+embeddings for CLIP's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from servelab.config import Settings
+
+EMBED_DIM = 512
+
+
+def weights_label(settings: Settings) -> str:
+    if settings.pretrained:
+        return f"pretrained ({settings.pretrained})"
+    if settings.checkpoint:
+        return f"checkpoint ({Path(settings.checkpoint).name}, sha256 {_sha256(settings.checkpoint)[:12]})"
+    return f"random-init (seed {settings.seed})"
+
+
+def is_random_init(label: str) -> bool:
+    return label.startswith("random-init")
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

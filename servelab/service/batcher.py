@@ -1,0 +1,134 @@
+"""Server-side micro-batcher: concurrent requests share one engine call.
+
+Requests wait at most `max_delay_s` after the first one arrives for others to join, up to `max_batch`
+images; the engine runs in one worker thread, never on the event loop. While it runs, new requests queue and
+form the next batch. The queue is bounded in images: past `max_queue` a request is refused at once
+(`QueueFull`, the service answers 503 + Retry-After) instead of waiting behind an ever-growing line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+
+class QueueFull(RuntimeError):
+    pass
+
+
+@dataclass
+class _Item:
+    batch: np.ndarray
+    future: asyncio.Future
+
+
+class MicroBatcher:
+    def __init__(
+        self,
+        fn: Callable[[np.ndarray], np.ndarray],
+        *,
+        max_batch: int = 16,
+        max_delay_s: float = 0.002,
+        max_queue: int = 64,
+        on_batch: Callable[[int], None] | None = None,
+    ):
+        self.fn = fn
+        self.max_batch = max_batch
+        self.max_delay_s = max_delay_s
+        self.max_queue = max_queue
+        self.on_batch = on_batch
+        self._pending: collections.deque[_Item] = collections.deque()
+        self._depth = 0  # images queued, not yet handed to the engine
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
+
+    @property
+    def depth(self) -> int:
+        return self._depth
+
+    def start(self) -> None:
+        self._wake = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        for item in self._pending:
+            if not item.future.done():
+                item.future.set_exception(RuntimeError("service is shutting down"))
+        self._pending.clear()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def submit(self, batch: np.ndarray) -> np.ndarray:
+        n = int(batch.shape[0])
+        if self._depth + n > self.max_queue:
+            raise QueueFull(f"queue full: {self._depth} images waiting, limit {self.max_queue}")
+        fut = asyncio.get_running_loop().create_future()
+        self._pending.append(_Item(batch, fut))
+        self._depth += n
+        self._wake.set()
+        return await fut
+
+    async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self._pending:
+                self._wake.clear()
+                await self._wake.wait()
+            # Let a burst of concurrent requests arrive before cutting the batch.
+            deadline = loop.time() + self.max_delay_s
+            while self._queued_images() < self.max_batch:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), remaining)
+                except asyncio.TimeoutError:
+                    break
+            items = self._take()
+            if not items:
+                continue
+            batch = items[0].batch if len(items) == 1 else np.concatenate([i.batch for i in items])
+            try:
+                out = await loop.run_in_executor(self._executor, self.fn, batch)
+            except Exception as exc:  # the engine failed: every caller in this batch hears why
+                for it in items:
+                    if not it.future.done():
+                        it.future.set_exception(exc)
+                continue
+            if self.on_batch:
+                self.on_batch(int(batch.shape[0]))
+            start = 0
+            for it in items:
+                n = it.batch.shape[0]
+                if not it.future.done():
+                    it.future.set_result(out[start : start + n])
+                start += n
+
+    def _queued_images(self) -> int:
+        return sum(i.batch.shape[0] for i in self._pending)
+
+    def _take(self) -> list[_Item]:
+        """Whole requests, up to max_batch images (a single larger request goes alone)."""
+        items: list[_Item] = []
+        total = 0
+        while self._pending:
+            n = self._pending[0].batch.shape[0]
+            if items and total + n > self.max_batch:
+                break
+            item = self._pending.popleft()
+            items.append(item)
+            total += n
+        self._depth -= total
+        return items

@@ -1,0 +1,1 @@
+"""Triton: model repository builder, embedded server lifecycle, stats and metrics readers."""
