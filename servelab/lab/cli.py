@@ -1,5 +1,73 @@
-"""`servelab lab …` commands."""
+"""`servelab lab …` commands: run the notebooks, list them, keep .py/.ipynb in sync, rewrite a report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
 
 import typer
 
 app = typer.Typer(no_args_is_help=True)
+
+
+def _say(text: str) -> None:
+    typer.echo(text, err=True)
+
+
+@app.command()
+def run(
+    profile: str = typer.Option("default", help="smoke (seconds per notebook) | default (~20 min on 2 cores) | full"),
+    only: Optional[List[str]] = typer.Option(None, "--only", help="notebook id(s) to run, e.g. --only 04 (repeatable)"),
+    param: Optional[List[str]] = typer.Option(None, "--param", "-p", help="key=value for the notebooks' parameters cell (repeatable)"),
+    target: str = typer.Option("local", help="local (embedded stack on loopback) | gpu (compose stacks on the node)"),
+    run_id: Optional[str] = typer.Option(None, help="results/<run-id>/ (default: timestamp-profile); an existing id is updated"),
+    ports: str = typer.Option("auto", help="local stack ports: auto (configured if free, else free) | configured | free"),
+    results: Path = typer.Option(None, help="results folder (default ./results)"),
+    progress_bar: bool = typer.Option(True, help="papermill's per-cell progress bar"),
+):
+    """Execute the lab notebooks with papermill into results/<run-id>/ and write report.md/.html."""
+    from servelab.lab.runner import RESULTS_DIR
+    from servelab.lab.runner import run as do_run
+
+    state = do_run(profile=profile, only=only, params=param, target=target, run_id=run_id, ports=ports,
+                   results_dir=results or RESULTS_DIR, say=_say, progress_bar=progress_bar)
+    ok = sum(e["status"] == "ok" for e in state["notebooks"])
+    typer.echo(f"{ok}/{len(state['notebooks'])} notebooks ok -> {state['out_dir']}/report.md")
+
+
+@app.command("list")
+def list_notebooks():
+    """The notebooks, in run order, with the parameters each one takes."""
+    from servelab.lab import notebooks as nbs
+
+    for py in nbs.discover():
+        ipynb = nbs.ipynb_for(py)
+        names = sorted(nbs.declared_parameters(ipynb)) if ipynb.exists() else ["(no .ipynb: run servelab lab sync)"]
+        typer.echo(f"{nbs.notebook_id(py):4} {py.stem:36} {' '.join(names)}")
+
+
+@app.command()
+def sync(check: bool = typer.Option(False, "--check", help="only report notebooks out of sync (exit 1 if any)")):
+    """Regenerate notebooks/*.ipynb (no outputs) from their jupytext .py sources."""
+    from servelab.lab import notebooks as nbs
+
+    if check:
+        bad = nbs.out_of_sync()
+        for b in bad:
+            typer.echo(f"out of sync: {b}")
+        if bad:
+            raise typer.Exit(1)
+        typer.echo("all notebooks in sync")
+        return
+    for path in nbs.sync():
+        typer.echo(f"wrote {path}")
+
+
+@app.command()
+def report(run_dir: Path = typer.Argument(..., help="results/<run-id>")):
+    """Rewrite report.md/.html of a run from what is on disk."""
+    from servelab.lab.report import write_report
+
+    if not (run_dir / "run.json").exists():
+        raise FileNotFoundError(f"{run_dir}: not a lab run folder (no run.json)")
+    typer.echo(str(write_report(run_dir)))

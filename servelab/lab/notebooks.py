@@ -1,0 +1,112 @@
+"""The lab's notebooks: discovery, `--only` selection, and keeping `.py` sources and `.ipynb` in sync.
+
+The jupytext percent-format `.py` file is the source of truth (reviewable diffs); the `.ipynb` next to it is
+generated from it, committed without outputs, and is what papermill executes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from servelab.config import REPO_ROOT
+
+NOTEBOOK_DIR = REPO_ROOT / "notebooks"
+KERNEL = "servelab"
+
+
+def discover(directory: Path = NOTEBOOK_DIR) -> list[Path]:
+    """Every `NN*_….py` lab source in order (00, 01, …, 05a, 05b, …)."""
+    return sorted(p for p in Path(directory).glob("[0-9][0-9]*_*.py"))
+
+
+def notebook_id(path: Path) -> str:
+    """`04_triton_dynamic_batching.py` -> `04`; `05a_ort_optimisation.ipynb` -> `05a`."""
+    return Path(path).stem.split("_", 1)[0]
+
+
+def select(paths: list[Path], only: list[str] | None) -> list[Path]:
+    """`--only 04 05` keeps 04 and both 05a/05b; an id that matches nothing is an error naming the choices."""
+    if not only:
+        return list(paths)
+    chosen = []
+    for want in only:
+        want = want.strip()
+        hits = [p for p in paths if notebook_id(p) == want or notebook_id(p).startswith(want)
+                or p.stem == want or p.name == want]
+        if not hits:
+            ids = ", ".join(notebook_id(p) for p in paths)
+            raise ValueError(f"--only {want}: no such notebook (choose from {ids})")
+        chosen += [p for p in hits if p not in chosen]
+    return [p for p in paths if p in chosen]
+
+
+def ipynb_for(py: Path) -> Path:
+    return Path(py).with_suffix(".ipynb")
+
+
+def _cells(nb) -> list[tuple]:
+    return [(c.cell_type, c.source.strip(), tuple(c.get("metadata", {}).get("tags", ()))) for c in nb.cells]
+
+
+def _to_notebook(py: Path):
+    import jupytext
+
+    nb = jupytext.read(py)
+    nb.metadata.setdefault("kernelspec", {"name": KERNEL, "display_name": f"{KERNEL} (.venv)", "language": "python"})
+    nb.metadata.setdefault("jupytext", {})["formats"] = "ipynb,py:percent"
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    return nb
+
+
+def out_of_sync(paths: list[Path] | None = None) -> list[str]:
+    """Names of notebooks whose `.ipynb` is missing, differs from its `.py`, or carries outputs."""
+    import nbformat
+
+    bad = []
+    for py in paths if paths is not None else discover():
+        ipynb = ipynb_for(py)
+        if not ipynb.exists():
+            bad.append(f"{ipynb.name} (missing)")
+            continue
+        have = nbformat.read(ipynb, as_version=4)
+        if _cells(have) != _cells(_to_notebook(py)):
+            bad.append(f"{ipynb.name} (differs from {py.name})")
+        elif any(c.get("outputs") for c in have.cells if c.cell_type == "code"):
+            bad.append(f"{ipynb.name} (has outputs)")
+    return bad
+
+
+def sync(paths: list[Path] | None = None) -> list[Path]:
+    """Regenerate each `.ipynb` from its `.py` (no outputs); returns the files written."""
+    import jupytext
+
+    written = []
+    for py in paths if paths is not None else discover():
+        target = ipynb_for(py)
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_text(jupytext.writes(_to_notebook(py), fmt="ipynb"))
+        tmp.replace(target)
+        written.append(target)
+    return written
+
+
+def declared_parameters(ipynb: Path) -> set[str]:
+    """Names assigned in the notebook's `parameters` cell (papermill's own inspection)."""
+    import papermill
+
+    return set(papermill.inspect_notebook(str(ipynb)).keys())
+
+
+def ensure_kernel(name: str = KERNEL) -> None:
+    """Register this interpreter as the `servelab` Jupyter kernel if `make setup` has not (idempotent)."""
+    import subprocess
+    import sys
+
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    if name in KernelSpecManager().find_kernel_specs():
+        return
+    subprocess.run([sys.executable, "-m", "ipykernel", "install", "--sys-prefix", "--name", name,
+                    "--display-name", f"{name} (.venv)"], check=True, capture_output=True)

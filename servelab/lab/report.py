@@ -1,0 +1,117 @@
+"""report.md (+ report.html) for one lab run: every notebook with its status, the environment fingerprint,
+and every table the notebooks wrote (tables/*.md), grouped by notebook, plus links to the plots.
+
+Built only from files in results/<run-id>/ (run.json, environment.json, tables/, plots/), so it can be
+rewritten at any time — after a failure too — and always describes what is on disk.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+
+def _load(path: Path, default):
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return default
+
+
+def _flat(d: dict, prefix: str = "") -> list[tuple[str, str]]:
+    rows = []
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            rows += _flat(v, key + ".")
+        elif isinstance(v, (list, tuple)):
+            rows.append((key, ", ".join(map(str, v))))
+        else:
+            rows.append((key, str(v)))
+    return rows
+
+
+def _cell(text) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _status(e: dict) -> str:
+    s = e.get("status", "?")
+    if s == "failed":
+        from servelab.lab.runner import _where
+
+        return f"**failed** at {_where(e)}: {e.get('error', '')}"
+    return s
+
+
+def table_owner(name: str, ids: list[str]) -> str | None:
+    """Which notebook a table belongs to: tables are named `<notebook id>_<what>` (e.g. `04_queue_delay`)."""
+    head = name.split("_", 1)[0]
+    return head if head in ids else None
+
+
+def build_markdown(out_dir: Path) -> str:
+    out_dir = Path(out_dir)
+    run = _load(out_dir / "run.json", {})
+    env = _load(out_dir / "environment.json", {})
+    entries = run.get("notebooks", [])
+    ids = [e["id"] for e in entries]
+    lines = [f"# servelab lab report — run `{run.get('run_id', out_dir.name)}`", ""]
+    lines += [f"- profile: `{run.get('profile', '?')}` · target: `{run.get('target', '?')}`",
+              f"- started {run.get('started', '?')} · finished {run.get('finished') or 'not finished'}",
+              f"- weights: {env.get('weights', env.get('weights_label', 'see environment'))}",
+              "- every number below was measured in this run; tables carry the hardware and versions they ran on.",
+              ""]
+    lines += ["## Notebooks", "", "| notebook | status | seconds | executed notebook |", "|---|---|---|---|"]
+    for e in entries:
+        out = e.get("output", "")
+        link = f"[{Path(out).name}]({out})" if out and (out_dir / out).exists() else "–"
+        lines.append(f"| {e['name']} | {_cell(_status(e))} | {e.get('seconds', '–')} | {link} |")
+    lines += ["", "## Environment", ""]
+    if env:
+        lines += ["| key | value |", "|---|---|"] + [f"| {_cell(k)} | {_cell(v)} |" for k, v in _flat(env)]
+    else:
+        lines.append("_no environment fingerprint was written_")
+    tables = sorted((out_dir / "tables").glob("*.md"))
+    plots = sorted((out_dir / "plots").glob("*.png"))
+    lines += ["", "## Tables", ""]
+    if not tables:
+        lines.append("_no tables were written_")
+    for nb_id in ids + [None]:
+        mine = [t for t in tables if table_owner(t.stem, ids) == nb_id]
+        pics = [p for p in plots if table_owner(p.stem, ids) == nb_id]
+        if not mine and not pics:
+            continue
+        title = next((e["name"] for e in entries if e["id"] == nb_id), "other")
+        lines += [f"### {title}", ""]
+        for t in mine:
+            lines += [f"#### {t.stem}  ([csv](tables/{t.stem}.csv))", "", t.read_text().strip(), ""]
+        for pic in pics:
+            lines += [f"![{pic.stem}](plots/{pic.name})", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def to_html(markdown: str, title: str) -> str:
+    try:
+        from markdown_it import MarkdownIt
+
+        body = MarkdownIt("commonmark").enable("table").render(markdown)
+    except ImportError:  # markdown-it-py comes with typer/rich; keep the report readable without it
+        body = f"<pre>{html.escape(markdown)}</pre>"
+    style = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
+             "table{border-collapse:collapse;font-size:.85em;margin:.5em 0}td,th{border:1px solid #ccc;"
+             "padding:2px 6px}th{background:#f3f3f3}img{max-width:100%}code{background:#f6f6f6}")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{style}</style></head><body>{body}</body></html>\n")
+
+
+def write_report(out_dir: Path) -> Path:
+    """Write report.md and report.html (temp + rename); returns the .md path."""
+    out_dir = Path(out_dir)
+    md = build_markdown(out_dir)
+    for name, text in (("report.md", md), ("report.html", to_html(md, f"servelab lab {out_dir.name}"))):
+        tmp = out_dir / (name + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(out_dir / name)
+    return out_dir / "report.md"

@@ -1,0 +1,223 @@
+"""`servelab lab run`: execute the notebooks with papermill into results/<run-id>/ and write the report.
+
+Order of a run: choose notebooks and parameters → (target local) export + stage + start the loopback stack →
+execute each notebook in order (progress on the terminal; each executed notebook is saved cell by cell, so a
+failure leaves it readable) → stop the stack → write report.md/.html — always, also after a failure, which
+stops the run and names the notebook and the failing cell.
+
+Rerunning with `--run-id <existing> --only 04` re-executes 04 into the same folder and refreshes the report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from servelab.config import REPO_ROOT
+from servelab.lab import notebooks as nbs
+from servelab.lab import params as lab_params
+from servelab.lab.targets import check_target, gpu_endpoints
+
+RESULTS_DIR = REPO_ROOT / "results"
+URL_KEYS = {"service_url", "triton_http_url", "triton_grpc_url", "triton_metrics_url", "triton_repository"}
+
+
+class NotebookFailed(RuntimeError):
+    """A notebook raised; the message names the notebook, the cell, and where the partial results are."""
+
+
+@dataclass
+class RunPlan:
+    run_id: str
+    out_dir: Path
+    profile: str
+    target: str
+    notebooks: list[Path]
+    values: dict[str, Any]
+    declared: dict[str, set[str]] = field(default_factory=dict)
+    overrides: dict[str, Any] = field(default_factory=dict)  # --param values: win over profile and stack
+
+    @property
+    def needs_stack(self) -> bool:
+        return self.target == "local" and any(self.declared[p.stem] & URL_KEYS for p in self.notebooks)
+
+
+def default_run_id(profile: str) -> str:
+    return f"{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}-{profile}"
+
+
+def plan(profile: str = "default", only: list[str] | None = None, params: list[str] | None = None,
+         target: str = "local", run_id: str | None = None, results_dir: Path = RESULTS_DIR,
+         notebook_dir: Path = nbs.NOTEBOOK_DIR) -> RunPlan:
+    """Validate everything the user typed before anything is started."""
+    check_target(target)
+    values = lab_params.profile(profile)
+    overrides = lab_params.parse_params(params)
+    paths = nbs.select(nbs.discover(notebook_dir), only)
+    if not paths:
+        raise FileNotFoundError(f"no notebooks found in {notebook_dir}")
+    missing = [nbs.ipynb_for(p).name for p in paths if not nbs.ipynb_for(p).exists()]
+    if missing:
+        raise FileNotFoundError(f"{', '.join(missing)} missing: run `servelab lab sync` to generate them")
+    declared = {p.stem: nbs.declared_parameters(nbs.ipynb_for(p)) for p in paths}
+    known = set().union(*declared.values())
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ValueError(f"--param {', '.join(unknown)}: not a parameter of the selected notebooks "
+                         f"(they take: {', '.join(sorted(known))})")
+    run_id = run_id or default_run_id(profile)
+    if not run_id.replace("-", "").replace("_", "").replace(".", "").isalnum():
+        raise ValueError(f"--run-id {run_id!r}: use letters, digits, '-', '_' or '.'")
+    out_dir = (Path(results_dir) / run_id).resolve()
+    values.update(target=target, run_id=run_id, out_dir=str(out_dir))
+    if target == "gpu":
+        values.update(gpu_endpoints().as_params())
+    values.update(overrides)
+    return RunPlan(run_id=run_id, out_dir=out_dir, profile=profile, target=target, notebooks=paths,
+                   values=values, declared=declared, overrides=overrides)
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    tmp.replace(path)
+
+
+def _load_state(out_dir: Path) -> dict:
+    path = out_dir / "run.json"
+    if path.exists():
+        try:
+            return json.loads(path.read_text())
+        except json.JSONDecodeError:
+            pass
+    return {}
+
+
+def _failure(exc: Exception) -> dict:
+    from papermill.exceptions import PapermillExecutionError
+
+    if isinstance(exc, PapermillExecutionError):
+        first = next((ln for ln in exc.source.splitlines() if ln.strip() and not ln.startswith("#")), "")
+        return {"cell": exc.cell_index, "execution_count": exc.exec_count, "error": f"{exc.ename}: {exc.evalue}",
+                "cell_source": first.strip()[:120]}
+    return {"cell": None, "error": f"{type(exc).__name__}: {exc}".strip()}
+
+
+def _where(entry: dict) -> str:
+    """`cell In [7] (`run = step.table(...)`)` — the execution count Jupyter shows, and the cell's first line."""
+    if entry.get("cell") is None:
+        return "start (no cell ran)"
+    label = f"In [{entry['execution_count']}]" if entry.get("execution_count") else f"#{entry['cell']}"
+    src = entry.get("cell_source")
+    return f"cell {label}" + (f" (`{src}`)" if src else "")
+
+
+def _fingerprint(out_dir: Path, say: Callable[[str], None]) -> dict:
+    """Environment fingerprint from the bench package, written once per run as environment.json."""
+    path = out_dir / "environment.json"
+    try:
+        from servelab.bench.records import fingerprint
+
+        fp = fingerprint()
+    except Exception as exc:  # the report must still be written; say what is missing
+        say(f"warning: no environment fingerprint ({type(exc).__name__}: {exc})")
+        fp = {"error": f"fingerprint unavailable: {exc}"}
+    _write_json(path, fp)
+    return fp
+
+
+def execute(p: RunPlan, ports: str = "auto", say: Callable[[str], None] = print,
+            progress_bar: bool = True) -> dict:
+    """Run the plan; returns the run state (also in run.json). Raises NotebookFailed after writing the report."""
+    import papermill
+
+    from servelab.lab.report import write_report
+
+    nbs.ensure_kernel()
+    out_dir = p.out_dir
+    for sub in ("notebooks", "tables", "plots", "logs"):
+        (out_dir / sub).mkdir(parents=True, exist_ok=True)
+    state = _load_state(out_dir)
+    entries = {e["name"]: e for e in state.get("notebooks", [])}
+    for path in p.notebooks:
+        entries[path.stem] = {"id": nbs.notebook_id(path), "name": path.stem, "status": "pending"}
+    state.update(run_id=p.run_id, profile=p.profile, target=p.target, out_dir=str(out_dir),
+                 started=dt.datetime.now().isoformat(timespec="seconds"), finished=None,
+                 parameters={k: v for k, v in p.values.items() if k not in URL_KEYS})
+    state["notebooks"] = sorted(entries.values(), key=lambda e: e["name"])
+
+    def save():
+        _write_json(out_dir / "run.json", state)
+
+    say(f"lab run {p.run_id}: profile {p.profile}, target {p.target}, {len(p.notebooks)} notebook(s) -> {out_dir}")
+    save()
+    _fingerprint(out_dir, say)
+    failed: NotebookFailed | None = None
+    try:
+        with _stack(p, ports, say) as stack_params:
+            values = {**p.values, **stack_params, **p.overrides}
+            state["endpoints"] = {k: v for k, v in values.items() if k in URL_KEYS}
+            for i, path in enumerate(p.notebooks, 1):
+                entry = entries[path.stem]
+                ipynb = nbs.ipynb_for(path)
+                output = out_dir / "notebooks" / ipynb.name
+                injected = lab_params.for_notebook(p.declared[path.stem], values)
+                say(f"[{i}/{len(p.notebooks)}] {path.stem} …")
+                entry.update(status="running", output=str(output.relative_to(out_dir)), parameters=injected)
+                save()
+                t0 = time.monotonic()
+                try:
+                    papermill.execute_notebook(str(ipynb), str(output), parameters=injected,
+                                               kernel_name=nbs.KERNEL, cwd=str(ipynb.parent),
+                                               progress_bar=progress_bar, request_save_on_cell_execute=True)
+                except Exception as exc:  # PapermillExecutionError, a dead kernel, …: report any failure
+                    entry.update(status="failed", seconds=round(time.monotonic() - t0, 1), **_failure(exc))
+                    save()
+                    where = _where(entry)
+                    failed = NotebookFailed(f"notebook {path.stem} failed at {where}: {entry['error']} "
+                                            f"(executed notebook: {output}; partial report: {out_dir / 'report.md'})")
+                    say(f"[{i}/{len(p.notebooks)}] {path.stem} FAILED at {where}: {entry['error']}")
+                    break
+                entry.update(status="ok", seconds=round(time.monotonic() - t0, 1))
+                entry.pop("error", None)
+                entry.pop("cell", None)
+                save()
+                say(f"[{i}/{len(p.notebooks)}] {path.stem} ok ({entry['seconds']:.1f} s)")
+    finally:
+        for e in state["notebooks"]:
+            if e["status"] in ("pending", "running"):
+                e["status"] = "not run" + (" (run stopped after a failure)" if failed else " (run interrupted)")
+        state["finished"] = dt.datetime.now().isoformat(timespec="seconds")
+        save()
+        report = write_report(out_dir)
+        say(f"report: {report}")
+    if failed:
+        raise failed
+    return state
+
+
+@contextlib.contextmanager
+def _stack(p: RunPlan, ports: str, say: Callable[[str], None]):
+    """Parameters the stack contributes: URLs of the loopback servers for local, nothing extra for gpu."""
+    if not p.needs_stack:
+        yield {}
+        return
+    from servelab.lab.stack import local_stack
+
+    with local_stack(p.out_dir, ports=ports, say=say) as info:
+        yield {**info.endpoints.as_params(), "triton_repository": info.triton_repository}
+
+
+def run(profile: str = "default", only: list[str] | None = None, params: list[str] | None = None,
+        target: str = "local", run_id: str | None = None, ports: str = "auto", results_dir: Path = RESULTS_DIR,
+        say: Callable[[str], None] = print, progress_bar: bool = True) -> dict:
+    p = plan(profile=profile, only=only, params=params, target=target, run_id=run_id, results_dir=results_dir)
+    return execute(p, ports=ports, say=say, progress_bar=progress_bar)
+
+
+__all__ = ["run", "plan", "execute", "RunPlan", "NotebookFailed", "RESULTS_DIR"]

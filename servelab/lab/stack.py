@@ -1,0 +1,81 @@
+"""The local stack for `target=local`: the FastAPI service and the embedded tritonserver on loopback.
+
+One stack serves every notebook of a run (starting servers per notebook would cost more than the smoke
+notebooks themselves). It is built only from other packages' public pieces: `ensure_exported` (model),
+`ServiceProcess` (service), and the Triton package's staging and embedded-server context manager.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from servelab.config import TRITON_GRPC_PORT, TRITON_HTTP_PORT, TRITON_METRICS_PORT, Settings
+from servelab.lab.targets import Endpoints
+from servelab.netutil import free_port, port_in_use
+
+PORT_POLICIES = ("auto", "configured", "free")
+
+
+def pick_port(configured: int, policy: str, taken: set[int]) -> int:
+    """configured: that port or an error; free: any free loopback port; auto: configured if free, else any."""
+    if policy not in PORT_POLICIES:
+        raise ValueError(f"ports must be one of {', '.join(PORT_POLICIES)}, got {policy!r}")
+    if policy != "free" and configured not in taken and not port_in_use(configured):
+        port = configured
+    elif policy == "configured":
+        raise RuntimeError(f"port {configured} on 127.0.0.1 is in use; stop what holds it or use --ports free")
+    else:
+        port = free_port()
+        while port in taken:
+            port = free_port()
+    taken.add(port)
+    return port
+
+
+@dataclass
+class StackInfo:
+    endpoints: Endpoints
+    triton_repository: str
+    weights: str
+    logs: dict
+
+
+@contextlib.contextmanager
+def local_stack(run_dir: Path, ports: str = "auto", say: Callable[[str], None] = print) -> Iterator[StackInfo]:
+    """Export (if needed), stage the Triton repository into <run_dir>/models (the notebooks reconfigure it
+    live, so a run never edits the shared models/), start service + tritonserver; stop both on exit."""
+    from servelab.model.export import ensure_exported
+    from servelab.service.process import ServiceProcess
+    from servelab.triton.repository import stage
+    from servelab.triton.server import EmbeddedTriton
+
+    settings = Settings.from_env()
+    log_dir = Path(run_dir) / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    say("exporting the model (skipped when artifacts/ is up to date)")
+    meta = ensure_exported(settings)
+    say(f"model: {meta['path']} (weights: {meta['weights']})")
+    repo = stage(target="cpu", out=Path(run_dir) / "models", settings=settings)["repository"]
+    say(f"staged the CPU Triton repository in {repo}")
+
+    taken: set[int] = set()
+    service_port = pick_port(settings.port, ports, taken)
+    http_port = pick_port(TRITON_HTTP_PORT, ports, taken)
+    grpc_port = pick_port(TRITON_GRPC_PORT, ports, taken)
+    metrics_port = pick_port(TRITON_METRICS_PORT, ports, taken)
+
+    logs = {"service": str(log_dir / "service.log"), "triton": str(log_dir / "tritonserver.log")}
+    say(f"starting the FastAPI service on 127.0.0.1:{service_port} (log {logs['service']})")
+    with ServiceProcess(port=service_port, log_path=Path(logs["service"])) as svc:
+        say(f"starting tritonserver on 127.0.0.1:{http_port}/{grpc_port}/{metrics_port} (log {logs['triton']})")
+        with EmbeddedTriton(repository=repo, http_port=http_port, grpc_port=grpc_port,
+                            metrics_port=metrics_port, log_path=Path(logs["triton"])) as tri:
+            endpoints = Endpoints(service_url=svc.url, triton_http_url=tri.http_url,
+                                  triton_grpc_url=tri.grpc_url, triton_metrics_url=tri.metrics_url)
+            say("stack ready: service, Triton HTTP, gRPC and metrics on loopback")
+            yield StackInfo(endpoints=endpoints, triton_repository=str(repo), weights=meta["weights"], logs=logs)
+        say("stopped tritonserver")
+    say("stopped the service")
