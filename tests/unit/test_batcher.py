@@ -1,0 +1,70 @@
+"""The micro-batcher gives every caller its own rows back, batches concurrent callers, and sheds when full."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+
+from servelab.service.batcher import MicroBatcher, QueueFull
+
+
+def _slow_identity(batches: list):
+    def fn(x):
+        batches.append(x.shape[0])
+        time.sleep(0.02)
+        return x[:, :, 0, 0] * 2  # [N, 3] derived from each row's own data
+    return fn
+
+
+def test_results_routed_to_their_callers():
+    batches: list[int] = []
+
+    async def main():
+        b = MicroBatcher(_slow_identity(batches), max_batch=8, max_delay_s=0.01, max_queue=100)
+        b.start()
+        reqs = [np.full((1 + i % 3, 3, 2, 2), float(i), dtype=np.float32) for i in range(20)]
+        outs = await asyncio.gather(*(b.submit(r) for r in reqs))
+        await b.stop()
+        return reqs, outs
+
+    reqs, outs = asyncio.run(main())
+    for r, o in zip(reqs, outs):
+        assert o.shape == (r.shape[0], 3)
+        assert np.all(o == r[0, 0, 0, 0] * 2)
+    assert max(batches) > 1  # concurrent callers shared engine calls
+    assert all(n <= 8 for n in batches)
+
+
+def test_queue_full_is_refused_immediately():
+    async def main():
+        b = MicroBatcher(_slow_identity([]), max_batch=1, max_delay_s=0.0, max_queue=2)
+        b.start()
+        x = np.zeros((1, 3, 2, 2), dtype=np.float32)
+        tasks = [asyncio.ensure_future(b.submit(x)) for _ in range(6)]
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        await b.stop()
+        return results
+
+    results = asyncio.run(main())
+    refused = [r for r in results if isinstance(r, QueueFull)]
+    served = [r for r in results if isinstance(r, np.ndarray)]
+    assert refused and served and len(refused) + len(served) == 6
+
+
+def test_engine_error_reaches_every_caller():
+    def boom(x):
+        raise RuntimeError("engine exploded")
+
+    async def main():
+        b = MicroBatcher(boom, max_batch=4, max_delay_s=0.005, max_queue=10)
+        b.start()
+        x = np.zeros((1, 3, 2, 2), dtype=np.float32)
+        res = await asyncio.gather(*(b.submit(x) for _ in range(3)), return_exceptions=True)
+        await b.stop()
+        return res
+
+    res = asyncio.run(main())
+    assert all(isinstance(r, RuntimeError) and "exploded" in str(r) for r in res)
