@@ -14,7 +14,6 @@ Measuring, record keeping and table formatting belong to servelab.bench; this mo
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -27,11 +26,10 @@ def where(place: str) -> str:
     return {"here": "# runs here", "node": "# runs on the GPU node", "gpu": "# runs on the GPU node"}.get(place, f"# runs {place}")
 
 
-def show_commands(place: str, *commands: str) -> str:
-    """Display shell commands (not run) with where they run; returns the text."""
+def show_commands(place: str, *commands: str) -> None:
+    """Display shell commands (shown, not run) headed by where they run."""
     text = "\n".join([where(place), *commands])
     _display_md(f"```bash\n{text}\n```")
-    return text
 
 
 def _display_md(text: str) -> None:
@@ -53,33 +51,28 @@ class Step:
         for sub in ("tables", "plots"):
             (self.out_dir / sub).mkdir(parents=True, exist_ok=True)
         self._not_run: list[dict] = []
-        self._env: dict | None = None
+        self._run = None
 
     # --- environment -----------------------------------------------------------------------------
     @property
-    def environment(self) -> dict:
-        """The run's fingerprint (environment.json written by the runner, else computed now)."""
-        if self._env is None:
-            path = self.out_dir / "environment.json"
-            if path.exists():
-                self._env = json.loads(path.read_text())
-            else:
-                from servelab.bench.records import fingerprint
+    def run(self):
+        """This lab run as a bench `Run` (records.jsonl + environment.json in out_dir): pass it to experiments."""
+        if self._run is None:
+            from servelab.bench.records import Run
 
-                self._env = fingerprint()
-                path.write_text(json.dumps(self._env, indent=2, default=str))
-        return self._env
+            self._run = Run(run_id=self.out_dir.name, root=self.out_dir.parent)
+        return self._run
+
+    @property
+    def environment(self) -> dict:
+        return self.run.environment
 
     def tags(self) -> dict:
-        """`hardware` and `versions` columns for every table row (short form of the fingerprint)."""
-        from servelab.bench.records import fingerprint_tags
-
+        """`hardware` and `versions` columns for every table row (short form of the run's fingerprint)."""
         return fingerprint_tags(self.environment)
 
     # --- outputs ---------------------------------------------------------------------------------
     def table(self, df: pd.DataFrame, name: str, caption: str | None = None, show: bool = True) -> pd.DataFrame:
-        from servelab.bench.tables import write_table
-
         df = pd.DataFrame(df).copy()
         for k, v in self.tags().items():
             if k not in df.columns:
@@ -103,21 +96,56 @@ class Step:
 
     def records(self, **match) -> pd.DataFrame:
         """This run's records (records.jsonl), optionally filtered by equal fields, as a flat DataFrame."""
-        from servelab.bench.records import load_records
+        from servelab.bench.records import records_frame
 
-        rows = [r for r in load_records(self.out_dir) if all(r.get(k) == v for k, v in match.items())]
-        return pd.json_normalize(rows) if rows else pd.DataFrame()
+        return records_frame([r for r in self.run.records if all(r.get(k) == v for k, v in match.items())])
 
-    def shows(self, text: str) -> str:
-        """The 'What this run shows' paragraph (built from this run's numbers by the notebook)."""
+    def shows(self, text: str) -> None:
+        """The 'What this run shows' paragraph (built from this run's numbers by the notebook); also saved
+        as tables/<id>_shows.md so the report carries it."""
+        from servelab.bench.records import atomic_write
+
         _display_md(f"**What this run shows.** {text}")
-        return text
+        atomic_write(self.out_dir / "tables" / f"{self.id}_shows.txt", text + "\n")
 
     def not_run(self, what: str, why: str, instead: str = "") -> None:
         """Say plainly what this run did not do and why; collected into tables/<id>_not_run."""
         self._not_run.append({"not run": what, "why": why, "instead": instead, "target": self.target})
         _display_md(f"> **Not run here:** {what} — {why}." + (f" Instead: {instead}." if instead else ""))
         self.table(pd.DataFrame(self._not_run), "not_run", show=False)
+
+
+def write_table(df: pd.DataFrame, stem: Path, title: str | None = None) -> None:
+    """CSV + Markdown next to each other (temp + rename)."""
+    stem = Path(stem)
+    from servelab.bench.records import atomic_write
+
+    atomic_write(stem.with_suffix(".csv"), df.to_csv(index=False))
+    atomic_write(stem.with_suffix(".md"), (f"_{title}_\n\n" if title else "") + markdown_table(df))
+
+
+def markdown_table(df: pd.DataFrame) -> str:
+    def fmt(v):
+        if isinstance(v, float):
+            return "–" if v != v else f"{v:.4g}" if abs(v) < 1e5 else f"{v:.0f}"
+        return "–" if v is None else str(v).replace("|", "\\|").replace("\n", " ")
+
+    head = "| " + " | ".join(map(str, df.columns)) + " |"
+    rule = "|" + "---|" * len(df.columns)
+    rows = ["| " + " | ".join(fmt(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join([head, rule, *rows]) + "\n"
+
+
+def fingerprint_tags(env: dict) -> dict:
+    """{'hardware': 'Intel Xeon … · 2 cores · no GPU', 'versions': 'onnxruntime 1.31.1 · … · weights …'}."""
+    gpus = [g.get("name") for g in env.get("gpus") or [] if g.get("name")]
+    cores = env.get("cpu_usable") or env.get("cpu_logical")
+    hardware = f"{env.get('cpu_model', '?')} · {cores} cores · " + (", ".join(gpus) if gpus else "no GPU")
+    v = env.get("versions") or {}
+    keys = ("onnxruntime", "onnxruntime-gpu", "tritonclient", "nvidia-pytriton", "torch", "fastapi")
+    versions = " · ".join(f"{k} {v[k]}" for k in keys if k in v)
+    versions += f" · weights {env.get('weights', '?')} · git {str(env.get('git_sha') or '?')[:12]}"
+    return {"hardware": hardware, "versions": versions}
 
 
 def repo_path(*parts: str) -> Path:

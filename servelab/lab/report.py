@@ -81,10 +81,13 @@ def build_markdown(out_dir: Path) -> str:
     for nb_id in ids + [None]:
         mine = [t for t in tables if table_owner(t.stem, ids) == nb_id]
         pics = [p for p in plots if table_owner(p.stem, ids) == nb_id]
+        shows = out_dir / "tables" / f"{nb_id}_shows.txt"
         if not mine and not pics:
             continue
         title = next((e["name"] for e in entries if e["id"] == nb_id), "other")
         lines += [f"### {title}", ""]
+        if nb_id and shows.exists():
+            lines += [f"**What this run shows.** {shows.read_text().strip()}", ""]
         for t in mine:
             lines += [f"#### {t.stem}  ([csv](tables/{t.stem}.csv))", "", t.read_text().strip(), ""]
         for pic in pics:

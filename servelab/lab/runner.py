@@ -121,9 +121,9 @@ def _fingerprint(out_dir: Path, say: Callable[[str], None]) -> dict:
     """Environment fingerprint from the bench package, written once per run as environment.json."""
     path = out_dir / "environment.json"
     try:
-        from servelab.bench.records import fingerprint
+        from servelab.bench.records import environment_fingerprint
 
-        fp = fingerprint()
+        fp = environment_fingerprint()
     except Exception as exc:  # the report must still be written; say what is missing
         say(f"warning: no environment fingerprint ({type(exc).__name__}: {exc})")
         fp = {"error": f"fingerprint unavailable: {exc}"}

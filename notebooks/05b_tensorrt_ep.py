@@ -1,0 +1,81 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: servelab (.venv)
+#     language: python
+#     name: servelab
+# ---
+
+# %% [markdown]
+# # 05b · TensorRT execution provider
+#
+# On an NVIDIA GPU, ONNX Runtime can hand the graph to **TensorRT**, which compiles it into an engine
+# specialised for the GPU, the precision (fp16 here) and a range of input shapes. Building that engine
+# takes minutes, so three settings decide whether users ever wait for it:
+#
+# - the **engine cache** and **timing cache** on a mounted volume (`/trt_cache`), so a restart reuses them;
+# - an **optimisation profile** (`trt_profile_min/opt/max_shapes`) covering batch 1 … `max_batch_size`, so
+#   the dynamic batcher never produces a shape that forces a rebuild;
+# - **model warm-up** at load time, so the first user request does not pay for the build.
+#
+# This notebook renders the GPU model repository with `servelab triton stage --target gpu` and checks those
+# settings in the generated `config.pbtxt`. The engine build itself needs a GPU.
+
+# %% tags=["parameters"]
+target = "local"          # local | gpu
+out_dir = "../results/interactive"
+trt_max_batch = 64
+trt_cache = "/trt_cache"
+
+# %%
+from pathlib import Path
+
+from servelab.lab.nb import Step, show_commands
+
+step = Step("05b", out_dir, target)
+
+# %% [markdown]
+# ## Render the GPU repository (here) and read the TensorRT model's settings
+
+# %%
+from servelab.triton.repository import TRT_ENCODER, stage
+
+staged = stage(target="gpu", out=Path(out_dir) / "models_gpu", max_batch=trt_max_batch, trt_cache=trt_cache)
+trt_config = Path(staged["repository"]) / TRT_ENCODER / "config.pbtxt"
+print(trt_config.read_text())
+
+# %% [markdown]
+# ## Check them
+# Each row is one property the TensorRT deployment needs, read from the generated config.
+
+# %%
+from servelab.lab.configcheck import check_trt_config
+
+checks = step.table(check_trt_config(trt_config), "trt_settings", "TensorRT engine-cache settings, checked")
+
+# %% [markdown]
+# ## On the GPU node
+# The first load builds the engine (minutes); the second start finds it in the cache volume.
+
+# %%
+show_commands("node",
+              "docker compose -f docker/compose.triton.yaml up -d",
+              "docker compose -f docker/compose.triton.yaml logs -f triton   # first start: engine build",
+              "ls -la /var/lib/docker/volumes/*trt_cache*/_data               # engine + timing cache files",
+              "docker compose -f docker/compose.triton.yaml restart triton     # second start: cache hit, seconds")
+
+# %%
+if target != "gpu":
+    step.not_run("TensorRT engine build, cache reuse timing and fp16 throughput",
+                 "TensorRT needs an NVIDIA GPU and this machine has none",
+                 "the engine-cache configuration was rendered and checked")
+passed, total = int(checks["ok"].sum()), len(checks)
+step.shows(f"{passed} of {total} TensorRT settings in the generated `{TRT_ENCODER}` config are as the deployment "
+           f"needs them (profile up to batch {trt_max_batch}, caches under `{trt_cache}`)."
+           + ("" if passed == total else " The failing rows above name what to fix in models_staging/gpu."))
