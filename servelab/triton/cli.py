@@ -1,5 +1,164 @@
-"""`servelab triton …` commands."""
+"""`servelab triton …`: stage the repository, run the embedded server (up / down / status), reconfigure, stats.
+
+`up` starts tritonserver detached (own session), waits until every model is ready, and records pid, ports,
+repository and log in build/triton/server.json; `down` reads it and stops the server (SIGTERM, then SIGKILL
+after --timeout). Expected failures print one line (`error: …`) and exit 1 via servelab.cli.main.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
 
 import typer
 
+from servelab.config import REPO_ROOT, TRITON_GRPC_PORT, TRITON_HTTP_PORT, TRITON_METRICS_PORT
+
 app = typer.Typer(no_args_is_help=True)
+
+STATE_DIR = REPO_ROOT / "build" / "triton"
+STATE_FILE = STATE_DIR / "server.json"
+DEFAULT_LOG = STATE_DIR / "tritonserver.log"
+
+
+def _read_state() -> dict | None:
+    try:
+        return json.loads(STATE_FILE.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _write_state(state: dict) -> None:
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    tmp = STATE_FILE.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state, indent=2))
+    tmp.replace(STATE_FILE)
+
+
+@app.command()
+def stage(
+    target: str = typer.Option("cpu", help="cpu (embedded python-backend server) | gpu (NVIDIA container, onnxruntime backend)"),
+    out: Path = typer.Option(REPO_ROOT / "models", help="live repository to write (replaced atomically)"),
+    instances: int = typer.Option(1, help="encoder instances (CPU: count; GPU: count per listed GPU)"),
+    max_delay_us: Optional[int] = typer.Option(None, help="dynamic batching max_queue_delay_microseconds (default: template's)"),
+    max_batch: Optional[int] = typer.Option(None, help="max_batch_size of every model (default: template's)"),
+    threads: Optional[int] = typer.Option(None, help="onnxruntime threads per CPU instance (default: cores // instances)"),
+    gpus: str = typer.Option("0", help="GPU ids for the GPU encoders, comma-separated"),
+    trt_cache: str = typer.Option("/trt_cache", help="TensorRT engine + timing cache folder (a mounted volume)"),
+):
+    """Write Triton's live model repository from models_staging/<target> (exports the ONNX model if needed)."""
+    from servelab.triton.repository import stage as do_stage
+
+    gpu_list = [int(g) for g in gpus.split(",") if g.strip()] if gpus else None
+    info = do_stage(target, out, instances=instances, max_delay_us=max_delay_us, max_batch=max_batch,
+                    threads=threads, gpus=gpu_list, trt_cache=trt_cache, log_fn=typer.echo)
+    typer.echo(json.dumps(info, indent=2))
+
+
+@app.command()
+def up(
+    repository: Path = typer.Option(REPO_ROOT / "models", help="model repository (servelab triton stage writes it)"),
+    http_port: int = typer.Option(TRITON_HTTP_PORT, help="HTTP port"),
+    grpc_port: int = typer.Option(TRITON_GRPC_PORT, help="gRPC port"),
+    metrics_port: int = typer.Option(TRITON_METRICS_PORT, help="Prometheus metrics port"),
+    log: Path = typer.Option(DEFAULT_LOG, help="server log file"),
+    model: Optional[List[str]] = typer.Option(None, help="load only these models (repeatable; default all)"),
+    timeout: float = typer.Option(300.0, help="seconds to wait for readiness"),
+):
+    """Start the bundled tritonserver in the background on 127.0.0.1 and wait until its models are ready."""
+    from servelab.triton.server import EmbeddedTriton, pid_alive
+
+    state = _read_state()
+    if state and pid_alive(state["pid"]):
+        raise RuntimeError(f"a tritonserver started by servelab is already running (pid {state['pid']}, "
+                           f"HTTP {state['http_url']}); run `servelab triton down` first")
+    srv = EmbeddedTriton(repository, http_port, grpc_port, metrics_port, log, models=model or None,
+                         startup_timeout=timeout)
+    srv.start(detach=True)
+    state = {"pid": srv.pid, "http_url": srv.http_url, "grpc_url": srv.grpc_url, "metrics_url": srv.metrics_url,
+             "repository": str(srv.repository), "log": str(srv.log_path)}
+    _write_state(state)
+    srv.proc = None  # detached: this process no longer owns it
+    typer.echo(json.dumps({**state, "models": _states(state)}, indent=2))
+
+
+def _states(state: dict) -> dict:
+    from servelab.triton.server import model_states
+
+    try:
+        return model_states(state["http_url"])
+    except Exception as exc:
+        return {"error": str(exc)}
+
+
+@app.command()
+def down(timeout: float = typer.Option(15.0, help="seconds after SIGTERM before SIGKILL")):
+    """Stop the tritonserver started by `servelab triton up`."""
+    from servelab.triton.server import pid_alive, stop_pid
+
+    state = _read_state()
+    if not state:
+        typer.echo("no tritonserver started by servelab is recorded (nothing to stop)")
+        return
+    pid = state["pid"]
+    if pid_alive(pid) and _is_tritonserver(pid):
+        stop_pid(pid, timeout)
+        typer.echo(f"stopped tritonserver (pid {pid})")
+    else:
+        typer.echo(f"tritonserver pid {pid} was not running")
+    STATE_FILE.unlink(missing_ok=True)
+
+
+def _is_tritonserver(pid: int) -> bool:
+    try:
+        return "tritonserver" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+    except OSError:
+        return False
+
+
+@app.command()
+def status():
+    """Is the servelab tritonserver running, and which models are ready? (exit 1 when not running)"""
+    from servelab.triton.server import pid_alive
+
+    state = _read_state()
+    if not state:
+        raise RuntimeError("no tritonserver started by servelab is recorded; run `servelab triton up`")
+    alive = pid_alive(state["pid"])
+    typer.echo(json.dumps({**state, "running": alive, "models": _states(state) if alive else {}}, indent=2))
+    if not alive:
+        raise RuntimeError(f"tritonserver pid {state['pid']} is not running (log: {state['log']})")
+
+
+@app.command()
+def reconfigure(
+    model: str = typer.Argument(..., help="model name, e.g. openclip_vit_b32_cpu"),
+    max_delay_us: Optional[int] = typer.Option(None, help="new dynamic batching max_queue_delay_microseconds"),
+    instances: Optional[int] = typer.Option(None, help="new instance count"),
+    url: Optional[str] = typer.Option(None, help="Triton HTTP URL (default: the running server's)"),
+    repository: Optional[Path] = typer.Option(None, help="also write the change to <repository>/<model>/config.pbtxt"),
+):
+    """Change a model's queue delay / instance count and reload it live (no restart)."""
+    from servelab.triton.control import reconfigure as do_reconfigure
+
+    state = _read_state() or {}
+    url = url or state.get("http_url") or f"http://127.0.0.1:{TRITON_HTTP_PORT}"
+    repository = repository or (Path(state["repository"]) if state.get("repository") else None)
+    cfg = do_reconfigure(url, model, max_queue_delay_us=max_delay_us, instances=instances, repository=repository)
+    typer.echo(json.dumps({"model": model, "dynamic_batching": cfg.get("dynamic_batching"),
+                           "instance_group": [{k: g.get(k) for k in ("kind", "count", "gpus")} for g in cfg.get("instance_group", [])]},
+                          indent=2))
+
+
+@app.command()
+def stats(
+    model: str = typer.Argument("openclip_vit_b32_cpu", help="model name"),
+    url: Optional[str] = typer.Option(None, help="Triton HTTP URL (default: the running server's)"),
+):
+    """Print a model's cumulative server-side statistics (requests, batches, queue/compute times)."""
+    from servelab.triton.stats import read_stats
+
+    state = _read_state() or {}
+    url = url or state.get("http_url") or f"http://127.0.0.1:{TRITON_HTTP_PORT}"
+    typer.echo(json.dumps(read_stats(url, model).summary(), indent=2))

@@ -1,0 +1,51 @@
+"""Triton python-backend model: the exported OpenCLIP ViT-B/32 ONNX graph run by onnxruntime on CPU.
+
+The bundled tritonserver has only the python backend, so this file stands in for the onnxruntime backend
+on the laptop. Triton's dynamic batcher hands `execute` several requests at once; they are concatenated
+into one onnxruntime run (that is where batching pays), and split back per request.
+"""
+
+import json
+import os
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+INPUT = "pixel_values"
+OUTPUT = "embedding"
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        import onnxruntime as ort
+
+        config = json.loads(args["model_config"])
+        params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        here = os.path.join(args["model_repository"], args["model_version"])
+        path = os.path.join(here, params.get("onnx_file", "model.onnx"))
+        if not os.path.exists(path):
+            raise pb_utils.TritonModelException(f"ONNX file {path} not found; run `servelab triton stage`")
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        threads = int(params.get("intra_op_threads", "0") or 0)
+        if threads > 0:
+            so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(path, sess_options=so, providers=["CPUExecutionProvider"])
+        self.input_name = self.session.get_inputs()[0].name
+        self.output_name = self.session.get_outputs()[0].name
+
+    def execute(self, requests):
+        arrays = [pb_utils.get_input_tensor_by_name(r, INPUT).as_numpy() for r in requests]
+        sizes = [a.shape[0] for a in arrays]
+        batch = arrays[0] if len(arrays) == 1 else np.concatenate(arrays, axis=0)
+        out = self.session.run([self.output_name], {self.input_name: np.ascontiguousarray(batch, dtype=np.float32)})[0]
+        responses, start = [], 0
+        for n in sizes:
+            part = np.ascontiguousarray(out[start : start + n], dtype=np.float32)
+            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(OUTPUT, part)]))
+            start += n
+        return responses
+
+    def finalize(self):
+        self.session = None

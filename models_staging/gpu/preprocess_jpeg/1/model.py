@@ -1,0 +1,1 @@
+../../../cpu/preprocess_jpeg/1/model.py

@@ -1,0 +1,206 @@
+"""Server-side numbers from Triton: per-model statistics and Prometheus metrics, as before/after deltas.
+
+    from servelab.triton.stats import read_stats, read_metrics, stats_delta, ModelStats
+
+    s = read_stats(http_url, "openclip_vit_b32_cpu")      # ModelStats (cumulative since load)
+    with stats_delta(http_url, "openclip_vit_b32_cpu", metrics_url=None) as d:
+        ...                                                  # run the experiment
+    d.result                 # ModelStats: after - before
+    d.result.summary()       # {"requests", "failures", "inferences", "executions", "avg_batch",
+                             #  "batch_hist" {size: executions}, "avg_request_ms", "avg_queue_ms",
+                             #  "avg_compute_input_ms", "avg_compute_infer_ms", "avg_compute_output_ms"}
+    d.metrics                # {metric name: delta} from /metrics for this model (when metrics_url given)
+    d.metrics_summary        # same keys as summary() where the metrics carry them (None without metrics_url)
+    read_metrics(metrics_url)            -> {model: {metric name: value}} summed over versions (nv_inference_*)
+    read_metrics(metrics_url, "m")       -> {metric name: value}
+
+`http_url` is "http://127.0.0.1:8003" or "127.0.0.1:8003" (EmbeddedTriton.http_url). Sources:
+GET /v2/models/<m>/stats (Triton's statistics extension) and GET <metrics_url> parsed with
+prometheus_client.parser. Definitions: requests = successful requests; inferences = images (batch rows);
+executions = model executions (batches the dynamic batcher formed); avg_batch = inferences / executions;
+batch_hist from batch_stats (executed batch size -> executions); the avg_*_ms are per request (Triton's
+cumulative ns / count). Queue time is time a request waited in the scheduler before its batch ran.
+For an ensemble the model-level figures are the ensemble's; read the composing models for batch sizes.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+SECTIONS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
+METRIC_PREFIX = "nv_inference_"
+
+
+def _base(url: str) -> str:
+    url = url.rstrip("/")
+    return url if "://" in url else f"http://{url}"
+
+
+@dataclass
+class ModelStats:
+    model: str
+    inferences: int = 0
+    executions: int = 0
+    sections: dict = field(default_factory=lambda: {s: (0, 0) for s in SECTIONS})  # name -> (count, ns)
+    batch_hist: dict = field(default_factory=dict)  # executed batch size -> executions
+
+    @classmethod
+    def from_json(cls, model: str, payload: dict) -> "ModelStats":
+        """Sum the entries of a /v2/models/<m>/stats answer (one per loaded version)."""
+        out = cls(model)
+        for entry in payload.get("model_stats", []):
+            out.inferences += int(entry.get("inference_count", 0))
+            out.executions += int(entry.get("execution_count", 0))
+            inf = entry.get("inference_stats", {})
+            for s in SECTIONS:
+                c, n = out.sections[s]
+                d = inf.get(s, {})
+                out.sections[s] = (c + int(d.get("count", 0)), n + int(d.get("ns", 0)))
+            for b in entry.get("batch_stats", []) or []:
+                size = int(b["batch_size"])
+                execs = int(b.get("compute_infer", {}).get("count", 0))
+                out.batch_hist[size] = out.batch_hist.get(size, 0) + execs
+        return out
+
+    def __sub__(self, other: "ModelStats") -> "ModelStats":
+        hist = {k: self.batch_hist.get(k, 0) - other.batch_hist.get(k, 0)
+                for k in set(self.batch_hist) | set(other.batch_hist)}
+        return ModelStats(
+            self.model,
+            self.inferences - other.inferences,
+            self.executions - other.executions,
+            {s: (self.sections[s][0] - other.sections[s][0], self.sections[s][1] - other.sections[s][1]) for s in SECTIONS},
+            {k: v for k, v in sorted(hist.items()) if v},
+        )
+
+    @property
+    def requests(self) -> int:
+        return self.sections["success"][0]
+
+    @property
+    def failures(self) -> int:
+        return self.sections["fail"][0]
+
+    @property
+    def avg_batch(self) -> float | None:
+        return self.inferences / self.executions if self.executions else None
+
+    def avg_ms(self, section: str) -> float | None:
+        c, ns = self.sections[section]
+        return ns / c / 1e6 if c else None
+
+    def summary(self) -> dict:
+        return {
+            "model": self.model,
+            "requests": self.requests,
+            "failures": self.failures,
+            "inferences": self.inferences,
+            "executions": self.executions,
+            "avg_batch": self.avg_batch,
+            "batch_hist": dict(sorted(self.batch_hist.items())),
+            "avg_request_ms": self.avg_ms("success"),
+            "avg_queue_ms": self.avg_ms("queue"),
+            "avg_compute_input_ms": self.avg_ms("compute_input"),
+            "avg_compute_infer_ms": self.avg_ms("compute_infer"),
+            "avg_compute_output_ms": self.avg_ms("compute_output"),
+        }
+
+
+def read_stats(http_url: str, model: str, version: str = "", timeout: float = 10.0) -> ModelStats:
+    import httpx
+
+    path = f"/v2/models/{model}" + (f"/versions/{version}" if version else "") + "/stats"
+    r = httpx.get(_base(http_url) + path, timeout=timeout)
+    if r.status_code != 200:
+        try:
+            msg = r.json().get("error", r.text)
+        except Exception:
+            msg = r.text
+        raise RuntimeError(f"Triton stats for {model!r}: HTTP {r.status_code}: {msg}")
+    return ModelStats.from_json(model, r.json())
+
+
+def parse_metrics(text: str) -> dict[str, dict[str, float]]:
+    """Prometheus text -> {model: {sample name: value}} for nv_inference_* samples, summed over versions."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if not sample.name.startswith(METRIC_PREFIX) or "model" not in sample.labels:
+                continue
+            # the parser names counter samples "<name>_total"; keep Triton's own metric names
+            name = family.name if sample.name in (family.name, family.name + "_total") else sample.name
+            if "le" in sample.labels or "quantile" in sample.labels:  # histogram buckets / summary quantiles
+                continue
+            per = out.setdefault(sample.labels["model"], {})
+            per[name] = per.get(name, 0.0) + float(sample.value)
+    return out
+
+
+def read_metrics(metrics_url: str, model: str | None = None, timeout: float = 10.0):
+    import httpx
+
+    url = _base(metrics_url)
+    if not url.endswith("/metrics"):
+        url += "/metrics"
+    r = httpx.get(url, timeout=timeout)
+    r.raise_for_status()
+    parsed = parse_metrics(r.text)
+    return parsed.get(model, {}) if model is not None else parsed
+
+
+def metrics_summary(m: dict[str, float]) -> dict:
+    """Derived figures from (delta) nv_inference_* metrics of one model; same keys as ModelStats.summary()."""
+    req = m.get("nv_inference_request_success", 0.0)
+    inf = m.get("nv_inference_count", 0.0)
+    ex = m.get("nv_inference_exec_count", 0.0)
+
+    def per_req(name):
+        return m[name] / req / 1e3 if req and name in m else None
+
+    return {
+        "requests": int(req),
+        "failures": int(m.get("nv_inference_request_failure", 0.0)),
+        "inferences": int(inf),
+        "executions": int(ex),
+        "avg_batch": inf / ex if ex else None,
+        "avg_request_ms": per_req("nv_inference_request_duration_us"),
+        "avg_queue_ms": per_req("nv_inference_queue_duration_us"),
+        "avg_compute_input_ms": per_req("nv_inference_compute_input_duration_us"),
+        "avg_compute_infer_ms": per_req("nv_inference_compute_infer_duration_us"),
+        "avg_compute_output_ms": per_req("nv_inference_compute_output_duration_us"),
+    }
+
+
+@dataclass
+class StatsDelta:
+    http_url: str
+    model: str
+    metrics_url: str | None = None
+    before: ModelStats | None = None
+    result: ModelStats | None = None
+    metrics_before: dict | None = None
+    metrics: dict | None = None
+
+    @property
+    def metrics_summary(self) -> dict | None:
+        return metrics_summary(self.metrics) if self.metrics is not None else None
+
+    def summary(self) -> dict:
+        return self.result.summary() if self.result else {}
+
+
+@contextmanager
+def stats_delta(http_url: str, model: str, metrics_url: str | None = None):
+    """`with stats_delta(url, model) as d: ...` then d.result (ModelStats after - before), d.metrics."""
+    d = StatsDelta(http_url, model, metrics_url)
+    d.before = read_stats(http_url, model)
+    if metrics_url:
+        d.metrics_before = read_metrics(metrics_url, model)
+    yield d
+    d.result = read_stats(http_url, model) - d.before
+    if metrics_url:
+        after = read_metrics(metrics_url, model)
+        d.metrics = {k: after.get(k, 0.0) - d.metrics_before.get(k, 0.0) for k in set(after) | set(d.metrics_before)}
