@@ -1,0 +1,78 @@
+"""The Chameleon steps of a provisioning Plan, through python-chi (imported here only, never by dry_run).
+
+python-chi is an optional extra (requirements-chameleon.txt). Every step is idempotent: the lease and the
+server are looked up by name and reused, a floating IP is only attached when missing, and the node bootstrap
+script skips what is already installed — so an interrupted run is resumed by running it again.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from servelab.provision import BOOTSTRAP, Node, Plan, ProvisionError, bootstrap_command
+
+
+def _chi():
+    try:
+        import chi
+        import chi.lease
+        import chi.server
+    except ImportError as exc:
+        raise ProvisionError(
+            f"python-chi is not installed ({exc}): .venv/bin/pip install -r requirements-chameleon.txt"
+        ) from None
+    return chi
+
+
+def run_plan(plan: Plan, log_fn=print, ssh_timeout: int = 900) -> Node:
+    spec = plan.spec
+    chi = _chi()
+    step = "context"
+    try:
+        log_fn(f"[context] site {spec.site}, project {spec.project}")
+        chi.use_site(spec.site)
+        chi.set("project_name", spec.project)
+        if spec.private_key:
+            chi.set("keypair_private_key", spec.private_key)
+
+        step = "lease"
+        lease = chi.lease.Lease(spec.lease_name, duration=timedelta(hours=spec.hours))
+        lease.add_node_reservation(amount=1, node_type=spec.node_type)
+        lease.submit(idempotent=True, wait_for_active=True, wait_timeout=1800, show=None)
+        if not lease.node_reservations:
+            raise ProvisionError(f"lease {spec.lease_name!r} has no node reservation: delete it or pick another name")
+        reservation_id = lease.node_reservations[0]["id"]
+        log_fn(f"[lease] {spec.lease_name} active (id {lease.id}, reservation {reservation_id})")
+
+        step = "server"
+        server = chi.server.Server(spec.server_name, reservation_id=reservation_id, image_name=spec.image,
+                                   key_name=spec.key_name)
+        server = server.submit(idempotent=True, wait_for_active=True, show=None) or server
+        log_fn(f"[server] {spec.server_name} active (id {server.id})")
+
+        step = "floating-ip"
+        ip = server.get_floating_ip()
+        if not ip:
+            server.associate_floating_ip()
+            ip = server.get_floating_ip()
+        if not ip:
+            raise ProvisionError(f"no floating IP on {spec.server_name} after associating one")
+        log_fn(f"[floating-ip] {ip}")
+
+        step = "ssh"
+        server.check_connectivity(host=ip, port=22, timeout=ssh_timeout, show=None)
+        log_fn(f"[ssh] {spec.ssh_user}@{ip}:22 answers")
+
+        step = "bootstrap"
+        server.upload(str(BOOTSTRAP), "servelab_bootstrap.sh", user=spec.ssh_user)
+        result = server.execute(bootstrap_command(spec, "servelab_bootstrap.sh"), user=spec.ssh_user)
+        if getattr(result, "exited", 0) != 0:
+            raise ProvisionError(f"node bootstrap exited {result.exited}; see its output above")
+    except ProvisionError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - name the step that failed, keep the cloud's message
+        raise ProvisionError(f"{step} step failed: {type(exc).__name__}: {exc} (rerun to resume; every step "
+                             "reuses what already exists)") from exc
+    node = Node(spec=spec, floating_ip=ip, server_id=str(server.id or ""), lease_id=str(lease.id or ""))
+    log_fn(f"[done] {node.ssh_command}\n       tunnel: {node.tunnel_command}")
+    return node
