@@ -14,8 +14,6 @@ from dataclasses import asdict, dataclass
 
 TARGETS = ("local", "gpu")
 
-# Ports published by docker/compose.*.yaml on the GPU node (Triton's stock 8000/8001/8002, the service 8080).
-GPU_PORTS = {"service": 8080, "triton_http": 8000, "triton_grpc": 8001, "triton_metrics": 8002}
 
 
 @dataclass(frozen=True)
@@ -30,11 +28,14 @@ class Endpoints:
 
 
 def gpu_endpoints() -> Endpoints:
+    """Ports published by docker/compose.*.yaml on the node (servelab.provision.NODE_PORTS)."""
+    from servelab.provision import NODE_PORTS
+
     host = os.environ.get("SERVELAB_GPU_HOST", "127.0.0.1")
 
     def port(name: str) -> int:
         raw = os.environ.get(f"SERVELAB_GPU_{name.upper()}_PORT")
-        return int(raw) if raw else GPU_PORTS[name]
+        return int(raw) if raw else NODE_PORTS[name]
 
     return Endpoints(
         service_url=f"http://{host}:{port('service')}",
