@@ -1,0 +1,493 @@
+"""Check functions for the lab's exercises: each verifies a student's answer against this run's own table
+(or Triton's config schema) and prints PASS or a hint that never contains the expected answer.
+
+Every check takes `answer` first — a value, or the student's exercise function, which the check calls with
+the inputs listed in its docstring — then the data, then keywords: `exercise="04.1"` (the id the grader
+reports), `step=step` (the notebook's servelab.lab.nb.Step: results are also recorded under its out_dir),
+`strict=None` (raise ExerciseFailed on a failure; default from SERVELAB_CHECKS_STRICT). Each returns the
+CheckResult. The expected answer is computed inside the check from the same table the notebook shows, so a
+check passes for whatever this run measured — there is no answer key.
+
+Tables may be DataFrames or lists of dicts (records). Column names follow the bench records
+(`latency_p99_ms`, `throughput_img_s`, `bytes_per_request`, …); where a notebook names a column differently
+it passes the name explicitly.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Mapping
+
+import pandas as pd
+
+from servelab.assignments.result import CheckResult, reject, run_check
+
+__all__ = [
+    "queue_delay_for_budget", "batching_stanza", "gpu_instance_group", "trt_accelerator_stanza",
+    "smallest_payload", "best_choice", "speedup", "scaling_efficiency", "cost_per_1k_images",
+    "threshold_for_precision", "replicas_for_load", "execution_providers",
+]
+
+
+# --- helpers ---------------------------------------------------------------------------------------------
+
+def _frame(table) -> pd.DataFrame:
+    df = table.copy() if isinstance(table, pd.DataFrame) else pd.DataFrame(list(table))
+    if df.empty:
+        raise ValueError("the check got an empty table: run the measuring cells above first")
+    return df
+
+
+def _col(df: pd.DataFrame, *names: str) -> str:
+    for n in names:
+        if n and n in df.columns:
+            return n
+    raise ValueError(f"the table has none of the columns {', '.join(n for n in names if n)} "
+                     f"(it has: {', '.join(map(str, df.columns))})")
+
+
+def _where(df: pd.DataFrame, at: Mapping | None) -> pd.DataFrame:
+    for k, v in (at or {}).items():
+        df = df[df[k] == v]
+    if df.empty:
+        raise ValueError(f"no rows of the table match {dict(at)}")
+    return df
+
+
+def _number(value, what: str) -> float:
+    if isinstance(value, bool) or value is None:
+        reject(f"{what} should be a number, got {value!r}")
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        reject(f"{what} should be a number, got {type(value).__name__} {value!r}")
+    if math.isnan(x):
+        reject(f"{what} is NaN: check for empty selections or divisions by zero")
+    return x
+
+
+def _close(a: float, b: float, rel: float, abs_: float = 0.0) -> bool:
+    return math.isclose(a, b, rel_tol=rel, abs_tol=abs_)
+
+
+def _norm(v) -> str:
+    return str(v).strip().lower()
+
+
+def _parse_config(text, what: str = "your stanza"):
+    """A config.pbtxt fragment -> Triton's ModelConfig protobuf, or a hint naming the parse error."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    if not isinstance(text, str) or not text.strip():
+        reject(f"{what} is empty: write it as config.pbtxt text (a string)")
+    try:
+        return text_format.Parse(text, model_config_pb2.ModelConfig())
+    except text_format.ParseError as exc:
+        reject(f"Triton would not load {what}: {exc} (field and enum names are in Triton's model_config.proto)")
+
+
+def _kind_name(kind: int) -> str:
+    from tritonclient.grpc import model_config_pb2
+
+    return model_config_pb2.ModelInstanceGroup.Kind.Name(kind)
+
+
+# --- 04 / 05a: dynamic batching ----------------------------------------------------------------------------
+
+def queue_delay_for_budget(answer, grid, budget_ms: float, *, concurrency: int | None = None,
+                           delay_col: str | None = None, latency_col: str = "latency_p99_ms",
+                           throughput_col: str = "throughput_img_s", rel_tol: float = 0.02,
+                           exercise: str, step=None, strict: bool | None = None) -> CheckResult:
+    """answer: max_queue_delay_microseconds (int), or fn(grid, budget_ms) -> int; None if no delay fits.
+
+    Correct: a delay of the grid whose latency (at `concurrency`, or at the worst concurrency measured when
+    None) is within `budget_ms` and whose throughput is the best among those (within `rel_tol`)."""
+    df = _frame(grid)
+    dcol = delay_col or _col(df, "queue_delay_us", "max_queue_delay_us", "max_delay_us", "delay_us")
+    if concurrency is not None:
+        df = _where(df, {_col(df, "concurrency"): concurrency})
+    per = df.groupby(dcol).agg(lat=(latency_col, "max"), thr=(throughput_col, "min"))
+    within = per[per["lat"] <= budget_ms]
+    at = f"at concurrency {concurrency}" if concurrency is not None else "at the highest-latency concurrency"
+
+    def judge(value):
+        if value is None:
+            if within.empty:
+                return f"no delay in this run's grid keeps {latency_col} within {budget_ms:g} ms {at}"
+            reject(f"at least one measured delay keeps {latency_col} within {budget_ms:g} ms {at}; look again")
+        d = _number(value, "max_queue_delay_microseconds")
+        if d not in per.index:
+            reject(f"{d:g} µs is not a delay this run measured (the grid has {', '.join(f'{x:g}' for x in per.index)} µs)")
+        if within.empty:
+            reject(f"no delay meets {budget_ms:g} ms {at} in this run: the right answer is None")
+        row = per.loc[d]
+        if row["lat"] > budget_ms:
+            reject(f"with {d:g} µs the {latency_col} {at} was {row['lat']:.1f} ms, over the {budget_ms:g} ms budget")
+        best = within["thr"].max()
+        if row["thr"] < best * (1 - rel_tol):
+            reject(f"{d:g} µs meets the budget, but another delay that also meets it gave clearly more "
+                   f"{throughput_col}: compare throughput among the rows within budget")
+        return (f"{d:g} µs keeps {latency_col} at {row['lat']:.1f} ms (budget {budget_ms:g} ms) {at} "
+                f"with {row['thr']:.1f} img/s, the best throughput within budget")
+
+    return run_check("queue_delay_for_budget", exercise, answer, (grid, budget_ms), judge, step, strict)
+
+
+def batching_stanza(answer, *, max_batch: int, kind: str = "KIND_CPU", count: int | None = None,
+                    max_delay_us: int | None = None, exercise: str, step=None,
+                    strict: bool | None = None) -> CheckResult:
+    """answer: config.pbtxt text with `dynamic_batching { … }` and `instance_group [ … ]`, or fn(max_batch) -> text.
+
+    Correct: parses as Triton's ModelConfig; dynamic batching with preferred sizes in 1..max_batch and a
+    positive max_queue_delay_microseconds (equal to `max_delay_us` when given); every instance group of
+    `kind`, with `count` instances in total when given; a max_batch_size, if written, equal to max_batch."""
+
+    def judge(text):
+        cfg = _parse_config(text)
+        if cfg.max_batch_size and cfg.max_batch_size != max_batch:
+            reject(f"max_batch_size {cfg.max_batch_size} differs from this model's {max_batch}; leave it out or match it")
+        if not cfg.HasField("dynamic_batching"):
+            reject("there is no dynamic_batching stanza: without it Triton runs each request on its own")
+        db = cfg.dynamic_batching
+        bad = [s for s in db.preferred_batch_size if not 1 <= s <= max_batch]
+        if bad:
+            reject(f"preferred_batch_size {bad} outside 1..max_batch_size ({max_batch}): Triton refuses the config")
+        if db.max_queue_delay_microseconds <= 0:
+            reject("max_queue_delay_microseconds is 0 or missing: requests would not wait for each other")
+        if max_delay_us is not None and db.max_queue_delay_microseconds != max_delay_us:
+            reject(f"max_queue_delay_microseconds is {db.max_queue_delay_microseconds}; use the delay chosen above")
+        if not cfg.instance_group:
+            reject("there is no instance_group: say where the model runs and how many copies")
+        kinds = {_kind_name(g.kind) for g in cfg.instance_group}
+        if kinds != {kind}:
+            reject(f"instance_group kind {', '.join(sorted(kinds))}: this deployment needs {kind}")
+        total = sum(max(g.count, 1) * (len(g.gpus) if g.gpus else 1) for g in cfg.instance_group)
+        if count is not None and total != count:
+            reject(f"your instance_group gives {total} instance(s); the exercise asks for {count}")
+        pref = ", ".join(map(str, db.preferred_batch_size)) or "none"
+        return (f"valid ModelConfig: dynamic batching (preferred {pref}, delay {db.max_queue_delay_microseconds} µs), "
+                f"{total} × {kind}")
+
+    return run_check("batching_stanza", exercise, answer, (max_batch,), judge, step, strict)
+
+
+def gpu_instance_group(answer, *, gpus: Iterable[int], per_gpu: int, exercise: str, step=None,
+                       strict: bool | None = None) -> CheckResult:
+    """answer: config.pbtxt text with `instance_group [ … ]`, or fn(gpus, per_gpu) -> text.
+
+    Correct: KIND_GPU groups whose explicit `gpus` lists cover exactly `gpus`, giving `per_gpu` instances on
+    each (note `count: N` without `gpus` means N on *every* visible GPU)."""
+    gpus = list(gpus)
+
+    def judge(text):
+        cfg = _parse_config(text)
+        if not cfg.instance_group:
+            reject("there is no instance_group stanza")
+        on: dict[int, int] = {}
+        for g in cfg.instance_group:
+            if _kind_name(g.kind) != "KIND_GPU":
+                reject(f"a group has kind {_kind_name(g.kind)}: these instances must run on GPUs (KIND_GPU)")
+            if not g.gpus:
+                reject("a group has no `gpus` list: `count` then applies to every visible GPU; list the GPUs explicitly")
+            for gpu in g.gpus:
+                on[gpu] = on.get(gpu, 0) + max(g.count, 1)
+        extra = sorted(set(on) - set(gpus))
+        if extra:
+            reject(f"instances on GPU(s) {extra}, which this exercise does not use")
+        wrong = {k: v for k, v in on.items() if v != per_gpu}
+        missing = sorted(set(gpus) - set(on))
+        if missing:
+            reject(f"GPU(s) {missing} get no instance")
+        if wrong:
+            reject(f"GPU(s) {sorted(wrong)} get {sorted(set(wrong.values()))} instance(s); the exercise asks for {per_gpu} each")
+        return f"{per_gpu} instance(s) on each of GPUs {gpus}: {per_gpu * len(gpus)} in total"
+
+    return run_check("gpu_instance_group", exercise, answer, (gpus, per_gpu), judge, step, strict)
+
+
+def trt_accelerator_stanza(answer, *, max_batch: int, cache_path: str, input_name: str = "pixel_values",
+                           exercise: str, step=None, strict: bool | None = None) -> CheckResult:
+    """answer: config.pbtxt text with `optimization { execution_accelerators { … } }`, or fn(max_batch, cache_path).
+
+    Correct: a `tensorrt` GPU accelerator with FP16, engine cache enabled at `cache_path`, and a profile whose
+    min batch is 1 and max batch is max_batch (opt in between), all for input `input_name`."""
+
+    def batch_of(value: str, key: str) -> int:
+        name, _, dims = value.partition(":")
+        if name != input_name or not dims:
+            reject(f"{key} should read '{input_name}:<batch>x3x224x224', got {value!r}")
+        try:
+            return int(dims.split("x", 1)[0])
+        except ValueError:
+            reject(f"{key}: cannot read a batch size from {value!r}")
+
+    def judge(text):
+        cfg = _parse_config(text)
+        accs = [a for a in cfg.optimization.execution_accelerators.gpu_execution_accelerator if a.name == "tensorrt"]
+        if not accs:
+            reject("no gpu_execution_accelerator named \"tensorrt\" under optimization { execution_accelerators }")
+        p = dict(accs[0].parameters)
+        if p.get("precision_mode") != "FP16":
+            reject("precision_mode should make TensorRT use the GPU's fp16 tensor cores")
+        if p.get("trt_engine_cache_enable") != "1":
+            reject("the engine cache is off: every container start would rebuild the engine")
+        if p.get("trt_engine_cache_path") != cache_path:
+            reject(f"trt_engine_cache_path {p.get('trt_engine_cache_path')!r} is not the mounted cache volume")
+        keys = ("trt_profile_min_shapes", "trt_profile_opt_shapes", "trt_profile_max_shapes")
+        missing = [k for k in keys if k not in p]
+        if missing:
+            reject(f"missing {', '.join(missing)}: without a profile the engine fits one shape only")
+        lo, opt, hi = (batch_of(p[k], k) for k in keys)
+        if lo != 1:
+            reject(f"the profile's min batch is {lo}: single-image requests would not fit")
+        if hi != max_batch:
+            reject(f"the profile's max batch is {hi}, but the dynamic batcher can form batches up to max_batch_size ({max_batch})")
+        if not lo <= opt <= hi:
+            reject(f"the opt batch {opt} is outside the profile's [min, max]")
+        return f"TensorRT fp16 with engine cache at {cache_path}, profile batch 1…{max_batch} (opt {opt})"
+
+    return run_check("trt_accelerator_stanza", exercise, answer, (max_batch, cache_path), judge, step, strict)
+
+
+# --- choosing from a measured table -----------------------------------------------------------------------
+
+def smallest_payload(answer, table, *, batch: int | None = None, among: Iterable[str] | None = None,
+                     bytes_col: str | None = None, exercise: str, step=None, strict: bool | None = None) -> CheckResult:
+    """answer: the payload name (as in the table's `payload` column), or fn(table) -> name.
+
+    Correct: the payload with the fewest bytes per request (at `batch` when given; else summed over the
+    table's batches), among `among` when given."""
+    df = _frame(table)
+    bcol = bytes_col or _col(df, "bytes_per_request", "bytes_per_image", "payload_bytes", "bytes")
+    pcol = _col(df, "payload")
+    if batch is not None:
+        df = _where(df, {_col(df, "batch"): batch})
+    if among is not None:
+        df = df[df[pcol].map(_norm).isin({_norm(a) for a in among})]
+    size = df.groupby(df[pcol].map(_norm))[bcol].sum()
+
+    def judge(value):
+        if not isinstance(value, str):
+            reject(f"answer with the payload's name from the table's `{pcol}` column, got {value!r}")
+        v = _norm(value)
+        if v not in size.index:
+            reject(f"{value!r} is not one of the payloads compared here ({', '.join(size.index)})")
+        if size[v] > size.min():
+            ratio = size[v] / size.min()
+            reject(f"{value} is {ratio:.1f}× the size of the smallest payload in this table: compare the `{bcol}` column")
+        return f"{value}: {size[v]:,.0f} bytes" + (f" at batch {batch}" if batch is not None else "") + ", the smallest"
+
+    return run_check("smallest_payload", exercise, answer, (table,), judge, step, strict)
+
+
+def best_choice(answer, table, *, key: str, metric: str, mode: str = "max", at: Mapping | None = None,
+                rel_tol: float = 0.0, exercise: str, step=None, strict: bool | None = None) -> CheckResult:
+    """answer: a value of column `key` (a backend, a batch size, a protocol …), or fn(table) -> value.
+
+    Correct: the `key` whose row (restricted to `at`, e.g. {"concurrency": 16}) has the highest (`mode="max"`)
+    or lowest (`"min"`) `metric`; answers within `rel_tol` of the best are accepted too."""
+    if mode not in ("max", "min"):
+        raise ValueError("mode must be 'max' or 'min'")
+    df = _where(_frame(table), at)
+    agg = df.groupby(df[key].map(_norm))[metric].agg(mode)
+    best = agg.max() if mode == "max" else agg.min()
+    word = "highest" if mode == "max" else "lowest"
+
+    def judge(value):
+        v = _norm(value)
+        if v not in agg.index:
+            try:  # numeric keys: 16 and "16" and 16.0 name the same batch size
+                v = next(k for k in agg.index if float(k) == float(value))
+            except (StopIteration, TypeError, ValueError):
+                reject(f"{value!r} is not a {key} measured here ({', '.join(agg.index)})")
+        got = agg[v]
+        ok = got >= best * (1 - rel_tol) if mode == "max" else got <= best * (1 + rel_tol)
+        where = f" at {dict(at)}" if at else ""
+        if not ok:
+            reject(f"{key} {value} has {metric} {got:.4g}{where}; another {key} in this table has a {word} value")
+        return f"{key} {value}: {metric} {got:.4g}{where}, the {word} in this run"
+
+    return run_check("best_choice", exercise, answer, (table,), judge, step, strict)
+
+
+def speedup(answer, table, *, key: str, fast, slow, metric: str = "throughput_img_s", at: Mapping | None = None,
+            higher_is_better: bool = True, rel_tol: float = 0.02, exercise: str, step=None,
+            strict: bool | None = None) -> CheckResult:
+    """answer: how many times better `fast` is than `slow` on `metric` (a ratio, e.g. 1.3), or fn(table).
+
+    For throughput (higher is better) that is fast/slow; for a latency (`higher_is_better=False`) slow/fast.
+    `at` selects the rows compared (e.g. {"batch": 8, "concurrency": 1}); several matching rows are averaged."""
+    df = _where(_frame(table), at)
+    by = df.groupby(df[key].map(_norm))[metric].mean()
+    for k in (fast, slow):
+        if _norm(k) not in by.index:
+            raise ValueError(f"no {key}={k} rows in the table (has {', '.join(by.index)})")
+    f, s = by[_norm(fast)], by[_norm(slow)]
+    expected = f / s if higher_is_better else s / f
+
+    def judge(value):
+        x = _number(value, "the speed-up")
+        if _close(x, expected, rel_tol):
+            return f"{fast} vs {slow}: {x:.3g}× on {metric}" + (f" at {dict(at)}" if at else "")
+        if expected and _close(x, 1 / expected, rel_tol):
+            reject("that is the ratio the wrong way round: how many times better is the first than the second?")
+        if _close(x, expected * 100, rel_tol) or _close(x, (expected - 1) * 100, rel_tol):
+            reject("give a ratio (e.g. 1.25 = 25 % better), not a percentage")
+        reject(f"{x:.3g} does not match this run's table: divide the two {metric} values at the rows asked for")
+
+    return run_check("speedup", exercise, answer, (table,), judge, step, strict)
+
+
+def scaling_efficiency(answer, table, *, units_col: str = "instances", throughput_col: str = "throughput_img_s",
+                       abs_tol: float = 0.01, exercise: str, step=None, strict: bool | None = None) -> CheckResult:
+    """answer: efficiency per unit count — {n: efficiency}, a Series indexed by n, or a list in increasing n —
+    or fn(table). Efficiency(n) = throughput(n) / ((n / n0) · throughput(n0)), n0 the smallest count measured
+    (1.0 = perfect linear scaling); with several rows per n the best throughput counts."""
+    df = _frame(table)
+    thr = df.groupby(units_col)[throughput_col].max().sort_index()
+    n0, t0 = thr.index[0], thr.iloc[0]
+    expected = {n: float(t / ((n / n0) * t0)) for n, t in thr.items()}
+
+    def as_map(value) -> dict:
+        if isinstance(value, pd.DataFrame):
+            col = next((c for c in value.columns if "eff" in str(c).lower()), None)
+            if col is None or units_col not in value.columns:
+                reject(f"a DataFrame answer needs columns `{units_col}` and an `efficiency` column")
+            return dict(zip(value[units_col], value[col]))
+        if isinstance(value, pd.Series):
+            return value.to_dict()
+        if isinstance(value, Mapping):
+            return dict(value)
+        if isinstance(value, (list, tuple)):
+            if len(value) != len(expected):
+                reject(f"give one efficiency per {units_col} value measured ({len(expected)}), got {len(value)}")
+            return dict(zip(expected, value))
+        reject(f"answer with {{{units_col}: efficiency}}, got {type(value).__name__}")
+
+    def judge(value):
+        got = {float(k): _number(v, f"efficiency at {k}") for k, v in as_map(value).items()}
+        missing = [n for n in expected if float(n) not in got]
+        if missing:
+            reject(f"no efficiency for {units_col} {missing}")
+        if all(_close(got[float(n)], e * 100, 0.01) for n, e in expected.items()):
+            reject("express efficiency as a fraction (1.0 = perfect scaling), not a percentage")
+        for n, e in expected.items():
+            g = got[float(n)]
+            if abs(g - e) > abs_tol:
+                speed = e * n / n0
+                if abs(g - speed) <= abs_tol and abs(speed - e) > abs_tol:
+                    reject(f"at {units_col}={n} that is the speed-up over {n0}; efficiency also divides by how many times the resources grew")
+                reject(f"at {units_col}={n} your efficiency {g:.3f} does not match this run's throughput table")
+        return ", ".join(f"{n}: {got[float(n)]:.2f}" for n in expected) + f" (throughput relative to {n0} × linear)"
+
+    return run_check("scaling_efficiency", exercise, answer, (table,), judge, step, strict)
+
+
+def cost_per_1k_images(answer, *, throughput_img_s: float, price_per_hour: float, rel_tol: float = 0.01,
+                       exercise: str, step=None, strict: bool | None = None) -> CheckResult:
+    """answer: what 1,000 images cost at this throughput and hourly price, or fn(throughput_img_s, price_per_hour).
+    Correct: price_per_hour / (throughput_img_s · 3600) · 1000."""
+    expected = price_per_hour / (throughput_img_s * 3600) * 1000
+
+    def judge(value):
+        x = _number(value, "the cost per 1,000 images")
+        if _close(x, expected, rel_tol):
+            return f"{x:.4g} per 1,000 images at {throughput_img_s:.1f} img/s and {price_per_hour:g}/hour"
+        if _close(x, expected * 3600, rel_tol) or _close(x, expected * 60, rel_tol):
+            reject("the price is per hour and the throughput per second: convert one of them")
+        if _close(x, expected / 1000, rel_tol):
+            reject("that is the cost of one image; the question asks for 1,000")
+        reject(f"{x:.4g} does not follow from {throughput_img_s:.1f} img/s at {price_per_hour:g} per hour")
+
+    return run_check("cost_per_1k_images", exercise, answer, (throughput_img_s, price_per_hour), judge, step, strict)
+
+
+# --- 09: photo finder ---------------------------------------------------------------------------------------
+
+def threshold_for_precision(answer, evaluation, *, target_precision: float, threshold_col: str = "threshold",
+                            precision_col: str = "precision", recall_col: str = "recall", exercise: str,
+                            step=None, strict: bool | None = None) -> CheckResult:
+    """answer: a cosine threshold from the evaluation table, or fn(evaluation, target_precision); None if none fits.
+
+    Correct: among thresholds whose precision ≥ target_precision, one with the highest recall (it finds the
+    most true duplicates while staying precise enough)."""
+    df = _frame(evaluation)
+    ev = df.groupby(threshold_col).agg(p=(precision_col, "mean"), r=(recall_col, "mean"))
+    ok = ev[ev["p"] >= target_precision]
+
+    def judge(value):
+        if value is None:
+            if ok.empty:
+                return f"no threshold in this evaluation reaches precision {target_precision:g}"
+            reject(f"some threshold in this evaluation reaches precision {target_precision:g}")
+        t = _number(value, "the threshold")
+        hit = [x for x in ev.index if _close(float(x), t, 0, 1e-9)]
+        if not hit:
+            reject(f"{t:g} is not a threshold of this evaluation table: choose one of its rows")
+        row = ev.loc[hit[0]]
+        if row["p"] < target_precision:
+            reject(f"at {t:g} precision is {row['p']:.3f}, below the {target_precision:g} target: too many false groupings")
+        if row["r"] < ok["r"].max() - 1e-12:
+            reject(f"{t:g} is precise enough but another threshold also is and finds more duplicates (higher recall)")
+        return f"threshold {t:g}: precision {row['p']:.3f} ≥ {target_precision:g} with recall {row['r']:.3f}, the most recall on target"
+
+    return run_check("threshold_for_precision", exercise, answer, (evaluation, target_precision), judge, step, strict)
+
+
+# --- 08: capacity -----------------------------------------------------------------------------------------------
+
+def replicas_for_load(answer, *, per_replica_img_s: float, target_img_s: float, utilisation: float = 1.0,
+                      exercise: str, step=None, strict: bool | None = None) -> CheckResult:
+    """answer: replicas needed, or fn(per_replica_img_s, target_img_s, utilisation).
+    Correct: ceil(target_img_s / (per_replica_img_s · utilisation)) — each replica run at most at `utilisation`."""
+    expected = max(1, math.ceil(target_img_s / (per_replica_img_s * utilisation) - 1e-9))
+
+    def judge(value):
+        x = _number(value, "the replica count")
+        if x != int(x):
+            reject("a replica count is a whole number: round up, a fraction of a pod does not exist")
+        if int(x) == expected:
+            return (f"{int(x)} replica(s) × {per_replica_img_s:.1f} img/s at ≤{utilisation:.0%} "
+                    f"cover {target_img_s:g} img/s")
+        if int(x) < expected:
+            reject(f"{int(x)} replica(s) at ≤{utilisation:.0%} of {per_replica_img_s:.1f} img/s each do not reach {target_img_s:g} img/s")
+        reject(f"{int(x)} replicas reach the target, but fewer would too: round up only once")
+
+    return run_check("replicas_for_load", exercise, answer, (per_replica_img_s, target_img_s, utilisation), judge, step, strict)
+
+
+# --- 03: execution providers -----------------------------------------------------------------------------------
+
+_ORT_NAMES = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider"}
+
+
+def execution_providers(answer, *, want: str, exercise: str, step=None, strict: bool | None = None) -> CheckResult:
+    """answer: the ONNX Runtime providers list for a session that should run on `want` (cpu | cuda | tensorrt),
+    or fn(want). Correct: real provider names, `want` first, CUDA behind TensorRT (for the ops TensorRT
+    rejects), CPU last."""
+    if want not in _ORT_NAMES:
+        raise ValueError(f"want must be one of {', '.join(_ORT_NAMES)}")
+
+    def judge(value):
+        if isinstance(value, str) or not isinstance(value, (list, tuple)):
+            reject("answer with a list of provider names, e.g. the value you would pass as providers=[…]")
+        names = [v[0] if isinstance(v, tuple) else v for v in value]
+        try:
+            import onnxruntime
+
+            known = set(onnxruntime.get_all_providers())
+        except ImportError:
+            known = set(_ORT_NAMES.values())
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            reject(f"{unknown} not ONNX Runtime provider names (see onnxruntime.get_all_providers())")
+        if not names or names[0] != _ORT_NAMES[want]:
+            reject(f"ONNX Runtime tries providers in order: the first one should be the {want} provider")
+        if names[-1] != _ORT_NAMES["cpu"]:
+            reject("end with the CPU provider, so operators the GPU providers cannot take still run")
+        if want == "tensorrt" and _ORT_NAMES["cuda"] not in names:
+            reject("put CUDA between TensorRT and CPU: sub-graphs TensorRT rejects should still run on the GPU")
+        return f"{' → '.join(names)}"
+
+    return run_check("execution_providers", exercise, answer, (want,), judge, step, strict)
