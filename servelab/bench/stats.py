@@ -1,0 +1,58 @@
+"""Latency / throughput statistics: numpy percentiles, window stability (perf_analyzer-style), spread.
+
+Kept free of any I/O so the numbers can be checked against known distributions in tests.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+PERCENTILES = (50, 95, 99)
+
+
+def latency_summary(latencies_s: Sequence[float]) -> dict:
+    """Seconds in -> milliseconds out: p50/p95/p99/mean/std/min/max (linear-interpolated numpy percentiles).
+
+    An empty sample gives None for every statistic (never a made-up zero).
+    """
+    a = np.asarray(latencies_s, dtype=np.float64) * 1000.0
+    keys = [f"latency_p{p}_ms" for p in PERCENTILES] + ["latency_mean_ms", "latency_std_ms", "latency_min_ms", "latency_max_ms"]
+    if a.size == 0:
+        return {k: None for k in keys}
+    pct = np.percentile(a, PERCENTILES)
+    vals = list(pct) + [a.mean(), a.std(ddof=1) if a.size > 1 else 0.0, a.min(), a.max()]
+    return {k: round(float(v), 4) for k, v in zip(keys, vals)}
+
+
+def relative_spread(values: Sequence[float]) -> float | None:
+    """(max - min) / mean of the values, as a fraction; None when it cannot be computed."""
+    v = np.asarray([x for x in values if x is not None], dtype=np.float64)
+    if v.size == 0 or v.mean() == 0:
+        return None
+    return float((v.max() - v.min()) / v.mean())
+
+
+def is_stable(values: Sequence[float], tolerance: float = 0.1, last: int = 3) -> bool:
+    """True when the last `last` values each lie within `tolerance` (fraction) of their mean.
+
+    perf_analyzer's rule: it keeps measuring windows until throughput and latency of the last three
+    windows are each within the stability percentage of their average.
+    """
+    if len(values) < last:
+        return False
+    v = np.asarray(values[-last:], dtype=np.float64)
+    if np.any(~np.isfinite(v)):
+        return False
+    m = v.mean()
+    if m == 0:
+        return bool(np.all(v == 0))
+    return bool(np.all(np.abs(v - m) <= tolerance * abs(m)))
+
+
+def cost_per_1000(images_per_s: float | None, price_per_hour: float) -> float | None:
+    """Price per hour and sustained images/s -> cost of 1,000 images (same currency as the price)."""
+    if not images_per_s or images_per_s <= 0:
+        return None
+    return price_per_hour / (images_per_s * 3600.0) * 1000.0
