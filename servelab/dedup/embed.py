@@ -1,0 +1,101 @@
+"""Embed catalogued photos through an InferenceClient, committing every batch so a rerun resumes.
+
+Only rows that lack an embedding from the client's weights are sent, so an interrupted run loses at most
+the batch in flight, and switching weights re-embeds instead of mixing two models in one catalog. A batch
+that fails because one file went bad is retried file by file; the bad file gets an error row, the rest go on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from servelab.dedup.catalog import Catalog, OutsideRoot
+
+
+@dataclass
+class EmbedReport:
+    weights: str
+    mode_used: str
+    todo: int
+    embedded: int
+    failed: int
+    already: int
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def embed(catalog: str | Path | Catalog, client, batch_size: int = 16, progress: bool = True,
+          limit: int | None = None) -> EmbedReport:
+    """Embed every ok file that has no embedding from `client.weights`; returns counts."""
+    from tqdm.auto import tqdm
+
+    cat = catalog if isinstance(catalog, Catalog) else Catalog(catalog)
+    weights = client.weights
+    rows = cat.db.execute(
+        "SELECT id, path FROM files WHERE status='ok' AND (embedding IS NULL OR embed_weights IS NOT ?) ORDER BY id",
+        (weights,)).fetchall()
+    already = cat.db.execute("SELECT COUNT(*) FROM files WHERE status='ok' AND embed_weights IS ?",
+                             (weights,)).fetchone()[0]
+    if limit is not None:
+        rows = rows[:limit]
+    report = EmbedReport(weights=weights, mode_used=client.mode_used, todo=len(rows), embedded=0, failed=0,
+                         already=already)
+    bar = tqdm(total=len(rows), unit="img", desc="embedding", disable=not progress)
+    try:
+        for start in range(0, len(rows), batch_size):
+            chunk = rows[start:start + batch_size]
+            blobs, ids = [], []
+            for r in chunk:
+                try:
+                    blobs.append(cat.safe_path(r["path"]).read_bytes())
+                    ids.append(r["id"])
+                except (OSError, OutsideRoot) as exc:
+                    _fail(cat, r["id"], f"cannot read for embedding: {exc}")
+                    report.failed += 1
+            vecs = _embed_batch(client, blobs)
+            if vecs is None:  # isolate the bad file(s)
+                vecs = []
+                for fid, blob in zip(ids, blobs):
+                    v = _embed_batch(client, [blob], raise_on_error=False)
+                    if isinstance(v, str):
+                        _fail(cat, fid, f"embedding failed: {v}")
+                        report.failed += 1
+                    else:
+                        vecs.append((fid, v[0]))
+            else:
+                vecs = list(zip(ids, vecs))
+            with cat.db:  # one transaction per batch: a crash loses at most this batch
+                cat.db.executemany("UPDATE files SET embedding=?, embed_weights=? WHERE id=?",
+                                   [(np.asarray(v, dtype=np.float32).tobytes(), weights, fid) for fid, v in vecs])
+            report.embedded += len(vecs)
+            bar.update(len(chunk))
+    finally:
+        bar.close()
+        cat.set_meta("embed_weights", weights)
+        if not isinstance(catalog, Catalog):
+            cat.close()
+    return report
+
+
+def _embed_batch(client, blobs, raise_on_error=True):
+    from servelab.client.errors import InferenceError
+
+    if not blobs:
+        return np.zeros((0, 512), dtype=np.float32)
+    try:
+        return client.embed_images(blobs)
+    except (InferenceError, ValueError) as exc:
+        # A 4xx-style refusal names a bad image; anything else (server down) must stop the run.
+        status = getattr(exc, "status", None)
+        if isinstance(exc, InferenceError) and not (status and 400 <= status < 500):
+            raise
+        return str(exc) if not raise_on_error else None
+
+
+def _fail(cat: Catalog, file_id: int, reason: str) -> None:
+    with cat.db:
+        cat.db.execute("UPDATE files SET status='error', kind='embed_failed', reason=? WHERE id=?", (reason, file_id))
