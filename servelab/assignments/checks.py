@@ -101,15 +101,20 @@ def queue_delay_for_budget(answer, grid, budget_ms: float, *, concurrency: int |
                            exercise: str, step=None, strict: bool | None = None) -> CheckResult:
     """answer: max_queue_delay_microseconds (int), or fn(grid, budget_ms) -> int; None if no delay fits.
 
-    Correct: a delay of the grid whose latency (at `concurrency`, or at the worst concurrency measured when
-    None) is within `budget_ms` and whose throughput is the best among those (within `rel_tol`)."""
+    Correct: a delay of the grid whose latency is within `budget_ms` — at `concurrency`, or at every
+    concurrency measured when None — and whose throughput (at `concurrency`, or at the highest concurrency
+    measured, where batching matters) is the best among those, within `rel_tol`. Repeated rows are averaged."""
     df = _frame(grid)
     dcol = delay_col or _col(df, "queue_delay_us", "max_queue_delay_us", "max_delay_us", "delay_us")
+    ccol = _col(df, "concurrency")
     if concurrency is not None:
-        df = _where(df, {_col(df, "concurrency"): concurrency})
-    per = df.groupby(dcol).agg(lat=(latency_col, "max"), thr=(throughput_col, "min"))
+        df = _where(df, {ccol: concurrency})
+    cell = df.groupby([dcol, ccol])[[latency_col, throughput_col]].mean().reset_index()
+    top = cell[ccol].max()
+    per = cell.groupby(dcol).agg(lat=(latency_col, "max"))
+    per["thr"] = cell[cell[ccol] == top].set_index(dcol)[throughput_col].reindex(per.index)
     within = per[per["lat"] <= budget_ms]
-    at = f"at concurrency {concurrency}" if concurrency is not None else "at the highest-latency concurrency"
+    at = f"at concurrency {concurrency}" if concurrency is not None else "at every concurrency measured"
 
     def judge(value):
         if value is None:
@@ -118,18 +123,18 @@ def queue_delay_for_budget(answer, grid, budget_ms: float, *, concurrency: int |
             reject(f"at least one measured delay keeps {latency_col} within {budget_ms:g} ms {at}; look again")
         d = _number(value, "max_queue_delay_microseconds")
         if d not in per.index:
-            reject(f"{d:g} µs is not a delay this run measured (the grid has {', '.join(f'{x:g}' for x in per.index)} µs)")
+            reject(f"{d:g} µs is not a delay this run measured: choose one of the grid's `{dcol}` values")
         if within.empty:
             reject(f"no delay meets {budget_ms:g} ms {at} in this run: the right answer is None")
         row = per.loc[d]
         if row["lat"] > budget_ms:
             reject(f"with {d:g} µs the {latency_col} {at} was {row['lat']:.1f} ms, over the {budget_ms:g} ms budget")
         best = within["thr"].max()
-        if row["thr"] < best * (1 - rel_tol):
+        if not row["thr"] >= best * (1 - rel_tol):
             reject(f"{d:g} µs meets the budget, but another delay that also meets it gave clearly more "
                    f"{throughput_col}: compare throughput among the rows within budget")
-        return (f"{d:g} µs keeps {latency_col} at {row['lat']:.1f} ms (budget {budget_ms:g} ms) {at} "
-                f"with {row['thr']:.1f} img/s, the best throughput within budget")
+        return (f"{d:g} µs keeps {latency_col} ≤ {row['lat']:.1f} ms (budget {budget_ms:g} ms) {at} "
+                f"with {row['thr']:.1f} img/s at concurrency {top:g}, the best throughput within budget")
 
     return run_check("queue_delay_for_budget", exercise, answer, (grid, budget_ms), judge, step, strict)
 
@@ -272,7 +277,7 @@ def smallest_payload(answer, table, *, batch: int | None = None, among: Iterable
             reject(f"answer with the payload's name from the table's `{pcol}` column, got {value!r}")
         v = _norm(value)
         if v not in size.index:
-            reject(f"{value!r} is not one of the payloads compared here ({', '.join(size.index)})")
+            reject(f"{value!r} is not one of the payloads compared here: use a name from the `{pcol}` column")
         if size[v] > size.min():
             ratio = size[v] / size.min()
             reject(f"{value} is {ratio:.1f}× the size of the smallest payload in this table: compare the `{bcol}` column")
@@ -300,7 +305,7 @@ def best_choice(answer, table, *, key: str, metric: str, mode: str = "max", at: 
             try:  # numeric keys: 16 and "16" and 16.0 name the same batch size
                 v = next(k for k in agg.index if float(k) == float(value))
             except (StopIteration, TypeError, ValueError):
-                reject(f"{value!r} is not a {key} measured here ({', '.join(agg.index)})")
+                reject(f"{value!r} is not a {key} measured here: use a value from the table's `{key}` column")
         got = agg[v]
         ok = got >= best * (1 - rel_tol) if mode == "max" else got <= best * (1 + rel_tol)
         where = f" at {dict(at)}" if at else ""

@@ -48,9 +48,6 @@ def _with_note(nb):
 
     first = 1 if nb.cells and nb.cells[0].cell_type == "markdown" else 0
     nb.cells.insert(first, nbformat.v4.new_markdown_cell(STUDENT_NOTE))
-    for cell in nb.cells:
-        cell.pop("id", None)
-    nbformat.validator.normalize(nb)
     return nb
 
 

@@ -1,0 +1,279 @@
+"""Each check accepts the solution and rejects plausible wrong answers, on synthetic tables shaped like this
+lab's records; hints never contain the expected answer; unfinished exercises fail cleanly; strict mode raises."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from servelab.assignments import checks
+from servelab.assignments.result import ERROR, FAIL, NOT_IMPLEMENTED, PASS, ExerciseFailed, STRICT_ENV
+
+
+@pytest.fixture(autouse=True)
+def _not_strict(monkeypatch):
+    monkeypatch.delenv(STRICT_ENV, raising=False)
+
+
+# queue delay × concurrency grid (as 04/05a tabulate it): 2000 µs is the best delay within 250 ms
+GRID = pd.DataFrame({
+    "queue_delay_us": [0, 0, 2000, 2000, 10000, 10000],
+    "concurrency": [1, 8, 1, 8, 1, 8],
+    "latency_p99_ms": [60.0, 230.0, 64.0, 240.0, 75.0, 320.0],
+    "throughput_img_s": [18.0, 26.0, 17.5, 29.0, 16.0, 31.0],
+})
+
+
+def qd(answer, **kw):
+    return checks.queue_delay_for_budget(answer, GRID, 250.0, exercise="t.1", **kw)
+
+
+def test_queue_delay_accepts_best_within_budget():
+    assert qd(2000).status == PASS
+
+
+@pytest.mark.parametrize("wrong, why", [
+    (10000, "over the"),         # the highest-throughput delay, but it breaks the budget
+    (0, "more"),                 # within budget, but leaves throughput on the table
+    (5000, "not a delay"),       # not measured in this run
+])
+def test_queue_delay_rejects(wrong, why):
+    r = qd(wrong)
+    assert r.status == FAIL and why in r.message
+    assert "2000" not in r.message  # never the answer
+
+
+def test_queue_delay_at_one_concurrency_and_none_fits():
+    assert checks.queue_delay_for_budget(0, GRID, 62.0, concurrency=1, exercise="t").status == PASS
+    assert checks.queue_delay_for_budget(2000, GRID, 62.0, concurrency=1, exercise="t").status == FAIL
+    assert checks.queue_delay_for_budget(None, GRID, 10.0, exercise="t").status == PASS
+    assert checks.queue_delay_for_budget(0, GRID, 10.0, exercise="t").status == FAIL
+
+
+def test_function_answers_not_implemented_and_errors():
+    def todo(grid, budget):
+        raise NotImplementedError("exercise t.1: choose")
+
+    assert qd(lambda g, b: 2000).status == PASS
+    r = qd(todo)
+    assert r.status == NOT_IMPLEMENTED and not r.passed
+    r = qd(lambda g, b: g["no_such_column"])
+    assert r.status == ERROR and "KeyError" in r.message
+
+
+def test_strict_mode_raises_and_records(tmp_path, monkeypatch):
+    class FakeStep:  # what a check uses of servelab.lab.nb.Step
+        id, out_dir = "04", tmp_path
+
+    with pytest.raises(ExerciseFailed) as info:
+        qd(0, strict=True, step=FakeStep())
+    assert info.value.result.status == FAIL
+    monkeypatch.setenv(STRICT_ENV, "1")
+    with pytest.raises(ExerciseFailed):
+        qd(0)
+    assert qd(2000, step=FakeStep()).passed  # a pass never raises
+    saved = json.loads((tmp_path / "assignments" / "04.json").read_text())
+    assert saved["t.1"]["status"] == PASS and saved["t.1"]["notebook"] == "04"
+
+
+GOOD_STANZA = """
+dynamic_batching { preferred_batch_size: [ 4, 8 ] max_queue_delay_microseconds: 2000 }
+instance_group [ { kind: KIND_CPU count: 2 } ]
+"""
+
+
+def stanza(text, **kw):
+    kw = {"max_batch": 8, "count": 2, "max_delay_us": 2000, **kw}
+    return checks.batching_stanza(text, exercise="t.2", **kw)
+
+
+def test_batching_stanza_accepts_valid_config():
+    assert stanza(GOOD_STANZA).status == PASS
+    assert stanza(lambda mb: GOOD_STANZA).status == PASS
+
+
+@pytest.mark.parametrize("wrong, why", [
+    (GOOD_STANZA.replace("[ 4, 8 ]", "[ 4, 16 ]"), "outside 1..max_batch"),
+    (GOOD_STANZA.replace("KIND_CPU", "KIND_GPU"), "KIND_CPU"),
+    (GOOD_STANZA.replace("KIND_CPU", "CPU"), "would not load"),
+    (GOOD_STANZA.replace("count: 2", "count: 1"), "asks for 2"),
+    (GOOD_STANZA.replace("max_queue_delay_microseconds: 2000", ""), "0 or missing"),
+    ("instance_group [ { kind: KIND_CPU count: 2 } ]", "no dynamic_batching"),
+    ("max_batch_size: 16\n" + GOOD_STANZA, "max_batch_size 16"),
+    ("", "empty"),
+])
+def test_batching_stanza_rejects(wrong, why):
+    r = stanza(wrong)
+    assert r.status == FAIL and why in r.message, r.message
+
+
+GPU_GOOD = 'instance_group [ { kind: KIND_GPU count: 2 gpus: [ 0 ] }, { kind: KIND_GPU count: 2 gpus: [ 1 ] } ]'
+
+
+def test_gpu_instance_group():
+    ok = checks.gpu_instance_group(GPU_GOOD, gpus=[0, 1], per_gpu=2, exercise="t")
+    assert ok.status == PASS
+    assert checks.gpu_instance_group("instance_group [ { kind: KIND_GPU count: 2 gpus: [ 0, 1 ] } ]",
+                                     gpus=[0, 1], per_gpu=2, exercise="t").passed
+    for wrong, why in [
+        ("instance_group [ { kind: KIND_GPU count: 4 } ]", "no `gpus` list"),       # count without gpus = per GPU
+        ("instance_group [ { kind: KIND_GPU count: 2 gpus: [ 0 ] } ]", "no instance"),
+        ("instance_group [ { kind: KIND_GPU count: 1 gpus: [ 0, 1 ] } ]", "asks for 2"),
+        ("instance_group [ { kind: KIND_CPU count: 4 } ]", "KIND_GPU"),
+    ]:
+        r = checks.gpu_instance_group(wrong, gpus=[0, 1], per_gpu=2, exercise="t")
+        assert r.status == FAIL and why in r.message, r.message
+
+
+TRT_GOOD = """
+optimization { execution_accelerators { gpu_execution_accelerator : [ {
+  name : "tensorrt"
+  parameters { key: "precision_mode" value: "FP16" }
+  parameters { key: "trt_engine_cache_enable" value: "1" }
+  parameters { key: "trt_engine_cache_path" value: "/trt_cache" }
+  parameters { key: "trt_profile_min_shapes" value: "pixel_values:1x3x224x224" }
+  parameters { key: "trt_profile_opt_shapes" value: "pixel_values:16x3x224x224" }
+  parameters { key: "trt_profile_max_shapes" value: "pixel_values:64x3x224x224" }
+} ] } }
+"""
+
+
+def test_trt_accelerator_stanza():
+    kw = dict(max_batch=64, cache_path="/trt_cache", exercise="t")
+    assert checks.trt_accelerator_stanza(TRT_GOOD, **kw).passed
+    for wrong, why in [
+        (TRT_GOOD.replace("pixel_values:64x", "pixel_values:32x"), "max batch is 32"),
+        (TRT_GOOD.replace("pixel_values:1x", "pixel_values:8x"), "min batch is 8"),
+        (TRT_GOOD.replace('"FP16"', '"FP32"'), "fp16"),
+        (TRT_GOOD.replace('"/trt_cache"', '"/tmp/cache"'), "mounted"),
+        (TRT_GOOD.replace('value: "1"', 'value: "0"'), "cache is off"),
+    ]:
+        r = checks.trt_accelerator_stanza(wrong, **kw)
+        assert r.status == FAIL and why in r.message, r.message
+
+
+# serialisation table (bench serialisation_costs rows) at two batch sizes
+SERIAL = pd.DataFrame([
+    {"payload": p, "batch": b, "bytes_per_request": n * b}
+    for b in (1, 8)
+    for p, n in (("json-lists", 1_900_000), ("binary-tensor", 602_112), ("jpeg", 24_000), ("base64-json", 32_100))
+])
+
+
+def test_smallest_payload():
+    assert checks.smallest_payload("jpeg", SERIAL, batch=8, exercise="t").passed
+    assert checks.smallest_payload("JPEG", SERIAL, exercise="t").passed
+    assert checks.smallest_payload(lambda t: t.loc[t.bytes_per_request.idxmin(), "payload"], SERIAL, exercise="t").passed
+    for wrong, why in [("binary-tensor", "× the size"), ("base64-json", "× the size"), ("protobuf", "not one of")]:
+        r = checks.smallest_payload(wrong, SERIAL, batch=8, exercise="t")
+        assert r.status == FAIL and why in r.message and "jpeg" not in r.message.lower()
+
+
+BACKENDS = pd.DataFrame({
+    "backend": ["fastapi", "litserve", "triton-http", "fastapi", "litserve", "triton-http"],
+    "concurrency": [1, 1, 1, 16, 16, 16],
+    "throughput_img_s": [19.0, 18.0, 18.5, 24.0, 26.0, 28.0],
+    "latency_p50_ms": [52.0, 55.0, 53.0, 600.0, 590.0, 560.0],
+})
+
+
+def test_best_choice():
+    at16 = {"concurrency": 16}
+    assert checks.best_choice("triton-http", BACKENDS, key="backend", metric="throughput_img_s", at=at16, exercise="t").passed
+    assert checks.best_choice("fastapi", BACKENDS, key="backend", metric="latency_p50_ms", mode="min",
+                              at={"concurrency": 1}, exercise="t").passed
+    r = checks.best_choice("fastapi", BACKENDS, key="backend", metric="throughput_img_s", at=at16, exercise="t")
+    assert r.status == FAIL and "triton" not in r.message  # best at c=1 is not best at c=16
+    batches = pd.DataFrame({"batch": [1, 4, 16], "throughput_img_s": [18.0, 27.0, 30.0]})
+    assert checks.best_choice(16, batches, key="batch", metric="throughput_img_s", exercise="t").passed
+    assert not checks.best_choice(4, batches, key="batch", metric="throughput_img_s", exercise="t").passed
+    assert checks.best_choice(4, batches, key="batch", metric="throughput_img_s", rel_tol=0.15, exercise="t").passed
+
+
+PROTOCOLS = pd.DataFrame({"protocol": ["http", "grpc", "http", "grpc"], "batch": [1, 1, 8, 8],
+                          "throughput_img_s": [18.0, 19.8, 24.0, 30.0]})
+
+
+def test_speedup():
+    kw = dict(key="protocol", fast="grpc", slow="http", at={"batch": 8}, exercise="t")
+    assert checks.speedup(1.25, PROTOCOLS, **kw).passed
+    assert checks.speedup(lambda t: 30 / 24, PROTOCOLS, **kw).passed
+    for wrong, why in [(0.8, "wrong way round"), (25.0, "not a percentage"), (1.1, "does not match")]:
+        r = checks.speedup(wrong, PROTOCOLS, **kw)
+        assert r.status == FAIL and why in r.message, r.message
+    # latency: lower is better, so the ratio is slow/fast
+    lat = PROTOCOLS.assign(latency_p50_ms=[50.0, 40.0, 300.0, 240.0])
+    assert checks.speedup(1.25, lat, key="protocol", fast="grpc", slow="http", metric="latency_p50_ms",
+                          higher_is_better=False, at={"batch": 8}, exercise="t").passed
+
+
+SCALING = pd.DataFrame({"instances": [1, 2, 4], "throughput_img_s": [20.0, 36.0, 56.0]})
+EFF = {1: 1.0, 2: 0.9, 4: 0.7}
+
+
+def test_scaling_efficiency():
+    assert checks.scaling_efficiency(EFF, SCALING, exercise="t").passed
+    assert checks.scaling_efficiency([1.0, 0.9, 0.7], SCALING, exercise="t").passed
+    def efficiency(t):
+        s = t.set_index("instances")["throughput_img_s"]
+        return s / (s.index * s.iloc[0])
+
+    assert checks.scaling_efficiency(efficiency, SCALING, exercise="t").passed
+    assert checks.scaling_efficiency(pd.DataFrame({"instances": [1, 2, 4], "efficiency": [1.0, 0.9, 0.7]}),
+                                     SCALING, exercise="t").passed
+    for wrong, why in [
+        ({1: 1.0, 2: 1.8, 4: 2.8}, "speed-up"),              # speed-up, not efficiency
+        ({1: 100.0, 2: 90.0, 4: 70.0}, "percentage"),
+        ({1: 1.0, 2: 0.9}, "no efficiency"),
+        ({1: 1.0, 2: 0.95, 4: 0.7}, "does not match"),
+    ]:
+        r = checks.scaling_efficiency(wrong, SCALING, exercise="t")
+        assert r.status == FAIL and why in r.message, r.message
+
+
+def test_cost_per_1k_images():
+    kw = dict(throughput_img_s=25.0, price_per_hour=0.9, exercise="t")
+    assert checks.cost_per_1k_images(0.01, **kw).passed  # 0.9 / (25*3600) * 1000
+    for wrong, why in [(36.0, "per hour"), (0.00001, "one image"), (0.02, "does not follow")]:
+        r = checks.cost_per_1k_images(wrong, **kw)
+        assert r.status == FAIL and why in r.message, r.message
+
+
+EVAL = pd.DataFrame({"threshold": [0.80, 0.85, 0.90, 0.95, 0.98],
+                     "precision": [0.62, 0.81, 0.93, 0.97, 1.00],
+                     "recall": [1.00, 0.98, 0.91, 0.80, 0.55]})
+
+
+def test_threshold_for_precision():
+    assert checks.threshold_for_precision(0.90, EVAL, target_precision=0.9, exercise="t").passed
+    assert checks.threshold_for_precision(None, EVAL, target_precision=1.01, exercise="t").passed
+    for wrong, why in [(0.98, "higher recall"), (0.85, "below the"), (0.92, "not a threshold")]:
+        r = checks.threshold_for_precision(wrong, EVAL, target_precision=0.9, exercise="t")
+        assert r.status == FAIL and why in r.message and "0.9 " not in r.message.replace("0.9 target", ""), r.message
+
+
+def test_replicas_for_load():
+    kw = dict(per_replica_img_s=25.0, target_img_s=200.0, utilisation=0.7, exercise="t")
+    assert checks.replicas_for_load(12, **kw).passed  # 200 / 17.5 = 11.4 -> 12
+    for wrong, why in [(8, "do not reach"), (11, "do not reach"), (13, "fewer"), (11.4, "whole number")]:
+        r = checks.replicas_for_load(wrong, **kw)
+        assert r.status == FAIL and why in r.message, r.message
+    assert math.ceil(200 / 17.5) == 12
+
+
+def test_execution_providers():
+    good = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
+    assert checks.execution_providers(good, want="tensorrt", exercise="t").passed
+    assert checks.execution_providers(good[1:], want="cuda", exercise="t").passed
+    for wrong, why in [
+        (list(reversed(good)), "first one"),
+        (["TensorrtExecutionProvider", "CPUExecutionProvider"], "put CUDA"),
+        (good[:2], "end with the CPU"),
+        (["TensorRT", "CPUExecutionProvider"], "not ONNX Runtime provider names"),
+        ("CUDAExecutionProvider", "list"),
+    ]:
+        r = checks.execution_providers(wrong, want="tensorrt" if "Tensor" in str(wrong) or wrong == list(reversed(good)) else "cuda", exercise="t")
+        assert r.status == FAIL and why in r.message, (wrong, r.message)
