@@ -1,13 +1,14 @@
 """`servelab triton …`: stage the repository, run the embedded server (up / down / status), reconfigure, stats.
 
 `up` starts tritonserver detached (own session), waits until every model is ready, and records pid, ports,
-repository and log in build/triton/server.json; `down` reads it and stops the server (SIGTERM, then SIGKILL
+repository and log in build/triton/server.json (SERVELAB_TRITON_STATE_DIR moves it); `down` reads it and stops the server (SIGTERM, then SIGKILL
 after --timeout). Expected failures print one line (`error: …`) and exit 1 via servelab.cli.main.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import List, Optional
 
@@ -17,7 +18,7 @@ from servelab.config import REPO_ROOT, TRITON_GRPC_PORT, TRITON_HTTP_PORT, TRITO
 
 app = typer.Typer(no_args_is_help=True)
 
-STATE_DIR = REPO_ROOT / "build" / "triton"
+STATE_DIR = Path(os.environ.get("SERVELAB_TRITON_STATE_DIR") or REPO_ROOT / "build" / "triton")
 STATE_FILE = STATE_DIR / "server.json"
 DEFAULT_LOG = STATE_DIR / "tritonserver.log"
 

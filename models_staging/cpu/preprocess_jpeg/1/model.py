@@ -59,9 +59,15 @@ class TritonPythonModel:
             try:
                 out[i] = self.pre.preprocess_bytes(data, **self.limits)
             except self.pre.ImageDecodeError as exc:
-                where = f"image {i}: " if len(blobs) > 1 else ""
-                return pb_utils.InferenceResponse(output_tensors=[], error=_bad_input(f"{where}{exc} [{exc.kind}]"))
+                return self._reject(i, len(blobs), f"{exc} [{exc.kind}]")
+            except (OSError, SyntaxError, ValueError, EOFError) as exc:  # PIL errors decode_image lets through
+                return self._reject(i, len(blobs), f"image data is corrupt or truncated: {exc} [corrupt]")
         return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(OUTPUT, out)])
+
+    @staticmethod
+    def _reject(i, n, message):
+        where = f"image {i}: " if n > 1 else ""
+        return pb_utils.InferenceResponse(output_tensors=[], error=_bad_input(where + message))
 
     def execute(self, requests):
         return [self._one(r) for r in requests]

@@ -1,0 +1,257 @@
+"""A real embedded tritonserver: parity with local ONNX Runtime and the FastAPI service, the JPEG ensemble,
+dynamic batching seen in the server's own statistics, live reconfiguration, and bad input that fails clearly
+while the server keeps serving."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from servelab.client import InferenceClient, ServiceUnavailable
+from servelab.client.errors import InferenceError
+from servelab.client.triton import TritonBackend, TritonInferenceError, TritonUnavailable
+from servelab.model.export import parity_batch
+from servelab.model.preprocess import preprocess_batch
+from servelab.netutil import free_port
+from servelab.triton.control import get_config, reconfigure
+from servelab.triton.stats import read_metrics, read_stats, stats_delta
+
+pytestmark = pytest.mark.triton
+
+ENCODER = "openclip_vit_b32_cpu"
+
+
+def cos(a, b):
+    a = a / np.linalg.norm(a, axis=1, keepdims=True)
+    b = b / np.linalg.norm(b, axis=1, keepdims=True)
+    return (a * b).sum(axis=1)
+
+
+def url_for(srv, protocol):
+    return srv.http_url if protocol == "http" else srv.grpc_url
+
+
+@pytest.fixture(scope="module")
+def batch():
+    return parity_batch(4)
+
+
+@pytest.fixture(scope="module")
+def reference(local_embedder, batch):
+    return local_embedder.embed(batch)
+
+
+def assert_still_serves(srv, batch, reference):
+    with _closing(TritonBackend("grpc", srv.grpc_url)) as b:
+        assert cos(b.embed_tensor(batch[:1]), reference[:1]).min() >= 0.9999
+
+
+class _closing:
+    def __init__(self, b):
+        self.b = b
+
+    def __enter__(self):
+        return self.b
+
+    def __exit__(self, *exc):
+        self.b.close()
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_tensor_path_equals_local_onnxruntime(triton, batch, reference, protocol, onnx_meta):
+    with _closing(TritonBackend(protocol, url_for(triton, protocol))) as b:
+        assert b.ready()
+        assert b.weights == onnx_meta["weights"]  # the weights label travels in the model config
+        out = b.embed_tensor(batch)
+    assert out.shape == (4, 512) and out.dtype == np.float32
+    assert cos(out, reference).min() >= 0.9999
+    np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-4)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_jpeg_ensemble_equals_client_side_preprocessing(triton, jpegs, local_embedder, protocol):
+    expected = local_embedder.embed(preprocess_batch(jpegs))
+    with InferenceClient(mode="remote", backend=f"triton-{protocol}", url=url_for(triton, protocol),
+                         payload="jpeg") as client:
+        via_ensemble = client.embed_images(jpegs)
+        assert client.mode_used == "remote"
+    with InferenceClient(mode="remote", backend=f"triton-{protocol}", url=url_for(triton, protocol),
+                         payload="tensor") as client:
+        via_tensor = client.embed_images(jpegs)
+    assert cos(via_ensemble, expected).min() >= 0.9999
+    assert cos(via_tensor, expected).min() >= 0.9999
+
+
+def test_png_through_ensemble(triton, local_embedder):
+    from servelab.data import encode, synthetic_photo
+
+    png = encode(synthetic_photo(7, (300, 200)), "PNG")
+    with _closing(TritonBackend("http", triton.http_url)) as b:
+        out = b.embed_encoded([png])
+    assert cos(out, local_embedder.embed(preprocess_batch([png]))).min() >= 0.9999
+
+
+def test_triton_equals_fastapi_service(triton, service, jpegs):
+    with InferenceClient(mode="remote", backend="fastapi", url=service.url, payload="jpeg") as c:
+        from_service = c.embed_images(jpegs)
+    with InferenceClient(mode="remote", backend="triton-grpc", url=triton.grpc_url, payload="jpeg") as c:
+        from_triton = c.embed_images(jpegs)
+    assert cos(from_triton, from_service).min() >= 0.9999
+
+
+def test_concurrent_batch1_requests_are_batched_server_side(triton, batch, reference):
+    n_clients, per_client = 16, 2
+    errors, outs = [], {}
+
+    def worker(i):
+        try:
+            with _closing(TritonBackend("http", triton.http_url)) as b:  # one client per thread
+                outs[i] = [b.embed_tensor(batch[i % 4 : i % 4 + 1]) for _ in range(per_client)]
+        except Exception as exc:  # surfaced below
+            errors.append(exc)
+
+    with stats_delta(triton.http_url, ENCODER, metrics_url=triton.metrics_url) as d:
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(n_clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    assert not errors, errors
+    for i, results in outs.items():
+        for r in results:
+            assert cos(r, reference[i % 4 : i % 4 + 1]).min() >= 0.9999
+    s = d.result.summary()
+    assert s["requests"] == s["inferences"] == n_clients * per_client
+    assert s["executions"] < s["requests"]
+    assert s["avg_batch"] > 1.0, s
+    assert sum(size * n for size, n in s["batch_hist"].items()) == s["inferences"]
+    for key in ("avg_queue_ms", "avg_compute_input_ms", "avg_compute_infer_ms", "avg_compute_output_ms"):
+        assert s[key] is not None and s[key] >= 0
+    # the Prometheus metrics tell the same story
+    m = d.metrics_summary
+    assert m["requests"] == s["requests"] and m["executions"] == s["executions"]
+    assert m["avg_batch"] == pytest.approx(s["avg_batch"])
+
+
+def test_reload_with_new_queue_delay_and_instances_takes_effect(triton, triton_repo, batch, reference):
+    from servelab.triton.repository import parse_config
+
+    before = get_config(triton.http_url, ENCODER)
+    old_delay = int(before["dynamic_batching"]["max_queue_delay_microseconds"])
+    new_delay = old_delay + 1111
+    served = read_stats(triton.http_url, ENCODER).requests
+    cfg = reconfigure(triton.http_url, ENCODER, max_queue_delay_us=new_delay, instances=2, repository=triton_repo)
+    try:
+        assert int(cfg["dynamic_batching"]["max_queue_delay_microseconds"]) == new_delay
+        assert cfg["instance_group"][0]["count"] == 2
+        # read back independently, and the live repository file carries the change for the next restart
+        assert int(get_config(triton.http_url, ENCODER)["dynamic_batching"]["max_queue_delay_microseconds"]) == new_delay
+        on_disk = parse_config(triton_repo / ENCODER / "config.pbtxt")
+        assert on_disk.dynamic_batching.max_queue_delay_microseconds == new_delay
+        with _closing(TritonBackend("http", triton.http_url)) as b:
+            assert cos(b.embed_tensor(batch), reference).min() >= 0.9999
+            assert b.embed_encoded([_jpeg()]).shape == (1, 512)  # the ensemble still chains to the new encoder
+        # same server process: it never restarted
+        assert triton.running()
+        assert read_stats(triton.http_url, ENCODER).requests >= 1
+        del served
+    finally:
+        reconfigure(triton.http_url, ENCODER, max_queue_delay_us=old_delay, instances=1, repository=triton_repo)
+    assert int(get_config(triton.http_url, ENCODER)["dynamic_batching"]["max_queue_delay_microseconds"]) == old_delay
+
+
+def _jpeg():
+    from servelab.data import encode, synthetic_photo
+
+    return encode(synthetic_photo(3, (256, 256)))
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_bad_input_is_a_typed_error_and_server_keeps_serving(triton, batch, reference, protocol):
+    url = url_for(triton, protocol)
+    cases = {}
+    with _closing(TritonBackend(protocol, url, input_name="images")) as b:
+        with pytest.raises(TritonInferenceError) as e:
+            b.embed_tensor(batch)
+        cases["input name"] = e.value
+    with _closing(TritonBackend(protocol, url)) as b:
+        with pytest.raises(TritonInferenceError) as e:
+            b.embed_tensor(batch.astype(np.float64))
+        cases["dtype"] = e.value
+        with pytest.raises(TritonInferenceError) as e:
+            b.embed_tensor(batch[:, :, :112, :112])
+        cases["shape"] = e.value
+        with pytest.raises(TritonInferenceError) as e:
+            b.embed_tensor(np.zeros((33, 3, 224, 224), np.float32))
+        cases["batch"] = e.value
+        with pytest.raises(TritonInferenceError) as e:
+            b.embed_encoded([b"this is not an image at all"])
+        cases["non-image"] = e.value
+        with pytest.raises(TritonInferenceError) as e:
+            b.embed_encoded([_jpeg()[:300]])
+        cases["corrupt"] = e.value
+    with _closing(TritonBackend(protocol, url, model="openclip_vit_b32_not_loaded")) as b:
+        assert not b.ready()
+        with pytest.raises(TritonInferenceError) as e:
+            b.embed_tensor(batch)
+        cases["not loaded"] = e.value
+    expect = {
+        "input name": "images",
+        "dtype": "FP64",
+        "shape": "shape",
+        "batch": "batch-size must be <= 32",
+        "non-image": "not a recognised image",
+        "corrupt": "corrupt or truncated",
+        "not loaded": "openclip_vit_b32_not_loaded",
+    }
+    for case, exc in cases.items():
+        assert isinstance(exc, InferenceError) and not isinstance(exc, TritonUnavailable), case
+        assert expect[case] in exc.message, (case, exc.message)
+        assert exc.backend == f"triton-{protocol}"
+    assert_still_serves(triton, batch, reference)
+
+
+def test_corrupt_image_fails_only_its_own_request(triton):
+    """A bad image in a concurrent mix must not take the good requests of the same batch down with it."""
+    good, bad = _jpeg(), b"\xff\xd8\xff garbage"
+    results = {}
+
+    def send(i, blob):
+        with _closing(TritonBackend("http", triton.http_url)) as b:
+            try:
+                results[i] = b.embed_encoded([blob]).shape
+            except TritonInferenceError as exc:
+                results[i] = exc
+
+    threads = [threading.Thread(target=send, args=(i, bad if i % 4 == 0 else good)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    for i in range(8):
+        if i % 4 == 0:
+            assert isinstance(results[i], TritonInferenceError)
+        else:
+            assert results[i] == (1, 512), results[i]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_server_not_running_when_client_starts(protocol, batch):
+    dead = f"127.0.0.1:{free_port()}"
+    with _closing(TritonBackend(protocol, dead, timeout=5)) as b:
+        assert b.ready() is False
+        with pytest.raises(TritonUnavailable) as e:
+            b.embed_tensor(batch[:1])
+    assert dead in str(e.value)
+    assert isinstance(e.value, ServiceUnavailable)
+    with InferenceClient(mode="remote", backend=f"triton-{protocol}", url=dead, timeout=5) as c:
+        with pytest.raises(ServiceUnavailable):
+            c.embed_tensor(batch[:1])
+
+
+def test_metrics_reader_sees_every_model(triton):
+    metrics = read_metrics(triton.metrics_url)
+    assert {ENCODER, "preprocess_jpeg", "openclip_vit_b32_jpeg"} <= set(metrics)
+    assert "nv_inference_request_success" in metrics[ENCODER]
