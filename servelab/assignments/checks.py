@@ -24,7 +24,7 @@ from servelab.assignments.result import CheckResult, reject, run_check
 
 __all__ = [
     "queue_delay_for_budget", "batching_stanza", "gpu_instance_group", "trt_accelerator_stanza",
-    "smallest_payload", "best_choice", "speedup", "scaling_efficiency", "cost_per_1k_images",
+    "smallest_payload", "best_choice", "speedup", "difference", "scaling_efficiency", "cost_per_1k_images",
     "threshold_for_precision", "replicas_for_load", "execution_providers",
 ]
 
@@ -342,6 +342,31 @@ def speedup(answer, table, *, key: str, fast, slow, metric: str = "throughput_im
         reject(f"{x:.3g} does not match this run's table: divide the two {metric} values at the rows asked for")
 
     return run_check("speedup", exercise, answer, (table,), judge, step, strict)
+
+
+def difference(answer, table, *, key: str, a, b, metric: str = "latency_p50_ms", at: Mapping | None = None,
+               unit: str = "ms", rel_tol: float = 0.02, abs_tol: float = 0.05, exercise: str, step=None,
+               strict: bool | None = None) -> CheckResult:
+    """answer: `metric` of `a` minus `metric` of `b` (e.g. what the network hop adds to p50: service minus
+    in-process), or fn(table). `at` selects the rows compared; several matching rows are averaged."""
+    df = _where(_frame(table), at)
+    by = df.groupby(df[key].map(_norm))[metric].mean()
+    for k in (a, b):
+        if _norm(k) not in by.index:
+            raise ValueError(f"no {key}={k} rows in the table (has {', '.join(by.index)})")
+    expected = float(by[_norm(a)] - by[_norm(b)])
+
+    def judge(value):
+        x = _number(value, "the difference")
+        if _close(x, expected, rel_tol, abs_tol):
+            return f"{a} − {b}: {x:+.3g} {unit} on {metric}" + (f" at {dict(at)}" if at else "")
+        if _close(x, -expected, rel_tol, abs_tol):
+            reject(f"the sign is reversed: subtract {b}'s {metric} from {a}'s")
+        if by[_norm(b)] and _close(x, by[_norm(a)] / by[_norm(b)], rel_tol):
+            reject("that is a ratio; the question asks for a difference in " + unit)
+        reject(f"{x:.3g} does not match this run's table: subtract the two {metric} values at the rows asked for")
+
+    return run_check("difference", exercise, answer, (table,), judge, step, strict)
 
 
 def scaling_efficiency(answer, table, *, units_col: str = "instances", throughput_col: str = "throughput_img_s",

@@ -210,6 +210,19 @@ def test_speedup():
                           higher_is_better=False, at={"batch": 8}, exercise="t").passed
 
 
+HOP = pd.DataFrame({"target": ["in-process", "fastapi", "in-process", "fastapi"], "batch": [1, 1, 4, 4],
+                    "latency_p50_ms": [42.0, 49.5, 150.0, 171.0]})
+
+
+def test_difference():
+    kw = dict(key="target", a="fastapi", b="in-process", at={"batch": 1}, exercise="t")
+    assert checks.difference(7.5, HOP, **kw).passed
+    assert checks.difference(lambda t: 49.5 - 42.0, HOP, **kw).passed
+    for wrong, why in [(-7.5, "sign is reversed"), (49.5 / 42.0, "ratio"), (21.0, "does not match")]:
+        r = checks.difference(wrong, HOP, **kw)
+        assert r.status == FAIL and why in r.message and "7.5" not in r.message, r.message
+
+
 SCALING = pd.DataFrame({"instances": [1, 2, 4], "throughput_img_s": [20.0, 36.0, 56.0]})
 EFF = {1: 1.0, 2: 0.9, 4: 0.7}
 
