@@ -1,0 +1,73 @@
+"""The real lab notebooks: their exercises follow the format, the hand-out has no solution text, and — where a
+lab run's executed notebooks exist — the instructor versions passed every check in that run."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import jupytext
+import pytest
+
+from servelab.assignments import checks
+from servelab.assignments.exercises import find, is_exercise, solution_lines, student_notebook
+from servelab.assignments.generate import build
+from servelab.assignments.grade import grade
+from servelab.config import REPO_ROOT
+from servelab.lab.notebooks import discover, notebook_id
+
+SOURCES = discover()
+
+
+@pytest.mark.parametrize("py", SOURCES, ids=[p.stem for p in SOURCES])
+def test_exercises_follow_the_format(py):
+    nb = jupytext.read(py)
+    exercises = find(nb, py.name)  # raises FormatError naming the cell
+    for e in exercises:
+        assert e.id.split(".")[0] == notebook_id(py), f"{py.name}: exercise {e.id} should be numbered {notebook_id(py)}.k"
+        assert e.check in checks.__all__, f"{py.name}: exercise {e.id} calls checks.{e.check}, not a check function"
+        assert solution_lines(e), f"{py.name}: exercise {e.id}: the solution has no distinctive line to search for"
+    student = student_notebook(nb, py.name)
+    text = "\n".join(c.source for c in student.cells)
+    for e in exercises:
+        leaked = [ln for ln in solution_lines(e) if ln in text]
+        assert not leaked, f"{py.name}: exercise {e.id}: solution text in the student version: {leaked}"
+        assert f"exercise {e.id}:" in text
+    for cell in student.cells:
+        if is_exercise(cell):
+            compile(cell.source, f"{py.name} exercise", "exec")
+
+
+def test_handout_from_the_real_notebooks(tmp_path):
+    if not any(find(jupytext.read(p), p.name) for p in SOURCES):
+        pytest.skip("no notebook has exercises yet")
+    info = build(tmp_path / "handout")
+    out = info["out"]
+    assert sorted(p.name for p in (out / "student").glob("*.ipynb")) == sorted(info["notebooks"])
+    assert sorted(p.name for p in (out / "instructor").glob("*.ipynb")) == sorted(info["notebooks"])
+    assert "00_provision_gpu_node.py" in info["skipped"] or not (REPO_ROOT / "notebooks" / "00_provision_gpu_node.py").exists()
+    for row in info["exercises"]:
+        student = (out / "student" / row["notebook"]).read_text()
+        assert f"exercise {row['exercise']}:" in student
+
+
+def _latest_lab_run() -> Path | None:
+    """SERVELAB_LAB_RUN, else the newest results/*/ run (any profile) whose executed notebooks exist."""
+    if os.environ.get("SERVELAB_LAB_RUN"):
+        return Path(os.environ["SERVELAB_LAB_RUN"])
+    runs = sorted((p.parent for p in (REPO_ROOT / "results").glob("*/run.json")), key=lambda p: p.stat().st_mtime)
+    return runs[-1] if runs else None
+
+
+def test_instructor_notebooks_passed_in_the_last_lab_run():
+    run = _latest_lab_run()
+    if run is None or not (run / "notebooks").is_dir():
+        pytest.skip("no lab run found (run `servelab lab run --profile smoke`, or set SERVELAB_LAB_RUN)")
+    state = json.loads((run / "run.json").read_text())
+    ok = {e["name"] for e in state.get("notebooks", []) if e.get("status") == "ok"}
+    rows = [r for r in grade(run / "notebooks", say=lambda s: None) if Path(r["notebook"]).stem in ok]
+    if not rows:
+        pytest.skip(f"{run.name}: no completed notebook with exercises")
+    failed = [f"{r['notebook']} {r['exercise']}: {r['status']} — {r['message']}" for r in rows if r["status"] != "pass"]
+    assert not failed, f"instructor solutions failed their checks in lab run {run.name}:\n" + "\n".join(failed)
