@@ -76,7 +76,7 @@ def _lsh_pairs(emb, threshold, bits, pool, recall, seed):
     rng = np.random.default_rng(seed)
     bands = lsh_bands(threshold, bits, recall)
     planes = rng.standard_normal((d, pool), dtype=np.float32)
-    signs = np.empty((pool, n), dtype=np.uint32)  # one contiguous row per hyperplane
+    signs = np.empty((pool, n), dtype=np.uint8)  # one contiguous row per hyperplane (1 byte per sign)
     for s in range(0, n, 8192):
         signs[:, s:s + 8192] = ((emb[s:s + 8192] @ planes) > 0).T
     del planes
@@ -85,7 +85,7 @@ def _lsh_pairs(emb, threshold, bits, pool, recall, seed):
     for _ in range(bands):
         key[:] = 0
         for shift, plane in enumerate(rng.choice(pool, bits, replace=False)):
-            key |= signs[plane] << np.uint32(shift)
+            key |= signs[plane].astype(np.uint32) << np.uint32(shift)
         order = np.argsort(key, kind="stable")
         ks = key[order]
         off = 1
