@@ -1,0 +1,128 @@
+"""Load generators against real servers: counts equal the server's own counters exactly, and the open loop
+holds a rate the server can hold while reporting backlog (not a fake rate) at one it cannot."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from servelab.bench.loadgen import client_factory, closed_loop, open_loop, poisson_schedule
+from servelab.bench.records import make_record, validate_record
+
+from .conftest import TINY
+
+QUICK = dict(warmup_s=0.2, window_s=0.4, max_windows=3, tolerance=0.5, progress=False)
+
+
+def test_closed_loop_counts_are_exact_for_a_plain_callable():
+    calls = []
+    lock = threading.Lock()
+
+    def factory(i):
+        def work():
+            time.sleep(0.002)
+            with lock:
+                calls.append(i)
+            return 2
+        return work
+
+    res = closed_loop(factory, 3, **QUICK)
+    assert res.sent_total == res.ok_total == len(calls)
+    assert res.images_total == 2 * len(calls)
+    assert set(calls) == {0, 1, 2}
+    assert res.errors == 0 and res.requests > 0 and res.windows_used >= 1
+    fixed = closed_loop(factory, 2, warmup_s=0.1, requests=25, progress=False)
+    assert fixed.requests == 25 and fixed.images == 50
+
+
+def test_errors_are_counted_not_hidden():
+    def factory(i):
+        n = iter(range(10**9))
+
+        def work():
+            if next(n) % 3 == 0:
+                raise RuntimeError("boom")
+            time.sleep(0.001)
+            return 1
+        return work
+
+    res = closed_loop(factory, 2, **QUICK)
+    assert res.errors > 0  # inside the measured windows
+    assert res.sent_total - res.ok_total >= res.errors  # and in total, warm-up included
+    assert any("boom" in e for e in res.error_examples)
+    assert res.summary()["errors"] == res.errors
+
+
+def test_poisson_schedule_rate_and_seed():
+    a = poisson_schedule(200.0, 50.0, seed=1)
+    assert len(a) == pytest.approx(200 * 50, rel=0.05)
+    gaps = np.diff(a)
+    assert gaps.mean() == pytest.approx(1 / 200, rel=0.05)
+    assert gaps.std() == pytest.approx(1 / 200, rel=0.08)  # exponential: std == mean
+    assert np.array_equal(a, poisson_schedule(200.0, 50.0, seed=1))
+
+
+@pytest.mark.triton
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_closed_loop_counts_equal_triton_stats_exactly(tiny_triton, tiny_factory, protocol):
+    from servelab.triton.stats import stats_delta
+
+    with stats_delta(tiny_triton.http_url, TINY) as d:
+        res = closed_loop(tiny_factory(protocol), 4, **QUICK)
+    s = d.result.summary()
+    assert res.errors == 0 and res.sent_total == res.ok_total
+    assert s["requests"] == res.ok_total  # every request the generator sent, warm-up included
+    assert s["inferences"] == res.images_total
+    assert s["failures"] == 0
+    assert res.requests <= res.ok_total  # the measured windows are a subset
+
+
+@pytest.mark.triton
+def test_open_loop_holds_a_holdable_rate(tiny_triton, tiny_factory):
+    from servelab.triton.stats import stats_delta
+
+    rate, duration = 40.0, 3.0
+    with stats_delta(tiny_triton.http_url, TINY) as d:
+        res = open_loop(tiny_factory(), rate, duration_s=duration, warmup_s=0.5, max_workers=8, seed=3,
+                        progress=False)
+    s = res.summary()
+    assert d.result.requests == res.sent_total == res.ok_total  # exact, open loop too
+    assert s["rate_held"] is True and s["backlog"] <= 2 and s["dropped"] == 0
+    expected = ((poisson_schedule(rate, 3.5, seed=3) >= 0.5)).sum()
+    assert s["offered"] == expected  # the seeded schedule is what was offered
+    assert s["throughput_img_s"] == pytest.approx(s["offered_rate_rps"], rel=0.1)
+    assert s["throughput_img_s"] == pytest.approx(rate, rel=0.3)  # Poisson count over 3 s: ±3σ ≈ 27 %
+
+
+@pytest.mark.triton
+def test_open_loop_reports_backlog_at_an_impossible_rate(tiny_triton, tiny_factory):
+    # 4 workers, ≥ 20 ms per execution: at most ~200 req/s can complete; 2,000/s is offered
+    rate = 2000.0
+    res = open_loop(tiny_factory(), rate, duration_s=1.5, warmup_s=0.3, max_workers=4, seed=5, progress=False)
+    s = res.summary()
+    assert s["rate_held"] is False
+    assert s["backlog"] > 0.5 * s["offered"]
+    assert s["late_starts"] > 0
+    assert s["throughput_img_s"] < 0.5 * rate  # what completed, not what was offered
+    assert s["backlog_by_window"] == sorted(s["backlog_by_window"])  # the backlog grows
+    rec = make_record("rate-sweep", "t", target="triton-grpc", rate_rps=rate, **s)
+    validate_record(rec)
+
+
+def test_closed_loop_counts_equal_service_metrics(service):
+    """Same exactness against the FastAPI service's own Prometheus counters (real model, real uvicorn)."""
+    from servelab.bench.experiments import sample_tensor
+    from servelab.bench.targets import service_delta, service_metrics
+    from servelab.client import InferenceClient
+
+    before = service_metrics(service.url)
+    res = closed_loop(
+        client_factory(lambda: InferenceClient(mode="remote", backend="fastapi", url=service.url, payload="tensor"),
+                       tensor=sample_tensor(1)),
+        2, warmup_s=0.0, requests=4, progress=False)
+    d = service_delta(before, service_metrics(service.url))
+    assert res.errors == 0
+    assert d["requests"].get("/embed/tensor 200") == res.ok_total == res.sent_total
+    assert d["images"] == res.images_total
+    assert sum(d["batch_histogram"].values()) == d["executions"] >= 1

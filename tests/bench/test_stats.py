@@ -1,0 +1,58 @@
+"""Statistics against distributions whose percentiles are known in closed form."""
+
+import math
+
+import numpy as np
+import pytest
+
+from servelab.bench.stats import cost_per_1000, is_stable, latency_summary, relative_spread
+
+
+def test_percentiles_of_a_known_ramp():
+    # 1..100 ms as seconds: numpy's linear interpolation gives p50 = 50.5, p95 = 95.05, p99 = 99.01
+    s = latency_summary(np.arange(1, 101) / 1000.0)
+    assert s["latency_p50_ms"] == pytest.approx(50.5)
+    assert s["latency_p95_ms"] == pytest.approx(95.05)
+    assert s["latency_p99_ms"] == pytest.approx(99.01)
+    assert s["latency_mean_ms"] == pytest.approx(50.5)
+    assert s["latency_min_ms"] == pytest.approx(1.0) and s["latency_max_ms"] == pytest.approx(100.0)
+
+
+@pytest.mark.parametrize("q", [50, 95, 99])
+def test_exponential_percentiles_match_theory(q):
+    # Exponential with mean 20 ms: quantile q is -ln(1 - q/100) * 20 ms
+    rng = np.random.default_rng(7)
+    lat_s = rng.exponential(0.020, 400_000)
+    got = latency_summary(lat_s)[f"latency_p{q}_ms"]
+    want = -math.log(1 - q / 100) * 20.0
+    assert got == pytest.approx(want, rel=0.02)
+
+
+def test_uniform_and_normal_percentiles():
+    rng = np.random.default_rng(3)
+    u = latency_summary(rng.uniform(0.010, 0.030, 300_000))
+    assert u["latency_p50_ms"] == pytest.approx(20.0, rel=0.01)
+    assert u["latency_p99_ms"] == pytest.approx(10 + 0.99 * 20, rel=0.01)
+    n = latency_summary(rng.normal(0.050, 0.005, 300_000))
+    assert n["latency_p95_ms"] == pytest.approx(50 + 1.6449 * 5, rel=0.01)
+    assert n["latency_std_ms"] == pytest.approx(5.0, rel=0.02)
+
+
+def test_empty_sample_gives_none_not_zero():
+    s = latency_summary([])
+    assert all(v is None for v in s.values())
+
+
+def test_stability_rule_last_three_within_tolerance():
+    assert is_stable([50, 100, 101, 99], tolerance=0.05)
+    assert not is_stable([100, 101, 120], tolerance=0.05)
+    assert not is_stable([100, 100], tolerance=0.05)  # fewer than three windows is never stable
+    assert not is_stable([100, float("nan"), 100], tolerance=0.5)
+
+
+def test_spread_and_cost():
+    assert relative_spread([90, 100, 110]) == pytest.approx(0.2)
+    assert relative_spread([]) is None
+    # 36 img/s at 3.60 per hour -> 36*3600 = 129,600 images per 3.60 -> 0.0277.. per 1,000
+    assert cost_per_1000(36.0, 3.60) == pytest.approx(3.60 / 129.6)
+    assert cost_per_1000(0, 3.6) is None
