@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import jupytext
@@ -20,7 +21,29 @@ from servelab.lab.notebooks import discover, notebook_id
 SOURCES = discover()
 
 
-@pytest.mark.parametrize("py", SOURCES, ids=[p.stem for p in SOURCES])
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"[A-Za-z_][A-Za-z0-9_]{4,}|\d{3,}", text))
+
+
+def _without_solutions(nb) -> str:
+    from servelab.assignments.exercises import BEGIN, END
+
+    out, inside = [], False
+    for cell in nb.cells:
+        for line in cell.source.splitlines():
+            if BEGIN.match(line):
+                inside = True
+            elif END.match(line):
+                inside = False
+            elif not inside:
+                out.append(line)
+    return "\n".join(out)
+
+
+FIXTURE = Path(__file__).parent / "fixtures" / "91_assignment_fixture.py"
+
+
+@pytest.mark.parametrize("py", SOURCES + [FIXTURE], ids=[p.stem for p in SOURCES + [FIXTURE]])
 def test_exercises_follow_the_format(py):
     nb = jupytext.read(py)
     exercises = find(nb, py.name)  # raises FormatError naming the cell
@@ -30,10 +53,14 @@ def test_exercises_follow_the_format(py):
         assert solution_lines(e), f"{py.name}: exercise {e.id}: the solution has no distinctive line to search for"
     student = student_notebook(nb, py.name)
     text = "\n".join(c.source for c in student.cells)
+    outside = _words(text)
     for e in exercises:
         leaked = [ln for ln in solution_lines(e) if ln in text]
         assert not leaked, f"{py.name}: exercise {e.id}: solution text in the student version: {leaked}"
         assert f"exercise {e.id}:" in text
+        # identifiers and literals only the solution uses (its distinctive tokens) are gone too
+        only_in_solution = _words(e.solution) - _words(_without_solutions(nb))
+        assert not only_in_solution & outside, (py.name, e.id, only_in_solution & outside)
     for cell in student.cells:
         if is_exercise(cell):
             compile(cell.source, f"{py.name} exercise", "exec")
