@@ -104,6 +104,7 @@ def failure_reason(log_text: str) -> str | None:
         m = _FAIL_RE.search(line)
         if m:
             reason = m.group(2).strip().rstrip('"').strip()
+            reason = re.split(r"\\n|\n", reason)[0].strip()  # drop the python traceback Triton appends
             return f"model '{m.group(1)}' failed to load: {reason}"
     for line in log_text.splitlines():
         m = _ERROR_RE.match(line.strip())

@@ -1,0 +1,140 @@
+"""Embedded server lifecycle: one clear line for every way starting can fail; `servelab triton up/status/down`.
+
+These use a tiny python-backend model (no ONNX load), so each start costs a few seconds at most."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from servelab.netutil import free_port, port_in_use
+from servelab.triton.server import EmbeddedTriton, TritonStartError, pid_alive
+
+pytestmark = pytest.mark.triton
+
+ECHO_CONFIG = """
+name: "%s"
+backend: "python"
+max_batch_size: 8
+input [ { name: "x", data_type: TYPE_FP32, dims: [ 2 ] } ]
+output [ { name: "y", data_type: TYPE_FP32, dims: [ 2 ] } ]
+instance_group [ { kind: KIND_CPU, count: 1 } ]
+"""
+ECHO_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        %s
+
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("y", pb_utils.get_input_tensor_by_name(r, "x").as_numpy() * 2)])
+                for r in requests]
+"""
+
+
+def make_repo(root: Path, name: str = "echo", init: str = "pass") -> Path:
+    d = root / name / "1"
+    d.mkdir(parents=True)
+    (root / name / "config.pbtxt").write_text(ECHO_CONFIG % name)
+    (d / "model.py").write_text(ECHO_MODEL % init)
+    return root
+
+
+@pytest.fixture()
+def echo_repo(tmp_path):
+    return make_repo(tmp_path / "repo")
+
+
+def test_port_taken_is_one_clear_line(echo_repo, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        taken = s.getsockname()[1]
+        with pytest.raises(TritonStartError) as e:
+            EmbeddedTriton(echo_repo, grpc_port=taken, log_path=tmp_path / "log").start()
+    msg = str(e.value)
+    assert f"gRPC port {taken}" in msg and "already in use" in msg and "--grpc-port" in msg
+    assert "\n" not in msg
+
+
+def test_missing_binary_and_empty_repository(echo_repo, tmp_path, monkeypatch):
+    with pytest.raises(TritonStartError, match="missing or empty; run `servelab triton stage`"):
+        EmbeddedTriton(tmp_path / "nothing-here").start()
+    monkeypatch.setenv("SERVELAB_TRITONSERVER", str(tmp_path / "no" / "tritonserver"))
+    with pytest.raises(TritonStartError, match="tritonserver binary not found"):
+        EmbeddedTriton(echo_repo).start()
+
+
+def test_model_that_fails_to_load_quotes_tritons_reason(tmp_path):
+    repo = make_repo(tmp_path / "repo", "echo")
+    make_repo(repo, "broken", 'raise RuntimeError("deliberately broken for the test")')
+    srv = EmbeddedTriton(repo, log_path=tmp_path / "triton.log", startup_timeout=120)
+    with pytest.raises(TritonStartError) as e:
+        srv.start()
+    msg = str(e.value)
+    assert "'broken' failed to load" in msg and "deliberately broken for the test" in msg, msg
+    assert str(tmp_path / "triton.log") in msg
+    assert not srv.running()
+    assert not port_in_use(srv.http_port)
+
+
+def test_context_manager_serves_and_stops(echo_repo, tmp_path):
+    import numpy as np
+    import tritonclient.http as th
+
+    with EmbeddedTriton(echo_repo, log_path=tmp_path / "log") as srv:
+        pid = srv.pid
+        assert srv.model_states() == {"echo": "READY"}
+        c = th.InferenceServerClient(srv.http_address)
+        inp = th.InferInput("x", [1, 2], "FP32")
+        inp.set_data_from_numpy(np.array([[1.0, 2.0]], np.float32), binary_data=True)
+        assert c.infer("echo", [inp]).as_numpy("y").tolist() == [[2.0, 4.0]]
+        c.close()
+    assert not pid_alive(pid)
+    assert not port_in_use(srv.http_port) and not port_in_use(srv.grpc_port)
+
+
+def _cli(*args, env):
+    return subprocess.run([sys.executable, "-m", "servelab.cli", "triton", *args], env=env, capture_output=True,
+                          text=True, timeout=180)
+
+
+def test_cli_up_status_down(echo_repo, tmp_path):
+    env = {**os.environ, "SERVELAB_TRITON_STATE_DIR": str(tmp_path / "state")}
+    ports = [str(free_port()) for _ in range(3)]
+    opts = ["--repository", str(echo_repo), "--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2]]
+    up = _cli("up", *opts, env=env)
+    assert up.returncode == 0, up.stderr
+    state = json.loads(up.stdout)
+    try:
+        assert state["models"] == {"echo": "READY"} and pid_alive(state["pid"])
+        st = _cli("status", env=env)
+        assert st.returncode == 0 and json.loads(st.stdout)["running"] is True
+        again = _cli("up", *opts, env=env)
+        assert again.returncode == 1 and again.stderr.count("\n") == 1 and "already running" in again.stderr
+    finally:
+        down = _cli("down", env=env)
+    assert down.returncode == 0 and "stopped" in down.stdout
+    assert not pid_alive(state["pid"])
+    gone = _cli("status", env=env)
+    assert gone.returncode == 1 and gone.stderr.startswith("error: ")
+
+
+def test_cli_up_on_taken_port(echo_repo, tmp_path):
+    env = {**os.environ, "SERVELAB_TRITON_STATE_DIR": str(tmp_path / "state")}
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        taken = s.getsockname()[1]
+        r = _cli("up", "--repository", str(echo_repo), "--http-port", str(taken), "--grpc-port", str(free_port()),
+                 "--metrics-port", str(free_port()), env=env)
+    assert r.returncode == 1
+    assert r.stderr.strip() == (f"error: Triton HTTP port {taken} on 127.0.0.1 is already in use; "
+                                "stop what holds it or pick another with --http-port")
