@@ -441,8 +441,14 @@ def threshold_for_precision(answer, evaluation, *, target_precision: float, thre
     """answer: a cosine threshold from the evaluation table, or fn(evaluation, target_precision); None if none fits.
 
     Correct: among thresholds whose precision ≥ target_precision, one with the highest recall (it finds the
-    most true duplicates while staying precise enough)."""
+    most true duplicates while staying precise enough). servelab.dedup.evaluate's metrics rows work as they
+    are: without a `threshold` column, the embedding rows' `setting` ("cosine >= 0.90") gives it."""
     df = _frame(evaluation)
+    if threshold_col not in df.columns and "setting" in df.columns:
+        if "method" in df.columns:
+            df = df[df["method"] == "embedding"]
+        df = df.assign(**{threshold_col: df["setting"].str.extract(r"cosine\s*>=\s*([0-9.]+)")[0].astype(float)})
+        df = df.dropna(subset=[threshold_col])
     ev = df.groupby(threshold_col).agg(p=(precision_col, "mean"), r=(recall_col, "mean"))
     ok = ev[ev["p"] >= target_precision]
 

@@ -268,6 +268,15 @@ def test_threshold_for_precision():
         assert r.status == FAIL and why in r.message and "0.9 " not in r.message.replace("0.9 target", ""), r.message
 
 
+def test_threshold_from_dedup_metrics_rows():
+    rows = [{"method": "md5", "setting": "equal", "precision": 1.0, "recall": 0.2}]
+    rows += [{"method": "phash", "setting": f"distance <= {d}", "precision": 0.99, "recall": 0.99} for d in (4, 8)]
+    rows += [{"method": "embedding", "setting": f"cosine >= {t:.2f}", "precision": p, "recall": r}
+             for t, p, r in zip(EVAL.threshold, EVAL.precision, EVAL.recall)]
+    assert checks.threshold_for_precision(0.9, rows, target_precision=0.9, exercise="t").passed
+    assert not checks.threshold_for_precision(0.95, rows, target_precision=0.9, exercise="t").passed
+
+
 def test_replicas_for_load():
     kw = dict(per_replica_img_s=25.0, target_img_s=200.0, utilisation=0.7, exercise="t")
     assert checks.replicas_for_load(12, **kw).passed  # 200 / 17.5 = 11.4 -> 12
