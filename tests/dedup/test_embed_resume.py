@@ -1,0 +1,63 @@
+"""An embedding run that dies part-way keeps its finished batches; the rerun embeds only the rest."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from servelab.data import encode, synthetic_photo
+from servelab.dedup import Catalog, embed, scan
+
+
+class FlakyClient:
+    """The real local client, wrapped to count what it is sent and to die after `fail_after` batches."""
+
+    def __init__(self, client, fail_after=None):
+        self.client, self.fail_after = client, fail_after
+        self.batches = self.images = 0
+
+    @property
+    def weights(self):
+        return self.client.weights
+
+    @property
+    def mode_used(self):
+        return self.client.mode_used
+
+    def embed_images(self, blobs):
+        if self.fail_after is not None and self.batches >= self.fail_after:
+            raise KeyboardInterrupt("simulated interruption")
+        self.batches += 1
+        self.images += len(blobs)
+        return self.client.embed_images(blobs)
+
+
+def test_interrupted_embedding_resumes_without_recomputing(tmp_path, dedup_client):
+    root = tmp_path / "photos"
+    root.mkdir()
+    for i in range(14):
+        (root / f"p{i:02d}.jpg").write_bytes(encode(synthetic_photo(300 + i, (160, 120))))
+    cat_path = tmp_path / "catalog.sqlite"
+    scan(root, cat_path)
+
+    first = FlakyClient(dedup_client, fail_after=2)
+    with pytest.raises(KeyboardInterrupt):
+        embed(cat_path, first, batch_size=4, progress=False)
+    with Catalog(cat_path) as cat:
+        ids_done, emb_done = cat.embeddings()
+        assert len(ids_done) == 8 == first.images  # two whole batches were committed
+
+    second = FlakyClient(dedup_client)
+    rep = embed(cat_path, second, batch_size=4, progress=False)
+    assert (rep.embedded, rep.already, second.images) == (6, 8, 6)  # only the rest was sent
+    with Catalog(cat_path) as cat:
+        ids, emb = cat.embeddings()
+        assert len(ids) == 14
+        before = dict(zip(ids_done.tolist(), emb_done))
+        for i, e in zip(ids.tolist(), emb):
+            if i in before:
+                assert np.array_equal(before[i], e)  # finished work untouched
+        paths = [cat.file(i)["path"] for i in ids.tolist()]
+    direct = dedup_client.embed_images([(root / p).read_bytes() for p in paths])
+    assert np.min(np.sum(direct * emb, axis=1)) > 0.9999  # every stored vector belongs to its own photo
+    assert embed(cat_path, FlakyClient(dedup_client, fail_after=0), progress=False).embedded == 0  # nothing left
