@@ -51,6 +51,9 @@ class CheckResult:
     def __bool__(self) -> bool:
         return self.passed
 
+    def _ipython_display_(self) -> None:
+        """A check cell ends with the check call: its result was already shown once, by the check itself."""
+
 
 class _Rejected(Exception):
     """Internal: the answer is wrong; the message is the hint shown to the student."""
@@ -93,7 +96,12 @@ def show(result: CheckResult) -> None:
     if _in_kernel():
         from IPython.display import display
 
-        display({"text/plain": result.line(), MIME_TYPE: result.as_dict()}, raw=True)
+        import html
+
+        colour = "#1a7f37" if result.passed else "#cf222e"
+        box = (f'<div style="border-left:4px solid {colour};padding:4px 10px;font-family:monospace">'
+               f"{html.escape(result.line())}</div>")
+        display({"text/plain": result.line(), "text/html": box, MIME_TYPE: result.as_dict()}, raw=True)
     else:
         print(result.line())
 
