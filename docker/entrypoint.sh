@@ -1,5 +1,6 @@
 #!/bin/sh
-# Checks the model export (docker/preflight.py), then runs the given command (default: the service).
+# Checks the model export (docker/preflight.py, next to this script), then runs the given command
+# (default: the service).
 set -e
-python /opt/servelab/docker/preflight.py
+python "$(dirname "$0")/preflight.py"
 exec "$@"
