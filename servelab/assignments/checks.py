@@ -25,7 +25,7 @@ from servelab.assignments.result import CheckResult, reject, run_check
 __all__ = [
     "queue_delay_for_budget", "batching_stanza", "gpu_instance_group", "trt_accelerator_stanza",
     "smallest_payload", "best_choice", "speedup", "difference", "scaling_efficiency", "cost_per_1k_images",
-    "threshold_for_precision", "replicas_for_load", "execution_providers",
+    "threshold_for_precision", "replicas_for_load", "execution_providers", "k8s_probes", "compose_healthcheck",
 ]
 
 
@@ -491,6 +491,97 @@ def replicas_for_load(answer, *, per_replica_img_s: float, target_img_s: float, 
         reject(f"{int(x)} replicas reach the target, but fewer would too: round up only once")
 
     return run_check("replicas_for_load", exercise, answer, (per_replica_img_s, target_img_s, utilisation), judge, step, strict)
+
+
+def _yaml(text, what: str) -> dict:
+    import yaml
+
+    if isinstance(text, Mapping):
+        return dict(text)
+    if not isinstance(text, str) or not text.strip():
+        reject(f"{what} is empty: write it as YAML text")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        reject(f"{what} is not valid YAML: {str(exc).splitlines()[0]}")
+    if not isinstance(data, dict):
+        reject(f"{what} should be a YAML mapping (key: value lines)")
+    return data
+
+
+def k8s_probes(answer, *, cold_start_s: float, margin: float = 2.0, exercise: str, step=None,
+               strict: bool | None = None) -> CheckResult:
+    """answer: YAML for the container's `startupProbe`, `readinessProbe` and `livenessProbe`, or fn(cold_start_s).
+
+    Correct: readiness asks /readyz (take the pod out of the Service while it cannot serve), liveness asks
+    /healthz (restart only a dead process — never one that is merely busy or still loading), and the startup
+    probe allows at least `margin` × this run's measured cold start (periodSeconds × failureThreshold)."""
+
+    def judge(text):
+        spec = _yaml(text, "your probes")
+        for name in ("startupProbe", "readinessProbe", "livenessProbe"):
+            if not isinstance(spec.get(name), Mapping):
+                reject(f"no {name}: write all three under the container")
+            if not isinstance(spec[name].get("httpGet"), Mapping) or not spec[name]["httpGet"].get("path"):
+                reject(f"{name} needs an httpGet with a path")
+        path = {n: spec[n]["httpGet"]["path"] for n in ("startupProbe", "readinessProbe", "livenessProbe")}
+        if path["readinessProbe"] != "/readyz":
+            reject("the readiness probe should ask the endpoint that says whether the model can serve now")
+        if path["livenessProbe"] == "/readyz":
+            reject("a liveness probe on readiness restarts pods that are only busy or loading: ask the process-alive endpoint")
+        if path["livenessProbe"] != "/healthz":
+            reject(f"the liveness probe asks {path['livenessProbe']}, which the service does not serve as a liveness check")
+        sp = spec["startupProbe"]
+        allowed = float(sp.get("periodSeconds", 10)) * float(sp.get("failureThreshold", 3))
+        if allowed < cold_start_s * margin:
+            reject(f"the startup probe gives up after {allowed:g} s; this run measured a cold start of "
+                   f"{cold_start_s:.1f} s and the probe should allow {margin:g}× that")
+        return f"readiness /readyz, liveness /healthz, startup allows {allowed:g} s (cold start here {cold_start_s:.1f} s)"
+
+    return run_check("k8s_probes", exercise, answer, (cold_start_s,), judge, step, strict)
+
+
+def _seconds(value, what: str) -> float:
+    """Compose durations: '30s', '1m30s', '500ms', or a number of seconds."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    import re
+
+    text = str(value).strip()
+    parts = re.findall(r"(\d+(?:\.\d+)?)(h|ms|m|s|us)", text)
+    if not parts or "".join(a + b for a, b in parts) != text:
+        reject(f"{what} {value!r} is not a duration like '30s' or '1m30s'")
+    scale = {"h": 3600, "m": 60, "s": 1, "ms": 1e-3, "us": 1e-6}
+    return sum(float(a) * scale[b] for a, b in parts)
+
+
+def compose_healthcheck(answer, *, cold_start_s: float, port: int = 8002, margin: float = 1.5, exercise: str,
+                        step=None, strict: bool | None = None) -> CheckResult:
+    """answer: YAML of a compose service's `healthcheck:` mapping (with or without the `healthcheck:` key), or
+    fn(cold_start_s). Correct: the test asks the service's /readyz on `port` inside the container, and
+    start_period covers `margin` × this run's measured cold start (failures then do not count)."""
+
+    def judge(text):
+        hc = _yaml(text, "your healthcheck")
+        hc = hc.get("healthcheck", hc)
+        if not isinstance(hc, Mapping) or "test" not in hc:
+            reject("a compose healthcheck needs a `test` (e.g. [\"CMD\", …])")
+        test = hc["test"]
+        cmd = " ".join(map(str, test)) if isinstance(test, list) else str(test)
+        if isinstance(test, list) and test and test[0] not in ("CMD", "CMD-SHELL", "NONE"):
+            reject("a list `test` starts with \"CMD\" or \"CMD-SHELL\"")
+        if "/readyz" not in cmd:
+            reject("the test should ask whether the model is ready to serve, not only whether the process runs")
+        if str(port) not in cmd:
+            reject(f"the test should reach the service on its port inside the container ({port})")
+        if "start_period" not in hc:
+            reject("no start_period: failures while the model loads would count against the container")
+        sp = _seconds(hc["start_period"], "start_period")
+        if sp < cold_start_s * margin:
+            reject(f"start_period {sp:g} s is shorter than {margin:g}× the cold start this run measured ({cold_start_s:.1f} s)")
+        return f"healthcheck on /readyz:{port}, start_period {sp:g} s (cold start here {cold_start_s:.1f} s)"
+
+    return run_check("compose_healthcheck", exercise, answer, (cold_start_s,), judge, step, strict)
 
 
 # --- 03: execution providers -----------------------------------------------------------------------------------

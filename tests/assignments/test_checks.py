@@ -299,3 +299,47 @@ def test_execution_providers():
     ]:
         r = checks.execution_providers(wrong, want="tensorrt" if "Tensor" in str(wrong) or wrong == list(reversed(good)) else "cuda", exercise="t")
         assert r.status == FAIL and why in r.message, (wrong, r.message)
+
+
+PROBES = """
+startupProbe: {httpGet: {path: /healthz, port: http}, periodSeconds: 5, failureThreshold: 12}
+readinessProbe: {httpGet: {path: /readyz, port: http}, periodSeconds: 5}
+livenessProbe: {httpGet: {path: /healthz, port: http}, periodSeconds: 10}
+"""
+
+
+def test_k8s_probes():
+    assert checks.k8s_probes(PROBES, cold_start_s=20.0, exercise="t").passed  # 60 s >= 2 x 20 s
+    for wrong, cold, why in [
+        (PROBES, 40.0, "gives up after 60 s"),
+        (PROBES.replace("livenessProbe: {httpGet: {path: /healthz", "livenessProbe: {httpGet: {path: /readyz"), 20.0, "only busy"),
+        (PROBES.replace("readinessProbe: {httpGet: {path: /readyz", "readinessProbe: {httpGet: {path: /healthz"), 20.0, "readiness"),
+        ("\n".join(PROBES.strip().splitlines()[1:]), 20.0, "no startupProbe"),
+        ("startupProbe: [", 20.0, "not valid YAML"),
+    ]:
+        r = checks.k8s_probes(wrong, cold_start_s=cold, exercise="t")
+        assert r.status == FAIL and why in r.message, r.message
+
+
+HEALTH = """
+healthcheck:
+  test: ["CMD", "python", "/app/healthcheck.py", "http://127.0.0.1:8002/readyz"]
+  interval: 10s
+  timeout: 3s
+  retries: 3
+  start_period: 1m
+"""
+
+
+def test_compose_healthcheck():
+    assert checks.compose_healthcheck(HEALTH, cold_start_s=30.0, exercise="t").passed
+    assert checks.compose_healthcheck(HEALTH.replace("1m", "45s"), cold_start_s=30.0, exercise="t").passed
+    for wrong, why in [
+        (HEALTH.replace("1m", "20s"), "shorter than"),
+        (HEALTH.replace("/readyz", "/healthz"), "ready to serve"),
+        (HEALTH.replace("8002", "8080"), "its port"),
+        (HEALTH.replace("  start_period: 1m\n", ""), "no start_period"),
+        (HEALTH.replace("1m", "soon"), "not a duration"),
+    ]:
+        r = checks.compose_healthcheck(wrong, cold_start_s=30.0, exercise="t")
+        assert r.status == FAIL and why in r.message, r.message
