@@ -110,7 +110,7 @@ class TritonBackend(Backend):
         try:
             if self.protocol == "http":
                 outputs = [tc.InferRequestedOutput(output, binary_data=True)]
-                result = self.client.infer(model, inputs, outputs=outputs, timeout=int(self.timeout * 1e6))
+                result = self.client.infer(model, inputs, outputs=outputs)  # network_timeout bounds the wait
             else:
                 outputs = [tc.InferRequestedOutput(output)]
                 result = self.client.infer(model, inputs, outputs=outputs, client_timeout=self.timeout)

@@ -52,8 +52,11 @@ def stage(
     from servelab.triton.repository import stage as do_stage
 
     gpu_list = [int(g) for g in gpus.split(",") if g.strip()] if gpus else None
-    info = do_stage(target, out, instances=instances, max_delay_us=max_delay_us, max_batch=max_batch,
-                    threads=threads, gpus=gpu_list, trt_cache=trt_cache, log_fn=typer.echo)
+    try:
+        info = do_stage(target, out, instances=instances, max_delay_us=max_delay_us, max_batch=max_batch,
+                        threads=threads, gpus=gpu_list, trt_cache=trt_cache, log_fn=typer.echo)
+    except FileExistsError as exc:
+        raise RuntimeError(str(exc)) from None
     typer.echo(json.dumps(info, indent=2))
 
 

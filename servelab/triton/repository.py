@@ -145,6 +145,13 @@ def stage(
     src_root = STAGING / target
     if not src_root.is_dir():
         raise FileNotFoundError(f"{src_root}: staging templates missing")
+    if out.exists():
+        strays = [p.name for p in out.iterdir() if not (p / "config.pbtxt").is_file()]
+        if not out.is_dir() or strays:
+            raise FileExistsError(
+                f"{out} exists and is not a model repository written by stage ({', '.join(strays[:3]) or 'a file'}); "
+                "refusing to replace it — choose another --out or remove it yourself"
+            )
     meta = ensure_exported(settings)
     onnx = Path(meta["path"])
     weights = meta.get("weights", "")

@@ -86,3 +86,12 @@ def test_stage_rejects_bad_arguments(settings, tmp_path):
     with pytest.raises(ValueError, match="instances"):
         stage("cpu", tmp_path / "m", instances=0, settings=settings)
     assert not (tmp_path / "m").exists()
+
+
+def test_stage_refuses_to_replace_a_folder_that_is_not_a_repository(settings, tmp_path):
+    out = tmp_path / "precious"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    with pytest.raises(FileExistsError, match="not a model repository"):
+        stage("cpu", out, settings=settings)
+    assert (out / "notes.txt").read_text() == "keep me"
