@@ -54,7 +54,9 @@ else
 fi
 cd "$REMOTE_DIR"
 mkdir -p artifacts models results
-export SERVELAB_UID=$(id -u) SERVELAB_GID=$(id -g) SERVELAB_GPUS="${SERVELAB_GPUS:-}"
+SERVELAB_UID=$(id -u)
+SERVELAB_GID=$(id -g)
+export SERVELAB_UID SERVELAB_GID SERVELAB_GPUS="${SERVELAB_GPUS:-}"
 # The node's Jupyter needs a token: one per node, kept outside the clone, readable only by this user.
 TOKEN_FILE="$HOME/.servelab_jupyter_token"
 [ -s "$TOKEN_FILE" ] || (umask 077; head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$TOKEN_FILE")

@@ -126,3 +126,13 @@ def test_bootstrap_script_parses_and_needs_repo_url(tmp_path):
     for needle in ("nvidia-container-toolkit", "nvidia-ctk runtime configure --runtime=docker",
                    "docker/compose.00-prepare.yaml", 'docker/compose.$stack.yaml'):
         assert needle in text
+
+
+def test_shell_scripts_pass_shellcheck():
+    import shutil
+
+    if not shutil.which("shellcheck"):
+        pytest.skip("shellcheck not installed (apt-get install shellcheck); bash -n is checked above")
+    scripts = [REPO_ROOT / "scripts" / "node_bootstrap.sh", REPO_ROOT / "docker" / "entrypoint.sh"]
+    out = subprocess.run(["shellcheck", *map(str, scripts)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout
