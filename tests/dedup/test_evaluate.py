@@ -1,0 +1,36 @@
+"""`evaluate` on a tiny labelled set: files written, numbers consistent with the set's construction."""
+
+from __future__ import annotations
+
+import csv
+
+from PIL import Image
+
+from servelab.dedup import evaluate
+from servelab.dedup.evaluate import TRANSFORMS
+from servelab.model.weights import is_random_init
+
+
+def test_evaluate_writes_table_plot_and_states_weights(tmp_path, dedup_client):
+    out = tmp_path / "eval"
+    res = evaluate(out, dedup_client, n_base=2, n_negatives=2, size=160)
+    s = res["summary"]
+    bases = s["bases"]  # 2 generated (+1 photo shipped with matplotlib when installed)
+    per_base = 1 + len(TRANSFORMS)
+    assert s["files"] == bases * per_base + 2
+    assert s["duplicate_pairs"] == bases * per_base * (per_base - 1) // 2
+    rows = list(csv.DictReader(open(res["csv"])))
+    md5 = next(r for r in rows if r["method"] == "md5")
+    # MD5 finds exactly the (original, exact copy) pairs and nothing else
+    assert (int(md5["tp"]), int(md5["fp"])) == (bases, 0) and float(md5["precision"]) == 1.0
+    assert {r["method"] for r in rows} == {"md5", "phash", "dhash", "embedding"}
+    assert sum(r["method"] == "embedding" for r in rows) >= 5
+    ph = [r for r in rows if r["method"] == "phash"]
+    assert [int(r["tp"]) for r in ph] == sorted(int(r["tp"]) for r in ph)  # looser distance, more found
+    md = open(res["markdown"]).read()
+    assert s["weights"] in md and "| method | setting | precision | recall | F1 |" in md
+    if is_random_init(s["weights"]):
+        assert "NOT a claim about pretrained CLIP" in md
+    with Image.open(res["plot"]) as im:
+        assert im.format == "PNG" and im.width > 300
+    assert not list(out.glob("*.tmp*"))
