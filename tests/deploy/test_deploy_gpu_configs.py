@@ -51,5 +51,13 @@ def test_staged_gpu_repository_for_two_gpus(tmp_path, onnx_meta, gpu_trt_cache_p
     acc = {p: v for a in trt.optimization.execution_accelerators.gpu_execution_accelerator if a.name == "tensorrt"
            for p, v in a.parameters.items()}
     assert acc["trt_engine_cache_path"] == gpu_trt_cache_path == "/trt_cache"
+    for model in info["models"]:  # what Triton needs to find in each version folder
+        cfg = parse_config(repo / model / "config.pbtxt")
+        if cfg.backend == "python":
+            assert (repo / model / "1" / "model.py").is_file(), model
+        elif cfg.platform == "onnxruntime_onnx":
+            assert (repo / model / "1" / "model.onnx").is_file(), model
+        else:
+            assert cfg.platform == "ensemble" and (repo / model / "1").is_dir(), model
     ens = parse_config(repo / "openclip_vit_b32_jpeg" / "config.pbtxt")
     assert {s.model_name for s in ens.ensemble_scheduling.step} == {"preprocess_jpeg", "openclip_vit_b32"}
