@@ -29,7 +29,8 @@ CREATE TABLE IF NOT EXISTS files (
     format TEXT, width INTEGER, height INTEGER,
     orientation INTEGER, taken TEXT,    -- EXIF orientation tag and DateTimeOriginal (or DateTime)
     scanned_at REAL,
-    embedding BLOB, embed_weights TEXT
+    embedding BLOB, embed_weights TEXT,
+    embed_error TEXT                    -- why this file could not be embedded (it still takes part in MD5 groups)
 );
 CREATE INDEX IF NOT EXISTS files_md5 ON files(md5);
 CREATE INDEX IF NOT EXISTS files_status ON files(status);
@@ -52,6 +53,9 @@ class Catalog:
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.executescript(SCHEMA)
+        cols = {r[1] for r in self.db.execute("PRAGMA table_info(files)")}
+        if "embed_error" not in cols:  # catalogs written before the column existed
+            self.db.execute("ALTER TABLE files ADD COLUMN embed_error TEXT")
         stored = self.get_meta("root")
         if root is not None:
             root = Path(root).resolve()
@@ -90,12 +94,17 @@ class Catalog:
         out = {r[0]: r[1] for r in rows}
         out["embedded"] = self.db.execute(
             "SELECT COUNT(*) FROM files WHERE status='ok' AND embedding IS NOT NULL").fetchone()[0]
+        out["embed_failed"] = self.db.execute(
+            "SELECT COUNT(*) FROM files WHERE status='ok' AND embed_error IS NOT NULL").fetchone()[0]
         return out
 
     def problems(self) -> list[dict]:
         rows = self.db.execute(
             "SELECT path, status, kind, reason FROM files WHERE status IN ('error','skipped') ORDER BY path").fetchall()
-        return [dict(r) for r in rows]
+        failed = self.db.execute(
+            "SELECT path, 'ok' AS status, 'embed_failed' AS kind, embed_error AS reason FROM files "
+            "WHERE status='ok' AND embed_error IS NOT NULL ORDER BY path").fetchall()
+        return [dict(r) for r in rows] + [dict(r) for r in failed]
 
     def set_status(self, file_id: int, status: str, reason: str | None = None) -> None:
         with self.db:

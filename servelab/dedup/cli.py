@@ -122,10 +122,13 @@ def review(root: Path = ROOT_ARG, catalog: Optional[Path] = CATALOG_OPT,
            method: str = typer.Option("auto", help="auto | exact | lsh")):
     """Open the review UI (FastAPI + HTML) at http://HOST:PORT."""
     from servelab.dedup.review import serve
+    from servelab.netutil import port_in_use
 
     path = _catalog_path(root, catalog)
     if not path.exists():
         raise FileNotFoundError(f"no catalog at {path}: run `servelab dedup scan {root}` first")
+    if port_in_use(port, host):
+        raise RuntimeError(f"port {port} on {host} is already in use; pick another with --port")
     typer.echo(f"review UI on http://{host}:{port}  (Ctrl-C to stop)")
     serve(path, host=host, port=port, threshold=threshold, phash_max=phash_max, method=method)
 

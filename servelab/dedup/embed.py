@@ -2,7 +2,9 @@
 
 Only rows that lack an embedding from the client's weights are sent, so an interrupted run loses at most
 the batch in flight, and switching weights re-embeds instead of mixing two models in one catalog. A batch
-that fails because one file went bad is retried file by file; the bad file gets an error row, the rest go on.
+that fails because one file went bad is retried file by file; the bad file keeps its place in MD5 grouping
+with `embed_error` saying why (not retried for the same weights), the rest go on. A server that is down or
+answers 5xx stops the run: nothing is marked, so the rerun picks up from there.
 """
 
 from __future__ import annotations
@@ -36,10 +38,9 @@ def embed(catalog: str | Path | Catalog, client, batch_size: int = 16, progress:
     cat = catalog if isinstance(catalog, Catalog) else Catalog(catalog)
     weights = client.weights
     rows = cat.db.execute(
-        "SELECT id, path FROM files WHERE status='ok' AND (embedding IS NULL OR embed_weights IS NOT ?) ORDER BY id",
-        (weights,)).fetchall()
-    already = cat.db.execute("SELECT COUNT(*) FROM files WHERE status='ok' AND embed_weights IS ?",
-                             (weights,)).fetchone()[0]
+        "SELECT id, path FROM files WHERE status='ok' AND embed_weights IS NOT ? ORDER BY id", (weights,)).fetchall()
+    already = cat.db.execute("SELECT COUNT(*) FROM files WHERE status='ok' AND embed_weights IS ? "
+                             "AND embedding IS NOT NULL", (weights,)).fetchone()[0]
     if limit is not None:
         rows = rows[:limit]
     report = EmbedReport(weights=weights, mode_used=client.mode_used, todo=len(rows), embedded=0, failed=0,
@@ -54,7 +55,7 @@ def embed(catalog: str | Path | Catalog, client, batch_size: int = 16, progress:
                     blobs.append(cat.safe_path(r["path"]).read_bytes())
                     ids.append(r["id"])
                 except (OSError, OutsideRoot) as exc:
-                    _fail(cat, r["id"], f"cannot read for embedding: {exc}")
+                    _fail(cat, r["id"], weights, f"cannot read for embedding: {exc}")
                     report.failed += 1
             vecs = _embed_batch(client, blobs)
             if vecs is None:  # isolate the bad file(s)
@@ -62,14 +63,14 @@ def embed(catalog: str | Path | Catalog, client, batch_size: int = 16, progress:
                 for fid, blob in zip(ids, blobs):
                     v = _embed_batch(client, [blob], raise_on_error=False)
                     if isinstance(v, str):
-                        _fail(cat, fid, f"embedding failed: {v}")
+                        _fail(cat, fid, weights, f"embedding failed: {v}")
                         report.failed += 1
                     else:
                         vecs.append((fid, v[0]))
             else:
                 vecs = list(zip(ids, vecs))
             with cat.db:  # one transaction per batch: a crash loses at most this batch
-                cat.db.executemany("UPDATE files SET embedding=?, embed_weights=? WHERE id=?",
+                cat.db.executemany("UPDATE files SET embedding=?, embed_weights=?, embed_error=NULL WHERE id=?",
                                    [(np.asarray(v, dtype=np.float32).tobytes(), weights, fid) for fid, v in vecs])
             report.embedded += len(vecs)
             bar.update(len(chunk))
@@ -96,6 +97,7 @@ def _embed_batch(client, blobs, raise_on_error=True):
         return str(exc) if not raise_on_error else None
 
 
-def _fail(cat: Catalog, file_id: int, reason: str) -> None:
+def _fail(cat: Catalog, file_id: int, weights: str, reason: str) -> None:
     with cat.db:
-        cat.db.execute("UPDATE files SET status='error', kind='embed_failed', reason=? WHERE id=?", (reason, file_id))
+        cat.db.execute("UPDATE files SET embedding=NULL, embed_weights=?, embed_error=? WHERE id=?",
+                       (weights, reason, file_id))

@@ -81,7 +81,7 @@ def scan(root: str | Path, catalog: str | Path | Catalog, progress: bool = False
         row = _examine(root / rel, st)
         if row["status"] != "ok":
             report.problems.append({"path": rel, "status": row["status"], "kind": row["kind"], "reason": row["reason"]})
-        _upsert(cat, rel, {**row, "embedding": None, "embed_weights": None})
+        _upsert(cat, rel, {**row, "embedding": None, "embed_weights": None, "embed_error": None})
         if old is None:
             report.new += 1
         else:
@@ -225,7 +225,7 @@ def _header(data: bytes) -> tuple[str | None, int | None, str | None]:
 
 
 COLUMNS = ("status", "kind", "reason", "size", "mtime_ns", "md5", "phash", "dhash", "format", "width", "height",
-           "orientation", "taken", "scanned_at", "embedding", "embed_weights")
+           "orientation", "taken", "scanned_at", "embedding", "embed_weights", "embed_error")
 
 
 def _upsert(cat: Catalog, rel: str, values: dict) -> None:

@@ -61,3 +61,24 @@ def test_interrupted_embedding_resumes_without_recomputing(tmp_path, dedup_clien
     direct = dedup_client.embed_images([(root / p).read_bytes() for p in paths])
     assert np.min(np.sum(direct * emb, axis=1)) > 0.9999  # every stored vector belongs to its own photo
     assert embed(cat_path, FlakyClient(dedup_client, fail_after=0), progress=False).embedded == 0  # nothing left
+
+
+def test_a_file_that_went_bad_after_the_scan_does_not_stop_the_batch(tmp_path, dedup_client):
+    root = tmp_path / "photos"
+    root.mkdir()
+    for i in range(5):
+        (root / f"p{i}.jpg").write_bytes(encode(synthetic_photo(400 + i, (120, 90))))
+    cat_path = tmp_path / "catalog.sqlite"
+    scan(root, cat_path)
+    (root / "p2.jpg").write_bytes(b"no longer a photo")  # changed after the scan
+    rep = embed(cat_path, dedup_client, batch_size=8, progress=False)
+    assert (rep.embedded, rep.failed) == (4, 1)
+    with Catalog(cat_path) as cat:
+        probs = cat.problems()
+        assert [(p["path"], p["kind"]) for p in probs] == [("p2.jpg", "embed_failed")]
+        assert "not a recognised image" in probs[0]["reason"]
+        assert cat.counts()["embedded"] == 4
+    assert embed(cat_path, dedup_client, progress=False).todo == 0  # not retried for the same weights
+    scan(root, cat_path)  # the rescan sees the change and records the real problem
+    with Catalog(cat_path) as cat:
+        assert [(p["path"], p["kind"]) for p in cat.problems()] == [("p2.jpg", "not_an_image")]
