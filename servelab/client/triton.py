@@ -6,7 +6,8 @@
     b.embed_tensor(float32 [N,3,224,224]) -> float32 [N,512]   # FP32 input `pixel_values`, binary (never JSON lists)
     b.embed_encoded([jpeg_bytes, ...])    -> float32 [N,512]   # BYTES input `IMAGE` [N,1] to the ensemble
     b.ready() -> bool                                          # server live AND `model` ready
-    b.weights, b.info(), b.close(), b.url, b.protocol, b.model, b.jpeg_model
+    b.weights, b.info(), b.model_config(model=None) -> dict, b.close(), b.url, b.protocol, b.model, b.jpeg_model
+    with TritonBackend("grpc", srv.grpc_url) as b: ...       # closes its client on exit
 
 Also usable through `InferenceClient(mode="remote", backend="triton-http"|"triton-grpc", url=..., model=...)`.
 Default URLs come from the configured ports: HTTP 127.0.0.1:8003, gRPC 127.0.0.1:8004 (SERVELAB_TRITON_URL /
@@ -72,7 +73,7 @@ class TritonBackend(Backend):
         self.model = model or os.environ.get("SERVELAB_TRITON_MODEL") or DEFAULT_MODEL
         self.jpeg_model = jpeg_model or os.environ.get("SERVELAB_TRITON_JPEG_MODEL") or DEFAULT_JPEG_MODEL
         self.input_name, self.output_name, self.jpeg_input_name = input_name, output_name, jpeg_input_name
-        self.weights = ""
+        self._weights: str | None = None
         if protocol == "http":
             import tritonclient.http as tc
 
@@ -159,8 +160,6 @@ class TritonBackend(Backend):
             ok = bool(self.client.is_server_live()) and bool(self.client.is_model_ready(self.model))
         except Exception:
             return False
-        if ok and not self.weights:
-            self.weights = self._weights_from_config()
         return ok
 
     def model_config(self, model: str | None = None) -> dict:
@@ -175,19 +174,29 @@ class TritonBackend(Backend):
         except self._exc as exc:
             raise self._error(exc) from None
 
-    def _weights_from_config(self) -> str:
-        try:
-            params = self.model_config().get("parameters", {})
-            return params.get("weights", {}).get("string_value", "")
-        except Exception:
-            return ""
+    @property
+    def weights(self) -> str:
+        """The weights label `servelab triton stage` wrote into the model config (fetched once, cached)."""
+        if self._weights is None:
+            try:
+                params = self.model_config().get("parameters", {})
+                self._weights = params.get("weights", {}).get("string_value", "")
+            except Exception:
+                return ""  # server not reachable yet: try again next time
+        return self._weights
 
     def info(self) -> dict:
         return {"backend": self.name, "url": self.url, "model": self.model, "jpeg_model": self.jpeg_model,
-                "weights": self.weights or self._weights_from_config()}
+                "weights": self.weights}
 
     def close(self) -> None:
         try:
             self.client.close()
         except Exception:
             pass
+
+    def __enter__(self) -> "TritonBackend":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -71,12 +71,13 @@ def test_tensor_path_equals_local_onnxruntime(triton, batch, reference, protocol
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_jpeg_ensemble_equals_client_side_preprocessing(triton, jpegs, local_embedder, protocol):
+def test_jpeg_ensemble_equals_client_side_preprocessing(triton, jpegs, local_embedder, protocol, onnx_meta):
     expected = local_embedder.embed(preprocess_batch(jpegs))
     with InferenceClient(mode="remote", backend=f"triton-{protocol}", url=url_for(triton, protocol),
                          payload="jpeg") as client:
         via_ensemble = client.embed_images(jpegs)
         assert client.mode_used == "remote"
+        assert client.weights == onnx_meta["weights"]  # labelled even without a ready() probe
     with InferenceClient(mode="remote", backend=f"triton-{protocol}", url=url_for(triton, protocol),
                          payload="tensor") as client:
         via_tensor = client.embed_images(jpegs)
