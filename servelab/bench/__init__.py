@@ -58,20 +58,12 @@ __all__ = [
 
 
 def __getattr__(name):  # heavy modules load on first use
-    if name == "experiments":
-        from servelab.bench import experiments
+    import importlib
 
-        return experiments
-    if name == "LoadOpts":
-        from servelab.bench.experiments import LoadOpts
-
-        return LoadOpts
-    if name == "cost_table":
-        from servelab.bench.experiments import cost_table
-
-        return cost_table
+    if name in ("experiments", "report", "targets", "triton_targets", "stats"):
+        return importlib.import_module(f"servelab.bench.{name}")
+    if name in ("LoadOpts", "cost_table"):
+        return getattr(importlib.import_module("servelab.bench.experiments"), name)
     if name in ("write_report", "compare"):
-        from servelab.bench import report
-
-        return getattr(report, name)
+        return getattr(importlib.import_module("servelab.bench.report"), name)
     raise AttributeError(name)

@@ -1,0 +1,52 @@
+"""`servelab bench …` as a user runs it: real subprocesses, results into a temp folder."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from servelab.bench.records import Run
+
+SERVELAB = [sys.executable, "-c", "from servelab.cli import main; main()"]
+
+
+def _cli(args, results: Path, timeout=300):
+    env = {**os.environ, "SERVELAB_RESULTS": str(results)}
+    return subprocess.run(SERVELAB + args, capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def _synthetic(root, name, thr):
+    run = Run(run_id=name, root=root, weights="random-init (seed 0)")
+    run.record("service", kind="load", target="fastapi", engine="onnx", batch=1, concurrency=16,
+               throughput_img_s=thr, latency_p50_ms=500.0, latency_p99_ms=700.0, spread=0.05)
+
+
+def test_compare_prints_delta_table(tmp_path):
+    _synthetic(tmp_path, "a", 28.0)
+    _synthetic(tmp_path, "b", 35.0)
+    r = _cli(["bench", "compare", "a", "b"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "| throughput_img_s |" in r.stdout and "better" in r.stdout
+    assert "1 better, 0 worse, 2 within noise" in r.stdout
+
+
+def test_compare_unknown_run_is_one_line_error(tmp_path):
+    r = _cli(["bench", "compare", "nope", "nada"], tmp_path)
+    assert r.returncode == 1
+    assert r.stderr.strip().startswith("error: no run 'nope'") and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_engines_quick_records_unavailable_provider(tmp_path, onnx_meta):
+    r = _cli(["bench", "engines", "--quick", "--engines", "onnx-int8", "--providers", "cpu,cuda", "--batches", "1",
+              "--run-id", "eng"], tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    recs = [json.loads(x) for x in (tmp_path / "eng" / "records.jsonl").read_text().splitlines()]
+    cuda = [x for x in recs if x["provider"] == "cuda"]
+    cpu = [x for x in recs if x["provider"] == "cpu"]
+    if cuda and cuda[0]["kind"] == "unavailable":  # a CPU machine: says so, never a silent CPU fallback
+        assert cuda[0]["available"] is False and "CUDAExecutionProvider" in cuda[0]["note"]
+        assert "not available: " in r.stdout
+    assert cpu and cpu[0]["kind"] == "raw" and cpu[0]["throughput_img_s"] > 0
+    assert (tmp_path / "eng" / "tables" / "engines.md").exists()
+    assert (tmp_path / "eng" / "environment.json").exists()
