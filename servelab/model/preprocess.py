@@ -47,6 +47,8 @@ def decode_image(data: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES, max_pixels:
             raise ImageDecodeError("bytes are not a recognised image (expected JPEG, PNG or WebP)", "not_an_image") from None
         except Image.DecompressionBombError as exc:
             raise ImageDecodeError(f"image has too many pixels (decompression bomb guard): {exc}", "too_many_pixels") from None
+        except (OSError, SyntaxError, ValueError) as exc:  # e.g. a header cut short: "Truncated File Read"
+            raise ImageDecodeError(f"image data is corrupt or truncated: {exc}", "corrupt") from None
         w, h = img.size
         if w * h > max_pixels:
             raise ImageDecodeError(f"image is {w}x{h} = {w * h} pixels, over the limit of {max_pixels}", "too_many_pixels")

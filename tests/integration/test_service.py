@@ -143,6 +143,7 @@ BAD_INPUTS = {
     "zero-byte file": ("/embed", dict(files=[("files", ("a.jpg", b"", "image/jpeg"))]), 400, "empty"),
     "not an image": ("/embed", dict(content=b"hello world" * 10, headers={"Content-Type": "image/jpeg"}), 400, "not_an_image"),
     "truncated jpeg": ("/embed", dict(content=encode(synthetic_photo(1))[:3000], headers={"Content-Type": "image/jpeg"}), 400, "corrupt"),
+    "jpeg cut inside its header": ("/embed", dict(content=encode(synthetic_photo(1))[:300], headers={"Content-Type": "image/jpeg"}), 400, "corrupt"),
     "unsupported content type": ("/embed", dict(content=b"x", headers={"Content-Type": "text/plain"}), 415, "unsupported_media_type"),
     "over byte limit": ("/embed", dict(content=b"\xff\xd8" + b"0" * (2 * 1024 * 1024 + 10), headers={"Content-Type": "image/jpeg"}), 413, "too_large"),
     "over pixel limit": ("/embed", dict(content=_bomb(), headers={"Content-Type": "image/png"}), 413, "too_many_pixels"),

@@ -90,6 +90,8 @@ def test_exif_rotation_applied():
         (b"", "empty"),
         (b"definitely not an image", "not_an_image"),
         (encode(synthetic_photo(5))[:2000], "corrupt"),
+        (encode(synthetic_photo(5))[:300], "corrupt"),  # cut inside the header
+        (encode(synthetic_photo(5), "PNG")[:100], "corrupt"),
     ],
 )
 def test_bad_bytes_raise_named_errors(data, kind):
