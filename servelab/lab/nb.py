@@ -71,6 +71,17 @@ class Step:
         """`hardware` and `versions` columns for every table row (short form of the run's fingerprint)."""
         return fingerprint_tags(self.environment)
 
+    def opts(self, duration_s: float, warmup_s: float, repeats: int = 1, requests: int = 0):
+        """Bench load options for one measured point: warm-up, then `duration_s` split into 3 windows, up to
+        `repeats` × 3 windows until the last three agree (the record says whether they did). `requests` > 0
+        measures a fixed request count instead (the smoke profile: a functional check, not a result)."""
+        from servelab.bench.experiments import LoadOpts
+
+        if requests:
+            return LoadOpts(warmup_s=warmup_s, requests=requests, min_window_requests=1, progress=False)
+        return LoadOpts(warmup_s=warmup_s, window_s=max(0.1, duration_s / 3), max_windows=3 * max(1, repeats),
+                        tolerance=0.1, min_window_requests=1, progress=False)
+
     # --- outputs ---------------------------------------------------------------------------------
     def table(self, df: pd.DataFrame, name: str, caption: str | None = None, show: bool = True) -> pd.DataFrame:
         df = pd.DataFrame(df).copy()
@@ -99,6 +110,14 @@ class Step:
         from servelab.bench.records import records_frame
 
         return records_frame([r for r in self.run.records if all(r.get(k) == v for k, v in match.items())])
+
+    @staticmethod
+    def frame(records: list[dict], *columns: str) -> pd.DataFrame:
+        """Records (as returned by bench experiments) -> DataFrame with these columns (missing ones empty)."""
+        from servelab.bench.records import records_frame
+
+        df = records_frame(list(records))
+        return df.reindex(columns=list(columns)) if columns else df
 
     def shows(self, text: str) -> None:
         """The 'What this run shows' paragraph (built from this run's numbers by the notebook); also saved

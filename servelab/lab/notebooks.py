@@ -6,6 +6,7 @@ generated from it, committed without outputs, and is what papermill executes.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from servelab.config import REPO_ROOT
@@ -54,7 +55,9 @@ def _to_notebook(py: Path):
     nb = jupytext.read(py)
     nb.metadata.setdefault("kernelspec", {"name": KERNEL, "display_name": f"{KERNEL} (.venv)", "language": "python"})
     nb.metadata.setdefault("jupytext", {})["formats"] = "ipynb,py:percent"
-    for cell in nb.cells:
+    for i, cell in enumerate(nb.cells):
+        # deterministic ids: regenerating an unchanged notebook gives an identical file (no churn in git)
+        cell.id = f"c{i:02d}-" + hashlib.sha1(cell.source.encode()).hexdigest()[:8]
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
     return nb

@@ -21,10 +21,11 @@ from typing import Any, Callable
 from servelab.config import REPO_ROOT
 from servelab.lab import notebooks as nbs
 from servelab.lab import params as lab_params
-from servelab.lab.targets import check_target, gpu_endpoints
+from servelab.lab.targets import check_target, gpu_endpoints, triton_models
 
 RESULTS_DIR = REPO_ROOT / "results"
-URL_KEYS = {"service_url", "triton_http_url", "triton_grpc_url", "triton_metrics_url", "triton_repository"}
+URL_KEYS = {"service_url", "triton_http_url", "triton_grpc_url", "triton_metrics_url", "triton_repository",
+            "service_pid", "triton_pid"}
 
 
 class NotebookFailed(RuntimeError):
@@ -74,7 +75,7 @@ def plan(profile: str = "default", only: list[str] | None = None, params: list[s
     if not run_id.replace("-", "").replace("_", "").replace(".", "").isalnum():
         raise ValueError(f"--run-id {run_id!r}: use letters, digits, '-', '_' or '.'")
     out_dir = (Path(results_dir) / run_id).resolve()
-    values.update(target=target, run_id=run_id, out_dir=str(out_dir))
+    values.update(target=target, run_id=run_id, out_dir=str(out_dir), **triton_models(target))
     if target == "gpu":
         values.update(gpu_endpoints().as_params())
     values.update(overrides)
@@ -103,7 +104,8 @@ def _failure(exc: Exception) -> dict:
 
     if isinstance(exc, PapermillExecutionError):
         first = next((ln for ln in exc.source.splitlines() if ln.strip() and not ln.startswith("#")), "")
-        return {"cell": exc.cell_index, "execution_count": exc.exec_count, "error": f"{exc.ename}: {exc.evalue}",
+        evalue = (str(exc.evalue).strip().splitlines() or [""])[0][:300]
+        return {"cell": exc.cell_index, "execution_count": exc.exec_count, "error": f"{exc.ename}: {evalue}",
                 "cell_source": first.strip()[:120]}
     return {"cell": None, "error": f"{type(exc).__name__}: {exc}".strip()}
 
@@ -210,7 +212,8 @@ def _stack(p: RunPlan, ports: str, say: Callable[[str], None]):
     from servelab.lab.stack import local_stack
 
     with local_stack(p.out_dir, ports=ports, say=say) as info:
-        yield {**info.endpoints.as_params(), "triton_repository": info.triton_repository}
+        yield {**info.endpoints.as_params(), "triton_repository": info.triton_repository,
+               "service_pid": info.pids["service"], "triton_pid": info.pids["triton"]}
 
 
 def run(profile: str = "default", only: list[str] | None = None, params: list[str] | None = None,

@@ -41,6 +41,7 @@ class StackInfo:
     triton_repository: str
     weights: str
     logs: dict
+    pids: dict
 
 
 @contextlib.contextmanager
@@ -76,6 +77,7 @@ def local_stack(run_dir: Path, ports: str = "auto", say: Callable[[str], None] =
             endpoints = Endpoints(service_url=svc.url, triton_http_url=tri.http_url,
                                   triton_grpc_url=tri.grpc_url, triton_metrics_url=tri.metrics_url)
             say("stack ready: service, Triton HTTP, gRPC and metrics on loopback")
-            yield StackInfo(endpoints=endpoints, triton_repository=str(repo), weights=meta["weights"], logs=logs)
+            yield StackInfo(endpoints=endpoints, triton_repository=str(repo), weights=meta["weights"], logs=logs,
+                            pids={"service": svc.proc.pid, "triton": tri.pid or 0})
         say("stopped tritonserver")
     say("stopped the service")

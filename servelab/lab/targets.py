@@ -49,3 +49,46 @@ def check_target(target: str) -> str:
     if target not in TARGETS:
         raise ValueError(f"target must be one of {', '.join(TARGETS)}, got {target!r}")
     return target
+
+
+def triton_models(target: str) -> dict:
+    """The encoder and JPEG-ensemble model names the Triton server of `target` serves."""
+    from servelab.triton.repository import CPU_ENCODER, ENSEMBLE, GPU_ENCODER
+
+    return {"triton_model": CPU_ENCODER if target == "local" else GPU_ENCODER, "triton_jpeg_model": ENSEMBLE}
+
+
+def attach(backend: str, url: str, *, payload: str = "tensor", engine: str | None = None, pid: int | None = None,
+           model: str | None = None, jpeg_model: str | None = None, stats_url: str | None = None):
+    """A bench `Served` for a server that is already running (this run's stack, or a node's compose stack),
+    so the bench's measurement functions can be pointed at it: fresh client per worker, and the server's own
+    counters (servelab /metrics, or Triton's statistics read over HTTP at `stats_url`) as before/after deltas.
+    """
+    from servelab.bench.targets import Served, service_delta, service_metrics
+    from servelab.client import InferenceClient
+
+    if backend == "fastapi":
+        import httpx
+
+        if engine is None:
+            try:
+                engine = httpx.get(url.rstrip("/") + "/info", timeout=10).json().get("engine")
+                engine = engine.get("engine") if isinstance(engine, dict) else engine
+            except (httpx.HTTPError, ValueError, AttributeError):
+                engine = None
+        return Served(target="fastapi", backend="fastapi", protocol="http", engine=engine or "?", url=url, pid=pid,
+                      make_client=lambda: InferenceClient(mode="remote", backend="fastapi", url=url, payload=payload),
+                      snapshot=lambda: service_metrics(url), delta=service_delta, extra={"attached": True})
+    if backend in ("triton-http", "triton-grpc"):
+        from servelab.triton.stats import read_stats
+
+        names = {k: v for k, v in (("model", model), ("jpeg_model", jpeg_model)) if v}
+        counted = (jpeg_model or "openclip_vit_b32_jpeg") if payload == "jpeg" else model
+        stats_at = stats_url or (url if backend == "triton-http" else None)
+        snap = (lambda: read_stats(stats_at, counted)) if stats_at and counted else (lambda: None)
+        return Served(target=backend, backend=backend, protocol=backend.split("-")[1], engine=engine or "onnx",
+                      url=url, pid=pid,
+                      make_client=lambda: InferenceClient(mode="remote", backend=backend, url=url, payload=payload, **names),
+                      snapshot=snap, delta=lambda a, b: (b - a).summary() if a and b else None,
+                      extra={"attached": True, "model": counted})
+    raise ValueError(f"backend must be fastapi, triton-http or triton-grpc, got {backend!r}")

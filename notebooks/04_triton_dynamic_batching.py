@@ -1,0 +1,109 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: servelab (.venv)
+#     language: python
+#     name: servelab
+# ---
+
+# %% [markdown]
+# # 04 · Triton and dynamic batching
+#
+# A model is fastest on big batches, but clients send one photo at a time. **Dynamic batching** lets the
+# server hold requests for up to `max_queue_delay_microseconds` and run them as one batch. This notebook
+# compares the PyTorch model (in-process, and behind servelab's FastAPI service) with Triton Inference Server
+# serving the same network through ONNX Runtime, first by batch size, then under concurrent batch-1 load,
+# and reads from Triton's own statistics how big the batches it actually executed were.
+#
+# What to look for: throughput rising with batch size until the hardware saturates; under concurrency,
+# Triton's *average executed batch* growing above 1 — that is dynamic batching at work — and what it costs
+# in p50 latency.
+
+# %% tags=["parameters"]
+target = "local"          # local | gpu
+out_dir = "../results/interactive"
+service_url = "http://127.0.0.1:8002"
+triton_http_url = "http://127.0.0.1:8003"
+triton_model = "openclip_vit_b32_cpu"
+triton_pid = 0
+batch_sizes = [1, 4]
+concurrency_levels = [1, 4]
+duration_s = 0.4
+warmup_s = 0.0
+repeats = 1
+requests = 2              # > 0: a fixed request count per point (smoke); 0: duration_s windows
+extra_servers = False     # start a torch-engine FastAPI service for the comparison (else: this run's onnx service)
+service_pid = 0
+
+# %%
+import matplotlib.pyplot as plt
+
+from servelab.bench.experiments import batch_sweep, concurrency_sweep, measure_served
+from servelab.lab.nb import Step
+from servelab.lab.targets import attach
+
+step = Step("04", out_dir, target)
+opts = step.opts(duration_s, warmup_s, repeats, requests)
+triton = attach("triton-http", triton_http_url, payload="tensor", model=triton_model, pid=triton_pid or None)
+cols = ["target", "engine", "batch", "concurrency", "throughput_img_s", "latency_p50_ms", "latency_p99_ms",
+        "server.avg_batch", "stable"]
+
+# %% [markdown]
+# ## By batch size: PyTorch in-process vs Triton (one client, batch-N requests)
+
+# %%
+torch_batches = batch_sweep(step.run, target="in-process", engine="torch", batches=tuple(batch_sizes), opts=opts)
+triton_batches = [measure_served(step.run, "04-triton-batch", triton, payload="tensor", batch=b, concurrency=1, opts=opts)
+                  for b in batch_sizes]
+by_batch = step.table(step.frame(torch_batches + triton_batches, *cols), "by_batch",
+                      "PyTorch (in-process) vs Triton by batch size, concurrency 1")
+
+# %% [markdown]
+# ## Under concurrency: batch-1 requests from N clients
+# PyTorch behind servelab's FastAPI service (started for this measurement with the torch engine) against
+# Triton. `server.avg_batch` is read from each server's own counters.
+
+# %%
+if extra_servers:
+    service_conc = concurrency_sweep(step.run, target="fastapi", engine="torch", concurrencies=tuple(concurrency_levels),
+                                     opts=opts)
+else:
+    step.not_run("PyTorch-engine FastAPI service", "extra_servers=False (smoke profile)",
+                 "this run's FastAPI service (ONNX Runtime engine) stands in")
+    service = attach("fastapi", service_url, payload="tensor", pid=service_pid or None)
+    service_conc = [measure_served(step.run, "04-service-concurrency", service, payload="tensor", batch=1,
+                                   concurrency=c, opts=opts) for c in concurrency_levels]
+
+# %%
+triton_conc = [measure_served(step.run, "04-triton-concurrency", triton, payload="tensor", batch=1, concurrency=c,
+                              opts=opts) for c in concurrency_levels]
+by_conc = step.table(step.frame(service_conc + triton_conc, *cols), "by_concurrency",
+                     "FastAPI service vs Triton under concurrent batch-1 requests")
+
+# %%
+fig, ax = plt.subplots(figsize=(6, 4))
+for name, g in by_conc.groupby("target"):
+    ax.plot(g["throughput_img_s"], g["latency_p50_ms"], marker="o", label=name)
+    for _, r in g.iterrows():
+        ax.annotate(f"c={r['concurrency']}", (r["throughput_img_s"], r["latency_p50_ms"]), fontsize=8)
+ax.set_xlabel("throughput (img/s)"); ax.set_ylabel("p50 latency (ms)"); ax.legend(); ax.set_title("latency vs throughput")
+step.plot(fig, "latency_vs_throughput")
+
+# %%
+t = by_conc[by_conc["target"].str.startswith("triton")].sort_values("concurrency")
+p = by_conc[by_conc["target"] == "fastapi"].sort_values("concurrency")
+lo, hi = t.iloc[0], t.iloc[-1]
+step.shows(
+    f"Triton went from {lo['throughput_img_s']:.1f} img/s at concurrency {lo['concurrency']} to "
+    f"{hi['throughput_img_s']:.1f} img/s at concurrency {hi['concurrency']}, executing batches of "
+    f"{hi['server.avg_batch']:.1f} images on average there (p50 {lo['latency_p50_ms']:.0f} → {hi['latency_p50_ms']:.0f} ms). "
+    f"The FastAPI service ({p.iloc[-1]['engine']} engine) reached {p.iloc[-1]['throughput_img_s']:.1f} img/s at concurrency {p.iloc[-1]['concurrency']}; "
+    f"in-process PyTorch peaked at {by_batch[by_batch['engine'] == 'torch']['throughput_img_s'].max():.1f} img/s "
+    f"over batch sizes {batch_sizes}."
+)
