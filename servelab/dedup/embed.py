@@ -36,7 +36,7 @@ def embed(catalog: str | Path | Catalog, client, batch_size: int = 16, progress:
     from tqdm.auto import tqdm
 
     cat = catalog if isinstance(catalog, Catalog) else Catalog(catalog)
-    weights = client.weights
+    weights = client.weights or _probe_weights(client)
     rows = cat.db.execute(
         "SELECT id, path FROM files WHERE status='ok' AND embed_weights IS NOT ? ORDER BY id", (weights,)).fetchall()
     already = cat.db.execute("SELECT COUNT(*) FROM files WHERE status='ok' AND embed_weights IS ? "
@@ -95,6 +95,15 @@ def _embed_batch(client, blobs, raise_on_error=True):
         if isinstance(exc, InferenceError) and not (status and 400 <= status < 500):
             raise
         return str(exc) if not raise_on_error else None
+
+
+def _probe_weights(client) -> str:
+    """A remote client learns its server's weights label only from a response; ask /info (or stats) first."""
+    try:
+        label = (client.info() or {}).get("weights") or ""
+    except Exception:
+        label = ""
+    return label or getattr(client, "weights", "") or "unknown (server did not say)"
 
 
 def _fail(cat: Catalog, file_id: int, weights: str, reason: str) -> None:

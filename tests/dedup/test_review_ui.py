@@ -108,7 +108,15 @@ def test_choose_keeper_delete_and_undo_in_chromium(review_server, tmp_path):
             page.screenshot(path=str(Path(os.environ["SERVELAB_SCREENSHOT_DIR"]) / "trash.png"), full_page=True)
         page.goto(url + "/")
         assert page.locator("section.group").count() == 4
+        # "not duplicates" is remembered in the catalog and the group goes away
+        page.locator("section.group", has=page.locator("dd.path", has_text="deep/x/c.webp")).locator("button.notdup").click()
+        page.wait_for_load_state()
+        assert "not duplicates" in page.locator(".flash").inner_text()
+        assert page.locator("section.group").count() == 3
         browser.close()
+    with Catalog(default_catalog(root)) as cat:
+        ids = {r["path"]: r["id"] for r in cat.files("ok")}
+        assert tuple(sorted((ids["c.jpg"], ids["deep/x/c.webp"]))) in cat.not_duplicate_pairs()
     for name, digest in before.items():
         assert _md5(root / name) == digest  # back at the original path, byte-identical
     assert not any(p.is_file() for p in trash.rglob("*") if p.name != "manifest.jsonl")
