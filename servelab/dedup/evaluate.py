@@ -6,7 +6,7 @@ sample photo it ships (`grace_hopper.jpg`) — nothing is downloaded. Every base
 distinct photos serve as negatives. The set goes through the real pipeline (scan -> embed via the client),
 then every pair of files is labelled duplicate iff both come from the same base, and each detector is scored
 on pairs: MD5 equality, pHash / dHash Hamming distance <= d, embedding cosine >= t.
-Outputs: metrics.csv, metrics.md, per_transform.csv, pr.png, summary.json (all written via temp + rename).
+Outputs: labels.csv (ground truth), metrics.csv, metrics.md, per_transform.csv, pr.png, summary.json (all written via temp + rename).
 """
 
 from __future__ import annotations
@@ -189,6 +189,7 @@ def evaluate(out: str | Path, client, n_base: int = 24, n_negatives: int = 24, s
                          "non_duplicates_max": round(float(cos[~truth].max()), 4) if (~truth).any() else None},
     }
     files = {
+        "labels": _write(out / "labels.csv", _csv(labels)),
         "csv": _write(out / "metrics.csv", _csv(metric_rows)),
         "per_transform": _write(out / "per_transform.csv", _csv(transform_rows)),
         "markdown": _write(out / "metrics.md", _markdown(summary, metric_rows, transform_rows)),

@@ -8,7 +8,8 @@ Pairs above the threshold are found without an N x N matrix:
   exact cosine, so there are no false pairs. The number of bands is chosen so that a pair exactly *at* the
   threshold is found with probability >= `recall` (0.999 by default, for independent hyperplanes; more similar
   pairs are found with higher probability). This is what keeps 100k photos within seconds and well under 1 GB.
-- `auto`: exact up to 20,000 embeddings, lsh above.
+- `auto`: exact up to 20,000 embeddings, lsh above. Band length shrinks for low thresholds; below about
+  cosine 0.78 hashing stops paying off and the exact search is used.
 Edges may be confirmed by pHash Hamming distance, and pairs a user marked "not a duplicate" are dropped.
 Groups are connected components (union-find) over MD5-equal pairs and the kept edges.
 """
@@ -24,6 +25,7 @@ import numpy as np
 from servelab.dedup.catalog import Catalog
 
 AUTO_EXACT_MAX = 20_000
+MAX_BANDS = 400
 
 
 # --- pair search -------------------------------------------------------------------------------------------
@@ -40,6 +42,11 @@ def similar_pairs(emb: np.ndarray, threshold: float, method: str = "auto", block
     if method == "exact":
         return _exact_pairs(emb, threshold, block)
     if method == "lsh":
+        while bits > 16 and lsh_bands(threshold, bits, recall) > MAX_BANDS:
+            bits -= 1  # low thresholds need shorter bands to keep the number of bands sane
+        if lsh_bands(threshold, bits, recall) > MAX_BANDS:
+            # hashing cannot separate pairs this dissimilar efficiently; exact is the honest choice
+            return _exact_pairs(emb, threshold, block)
         return _lsh_pairs(emb, threshold, bits, pool, recall, seed)
     raise ValueError(f"method must be auto, exact or lsh, got {method!r}")
 
