@@ -1,0 +1,145 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: servelab (.venv)
+#     language: python
+#     name: servelab
+# ---
+
+# %% [markdown]
+# # 05a · ONNX Runtime optimisation
+#
+# Four questions about the CPU deployment, each answered by measurement:
+#
+# 1. **Where does the time go?** ONNX Runtime's profiler splits kernel time by operator type — for a ViT
+#    it is mostly matrix multiplications, which is why int8 (VNNI) and batching help.
+# 2. **How long should Triton wait to form a batch?** `max_queue_delay_microseconds` trades latency at low
+#    load for throughput at high load: a grid of queue delay × concurrency, Triton reloaded between rows.
+# 3. **What does the wire format cost?** JSON number lists vs binary tensors vs JPEG files, by batch size:
+#    bytes per request and client-side serialisation time, measured apart from any request.
+# 4. **What does each server hold in memory?** Resident memory of the service and of Triton (with its
+#    python-backend stubs).
+
+# %% tags=["parameters"]
+target = "local"          # local | gpu
+out_dir = "../results/interactive"
+triton_http_url = "http://127.0.0.1:8003"
+triton_model = "openclip_vit_b32_cpu"
+service_pid = 0
+triton_pid = 0
+queue_delays_us = [0, 2000]
+concurrency_levels = [1, 2]
+serialisation_batches = [1, 4]
+profile_runs = 1
+duration_s = 0.4
+warmup_s = 0.0
+repeats = 1
+requests = 2              # > 0: a fixed request count per point (smoke); 0: duration_s windows
+
+# %%
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from servelab.bench.experiments import measure_served, ort_profile, serialisation_costs
+from servelab.bench.records import memory_snapshot
+from servelab.lab.nb import Step
+from servelab.lab.targets import attach
+from servelab.triton.control import get_config, reconfigure
+
+step = Step("05a", out_dir, target)
+opts = step.opts(duration_s, warmup_s, repeats, requests)
+
+# %% [markdown]
+# ## 1 · Operator profile (ONNX Runtime, fp32, batch 8)
+
+# %%
+prof = ort_profile(step.run, engine="onnx", batch=8, iterations=profile_runs, quick=bool(requests))[0]
+ops = pd.DataFrame({"op_type": list(prof["op_time_ms"]), "kernel_ms": list(prof["op_time_ms"].values())})
+ops["share_pct"] = 100 * ops["kernel_ms"] / ops["kernel_ms"].sum()
+ops = step.table(ops.sort_values("share_pct", ascending=False).round(3), "op_profile",
+                 f"Kernel time by operator type ({prof['repeats']} profiled runs; nodes by provider: {prof['nodes_by_provider']})")
+
+# %% [markdown]
+# ## 2 · Queue delay × concurrency (Triton, batch-1 requests)
+# The model is reloaded with each delay through Triton's repository API (no restart); the original delay
+# is restored afterwards, because later notebooks share this server.
+
+# %%
+triton = attach("triton-http", triton_http_url, payload="tensor", model=triton_model, pid=triton_pid or None)
+original_delay = int(get_config(triton_http_url, triton_model)["dynamic_batching"].get("max_queue_delay_microseconds", 0))
+grid = []
+try:
+    for delay in queue_delays_us:
+        reconfigure(triton_http_url, triton_model, max_queue_delay_us=delay)
+        grid += [measure_served(step.run, "05a-queue-delay", triton, payload="tensor", batch=1, concurrency=c, opts=opts,
+                                params={"max_queue_delay_us": delay}) for c in concurrency_levels]
+finally:
+    reconfigure(triton_http_url, triton_model, max_queue_delay_us=original_delay)
+cells = step.frame(grid, "params.max_queue_delay_us", "concurrency", "throughput_img_s", "latency_p50_ms",
+                   "latency_p99_ms", "server.avg_batch", "server.avg_queue_ms", "server.avg_compute_infer_ms")
+cells = cells.rename(columns={"params.max_queue_delay_us": "max_queue_delay_us"})
+step.table(cells, "queue_delay_grid_long", "Every point of the grid")
+grid_table = step.table(cells.pivot_table(index="max_queue_delay_us", columns="concurrency",
+                                          values=["throughput_img_s", "latency_p50_ms"]).round(2)
+                        .pipe(lambda d: d.set_axis([f"{a} c={c}" for a, c in d.columns], axis=1)).reset_index(),
+                        "queue_delay_grid", "Queue delay × concurrency: throughput (img/s) and p50 (ms)")
+
+# %% [markdown]
+# ## 3 · JSON lists vs binary tensors vs JPEG, by batch size
+# Client-side only: how many bytes each format puts on the wire and how long building the body takes.
+
+# %%
+ser = []
+for b in serialisation_batches:
+    for row in serialisation_costs(b, repeats=5 if requests else 20):
+        ser.append(step.run.record("05a-serialisation", kind="serialisation", target="client", payload=row["payload"],
+                                   batch=b, latency_p50_ms=row["serialise_p50_ms"], latency_p99_ms=row["serialise_p99_ms"],
+                                   bytes_per_request=row["bytes_per_request"], note=row["note"]))
+serialisation = step.table(step.frame(ser, "payload", "batch", "bytes_per_request", "latency_p50_ms", "latency_p99_ms")
+                           .rename(columns={"latency_p50_ms": "serialise_p50_ms", "latency_p99_ms": "serialise_p99_ms"}),
+                           "serialisation", "Wire formats by batch size: bytes and client serialisation time")
+
+# %%
+fig, ax = plt.subplots(1, 2, figsize=(10, 3.5))
+for name, g in serialisation.groupby("payload"):
+    ax[0].plot(g["batch"], g["bytes_per_request"] / 1024, marker="o", label=name)
+    ax[1].plot(g["batch"], g["serialise_p50_ms"], marker="o", label=name)
+ax[0].set(xlabel="batch", ylabel="KiB per request", yscale="log"); ax[1].set(xlabel="batch", ylabel="serialise p50 (ms)", yscale="log")
+ax[1].legend(fontsize=7)
+step.plot(fig, "serialisation")
+
+# %% [markdown]
+# ## 4 · Memory
+
+# %%
+memory = step.table(pd.DataFrame([
+    memory_snapshot(service_pid, "FastAPI service (uvicorn, ONNX Runtime fp32)") if service_pid else
+    {"rss_mb": None, "rss_of": "FastAPI service (not a local process: see the node)", "gpu_mem_mb": None},
+    memory_snapshot(triton_pid, "tritonserver + python-backend stubs") if triton_pid else
+    {"rss_mb": None, "rss_of": "tritonserver (not a local process: see the node)", "gpu_mem_mb": None},
+    memory_snapshot(None, "this notebook's kernel (profiled ORT session loaded)"),
+]), "memory", "Resident memory (RSS, MiB) by process; GPU memory via NVML where present")
+
+# %%
+top = ops.iloc[0]
+hi_c = max(concurrency_levels)
+at_hi = cells[cells["concurrency"] == hi_c].set_index("max_queue_delay_us")
+best_delay = at_hi["throughput_img_s"].idxmax()
+b_max = max(serialisation_batches)
+s_max = serialisation[serialisation["batch"] == b_max].set_index("payload")
+step.shows(
+    f"**{top['op_type']}** took {top['share_pct']:.0f}% of ONNX Runtime's kernel time. At concurrency {hi_c}, "
+    f"a queue delay of {best_delay} µs gave the most throughput ({at_hi.loc[best_delay, 'throughput_img_s']:.1f} img/s, "
+    f"average executed batch {at_hi.loc[best_delay, 'server.avg_batch']:.1f}) against "
+    f"{at_hi.iloc[0]['throughput_img_s']:.1f} img/s at {at_hi.index[0]} µs. At batch {b_max}, JSON number lists took "
+    f"{s_max.loc['json-lists', 'bytes_per_request'] / s_max.loc['binary-tensor', 'bytes_per_request']:.1f}× the bytes of "
+    f"the binary tensor and {s_max.loc['json-lists', 'serialise_p50_ms'] / max(s_max.loc['binary-tensor', 'serialise_p50_ms'], 1e-6):.0f}× "
+    f"its serialisation time; the JPEG files were {s_max.loc['binary-tensor', 'bytes_per_request'] / s_max.loc['jpeg', 'bytes_per_request']:.0f}× "
+    f"smaller than the tensor."
+)
