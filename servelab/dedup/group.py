@@ -9,7 +9,7 @@ Pairs above the threshold are found without an N x N matrix:
   threshold is found with probability >= `recall` (0.999 by default, for independent hyperplanes; more similar
   pairs are found with higher probability). This is what keeps 100k photos within seconds and well under 1 GB.
 - `auto`: exact up to 20,000 embeddings, lsh above. Band length shrinks for low thresholds; below about
-  cosine 0.78 hashing stops paying off and the exact search is used.
+  cosine 0.76 hashing stops paying off and the exact search is used.
 Edges may be confirmed by pHash Hamming distance, and pairs a user marked "not a duplicate" are dropped.
 Groups are connected components (union-find) over MD5-equal pairs and the kept edges.
 """
