@@ -65,10 +65,10 @@ checks = step.table(check_trt_config(trt_config), "trt_settings", "TensorRT engi
 
 # %%
 show_commands("node",
-              "docker compose -f docker/compose.triton.yaml up -d",
-              "docker compose -f docker/compose.triton.yaml logs -f triton   # first start: engine build",
+              "docker compose -f docker/compose.04-triton.yaml up -d",
+              "docker compose -f docker/compose.04-triton.yaml logs -f triton   # first start: engine build",
               "ls -la /var/lib/docker/volumes/*trt_cache*/_data               # engine + timing cache files",
-              "docker compose -f docker/compose.triton.yaml restart triton     # second start: cache hit, seconds")
+              "docker compose -f docker/compose.04-triton.yaml restart triton     # second start: cache hit, seconds")
 
 # %%
 if target != "gpu":
