@@ -178,3 +178,15 @@ def test_perf_analyzer_examples_name_real_models(gpu_models):
     named = re.findall(r"perf_analyzer -m (\S+)", text)
     assert named and set(named) <= gpu_models
     assert load(DOCKER / "compose.perf-analyzer.yaml")["services"]["sdk"]["image"].endswith("-py3-sdk")
+
+
+def test_every_referenced_compose_file_exists():
+    """Docs, notebooks, scripts and code name compose files that exist (names drift when stacks are renamed)."""
+    pattern = re.compile(r"compose\.[A-Za-z0-9_.-]+?\.yaml")
+    have = {p.name for p in COMPOSE_FILES}
+    sources = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "notebooks").glob("*.py")),
+               *sorted((REPO_ROOT / "scripts").glob("*")), *sorted((REPO_ROOT / "servelab").rglob("*.py")),
+               *sorted((REPO_ROOT / "docker").glob("*")), *sorted((REPO_ROOT / "k8s").rglob("*.yaml"))]
+    stale = {f"{src.relative_to(REPO_ROOT)}: {name}" for src in sources if src.is_file()
+             for name in pattern.findall(src.read_text(errors="replace")) if name not in have}
+    assert not stale, sorted(stale)
