@@ -24,7 +24,7 @@ from servelab.assignments.result import CheckResult, reject, run_check
 
 __all__ = [
     "queue_delay_for_budget", "batching_stanza", "gpu_instance_group", "trt_accelerator_stanza",
-    "smallest_payload", "best_choice", "speedup", "difference", "scaling_efficiency", "cost_per_1k_images",
+    "smallest_payload", "best_choice", "speedup", "difference", "share", "scaling_efficiency", "cost_per_1k_images",
     "threshold_for_precision", "replicas_for_load", "execution_providers", "k8s_probes", "compose_healthcheck",
 ]
 
@@ -367,6 +367,31 @@ def difference(answer, table, *, key: str, a, b, metric: str = "latency_p50_ms",
         reject(f"{x:.3g} does not match this run's table: subtract the two {metric} values at the rows asked for")
 
     return run_check("difference", exercise, answer, (table,), judge, step, strict)
+
+
+def share(answer, table, *, part: str, whole: str, at: Mapping | None = None, rel_tol: float = 0.02,
+          abs_tol: float = 0.005, exercise: str, step=None, strict: bool | None = None) -> CheckResult:
+    """answer: the fraction column `part` is of column `whole` (0…1, e.g. the share of the client's latency
+    spent outside the server), or fn(table). `at` selects the rows; several matching rows are averaged."""
+    df = _where(_frame(table), at)
+    p, w = float(df[part].mean()), float(df[whole].mean())
+    if not w:
+        raise ValueError(f"{whole} is 0 in the rows selected: the share is undefined")
+    expected = p / w
+
+    def judge(value):
+        x = _number(value, "the share")
+        if _close(x, expected, rel_tol, abs_tol):
+            return f"{part} is {x:.1%} of {whole}" + (f" at {dict(at)}" if at else "")
+        if _close(x, expected * 100, rel_tol, abs_tol * 100):
+            reject("give a fraction between 0 and 1, not a percentage")
+        if _close(x, 1 - expected, rel_tol, abs_tol):
+            reject(f"that is the rest: the share of {whole} that is *not* {part}")
+        if p and _close(x, w / p, rel_tol):
+            reject(f"upside down: divide {part} by {whole}")
+        reject(f"{x:.3g} does not match this run's table: divide {part} by {whole} at the rows asked for")
+
+    return run_check("share", exercise, answer, (table,), judge, step, strict)
 
 
 def scaling_efficiency(answer, table, *, units_col: str = "instances", throughput_col: str = "throughput_img_s",

@@ -223,6 +223,19 @@ def test_difference():
         assert r.status == FAIL and why in r.message and "7.5" not in r.message, r.message
 
 
+BREAKDOWN = pd.DataFrame({"concurrency": [1, 4], "client_mean_ms": [60.0, 200.0], "server_request_ms": [45.0, 170.0],
+                          "outside_server_ms": [15.0, 30.0]})
+
+
+def test_share():
+    kw = dict(part="outside_server_ms", whole="client_mean_ms", at={"concurrency": 4}, exercise="t")
+    assert checks.share(0.15, BREAKDOWN, **kw).passed
+    assert checks.share(lambda t: 30 / 200, BREAKDOWN, **kw).passed
+    for wrong, why in [(15.0, "percentage"), (0.85, "the rest"), (200 / 30, "upside down"), (0.25, "does not match")]:
+        r = checks.share(wrong, BREAKDOWN, **kw)
+        assert r.status == FAIL and why in r.message and "0.15" not in r.message, r.message
+
+
 SCALING = pd.DataFrame({"instances": [1, 2, 4], "throughput_img_s": [20.0, 36.0, 56.0]})
 EFF = {1: 1.0, 2: 0.9, 4: 0.7}
 
