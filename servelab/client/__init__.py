@@ -89,6 +89,8 @@ class InferenceClient:
 
     @property
     def weights(self) -> str:
+        if not self._backend.weights:
+            self._backend.ready()  # a remote backend learns the server's weights label from its readiness answer
         return self._backend.weights
 
     def info(self) -> dict:

@@ -216,3 +216,8 @@ def test_full_queue_sheds_with_503_and_retry_after(slow_start_service):
     assert 'servelab_rejections_total{reason="queue_full"}' in metrics
     ok = httpx.post(svc.url + "/embed/tensor", content=x, headers=_tensor_headers((1, 3, 224, 224)))
     assert ok.status_code == 200
+
+
+def test_remote_client_knows_the_weights_before_its_first_request(service):
+    with InferenceClient(mode="remote", url=service.url) as client:
+        assert client.weights == "random-init (seed 0)"
