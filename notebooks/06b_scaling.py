@@ -1,0 +1,108 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: servelab (.venv)
+#     language: python
+#     name: servelab
+# ---
+
+# %% [markdown]
+# # 06b · Scaling: instance groups, efficiency, cost per 1,000 images
+#
+# Triton runs `count` copies of a model per device (`instance_group`). On a multi-GPU node, one instance
+# per GPU (explicit `gpus: [0]`, `gpus: [1]`, …) scales throughput with the GPU count; on this machine's CPU,
+# more instances share the same cores, which is the local analogue — and shows where adding copies stops
+# paying. For each instance count: throughput and p50 vs concurrency, **scaling efficiency**
+# (throughput with n instances ÷ (n × throughput with 1)), and **cost per 1,000 images** at a price per hour.
+
+# %% tags=["parameters"]
+target = "local"          # local | gpu
+out_dir = "../results/interactive"
+triton_http_url = "http://127.0.0.1:8003"
+triton_model = "openclip_vit_b32_cpu"
+triton_pid = 0
+instance_counts = [1, 2]
+concurrency_levels = [1, 2]
+price_per_hour = 0.50     # USD per hour for the machine serving (set your own: cloud list price, lease cost)
+duration_s = 0.4
+warmup_s = 0.0
+repeats = 1
+requests = 2              # > 0: a fixed request count per point (smoke); 0: duration_s windows
+
+# %%
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from servelab.bench.experiments import cost_table, measure_served
+from servelab.lab.nb import Step, show_commands
+from servelab.lab.targets import attach
+from servelab.triton.control import get_config, reconfigure
+
+step = Step("06b", out_dir, target)
+opts = step.opts(duration_s, warmup_s, repeats, requests)
+triton = attach("triton-http", triton_http_url, payload="tensor", model=triton_model, pid=triton_pid or None)
+
+# %% [markdown]
+# ## Instance count × concurrency
+# Triton reloads the model with each count (repository API, no restart); the original count is restored.
+
+# %%
+original = int(get_config(triton_http_url, triton_model)["instance_group"][0]["count"])
+recs = []
+try:
+    for n in instance_counts:
+        reconfigure(triton_http_url, triton_model, instances=n)
+        recs += [measure_served(step.run, "06b-instances", triton, payload="tensor", batch=1, concurrency=c, opts=opts,
+                                params={"instances": n}) for c in concurrency_levels]
+finally:
+    reconfigure(triton_http_url, triton_model, instances=original)
+points = step.frame(recs, "params.instances", "concurrency", "throughput_img_s", "latency_p50_ms", "latency_p99_ms",
+                    "server.avg_batch", "memory.rss_mb").rename(columns={"params.instances": "instances"})
+
+# %%
+one = points[points["instances"] == min(instance_counts)].set_index("concurrency")["throughput_img_s"]
+points["efficiency"] = points.apply(lambda r: r["throughput_img_s"] / (r["instances"] / min(instance_counts) * one[r["concurrency"]]),
+                                    axis=1)
+cost = pd.DataFrame(cost_table(recs, price_per_hour))
+points[cost.columns[-1]] = cost[cost.columns[-1]].values
+scaling = step.table(points.round(4), "scaling", f"Throughput, p50, efficiency and cost per 1,000 images at "
+                                                 f"{price_per_hour} USD/hour, by instance count and concurrency")
+
+# %%
+fig, ax = plt.subplots(1, 2, figsize=(10, 3.5))
+for n, g in scaling.groupby("instances"):
+    ax[0].plot(g["concurrency"], g["throughput_img_s"], marker="o", label=f"{n} instance(s)")
+    ax[1].plot(g["concurrency"], g["latency_p50_ms"], marker="o", label=f"{n} instance(s)")
+ax[0].set(xlabel="concurrency", ylabel="throughput (img/s)"); ax[1].set(xlabel="concurrency", ylabel="p50 (ms)")
+ax[0].legend()
+step.plot(fig, "scaling")
+
+# %% [markdown]
+# ## The multi-GPU half
+# On a node with several GPUs, `docker/compose.06b-multi-gpu.yaml` runs Triton with one instance group per
+# GPU; this notebook then measures it with `--target gpu` and `instance_counts` as instances per GPU.
+
+# %%
+show_commands("node", "SERVELAB_GPUS=0,1 docker compose -f docker/compose.06b-multi-gpu.yaml up -d",
+              "nvidia-smi dmon -s u     # both GPUs busy under load")
+if target != "gpu":
+    step.not_run("multi-GPU scaling (one instance group per GPU)", "this machine has no GPU",
+                 "CPU instance-count scaling measured above")
+
+# %%
+hi_c = max(concurrency_levels)
+at_hi = scaling[scaling["concurrency"] == hi_c].set_index("instances")
+n_hi = max(instance_counts)
+cost_col = cost.columns[-1]
+step.shows(
+    f"At concurrency {hi_c}, {min(instance_counts)} instance(s) served {at_hi.loc[min(instance_counts), 'throughput_img_s']:.1f} img/s "
+    f"and {n_hi} served {at_hi.loc[n_hi, 'throughput_img_s']:.1f} img/s: a scaling efficiency of "
+    f"{at_hi.loc[n_hi, 'efficiency']:.2f} on {step.environment.get('cpu_usable')} CPU cores. The cheapest point costs "
+    f"{scaling[cost_col].min():.4f} USD per 1,000 images at {price_per_hour} USD/hour."
+)
