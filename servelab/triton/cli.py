@@ -47,6 +47,8 @@ def stage(
     threads: Optional[int] = typer.Option(None, help="onnxruntime threads per CPU instance (default: cores // instances)"),
     gpus: str = typer.Option("0", help="GPU ids for the GPU encoders, comma-separated"),
     trt_cache: str = typer.Option("/trt_cache", help="TensorRT engine + timing cache folder (a mounted volume)"),
+    servelab_path: Optional[str] = typer.Option(
+        None, help="where the servelab package lives for preprocess_jpeg inside the server (e.g. /opt/servelab in the container; default: this checkout)"),
 ):
     """Write Triton's live model repository from models_staging/<target> (exports the ONNX model if needed)."""
     from servelab.triton.repository import stage as do_stage
@@ -54,7 +56,8 @@ def stage(
     gpu_list = [int(g) for g in gpus.split(",") if g.strip()] if gpus else None
     try:
         info = do_stage(target, out, instances=instances, max_delay_us=max_delay_us, max_batch=max_batch,
-                        threads=threads, gpus=gpu_list, trt_cache=trt_cache, log_fn=typer.echo)
+                        threads=threads, gpus=gpu_list, trt_cache=trt_cache, servelab_path=servelab_path,
+                        log_fn=typer.echo)
     except FileExistsError as exc:
         raise RuntimeError(str(exc)) from None
     typer.echo(json.dumps(info, indent=2))
