@@ -44,6 +44,16 @@ BINDINGS: dict[str, dict] = {
     "06a.2": {"concurrency_levels": [1, 4], "breakdown": pd.DataFrame({
         "concurrency": [1, 4], "client_mean_ms": [60.0, 210.0], "server_request_ms": [48.0, 180.0],
         "outside_server_ms": [12.0, 30.0]})},
+    "06b.1": {"concurrency_levels": [1, 4], "points": pd.DataFrame({
+        "instances": [1, 1, 2, 2, 4, 4], "concurrency": [1, 4, 1, 4, 1, 4],
+        "throughput_img_s": [18.0, 24.0, 18.5, 30.0, 18.0, 33.0]})},
+    "06b.2": {},
+    "07.1": {"batch_sizes": [1, 8], "by_batch": pd.DataFrame({
+        "protocol": ["http", "grpc", "http", "grpc"], "batch": [1, 1, 8, 8], "concurrency": [1, 1, 1, 1],
+        "throughput_img_s": [18.0, 19.0, 26.0, 27.5]})},
+    "07.2": {"concurrency_levels": [1, 4], "by_conc": pd.DataFrame({
+        "protocol": ["http", "grpc", "http", "grpc"], "batch": [1, 1, 1, 1], "concurrency": [1, 1, 4, 4],
+        "latency_p99_ms": [60.0, 58.0, 260.0, 240.0]})},
 }
 
 
