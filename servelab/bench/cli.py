@@ -6,8 +6,7 @@ Common options: --quick (seconds-long smoke run; its numbers are not results), -
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 import typer
 

@@ -36,10 +36,16 @@ class LoadOpts:
     requests: int | None = None
     min_window_requests: int = 5
     progress: bool = True
+    label: str = "full"  # "quick": a smoke run, its numbers are not results
 
     @classmethod
     def quick(cls, **kw) -> "LoadOpts":
-        return cls(**{"warmup_s": 0.3, "window_s": 0.6, "max_windows": 3, "tolerance": 0.25, "min_window_requests": 2, **kw})
+        return cls(**{"warmup_s": 0.3, "window_s": 0.6, "max_windows": 3, "tolerance": 0.25, "min_window_requests": 2,
+                      "label": "quick", **kw})
+
+    def as_params(self) -> dict:
+        return {"warmup_s": self.warmup_s, "window_s": self.window_s, "max_windows": self.max_windows,
+                "tolerance": self.tolerance, "requests": self.requests, "label": self.label}
 
 
 def _opts(quick: bool, opts: LoadOpts | None, window_s: float | None = None) -> LoadOpts:
@@ -93,7 +99,8 @@ def measure_served(run: Run, experiment: str, srv, *, payload: str, batch: int, 
         experiment, kind="load", target=srv.target, backend=srv.backend, engine=srv.engine, protocol=srv.protocol,
         payload=payload, batch=batch, concurrency=concurrency, server=server,
         memory=memory_snapshot(srv.pid, label=f"{srv.target} server"),
-        params={**served_params(srv), **(params or {})}, payload_bytes_per_request=_payload_bytes(payload, batch),
+        params={**served_params(srv), "load": opts.as_params(), **(params or {})},
+        payload_bytes_per_request=_payload_bytes(payload, batch),
         **_load_fields(res),
     )
 
@@ -146,7 +153,8 @@ def measure_raw(run: Run, experiment: str, embedder, *, batch: int, opts: LoadOp
         experiment, kind="raw", target="in-process", backend="local", engine=embedder.engine,
         provider=embedder.provider, protocol="inproc", payload="tensor", batch=batch, concurrency=1,
         memory=memory_snapshot(label="this process (engine in-process)"),
-        params={"threads": embedder.threads, **(params or {})}, cosine_vs_torch_fp32=cosine_vs_torch,
+        params={"threads": embedder.threads, "load": opts.as_params(), **(params or {})},
+        cosine_vs_torch_fp32=cosine_vs_torch,
         **_load_fields(res),
     )
 
@@ -302,8 +310,6 @@ def payload(run=None, *, targets: tuple = ("fastapi", "triton-http"), engine: st
     for target in targets:
         try:
             if target.startswith("triton"):
-                from servelab.bench.triton_targets import triton_payload_points
-
                 out += triton_payload_points(run, target=target, batch=batch, concurrency=concurrency, opts=opts)
                 continue
             with served(target, engine=engine, log_path=run.dir / f"{target}.log") as srv:
@@ -462,17 +468,26 @@ def peer_targets(run: Run, records: list[dict], concurrency: int = 16) -> list[d
         return []
     ratio = s["throughput_img_s"] / l["throughput_img_s"]
     return [
-        target_record(run, "peer-baseline", f"servelab / LitServe throughput at c={concurrency}", ratio, ">=", 1.0),
+        target_record(run, "peer-baseline", f"servelab / LitServe throughput at c={concurrency}", ratio, ">=", 1.0,
+                      inputs=[s, l]),
         target_record(run, "peer-baseline", f"servelab p99 - LitServe p99 at c={concurrency} (ms)",
-                      s["latency_p99_ms"] - l["latency_p99_ms"], "<=", 0.0),
+                      s["latency_p99_ms"] - l["latency_p99_ms"], "<=", 0.0, inputs=[s, l]),
     ]
 
 
-def target_record(run: Run, experiment: str, name: str, value: float | None, op: str, threshold: float,
-                  note: str | None = None) -> dict:
-    met = None if value is None else (value >= threshold if op == ">=" else value <= threshold)
+def target_record(run: Run, experiment: str, name: str, value: float | None, op: str | None, threshold: float | None,
+                  note: str | None = None, inputs: list | None = None) -> dict:
+    """A derived record: a target, the measured value, met / not met (op None: informational, no verdict).
+
+    `inputs` are the records the value came from: the record says whether they were all stable and whether
+    any came from a quick (smoke) run, so a verdict never hides shaky inputs.
+    """
+    met = None if value is None or op is None else (value >= threshold if op == ">=" else value <= threshold)
+    inputs = [r for r in (inputs or []) if r]
     return run.record(experiment, kind="derived", target=name, value=None if value is None else round(float(value), 4),
-                      op=op, threshold=threshold, met=met, note=note)
+                      op=op, threshold=threshold, met=met, note=note,
+                      inputs_stable=all(r.get("stable") for r in inputs) if inputs else None,
+                      quick=any((r.get("params") or {}).get("load", {}).get("label") == "quick" for r in inputs))
 
 
 # --- issue 2: `servelab bench service` -----------------------------------------------------------------
@@ -535,27 +550,38 @@ def service_targets(run: Run, records: list[dict], *, hi=16, lo=1, big=16, small
         s_lo = _find(records, kind="load", target="fastapi", engine=engine, concurrency=lo)
         if raw_big and s_hi and raw_big["throughput_img_s"]:
             out.append(target_record(run, "service", f"{engine}: served c={hi} / raw batch {big} throughput",
-                                     s_hi["throughput_img_s"] / raw_big["throughput_img_s"], ">=", 0.95))
+                                     s_hi["throughput_img_s"] / raw_big["throughput_img_s"], ">=", 0.95,
+                                     inputs=[s_hi, raw_big]))
         if raw_small and s_lo and raw_small["latency_p50_ms"] is not None and s_lo["latency_p50_ms"] is not None:
             out.append(target_record(run, "service", f"{engine}: served c={lo} p50 - raw batch {small} p50 (ms)",
-                                     s_lo["latency_p50_ms"] - raw_small["latency_p50_ms"], "<=", 3.0))
+                                     s_lo["latency_p50_ms"] - raw_small["latency_p50_ms"], "<=", 3.0,
+                                     inputs=[s_lo, raw_small]))
     t, q = _find(records, kind="raw", engine="torch", batch=big), _find(records, kind="raw", engine="onnx-int8", batch=big)
     if t and q and t["throughput_img_s"]:
         cos = q.get("cosine_vs_torch_fp32")
         out.append(target_record(run, "service", f"onnx-int8 / torch fp32 throughput (batch {big})",
-                                 q["throughput_img_s"] / t["throughput_img_s"], ">=", 2.5))
-        out.append(target_record(run, "service", "onnx-int8 min cosine vs torch fp32", cos, ">=", 0.999))
+                                 q["throughput_img_s"] / t["throughput_img_s"], ">=", 2.5, inputs=[q, t]))
+        out.append(target_record(run, "service", "onnx-int8 min cosine vs torch fp32", cos, ">=", 0.999,
+                                 note="min over 8 synthetic photos"))
     return out
 
 
 def targets_table(records: list[dict]) -> list[dict]:
-    """The derived target records as rows: target, measured, threshold, met / not met."""
+    """The derived target records as rows: target, measured, required, met / not met (with caveats)."""
     rows = []
     for r in records:
-        if r.get("kind") == "derived":
-            met = r.get("met")
-            rows.append({"target": r["target"], "measured": r.get("value"), "required": f"{r.get('op')} {r.get('threshold')}",
-                         "status": "met" if met else ("not met" if met is False else "not measured")})
+        if r.get("kind") != "derived":
+            continue
+        met = r.get("met")
+        status = "met" if met else ("not met" if met is False else ("info" if r.get("op") is None else "not measured"))
+        caveats = []
+        if r.get("inputs_stable") is False:
+            caveats.append("inputs not stable")
+        if r.get("quick"):
+            caveats.append("quick run: not a result")
+        rows.append({"target": r["target"], "measured": r.get("value"),
+                     "required": f"{r.get('op')} {r.get('threshold')}" if r.get("op") else "",
+                     "status": status + (f" ({'; '.join(caveats)})" if caveats else "")})
     return rows
 
 
@@ -630,11 +656,11 @@ def instance_scaling(run=None, *, counts: tuple = (1, 2, 3, 4), concurrency: int
         except Exception as exc:
             out.append(_unavailable(run, "instances", f"triton-{protocol}", exc, params={"instances": int(n)}))
     base = next((r for r in out if r["kind"] == "load" and r["params"].get("instances") == 1), None)
-    for r in out:
+    for r in list(out):
         if base and r["kind"] == "load" and base["throughput_img_s"]:
             eff = r["throughput_img_s"] / (r["params"]["instances"] * base["throughput_img_s"])
-            out.append(target_record(run, "instances", f"scaling efficiency x{r['params']['instances']}", eff, ">=", 0.0,
-                                     note="throughput / (instances × throughput of 1 instance); informational"))
+            out.append(target_record(run, "instances", f"scaling efficiency x{r['params']['instances']}", eff, None, None,
+                                     note="throughput / (instances × throughput of 1 instance)", inputs=[r, base]))
     return out
 
 
@@ -687,10 +713,10 @@ def triton_targets(run: Run, records: list[dict], *, concurrency: int = 16, offl
         j = _find(records, kind="load", target=f"triton-{proto}", payload="jpeg", concurrency=concurrency)
         if raw and t and raw["throughput_img_s"]:
             out.append(target_record(run, "triton", f"triton-{proto} tensor c={concurrency} / offline batch {offline_batch}",
-                                     t["throughput_img_s"] / raw["throughput_img_s"], ">=", 0.95))
+                                     t["throughput_img_s"] / raw["throughput_img_s"], ">=", 0.95, inputs=[t, raw]))
         if t and j and t["throughput_img_s"]:
             out.append(target_record(run, "triton", f"triton-{proto} jpeg / tensor throughput c={concurrency}",
-                                     j["throughput_img_s"] / t["throughput_img_s"], ">=", 1.0,
+                                     j["throughput_img_s"] / t["throughput_img_s"], ">=", 1.0, inputs=[j, t],
                                      note=f"bytes/request: jpeg {j.get('payload_bytes_per_request')}, "
                                           f"tensor {t.get('payload_bytes_per_request')}"))
     return out

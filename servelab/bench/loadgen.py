@@ -183,7 +183,6 @@ def closed_loop(
                          name=f"load-{i}")
         for i, (w, _) in enumerate(made)
     ]
-    start = time.perf_counter()
     for t in threads:
         t.start()
     windows: list[dict] = []
@@ -360,8 +359,8 @@ def open_loop(
     due_total = int(np.searchsorted(arrivals, m1 - t_base))
     backlog = max(0, due_total - started[0] - len(dropped_idx))
     # throughput and latency: what completed inside the measured span (the server's real pace);
-    # lateness: the arrivals scheduled inside it
-    sel = arr[(arr[:, 0] >= m0) & (arr[:, 0] < m1)] if arr.size else arr
+    # late starts: requests started inside it more than late_tolerance_s after their scheduled arrival
+    sel = arr[(arr[:, 1] >= m0) & (arr[:, 1] < m1)] if arr.size else arr  # started inside the span
     done = arr[(arr[:, 2] >= m0) & (arr[:, 2] < m1)] if arr.size else arr
     ok = done[done[:, 4] > 0] if done.size else done
     offered = int(((arrivals >= warmup_s) & (arrivals < warmup_s + duration_s)).sum())

@@ -14,9 +14,9 @@ KEY = ("experiment", "kind", "target", "backend", "engine", "provider", "protoco
        "rate_rps")
 COLUMNS = [
     "experiment", "kind", "target", "backend", "engine", "provider", "protocol", "payload", "batch", "concurrency",
-    "rate_rps", "throughput_img_s", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "errors", "requests",
+    "rate_rps", "instances", "max_queue_delay_us", "throughput_img_s", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "errors", "requests",
     "repeats", "windows_used", "stable", "spread", "server_avg_batch", "server_queue_ms", "server_compute_ms",
-    "rss_mb", "gpu_mem_mb", "bytes_per_request", "start_to_ready_s", "first_request_ms", "backlog", "late_starts",
+    "rss_mb", "gpu_mem_mb", "payload_bytes_per_request", "bytes_per_request", "start_to_ready_s", "first_request_ms", "backlog", "late_starts",
     "dropped", "rate_held", "value", "threshold", "met", "available", "note",
 ]
 
@@ -40,6 +40,9 @@ def flat_rows(records: list[dict]) -> list[dict]:
             parts = [s.get(k) for k in ("avg_compute_input_ms", "avg_compute_infer_ms", "avg_compute_output_ms")]
             compute = round(sum(p for p in parts if p is not None), 4) if any(p is not None for p in parts) else None
         row = {c: r.get(c) for c in COLUMNS}
+        p = r.get("params") or {}
+        if r.get("target", "").startswith("triton"):
+            row.update(instances=p.get("instances"), max_queue_delay_us=p.get("max_queue_delay_us"))
         row.update(server_avg_batch=_server_value(s, "avg_batch", "average_batch", "avg_executed_batch"),
                    server_queue_ms=_server_value(s, "avg_queue_ms", "queue_ms"), server_compute_ms=compute,
                    rss_mb=m.get("rss_mb"), gpu_mem_mb=m.get("gpu_mem_mb"))
