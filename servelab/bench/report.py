@@ -240,6 +240,9 @@ def plot_scaling(records: list[dict], path: Path) -> Path | None:
     groups: dict[str, list] = {}
     for r in pts:
         groups.setdefault(f"{r['target']} c={r.get('concurrency')}", []).append(r)
+    groups = {k: v for k, v in groups.items() if len({r["params"]["instances"] for r in v}) > 1}
+    if not groups:  # one instance count only: nothing to scale
+        return None
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.8))
     for name, rs in groups.items():
         rs = sorted(rs, key=lambda r: r["params"]["instances"])
