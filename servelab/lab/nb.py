@@ -134,6 +134,35 @@ class Step:
         self.table(pd.DataFrame(self._not_run), "not_run", show=False)
 
 
+def run_checks(*paths: str, timeout: float = 300) -> pd.DataFrame:
+    """Run the repository's own offline validation tests (e.g. tests/deploy/…) here with pytest and return
+    one row per check: name, outcome (passed / failed / skipped) and pytest's message. Reuses the checks the
+    containers work ships instead of re-implementing them in a notebook."""
+    import subprocess
+    import sys
+    import tempfile
+    import xml.etree.ElementTree as ET
+
+    with tempfile.TemporaryDirectory() as tmp:
+        xml = Path(tmp) / "checks.xml"
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}",
+                               *paths], cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout)
+        if not xml.exists():
+            raise RuntimeError(f"pytest {' '.join(paths)} produced no report (exit {proc.returncode}): "
+                               f"{(proc.stderr or proc.stdout).strip()[-300:]}")
+        rows = []
+        for case in ET.parse(xml).getroot().iter("testcase"):
+            outcome, message = "passed", ""
+            for tag in ("failure", "error", "skipped"):
+                el = case.find(tag)
+                if el is not None:
+                    outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
+                    message = (el.get("message") or "").splitlines()[0][:160] if el.get("message") else ""
+            rows.append({"check": case.get("name"), "file": Path(case.get("classname", "").replace(".", "/")).name,
+                         "outcome": outcome, "message": message})
+    return pd.DataFrame(rows)
+
+
 def write_table(df: pd.DataFrame, stem: Path, title: str | None = None) -> None:
     """CSV + Markdown next to each other (temp + rename)."""
     stem = Path(stem)

@@ -1,0 +1,64 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: servelab (.venv)
+#     language: python
+#     name: servelab
+# ---
+
+# %% [markdown]
+# # 08 · Kubernetes
+#
+# Beyond one machine, the service runs as a Kubernetes **Deployment** behind a **Service**, scaled by a
+# **HorizontalPodAutoscaler** (2–6 replicas at 60 % CPU), protected during node drains by a
+# **PodDisruptionBudget**, and bounded by a **ResourceQuota**. Readiness (`/readyz`: the model is loaded)
+# and liveness (`/healthz`) probes let Kubernetes route traffic only to pods that can answer. A GPU overlay
+# requests `nvidia.com/gpu`. `k8s/` is a kustomize base plus overlays, for a kind cluster on the GPU node
+# or a real cluster.
+#
+# There is no cluster here, so this notebook renders the manifests and validates each against the
+# Kubernetes API schema for its kind (deserialised with the official Python client's models).
+
+# %% tags=["parameters"]
+target = "local"          # local | gpu
+out_dir = "../results/interactive"
+
+# %%
+from servelab.lab.nb import Step, run_checks, show_commands
+
+step = Step("08", out_dir, target)
+
+# %% [markdown]
+# ## Validate every manifest and overlay (runs here)
+
+# %%
+checks = step.table(run_checks("tests/deploy/test_deploy_k8s.py"), "validation",
+                    "Kubernetes manifests validated against the API schema (no cluster)")
+
+# %% [markdown]
+# ## Deploy (on the GPU node, in a kind cluster)
+
+# %%
+show_commands("node",
+              "kind create cluster --name servelab --config k8s/kind/cluster.yaml",
+              "kind load docker-image servelab:cpu-baked-0.1.0 --name servelab",
+              "kubectl apply -k k8s/base",
+              "kubectl -n servelab rollout status deploy/servelab",
+              "kubectl -n servelab get hpa,pdb,resourcequota",
+              "kubectl -n servelab port-forward svc/servelab 8090:8002   # node port 8002 is Triton metrics")
+step.not_run("kind cluster, rollout, autoscaling under load", "no Kubernetes cluster (and no Docker engine) here",
+             "every manifest validated against the Kubernetes API schema")
+
+# %%
+n_ok = int((checks["outcome"] == "passed").sum())
+bad = checks[checks["outcome"].isin(["failed", "error"])]
+step.shows(f"{n_ok} of {len(checks)} Kubernetes checks passed"
+           + (f"; failing: {', '.join(bad['check'].head(3))}." if len(bad) else
+              f", {int((checks['outcome'] == 'skipped').sum())} skipped with the reason shown above.")
+           + " Nothing was deployed: this machine has no cluster.")
