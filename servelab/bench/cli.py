@@ -141,13 +141,17 @@ def rate_sweep(
     quick: bool = QUICK, run_id: Optional[str] = RUN_ID, target: str = typer.Option("fastapi"), engine: str = ENGINE,
     rates: str = typer.Option("5,10,20,40", help="arrival rates (requests/s)"),
     duration_s: float = typer.Option(10.0), payload: str = typer.Option("tensor"),
+    max_workers: int = typer.Option(64, help="client workers (most requests in flight)"),
+    drop_after_s: Optional[float] = typer.Option(None, help="drop (and count) arrivals not started within this"),
+    seed: int = typer.Option(0, help="arrival schedule seed"),
 ):
     """Open-loop Poisson arrivals: latency from arrival, late starts, drops and backlog per rate."""
     from servelab.bench import experiments as ex
 
     run = _new_run(run_id, "rate-sweep")
     recs = ex.rate_sweep(run, target=target, engine=engine, rates=tuple(float(x) for x in _strs(rates)),
-                         duration_s=duration_s, payload=payload, quick=quick)
+                         duration_s=duration_s, payload=payload, max_workers=max_workers, drop_after_s=drop_after_s,
+                         seed=seed, quick=quick)
     _finish(run, recs)
 
 

@@ -77,7 +77,7 @@ def sample_tensor(n: int, seed: int = 0) -> np.ndarray:
 
 
 def _payload_factory(srv, payload: str, batch: int):
-    if payload == "tensor":
+    if payload in ("tensor", "json-lists"):  # json-lists: a tensor the client serialises as JSON numbers
         return client_factory(srv.make_client, tensor=sample_tensor(batch))
     return client_factory(srv.make_client, blobs=list(sample_jpegs(batch)))
 
@@ -119,6 +119,8 @@ def _payload_bytes(payload: str, batch: int) -> int:
     """Bytes of payload the client puts in one request (before protocol framing)."""
     if payload == "tensor":
         return int(sample_tensor(batch).nbytes)
+    if payload == "json-lists":
+        return len(json.dumps(sample_tensor(batch).ravel().tolist()))
     return int(sum(len(b) for b in sample_jpegs(batch)))
 
 
@@ -216,7 +218,7 @@ def concurrency_sweep(run=None, *, target: str = "fastapi", engine: str = "onnx"
 
 def rate_sweep(run=None, *, target: str = "fastapi", engine: str = "onnx", rates: tuple = (5, 10, 20, 40),
                payload: str = "tensor", duration_s: float = 10.0, warmup_s: float = 2.0, max_workers: int = 64,
-               seed: int = 0, quick: bool = False) -> list[dict]:
+               seed: int = 0, drop_after_s: float | None = None, quick: bool = False) -> list[dict]:
     """Open-loop Poisson arrivals at each rate: latency from scheduled arrival, late starts, drops and backlog."""
     run = _run(run, "rate-sweep")
     if quick:
@@ -226,14 +228,15 @@ def rate_sweep(run=None, *, target: str = "fastapi", engine: str = "onnx", rates
         for rate in rates:
             before = _safe(srv.snapshot)
             res = open_loop(_payload_factory(srv, payload, 1), rate, duration_s=duration_s, warmup_s=warmup_s,
-                            max_workers=max_workers, seed=seed, desc=f"rate {rate}/s")
+                            max_workers=max_workers, seed=seed, drop_after_s=drop_after_s, desc=f"rate {rate}/s")
             after = _safe(srv.snapshot)
             out.append(run.record(
                 "rate-sweep", kind="load", target=srv.target, backend=srv.backend, engine=srv.engine,
                 protocol=srv.protocol, payload=payload, batch=1, rate_rps=float(rate),
                 server=srv.delta(before, after) if before and after else None,
                 memory=memory_snapshot(srv.pid, label=f"{srv.target} server"),
-                params={**served_params(srv), "max_workers": max_workers, "seed": seed}, **_load_fields(res)))
+                params={**served_params(srv), "max_workers": max_workers, "seed": seed, "duration_s": duration_s,
+                        "warmup_s": warmup_s, "drop_after_s": drop_after_s}, **_load_fields(res)))
     return out
 
 
