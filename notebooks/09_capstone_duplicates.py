@@ -1,0 +1,133 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: servelab (.venv)
+#     language: python
+#     name: servelab
+# ---
+
+# %% [markdown]
+# # 09 · Capstone: find the duplicates in a photo folder
+#
+# Everything before this notebook measured ways to serve the model. Now use the winner. This notebook
+# reads **this run's records**, picks the served backend that delivered the most images per second, points
+# the photo finder at it, and finds the duplicates in a folder of generated photos: exact copies (MD5) and
+# near-duplicates (re-compressed, resized, cropped, brightened, rotated, re-encoded — cosine similarity of
+# embeddings ≥ `threshold`).
+#
+# The folder is generated with known ground truth, so the groups can be checked. The weights are named in
+# the output: with random-init weights the grouping quality is not a claim about pretrained CLIP.
+#
+# On your own photos, the same steps are three commands (`# runs here`):
+# `servelab dedup scan ~/Pictures` · `servelab dedup embed ~/Pictures --backend triton-grpc` ·
+# `servelab dedup review ~/Pictures` (nothing is deleted without a way back: files go to a trash folder).
+
+# %% tags=["parameters"]
+target = "local"          # local | gpu
+out_dir = "../results/interactive"
+service_url = "http://127.0.0.1:8002"
+triton_http_url = "http://127.0.0.1:8003"
+triton_grpc_url = "127.0.0.1:8004"
+triton_model = "openclip_vit_b32_cpu"
+triton_jpeg_model = "openclip_vit_b32_jpeg"
+n_photos = 12
+threshold = 0.92
+
+# %%
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from servelab.client import InferenceClient
+from servelab.lab.nb import Step
+
+step = Step("09", out_dir, target)
+
+# %% [markdown]
+# ## The best served backend in this run's records
+# Served load measurements against this run's own servers (not the in-process engine, and not servers a
+# notebook started only for a comparison), highest throughput first.
+
+# %%
+served = step.records(kind="load")
+if len(served):
+    served = served[served["target"].isin(["fastapi", "triton-http", "triton-grpc"])
+                    & (served.get("params.attached", False) == True)]  # noqa: E712
+served = served.sort_values("throughput_img_s", ascending=False) if len(served) else served
+candidates = step.table(served[["experiment", "target", "payload", "batch", "concurrency", "throughput_img_s",
+                                "latency_p50_ms"]].head(5) if len(served) else
+                        pd.DataFrame([{"note": "no served measurement in this run's records"}]),
+                        "candidates", "Fastest served measurements in this run")
+
+# %%
+urls = {"fastapi": service_url, "triton-http": triton_http_url, "triton-grpc": triton_grpc_url}
+if len(served):
+    best = served.iloc[0]
+    backend, payload = best["target"], best["payload"] or "jpeg"
+    why = (f"{backend} ({payload} payload) reached {best['throughput_img_s']:.1f} img/s in `{best['experiment']}` "
+           f"at concurrency {int(best['concurrency'])}")
+    options = {"model": triton_model, "jpeg_model": triton_jpeg_model} if backend.startswith("triton") else {}
+    client = InferenceClient(mode="remote", backend=backend, url=urls[backend], payload=payload, **options)
+else:
+    backend, payload, why = "local", "jpeg", "no served backend was measured in this run (e.g. `--only 09`)"
+    step.not_run("backend choice from this run's records", why, "the in-process engine is used")
+    client = InferenceClient(mode="local")
+print("using:", backend, "—", why)
+
+# %% [markdown]
+# ## A folder of photos with known duplicates
+
+# %%
+from servelab.dedup.evaluate import build_set
+
+folder = step.out_dir / "capstone" / "photos"
+n_base = max(2, n_photos // 10)
+labels = pd.DataFrame(build_set(folder, n_base=n_base, n_negatives=n_base, size=320))
+print(f"{len(labels)} files from {labels['base'].nunique()} distinct scenes in {folder}")
+
+# %% [markdown]
+# ## Scan, embed through the chosen backend, group
+
+# %%
+from servelab.dedup import embed, group, scan
+
+catalog = step.out_dir / "capstone" / "catalog.sqlite"
+scanned = scan(folder, catalog)
+t0 = time.perf_counter()
+embedded = embed(catalog, client, batch_size=16, progress=False)
+embed_s = time.perf_counter() - t0
+groups = group(catalog, threshold=threshold)
+client.close()
+
+# %%
+base_of = dict(zip(labels["path"], labels["base"]))
+rows = []
+for g in groups:
+    paths = [str(Path(m["path"]).relative_to(folder)) if Path(m["path"]).is_absolute() else m["path"] for m in g.members]
+    bases = {base_of.get(p, "?") for p in paths}
+    rows.append({"group": g.key, "kind": g.kind, "size": len(paths), "scenes": len(bases),
+                 "pure": len(bases) == 1, "members": ", ".join(sorted(paths))[:200]})
+found = step.table(pd.DataFrame(rows) if rows else pd.DataFrame([{"note": "no groups found"}]), "groups",
+                   f"Duplicate groups at cosine ≥ {threshold} (weights: {embedded.weights})")
+
+# %%
+truth_groups = labels[labels["transform"] != "negative"]["base"].nunique()
+pure = int(found["pure"].sum()) if rows else 0
+step.table(pd.DataFrame([{"backend": backend, "payload": payload, "files": len(labels), "embedded": embedded.embedded,
+                          "embed_seconds": round(embed_s, 2), "img_per_s": round(embedded.embedded / embed_s, 2) if embed_s else None,
+                          "groups_found": len(rows), "pure_groups": pure, "scenes_with_duplicates": truth_groups,
+                          "threshold": threshold, "weights": embedded.weights}]), "summary", "Capstone run")
+step.shows(
+    f"Chosen backend: **{backend}** — {why}. It embedded {embedded.embedded} photos in {embed_s:.1f} s "
+    f"({embedded.embedded / max(embed_s, 1e-9):.1f} img/s) and the finder reported {len(rows)} duplicate group(s) at "
+    f"cosine ≥ {threshold}, {pure} of them pure (one scene each), for {truth_groups} scenes that truly have duplicates. "
+    f"Weights: {embedded.weights}" + (" — random-init, so near-duplicate grouping here is not a statement about "
+                                      "pretrained CLIP." if "random" in embedded.weights else ".")
+)
