@@ -349,9 +349,8 @@ def cold_start(run=None, *, targets: tuple = ("fastapi", "litserve", "triton-htt
     for target in targets:
         for i in range(max(1, repeats)):
             try:
-                t0 = time.perf_counter()
                 with served(target, engine=engine, log_path=run.dir / f"{target}.log") as srv:
-                    ready_s = time.perf_counter() - t0
+                    ready_s = srv.startup_s  # process spawn -> readiness probe OK (Triton: staging excluded)
                     client = srv.make_client()
                     t1 = time.perf_counter()
                     client.embed_tensor(sample_tensor(1))
@@ -362,7 +361,9 @@ def cold_start(run=None, *, targets: tuple = ("fastapi", "litserve", "triton-htt
                                       engine=srv.engine, protocol=srv.protocol, payload="tensor", batch=1,
                                       start_to_ready_s=round(ready_s, 3), first_request_ms=round(first_ms, 2),
                                       latency_p50_ms=round(first_ms, 2), repeats=1, memory=mem,
-                                      params={"repeat": i}))
+                                      params={"repeat": i, **served_params(srv),
+                                              "probe": {"fastapi": "/readyz", "litserve": "/health"}.get(
+                                                  target, "/v2/health/ready (strict readiness)")}))
             except Exception as exc:
                 out.append(_unavailable(run, "cold-start", target, exc))
     return out

@@ -126,3 +126,17 @@ def test_closed_loop_counts_equal_service_metrics(service):
     assert d["requests"].get("/embed/tensor 200") == res.ok_total == res.sent_total
     assert d["images"] == res.images_total
     assert sum(d["batch_histogram"].values()) == d["executions"] >= 1
+
+
+def test_open_loop_drops_are_counted():
+    def factory(i):
+        def work():
+            time.sleep(0.05)
+            return 1
+        return work
+
+    res = open_loop(factory, 500.0, duration_s=1.0, warmup_s=0.2, max_workers=2, seed=2, drop_after_s=0.02,
+                    progress=False)
+    s = res.summary()
+    assert s["dropped"] > 0 and s["rate_held"] is False
+    assert s["throughput_img_s"] < 100  # two workers at 50 ms cannot do more than ~40/s
