@@ -27,9 +27,12 @@
 target = "local"          # local | gpu
 out_dir = "../results/interactive"
 service_url = "http://127.0.0.1:8002"
-batch_sizes = [1, 4]
+service_pid = 0
+batch_sizes = [1, 2]
 duration_s = 0.4
-warmup_s = 0.1
+warmup_s = 0.0
+repeats = 1
+requests = 2              # > 0: a fixed request count per point (smoke); 0: duration_s windows
 n_photos = 12
 
 # %%
@@ -66,3 +69,27 @@ with InferenceClient(mode="auto", backend="fastapi", url="http://127.0.0.1:9") a
 # %% [markdown]
 # ## What the hop costs: in-process engine vs the service, by batch size
 # Closed loop, one request at a time (concurrency 1), `duration_s` per point after `warmup_s` of warm-up.
+# The same float32 tensors go to both, so the difference is the hop: serialisation, HTTP, the micro-batcher.
+
+# %%
+from servelab.bench.experiments import batch_sweep, measure_served
+from servelab.lab.targets import attach
+
+opts = step.opts(duration_s, warmup_s, repeats, requests)
+local_recs = batch_sweep(step.run, target="in-process", engine="onnx", batches=tuple(batch_sizes), opts=opts)
+service = attach("fastapi", service_url, payload="tensor", pid=service_pid or None)
+service_recs = [measure_served(step.run, "01-service-batch", service, payload="tensor", batch=b, concurrency=1, opts=opts)
+                for b in batch_sizes]
+hop = step.table(step.frame(local_recs + service_recs, "target", "engine", "batch", "throughput_img_s", "latency_p50_ms",
+                            "latency_p99_ms", "memory.rss_mb"), "local_vs_service",
+                 "In-process engine vs the FastAPI service, by batch size (concurrency 1)")
+
+# %%
+p50 = hop.pivot_table(index="batch", columns="target", values="latency_p50_ms")
+extra = (p50["fastapi"] - p50["in-process"])
+step.shows(
+    f"Embeddings matched across the split (minimum cosine {cos.min():.6f} over {len(photos)} photos). "
+    f"Going through the service added {extra.iloc[0]:+.1f} ms to the p50 at batch {extra.index[0]} and "
+    f"{extra.iloc[-1]:+.1f} ms at batch {extra.index[-1]} (in-process p50 {p50['in-process'].iloc[0]:.0f} ms → service "
+    f"{p50['fastapi'].iloc[0]:.0f} ms). `auto` mode fell back to {auto.mode_used} when the server was missing."
+)
