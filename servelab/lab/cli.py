@@ -24,13 +24,14 @@ def run(
     ports: str = typer.Option("auto", help="local stack ports: auto (configured if free, else free) | configured | free"),
     results: Path = typer.Option(None, help="results folder (default ./results)"),
     progress_bar: bool = typer.Option(True, help="papermill's per-cell progress bar"),
+    notebooks: Path = typer.Option(None, help="folder of NN_*.py/.ipynb notebooks (default ./notebooks; e.g. generated assignment notebooks)"),
 ):
     """Execute the lab notebooks with papermill into results/<run-id>/ and write report.md/.html."""
     from servelab.lab.runner import RESULTS_DIR
     from servelab.lab.runner import run as do_run
 
     state = do_run(profile=profile, only=only, params=param, target=target, run_id=run_id, ports=ports,
-                   results_dir=results or RESULTS_DIR, say=_say, progress_bar=progress_bar)
+                   results_dir=results or RESULTS_DIR, say=_say, progress_bar=progress_bar, notebook_dir=notebooks)
     ok = sum(e["status"] == "ok" for e in state["notebooks"])
     typer.echo(f"{ok}/{len(state['notebooks'])} notebooks ok -> {state['out_dir']}/report.md")
 

@@ -16,8 +16,11 @@ KERNEL = "servelab"
 
 
 def discover(directory: Path = NOTEBOOK_DIR) -> list[Path]:
-    """Every `NN*_….py` lab source in order (00, 01, …, 05a, 05b, …)."""
-    return sorted(p for p in Path(directory).glob("[0-9][0-9]*_*.py"))
+    """Every `NN*_…` lab notebook in order (00, 01, …, 05a, 05b, …): its `.py` source, or the `.ipynb` alone
+    when a folder holds only notebooks (e.g. generated assignment notebooks)."""
+    directory = Path(directory)
+    stems = {p.stem for p in directory.glob("[0-9][0-9]*_*.py")} | {p.stem for p in directory.glob("[0-9][0-9]*_*.ipynb")}
+    return [directory / f"{s}.py" if (directory / f"{s}.py").exists() else directory / f"{s}.ipynb" for s in sorted(stems)]
 
 
 def notebook_id(path: Path) -> str:
@@ -68,7 +71,7 @@ def out_of_sync(paths: list[Path] | None = None) -> list[str]:
     import nbformat
 
     bad = []
-    for py in paths if paths is not None else discover():
+    for py in [p for p in (paths if paths is not None else discover()) if p.suffix == ".py"]:
         ipynb = ipynb_for(py)
         if not ipynb.exists():
             bad.append(f"{ipynb.name} (missing)")
@@ -86,7 +89,7 @@ def sync(paths: list[Path] | None = None) -> list[Path]:
     import jupytext
 
     written = []
-    for py in paths if paths is not None else discover():
+    for py in [p for p in (paths if paths is not None else discover()) if p.suffix == ".py"]:
         target = ipynb_for(py)
         tmp = target.with_name(target.name + ".tmp")
         tmp.write_text(jupytext.writes(_to_notebook(py), fmt="ipynb"))

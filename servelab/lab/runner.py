@@ -218,8 +218,9 @@ def _stack(p: RunPlan, ports: str, say: Callable[[str], None]):
 
 def run(profile: str = "default", only: list[str] | None = None, params: list[str] | None = None,
         target: str = "local", run_id: str | None = None, ports: str = "auto", results_dir: Path = RESULTS_DIR,
-        say: Callable[[str], None] = print, progress_bar: bool = True) -> dict:
-    p = plan(profile=profile, only=only, params=params, target=target, run_id=run_id, results_dir=results_dir)
+        say: Callable[[str], None] = print, progress_bar: bool = True, notebook_dir: Path | None = None) -> dict:
+    p = plan(profile=profile, only=only, params=params, target=target, run_id=run_id, results_dir=results_dir,
+             notebook_dir=notebook_dir or nbs.NOTEBOOK_DIR)
     return execute(p, ports=ports, say=say, progress_bar=progress_bar)
 
 

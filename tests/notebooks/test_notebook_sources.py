@@ -1,0 +1,62 @@
+"""Notebook sources: .py and .ipynb in sync (no outputs committed), parameters cells, and shell commands that
+say where they run."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from servelab.lab import notebooks as nbs
+
+pytestmark = pytest.mark.notebooks
+
+
+def test_py_sources_and_ipynb_in_sync():
+    assert nbs.out_of_sync() == [], "run `servelab lab sync`"
+
+
+def test_sync_is_stable(tmp_path):
+    import shutil
+
+    for py in nbs.discover()[:2]:
+        shutil.copy(py, tmp_path / py.name)
+    copies = nbs.discover(tmp_path)
+    nbs.sync(copies)
+    first = [nbs.ipynb_for(p).read_bytes() for p in copies]
+    nbs.sync(copies)
+    assert first == [nbs.ipynb_for(p).read_bytes() for p in copies]
+
+
+def test_out_of_sync_is_detected(tmp_path):
+    import shutil
+
+    py = nbs.discover()[0]
+    shutil.copy(py, tmp_path / py.name)
+    copy = tmp_path / py.name
+    assert nbs.out_of_sync([copy]) == [f"{copy.stem}.ipynb (missing)"]
+    nbs.sync([copy])
+    assert nbs.out_of_sync([copy]) == []
+    copy.write_text(copy.read_text() + "\n# %%\nprint('an edit')\n")
+    assert nbs.out_of_sync([copy]) == [f"{copy.stem}.ipynb (differs from {copy.name})"]
+
+
+@pytest.mark.parametrize("py", nbs.discover(), ids=lambda p: p.stem)
+def test_parameters_cell(py):
+    declared = nbs.declared_parameters(nbs.ipynb_for(py))
+    assert {"target", "out_dir"} <= declared
+
+
+@pytest.mark.parametrize("py", nbs.discover(), ids=lambda p: p.stem)
+def test_shell_commands_say_where_they_run(py):
+    text = py.read_text()
+    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+        assert block.lstrip("# \n").startswith("runs") or "# runs here" in block or "# runs on the GPU node" in block, block
+    for call in re.findall(r"show_commands\((\"\w+\")", text):
+        assert call in ('"node"', '"here"', '"gpu"'), call
+
+
+@pytest.mark.parametrize("py", nbs.discover(), ids=lambda p: p.stem)
+def test_what_this_run_shows_is_computed(py):
+    text = py.read_text()
+    assert re.search(r"step\.shows\(\s*f[\"']", text), "the 'what this run shows' paragraph must be built from this run's numbers"

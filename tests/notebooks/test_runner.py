@@ -1,0 +1,109 @@
+"""The runner's contract on small scratch notebooks (no stack): parameters, --only, failure handling."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.notebooks.conftest import lab_cli
+
+pytestmark = pytest.mark.notebooks
+
+OK = '''# %% tags=["parameters"]
+out_dir = "x"
+duration_s = 1.0
+target = "local"
+
+# %%
+from pathlib import Path
+Path(out_dir, "tables").mkdir(parents=True, exist_ok=True)
+Path(out_dir, "tables", "{id}_seen.md").write_text(f"| duration_s | target |\\n|---|---|\\n| {{duration_s}} | {{target}} |\\n")
+'''
+
+FAIL = '''# %% tags=["parameters"]
+out_dir = "x"
+
+# %%
+x = 1
+
+# %%
+raise ValueError("broken on purpose")
+'''
+
+
+@pytest.fixture()
+def scratch(tmp_path):
+    from servelab.lab import notebooks as nbs
+
+    d = tmp_path / "nbs"
+    d.mkdir()
+    (d / "00_first.py").write_text(OK.format(id="00"))
+    (d / "01_broken.py").write_text(FAIL)
+    (d / "02_after.py").write_text(OK.format(id="02"))
+    nbs.sync(nbs.discover(d))
+    return d
+
+
+def test_params_reach_the_notebook_with_types(scratch, tmp_path):
+    r = lab_cli("run", "--notebooks", str(scratch), "--only", "00", "--param", "duration_s=0.25", "--profile", "smoke",
+                "--results", str(tmp_path / "res"), "--run-id", "p", "--no-progress-bar")
+    assert r.returncode == 0, r.stderr
+    assert "| 0.25 | local |" in (tmp_path / "res" / "p" / "tables" / "00_seen.md").read_text()
+    state = json.loads((tmp_path / "res" / "p" / "run.json").read_text())
+    assert [e["name"] for e in state["notebooks"]] == ["00_first"]
+
+
+def test_failure_stops_the_run_names_notebook_and_cell_and_keeps_a_report(scratch, tmp_path):
+    r = lab_cli("run", "--notebooks", str(scratch), "--profile", "smoke", "--results", str(tmp_path / "res"),
+                "--run-id", "f", "--no-progress-bar")
+    assert r.returncode == 1
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: notebook 01_broken failed at cell In [") and "ValueError: broken on purpose" in last
+    run = tmp_path / "res" / "f"
+    report = (run / "report.md").read_text()
+    assert "| 00_first | ok |" in report
+    assert "| 01_broken | **failed** at cell" in report
+    assert "| 02_after | not run (run stopped after a failure) |" in report
+    assert (run / "notebooks" / "01_broken.ipynb").is_file()
+    assert not (run / "tables" / "02_seen.md").exists()
+
+
+def test_unknown_param_and_notebook_are_one_line_errors(scratch):
+    r = lab_cli("run", "--notebooks", str(scratch), "--only", "00", "--param", "no_such_knob=1")
+    assert r.returncode == 1 and r.stderr.strip().startswith("error: --param no_such_knob: not a parameter")
+    r = lab_cli("run", "--notebooks", str(scratch), "--only", "42")
+    assert r.returncode == 1 and "error: --only 42: no such notebook (choose from 00, 01, 02)" in r.stderr
+    r = lab_cli("run", "--notebooks", str(scratch), "--profile", "huge")
+    assert r.returncode == 1 and "profile must be one of smoke, default, full" in r.stderr
+
+
+def test_param_parsing():
+    from servelab.lab.params import parse_param
+
+    assert parse_param("concurrency_levels=[1, 8]") == ("concurrency_levels", [1, 8])
+    assert parse_param("threshold=0.9") == ("threshold", 0.9)
+    assert parse_param("target=gpu") == ("target", "gpu")
+    with pytest.raises(ValueError):
+        parse_param("no-equals-sign")
+
+
+def test_only_selects_by_prefix():
+    from pathlib import Path
+
+    from servelab.lab.notebooks import select
+
+    paths = [Path(n) for n in ("04_a.py", "05a_b.py", "05b_c.py", "06a_d.py")]
+    assert [p.name for p in select(paths, ["05"])] == ["05a_b.py", "05b_c.py"]
+    assert [p.name for p in select(paths, ["05b", "04"])] == ["04_a.py", "05b_c.py"]
+
+
+def test_gpu_target_points_at_the_node_ports(monkeypatch):
+    from servelab.lab.runner import plan
+
+    monkeypatch.setenv("SERVELAB_GPU_HOST", "10.0.0.5")
+    p = plan(profile="smoke", target="gpu", only=["07"])
+    assert p.values["triton_http_url"] == "http://10.0.0.5:8000"
+    assert p.values["triton_grpc_url"] == "10.0.0.5:8001"
+    assert p.values["triton_model"] == "openclip_vit_b32"
+    assert not p.needs_stack
