@@ -54,6 +54,11 @@ def _where(df: pd.DataFrame, at: Mapping | None) -> pd.DataFrame:
     return df
 
 
+def _at(at: Mapping | None) -> str:
+    """' at provider=cpu, batch=4' for messages."""
+    return (" at " + ", ".join(f"{k}={v}" for k, v in at.items())) if at else ""
+
+
 def _number(value, what: str) -> float:
     if isinstance(value, bool) or value is None:
         reject(f"{what} should be a number, got {value!r}")
@@ -308,7 +313,7 @@ def best_choice(answer, table, *, key: str, metric: str, mode: str = "max", at: 
                 reject(f"{value!r} is not a {key} measured here: use a value from the table's `{key}` column")
         got = agg[v]
         ok = got >= best * (1 - rel_tol) if mode == "max" else got <= best * (1 + rel_tol)
-        where = f" at {dict(at)}" if at else ""
+        where = _at(at)
         if not ok:
             reject(f"{key} {value} has {metric} {got:.4g}{where}; another {key} in this table has a {word} value")
         return f"{key} {value}: {metric} {got:.4g}{where}, the {word} in this run"
@@ -334,7 +339,7 @@ def speedup(answer, table, *, key: str, fast, slow, metric: str = "throughput_im
     def judge(value):
         x = _number(value, "the speed-up")
         if _close(x, expected, rel_tol):
-            return f"{fast} vs {slow}: {x:.3g}× on {metric}" + (f" at {dict(at)}" if at else "")
+            return f"{fast} vs {slow}: {x:.3g}× on {metric}" + _at(at)
         if expected and _close(x, 1 / expected, rel_tol):
             reject("that is the ratio the wrong way round: how many times better is the first than the second?")
         if _close(x, expected * 100, rel_tol) or _close(x, (expected - 1) * 100, rel_tol):
@@ -359,7 +364,7 @@ def difference(answer, table, *, key: str, a, b, metric: str = "latency_p50_ms",
     def judge(value):
         x = _number(value, "the difference")
         if _close(x, expected, rel_tol, abs_tol):
-            return f"{a} − {b}: {x:+.3g} {unit} on {metric}" + (f" at {dict(at)}" if at else "")
+            return f"{a} − {b}: {x:+.3g} {unit} on {metric}" + _at(at)
         if _close(x, -expected, rel_tol, abs_tol):
             reject(f"the sign is reversed: subtract {b}'s {metric} from {a}'s")
         if by[_norm(b)] and _close(x, by[_norm(a)] / by[_norm(b)], rel_tol):
@@ -382,7 +387,7 @@ def share(answer, table, *, part: str, whole: str, at: Mapping | None = None, re
     def judge(value):
         x = _number(value, "the share")
         if _close(x, expected, rel_tol, abs_tol):
-            return f"{part} is {x:.1%} of {whole}" + (f" at {dict(at)}" if at else "")
+            return f"{part} is {x:.1%} of {whole}" + _at(at)
         if _close(x, expected * 100, rel_tol, abs_tol * 100):
             reject("give a fraction between 0 and 1, not a percentage")
         if _close(x, 1 - expected, rel_tol, abs_tol):
