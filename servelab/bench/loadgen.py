@@ -166,6 +166,7 @@ def closed_loop(
 ) -> LoadResult:
     """`concurrency` workers send back-to-back requests. Fixed `requests` count, or windows until stable.
 
+    Warm-up lasts `warmup_s` and until every worker has completed a request (capped at `max_window_s`).
     A window lasts `window_s` and at least `min_window_requests` completions (capped at `max_window_s`).
     `windows_used` counts every measured window; the reported figures come from the last `stable_windows`
     when stable, else from all of them.
@@ -189,6 +190,13 @@ def closed_loop(
     stable = False
     try:
         time.sleep(max(warmup_s, 0.0))
+        # warm-up also lasts until every worker has had one answer: at high concurrency the server's queue only
+        # reaches its steady depth after that (capped at max_window_s)
+        w_deadline = time.perf_counter() + max_window_s
+        while warmup_s > 0 and time.perf_counter() < w_deadline:
+            if sum(1 for lst in samples.per_worker if lst) >= concurrency:
+                break
+            time.sleep(0.005)
         m0 = time.perf_counter()
         if requests is not None:
             bar = tqdm(total=requests, desc=desc, unit="req", disable=not progress, leave=False)
