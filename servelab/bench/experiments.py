@@ -161,16 +161,15 @@ def measure_raw(run: Run, experiment: str, embedder, *, batch: int, opts: LoadOp
     )
 
 
-def _cosines(embedders: dict) -> dict:
-    """min cosine of each engine's output vs torch fp32 on 8 synthetic photos (None without a torch reference)."""
-    from servelab.model.export import cosine_rows
-
-    ref = embedders.get(("torch", "cpu"))
-    if ref is None:
-        return {}
-    x = sample_tensor(8)
-    r = ref.embed(x)
-    return {k: float(cosine_rows(r, e.embed(x)).min()) for k, e in embedders.items()}
+def _torch_reference(engines: tuple, threads: int = 0):
+    """torch fp32 (CPU) embeddings of 8 synthetic photos: the reference every engine's cosine is taken against."""
+    if "torch" not in engines:
+        return None
+    emb = _make_embedder("torch", "cpu", threads)
+    ref = emb.embed(sample_tensor(8))
+    del emb
+    gc.collect()
+    return ref
 
 
 def engines(run=None, *, engines: tuple = ENGINES, providers: tuple = ("cpu", "cuda", "tensorrt"),
@@ -519,22 +518,30 @@ def service(run=None, *, engines: tuple = ENGINES, served_engines: tuple | None 
 
 
 def engines_fn(run: Run, *, engines, providers, batches, threads, opts, experiment) -> list[dict]:
-    """engines() writing under another experiment name (service / triton reuse it)."""
-    out, loaded = [], {}
+    """engines() writing under another experiment name (service / triton reuse it).
+
+    One engine is loaded at a time, compared with the torch fp32 reference (cosine_vs_torch_fp32, min over 8
+    photos), measured at each batch size, then released. The memory field is this process's RSS (engines loaded
+    earlier may still hold memory the allocator kept: a per-engine figure needs a process of its own).
+    """
+    from servelab.model.export import cosine_rows
+
+    out = []
+    ref = _torch_reference(tuple(engines), threads)
     for provider in providers:
         for engine in engines:
             try:
-                loaded[(engine, provider)] = _make_embedder(engine, provider, threads)
+                emb = _make_embedder(engine, provider, threads)
             except Exception as exc:
                 out.append(run.record(experiment, kind="unavailable", target="in-process", backend="local",
                                       engine=engine, provider=provider, available=False,
                                       note=f"{type(exc).__name__}: {exc}"[:400]))
-    cos = _cosines(loaded)
-    for (engine, provider), emb in loaded.items():
-        for b in batches:
-            out.append(measure_raw(run, experiment, emb, batch=b, opts=opts, cosine_vs_torch=cos.get((engine, provider))))
-    loaded.clear()
-    gc.collect()
+                continue
+            cos = float(cosine_rows(ref, emb.embed(sample_tensor(8))).min()) if ref is not None else None
+            for b in batches:
+                out.append(measure_raw(run, experiment, emb, batch=b, opts=opts, cosine_vs_torch=cos))
+            del emb
+            gc.collect()
     return out
 
 
