@@ -97,7 +97,7 @@ grid_table = step.table(cells.pivot_table(index="max_queue_delay_us", columns="c
 # %%
 ser = []
 for b in serialisation_batches:
-    for row in serialisation_costs(b, repeats=5 if requests else 20):
+    for row in serialisation_costs(b, repeats=3 if requests else 10):
         ser.append(step.run.record("05a-serialisation", kind="serialisation", target="client", payload=row["payload"],
                                    batch=b, latency_p50_ms=row["serialise_p50_ms"], latency_p99_ms=row["serialise_p99_ms"],
                                    bytes_per_request=row["bytes_per_request"], note=row["note"]))

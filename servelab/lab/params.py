@@ -18,32 +18,27 @@ import yaml
 PROFILES: dict[str, dict[str, Any]] = {
     # seconds per notebook: used by the tests and for checking a setup
     "smoke": dict(
-        duration_s=0.4, warmup_s=0.0, repeats=1, iterations=2, requests=2,
+        duration_s=0.4, warmup_s=0.0, repeats=1, requests=2,
         batch_sizes=[1, 2], concurrency_levels=[1, 2], queue_delays_us=[0, 2000],
-        instance_counts=[1, 2], serialisation_batches=[1, 4], n_photos=12, n_scale_photos=0,
+        instance_counts=[1, 2], serialisation_batches=[1, 4], n_photos=12,
         profile_runs=1, extra_servers=False, engines=["onnx", "onnx-int8"],
     ),
     # about 20 minutes on 2 cores for the whole lab
     "default": dict(
-        duration_s=4.0, warmup_s=1.0, repeats=1, iterations=10, requests=0,
-        batch_sizes=[1, 4, 16], concurrency_levels=[1, 4, 16], queue_delays_us=[0, 2000, 10000],
-        instance_counts=[1, 2], serialisation_batches=[1, 8, 32], n_photos=60, n_scale_photos=0,
+        duration_s=6.0, warmup_s=1.0, repeats=1, requests=0,
+        batch_sizes=[1, 4, 16, 32], concurrency_levels=[1, 4, 16, 32], queue_delays_us=[0, 2000, 10000],
+        instance_counts=[1, 2], serialisation_batches=[1, 4, 16], n_photos=60,
         profile_runs=4, extra_servers=True, engines=["torch", "onnx", "onnx-int8"],
     ),
     # longer sweeps, repeated until stable; for a quiet machine
     "full": dict(
-        duration_s=10.0, warmup_s=2.0, repeats=3, iterations=30, requests=0,
-        batch_sizes=[1, 2, 4, 8, 16, 32], concurrency_levels=[1, 2, 4, 8, 16, 32, 64],
+        duration_s=10.0, warmup_s=2.0, repeats=3, requests=0,
+        batch_sizes=[1, 2, 4, 8, 16, 32], concurrency_levels=[1, 2, 4, 8, 16, 32, 64],  # Triton CPU max batch 32
         queue_delays_us=[0, 500, 2000, 5000, 10000, 20000], instance_counts=[1, 2, 3, 4],
-        serialisation_batches=[1, 4, 16, 64], n_photos=200, n_scale_photos=0, profile_runs=10,
+        serialisation_batches=[1, 4, 16, 64], n_photos=200, profile_runs=10,
         extra_servers=True, engines=["torch", "onnx", "onnx-int8"],
     ),
 }
-
-# Names the runner always provides (target, URLs, output folder); every notebook declares these.
-RUN_KEYS = ("target", "profile", "run_id", "out_dir", "service_url", "triton_http_url", "triton_grpc_url",
-            "triton_metrics_url", "triton_repository")
-
 
 def profile(name: str) -> dict[str, Any]:
     if name not in PROFILES:

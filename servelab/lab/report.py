@@ -63,6 +63,9 @@ def build_markdown(out_dir: Path) -> str:
               f"- weights: {env.get('weights', env.get('weights_label', 'see environment'))}",
               "- every number below was measured in this run; tables carry the hardware and versions they ran on.",
               ""]
+    if run.get("profile") == "smoke":
+        lines += ["> **Smoke profile:** a functional check with a few requests per point — these numbers are not "
+                  "results. Use `--profile default` (or `full` on a quiet machine) for figures.", ""]
     lines += ["## Notebooks", "", "| notebook | status | seconds | executed notebook |", "|---|---|---|---|"]
     for e in entries:
         out = e.get("output", "")

@@ -176,7 +176,8 @@ def execute(p: RunPlan, ports: str = "auto", say: Callable[[str], None] = print,
                 try:
                     papermill.execute_notebook(str(ipynb), str(output), parameters=injected,
                                                kernel_name=nbs.KERNEL, cwd=str(ipynb.parent),
-                                               progress_bar=progress_bar, request_save_on_cell_execute=True)
+                                               progress_bar=progress_bar, request_save_on_cell_execute=True,
+                                               extra_arguments=["--IPKernelApp.log_level=ERROR"])
                 except Exception as exc:  # PapermillExecutionError, a dead kernel, …: report any failure
                     entry.update(status="failed", seconds=round(time.monotonic() - t0, 1), **_failure(exc))
                     save()
