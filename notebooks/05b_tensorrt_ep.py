@@ -75,6 +75,10 @@ if target != "gpu":
     step.not_run("TensorRT engine build, cache reuse timing and fp16 throughput",
                  "TensorRT needs an NVIDIA GPU and this machine has none",
                  "the engine-cache configuration was rendered and checked")
+else:
+    step.not_run("engine build timing", "this notebook checks configuration; the build happens in the Triton container",
+                 "read it from `docker compose logs triton` on the node; measure the TensorRT model with "
+                 "`--only 04 --only 07 --param triton_model=openclip_vit_b32_trt`")
 passed, total = int(checks["ok"].sum()), len(checks)
 step.shows(f"{passed} of {total} TensorRT settings in the generated `{TRT_ENCODER}` config are as the deployment "
            f"needs them (profile up to batch {trt_max_batch}, caches under `{trt_cache}`)."
