@@ -52,6 +52,8 @@ def triton_delta(before: dict | None, after: dict | None) -> dict | None:
            "batch_histogram": {str(k): v for k, v in enc["batch_hist"].items()},
            "encoder_executions": enc["executions"], "encoder_avg_batch": enc["avg_batch"]}
     if front != encoder:
+        out["note"] = (f"{front} is an ensemble: its queue/compute figures span the whole pipeline "
+                       f"(preprocess + encoder); the encoder's own are under server.encoder")
         out["encoder"] = {k: v for k, v in enc.items() if k != "batch_hist"}
         out["avg_batch"] = enc["avg_batch"]  # the ensemble's own count is per request; batching happens in the encoder
     return out
