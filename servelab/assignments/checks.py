@@ -16,6 +16,7 @@ it passes the name explicitly.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Iterable, Mapping
 
 import pandas as pd
@@ -575,8 +576,6 @@ def _seconds(value, what: str) -> float:
     """Compose durations: '30s', '1m30s', '500ms', or a number of seconds."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
-    import re
-
     text = str(value).strip()
     parts = re.findall(r"(\d+(?:\.\d+)?)(h|ms|m|s|us)", text)
     if not parts or "".join(a + b for a, b in parts) != text:
@@ -585,11 +584,14 @@ def _seconds(value, what: str) -> float:
     return sum(float(a) * scale[b] for a, b in parts)
 
 
-def compose_healthcheck(answer, *, cold_start_s: float, port: int = 8002, margin: float = 1.5, exercise: str,
-                        step=None, strict: bool | None = None) -> CheckResult:
+def compose_healthcheck(answer, *, cold_start_s: float, port: int = 8002, margin: float = 1.5,
+                        paths: tuple = ("/readyz", "/healthz"), script: str = "healthcheck.py",
+                        missing_tools: tuple = ("curl", "wget"), exercise: str, step=None,
+                        strict: bool | None = None) -> CheckResult:
     """answer: YAML of a compose service's `healthcheck:` mapping (with or without the `healthcheck:` key), or
-    fn(cold_start_s). Correct: the test asks the service's /readyz on `port` inside the container, and
-    start_period covers `margin` × this run's measured cold start (failures then do not count)."""
+    fn(cold_start_s). Correct: a CMD/CMD-SHELL test that asks the service on `port` for one of `paths` (or runs
+    the image's own `script`), using no tool the slim image lacks (`missing_tools`), and a start_period that
+    covers `margin` × this run's measured cold start (failures during it do not count)."""
 
     def judge(text):
         hc = _yaml(text, "your healthcheck")
@@ -598,18 +600,22 @@ def compose_healthcheck(answer, *, cold_start_s: float, port: int = 8002, margin
             reject("a compose healthcheck needs a `test` (e.g. [\"CMD\", …])")
         test = hc["test"]
         cmd = " ".join(map(str, test)) if isinstance(test, list) else str(test)
-        if isinstance(test, list) and test and test[0] not in ("CMD", "CMD-SHELL", "NONE"):
-            reject("a list `test` starts with \"CMD\" or \"CMD-SHELL\"")
-        if "/readyz" not in cmd:
-            reject("the test should ask whether the model is ready to serve, not only whether the process runs")
-        if str(port) not in cmd:
-            reject(f"the test should reach the service on its port inside the container ({port})")
+        if isinstance(test, list) and (not test or test[0] not in ("CMD", "CMD-SHELL")):
+            reject("a list `test` starts with \"CMD\" (run a program) or \"CMD-SHELL\" (run a shell line)")
+        tools = [t for t in missing_tools if re.search(rf"\b{t}\b", cmd)]
+        if tools:
+            reject(f"the slim service image has no {tools[0]}: use its Python (the image ships a {script})")
+        if script not in cmd:
+            if not any(p in cmd for p in paths):
+                reject(f"the test should ask the service's health endpoint ({' or '.join(paths)})")
+            if str(port) not in cmd:
+                reject(f"the test runs inside the container: ask the service's own port ({port})")
         if "start_period" not in hc:
             reject("no start_period: failures while the model loads would count against the container")
         sp = _seconds(hc["start_period"], "start_period")
         if sp < cold_start_s * margin:
             reject(f"start_period {sp:g} s is shorter than {margin:g}× the cold start this run measured ({cold_start_s:.1f} s)")
-        return f"healthcheck on /readyz:{port}, start_period {sp:g} s (cold start here {cold_start_s:.1f} s)"
+        return f"healthcheck `{cmd}`, start_period {sp:g} s (cold start here {cold_start_s:.1f} s)"
 
     return run_check("compose_healthcheck", exercise, answer, (cold_start_s,), judge, step, strict)
 

@@ -336,7 +336,7 @@ def test_k8s_probes():
 
 HEALTH = """
 healthcheck:
-  test: ["CMD", "python", "/app/healthcheck.py", "http://127.0.0.1:8002/readyz"]
+  test: ["CMD", "python", "-c", "import urllib.request as u; u.urlopen('http://127.0.0.1:8002/readyz', timeout=3)"]
   interval: 10s
   timeout: 3s
   retries: 3
@@ -347,12 +347,16 @@ healthcheck:
 def test_compose_healthcheck():
     assert checks.compose_healthcheck(HEALTH, cold_start_s=30.0, exercise="t").passed
     assert checks.compose_healthcheck(HEALTH.replace("1m", "45s"), cold_start_s=30.0, exercise="t").passed
+    script = 'healthcheck: {test: ["CMD", "python", "/opt/servelab/docker/healthcheck.py"], start_period: 90s}'
+    assert checks.compose_healthcheck(script, cold_start_s=30.0, exercise="t").passed
     for wrong, why in [
         (HEALTH.replace("1m", "20s"), "shorter than"),
-        (HEALTH.replace("/readyz", "/healthz"), "ready to serve"),
-        (HEALTH.replace("8002", "8080"), "its port"),
+        (HEALTH.replace("/readyz", "/"), "health endpoint"),
+        (HEALTH.replace("8002", "8080"), "own port"),
         (HEALTH.replace("  start_period: 1m\n", ""), "no start_period"),
         (HEALTH.replace("1m", "soon"), "not a duration"),
+        ('healthcheck: {test: ["CMD-SHELL", "curl -f http://127.0.0.1:8002/readyz"], start_period: 90s}', "no curl"),
+        ('healthcheck: {test: ["python", "/opt/servelab/docker/healthcheck.py"], start_period: 90s}', "starts with"),
     ]:
         r = checks.compose_healthcheck(wrong, cold_start_s=30.0, exercise="t")
         assert r.status == FAIL and why in r.message, r.message
