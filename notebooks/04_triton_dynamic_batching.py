@@ -42,8 +42,6 @@ extra_servers = False     # start a torch-engine FastAPI service for the compari
 service_pid = 0
 
 # %%
-import matplotlib.pyplot as plt
-
 from servelab.bench.experiments import batch_sweep, concurrency_sweep, measure_served
 from servelab.lab.nb import Step
 from servelab.lab.targets import attach
@@ -87,13 +85,10 @@ by_conc = step.table(step.frame(service_conc + triton_conc, *cols), "by_concurre
                      "FastAPI service vs Triton under concurrent batch-1 requests")
 
 # %%
-fig, ax = plt.subplots(figsize=(6, 4))
-for name, g in by_conc.groupby("target"):
-    ax.plot(g["throughput_img_s"], g["latency_p50_ms"], marker="o", label=name)
-    for _, r in g.iterrows():
-        ax.annotate(f"c={r['concurrency']}", (r["throughput_img_s"], r["latency_p50_ms"]), fontsize=8)
-ax.set_xlabel("throughput (img/s)"); ax.set_ylabel("p50 latency (ms)"); ax.legend(); ax.set_title("latency vs throughput")
-step.plot(fig, "latency_vs_throughput")
+from servelab.bench.report import plot_batch_histogram, plot_latency_throughput
+
+step.show_plot(plot_latency_throughput(service_conc + triton_conc, step.plot_path("latency_vs_throughput")))
+step.show_plot(plot_batch_histogram(triton_conc, step.plot_path("batch_sizes")))
 
 # %%
 t = by_conc[by_conc["target"].str.startswith("triton")].sort_values("concurrency")

@@ -42,8 +42,6 @@ repeats = 1
 requests = 2              # > 0: a fixed request count per point (smoke); 0: duration_s windows
 
 # %%
-import matplotlib.pyplot as plt
-
 from servelab.bench.experiments import measure_served
 from servelab.bench.targets import served
 from servelab.lab.nb import Step
@@ -75,11 +73,9 @@ else:
 three_way = step.table(step.frame(recs, *cols), "three_way", "Three servers, batch-1 JPEG requests")
 
 # %%
-fig, ax = plt.subplots(figsize=(6, 4))
-for name, g in three_way.groupby("target"):
-    ax.plot(g["concurrency"], g["throughput_img_s"], marker="o", label=name)
-ax.set(xlabel="concurrency", ylabel="throughput (img/s)", title="three-way comparison"); ax.legend()
-step.plot(fig, "three_way")
+from servelab.bench.report import plot_latency_throughput, plot_server_breakdown
+
+step.show_plot(plot_latency_throughput(recs, step.plot_path("three_way")))
 
 # %% [markdown]
 # ## Where the time goes (Triton, binary tensors to the encoder)
@@ -101,14 +97,7 @@ breakdown = step.table(b.rename(columns={"latency_mean_ms": "client_mean_ms", "s
                        "Client latency vs server queue and compute vs the rest (Triton statistics)")
 
 # %%
-fig, ax = plt.subplots(figsize=(6, 3.5))
-x = [str(c) for c in breakdown["concurrency"]]
-ax.bar(x, breakdown["server_queue_ms"], label="server queue")
-ax.bar(x, breakdown["server_compute_ms"], bottom=breakdown["server_queue_ms"], label="server compute")
-ax.bar(x, breakdown["outside_server_ms"].clip(lower=0), bottom=breakdown["server_queue_ms"] + breakdown["server_compute_ms"],
-       label="outside the server")
-ax.set(xlabel="concurrency", ylabel="ms per request (mean)"); ax.legend()
-step.plot(fig, "breakdown")
+step.show_plot(plot_server_breakdown(tensor_recs, step.plot_path("server_breakdown")))
 
 # %%
 hi_c = max(concurrency_levels)

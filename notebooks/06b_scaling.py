@@ -36,7 +36,6 @@ repeats = 1
 requests = 2              # > 0: a fixed request count per point (smoke); 0: duration_s windows
 
 # %%
-import matplotlib.pyplot as plt
 import pandas as pd
 
 from servelab.bench.experiments import cost_table, measure_served
@@ -75,13 +74,10 @@ scaling = step.table(points.round(4), "scaling", f"Throughput, p50, efficiency a
                                                  f"{price_per_hour} USD/hour, by instance count and concurrency")
 
 # %%
-fig, ax = plt.subplots(1, 2, figsize=(10, 3.5))
-for n, g in scaling.groupby("instances"):
-    ax[0].plot(g["concurrency"], g["throughput_img_s"], marker="o", label=f"{n} instance(s)")
-    ax[1].plot(g["concurrency"], g["latency_p50_ms"], marker="o", label=f"{n} instance(s)")
-ax[0].set(xlabel="concurrency", ylabel="throughput (img/s)"); ax[1].set(xlabel="concurrency", ylabel="p50 (ms)")
-ax[0].legend()
-step.plot(fig, "scaling")
+from servelab.bench.report import plot_latency_throughput, plot_scaling
+
+step.show_plot(plot_scaling(recs, step.plot_path("scaling_efficiency")))
+step.show_plot(plot_latency_throughput(recs, step.plot_path("latency_vs_throughput")))
 
 # %% [markdown]
 # ## The multi-GPU half

@@ -101,9 +101,24 @@ class Step:
         return df
 
     def plot(self, fig, name: str) -> Path:
-        path = self.out_dir / "plots" / f"{self.id}_{name}.png"
+        path = self.plot_path(name)
         fig.savefig(path, dpi=110, bbox_inches="tight")
         return path
+
+    def plot_path(self, name: str) -> Path:
+        """Where plot `name` of this notebook goes (for the bench's plot functions, which take a path)."""
+        return self.out_dir / "plots" / f"{self.id}_{name}.png"
+
+    def show_plot(self, path: Path | None) -> None:
+        """Display a PNG a bench plot function wrote (None: it had nothing to draw)."""
+        if path is None:
+            return
+        try:
+            from IPython.display import Image, display
+
+            display(Image(filename=str(path)))
+        except ImportError:
+            print(path)
 
     def records(self, **match) -> pd.DataFrame:
         """This run's records (records.jsonl), optionally filtered by equal fields, as a flat DataFrame."""
@@ -164,24 +179,16 @@ def run_checks(*paths: str, timeout: float = 300) -> pd.DataFrame:
 
 
 def write_table(df: pd.DataFrame, stem: Path, title: str | None = None) -> None:
-    """CSV + Markdown next to each other (temp + rename)."""
-    stem = Path(stem)
+    """CSV + Markdown next to each other, formatted by the bench package (temp + rename)."""
     from servelab.bench.records import atomic_write
+    from servelab.bench.report import csv_text, markdown_table
 
-    atomic_write(stem.with_suffix(".csv"), df.to_csv(index=False))
-    atomic_write(stem.with_suffix(".md"), (f"_{title}_\n\n" if title else "") + markdown_table(df))
-
-
-def markdown_table(df: pd.DataFrame) -> str:
-    def fmt(v):
-        if isinstance(v, float):
-            return "–" if v != v else f"{v:.4g}" if abs(v) < 1e5 else f"{v:.0f}"
-        return "–" if v is None else str(v).replace("|", "\\|").replace("\n", " ")
-
-    head = "| " + " | ".join(map(str, df.columns)) + " |"
-    rule = "|" + "---|" * len(df.columns)
-    rows = ["| " + " | ".join(fmt(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join([head, rule, *rows]) + "\n"
+    stem = Path(stem)
+    cols = [str(c) for c in df.columns]
+    rows = [{str(k): (None if isinstance(v, float) and v != v else v) for k, v in r.items()}
+            for r in df.to_dict("records")]
+    atomic_write(stem.with_suffix(".csv"), csv_text(rows, cols))
+    atomic_write(stem.with_suffix(".md"), (f"_{title}_\n\n" if title else "") + markdown_table(rows, cols))
 
 
 def fingerprint_tags(env: dict) -> dict:

@@ -80,15 +80,16 @@ def attach(backend: str, url: str, *, payload: str = "tensor", engine: str | Non
                       make_client=lambda: InferenceClient(mode="remote", backend="fastapi", url=url, payload=payload),
                       snapshot=lambda: service_metrics(url), delta=service_delta, extra={"attached": True})
     if backend in ("triton-http", "triton-grpc"):
+        from servelab.bench.triton_targets import triton_delta
         from servelab.triton.stats import read_stats
 
         names = {k: v for k, v in (("model", model), ("jpeg_model", jpeg_model)) if v}
-        counted = (jpeg_model or "openclip_vit_b32_jpeg") if payload == "jpeg" else model
+        front = (jpeg_model or "openclip_vit_b32_jpeg") if payload == "jpeg" else model
         stats_at = stats_url or (url if backend == "triton-http" else None)
-        snap = (lambda: read_stats(stats_at, counted)) if stats_at and counted else (lambda: None)
+        counted = tuple(dict.fromkeys(m for m in (front, model) if m))  # requested model first, encoder last
+        snap = (lambda: {m: read_stats(stats_at, m) for m in counted}) if stats_at and counted else (lambda: None)
         return Served(target=backend, backend=backend, protocol=backend.split("-")[1], engine=engine or "onnx",
                       url=url, pid=pid,
                       make_client=lambda: InferenceClient(mode="remote", backend=backend, url=url, payload=payload, **names),
-                      snapshot=snap, delta=lambda a, b: (b - a).summary() if a and b else None,
-                      extra={"attached": True, "model": counted})
+                      snapshot=snap, delta=triton_delta, extra={"attached": True, "model": front})
     raise ValueError(f"backend must be fastapi, triton-http or triton-grpc, got {backend!r}")
