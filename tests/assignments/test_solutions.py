@@ -54,6 +54,14 @@ BINDINGS: dict[str, dict] = {
     "07.2": {"concurrency_levels": [1, 4], "by_conc": pd.DataFrame({
         "protocol": ["http", "grpc", "http", "grpc"], "batch": [1, 1, 1, 1], "concurrency": [1, 1, 4, 4],
         "latency_p99_ms": [60.0, 58.0, 260.0, 240.0]})},
+    "01.1": {"batch_sizes": [1, 4], "hop": pd.DataFrame({
+        "target": ["in-process", "in-process", "fastapi", "fastapi"], "batch": [1, 4, 1, 4],
+        "latency_p50_ms": [42.0, 150.0, 49.5, 171.0]})},
+    "02.1": {"cold_start_s": 8.0},
+    "08.1": {"cold_start_s": 8.0},
+    "09.1": {"evaluation": pd.DataFrame({"threshold": [0.80, 0.85, 0.90, 0.92, 0.95, 0.97, 0.99],
+                                         "precision": [0.40, 0.62, 0.81, 0.93, 0.97, 1.00, 1.00],
+                                         "recall": [1.00, 1.00, 0.98, 0.91, 0.80, 0.55, 0.30]})},
 }
 
 
