@@ -48,7 +48,7 @@ class Step:
         self.out_dir = Path(out_dir)
         if not self.out_dir.is_absolute():
             self.out_dir = (Path.cwd() / self.out_dir).resolve()
-        for sub in ("tables", "plots"):
+        for sub in ("tables", "plots", "logs"):
             (self.out_dir / sub).mkdir(parents=True, exist_ok=True)
         self._not_run: list[dict] = []
         self._run = None
