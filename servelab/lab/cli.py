@@ -76,7 +76,7 @@ def report(run_dir: Path = typer.Argument(..., help="results/<run-id>")):
 
 @app.command()
 def assignments(
-    out: Path = typer.Option(Path("assignments"), "--out", help="folder to write student/ and instructor/ into"),
+    out: Path = typer.Option(Path("results/assignments"), "--out", help="folder to write student/ and instructor/ into"),
     only: Optional[List[str]] = typer.Option(None, "--only", help="notebook id(s), e.g. --only 04 (repeatable)"),
 ):
     """Student notebooks (solutions replaced by NotImplementedError) and instructor notebooks, ready to hand out."""
