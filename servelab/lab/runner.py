@@ -113,7 +113,7 @@ def _failure(exc: Exception) -> dict:
 def _where(entry: dict) -> str:
     """`cell In [7] (`run = step.table(...)`)` — the execution count Jupyter shows, and the cell's first line."""
     if entry.get("cell") is None:
-        return "start (no cell ran)"
+        return "no particular cell (the kernel or papermill failed)"
     label = f"In [{entry['execution_count']}]" if entry.get("execution_count") else f"#{entry['cell']}"
     src = entry.get("cell_source")
     return f"cell {label}" + (f" (`{src}`)" if src else "")

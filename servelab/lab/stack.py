@@ -63,10 +63,13 @@ def local_stack(run_dir: Path, ports: str = "auto", say: Callable[[str], None] =
     say(f"staged the CPU Triton repository in {repo}")
 
     taken: set[int] = set()
-    service_port = pick_port(settings.port, ports, taken)
-    http_port = pick_port(TRITON_HTTP_PORT, ports, taken)
-    grpc_port = pick_port(TRITON_GRPC_PORT, ports, taken)
-    metrics_port = pick_port(TRITON_METRICS_PORT, ports, taken)
+    wanted = {"service": settings.port, "Triton HTTP": TRITON_HTTP_PORT, "Triton gRPC": TRITON_GRPC_PORT,
+              "Triton metrics": TRITON_METRICS_PORT}
+    got = {name: pick_port(port, ports, taken) for name, port in wanted.items()}
+    moved = [f"{name} {wanted[name]} -> {got[name]}" for name in wanted if got[name] != wanted[name]]
+    if moved and ports == "auto":
+        say(f"configured ports in use, using free ones instead: {', '.join(moved)}")
+    service_port, http_port, grpc_port, metrics_port = got.values()
 
     logs = {"service": str(log_dir / "service.log"), "triton": str(log_dir / "tritonserver.log")}
     say(f"starting the FastAPI service on 127.0.0.1:{service_port} (log {logs['service']})")

@@ -107,3 +107,26 @@ def test_gpu_target_points_at_the_node_ports(monkeypatch):
     assert p.values["triton_grpc_url"] == "10.0.0.5:8001"
     assert p.values["triton_model"] == "openclip_vit_b32"
     assert not p.needs_stack
+
+
+def test_port_policy():
+    import socket
+
+    from servelab.lab.stack import pick_port
+    from servelab.netutil import free_port
+
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    busy = held.getsockname()[1]
+    try:
+        taken: set[int] = set()
+        moved = pick_port(busy, "auto", taken)
+        assert moved != busy and moved in taken
+        with pytest.raises(RuntimeError, match=f"port {busy} on 127.0.0.1 is in use"):
+            pick_port(busy, "configured", set())
+        idle = free_port()
+        assert pick_port(idle, "auto", set()) == idle
+        assert pick_port(idle, "free", {idle}) != idle
+    finally:
+        held.close()
