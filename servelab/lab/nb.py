@@ -50,6 +50,9 @@ class Step:
             self.out_dir = (Path.cwd() / self.out_dir).resolve()
         for sub in ("tables", "plots", "logs"):
             (self.out_dir / sub).mkdir(parents=True, exist_ok=True)
+        for sub in ("tables", "plots"):  # a rerun replaces this notebook's outputs: nothing stale survives
+            for old in (self.out_dir / sub).glob(f"{self.id}_*"):
+                old.unlink()
         self._not_run: list[dict] = []
         self._run = None
 

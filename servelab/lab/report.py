@@ -7,6 +7,7 @@ rewritten at any time — after a failure too — and always describes what is o
 
 from __future__ import annotations
 
+import csv
 import html
 import json
 from pathlib import Path
@@ -71,6 +72,18 @@ def build_markdown(out_dir: Path) -> str:
         out = e.get("output", "")
         link = f"[{Path(out).name}]({out})" if out and (out_dir / out).exists() else "–"
         lines.append(f"| {e['name']} | {_cell(_status(e))} | {e.get('seconds', '–')} | {link} |")
+    not_run = []
+    for path in sorted((out_dir / "tables").glob("*_not_run.csv")):
+        with path.open() as fh:
+            not_run += [(path.stem.split("_", 1)[0], r) for r in csv.DictReader(fh)]
+    if not_run:
+        lines += ["", "## Not run in this run", "", "| notebook | what | why | instead |", "|---|---|---|---|"]
+        lines += [f"| {nb} | {_cell(r.get('not run', ''))} | {_cell(r.get('why', ''))} | {_cell(r.get('instead', ''))} |"
+                  for nb, r in not_run]
+    endpoints = run.get("endpoints") or {}
+    urls = {k: v for k, v in endpoints.items() if k.endswith("_url")}
+    if urls:
+        lines += ["", "## Servers measured", ""] + [f"- {k}: `{v}`" for k, v in urls.items()]
     lines += ["", "## Environment", ""]
     if env:
         lines += ["| key | value |", "|---|---|"] + [f"| {_cell(k)} | {_cell(v)} |" for k, v in _flat(env)]
