@@ -79,16 +79,19 @@ def test_handout_from_the_real_notebooks(tmp_path):
         assert f"exercise {row['exercise']}:" in student
 
 
-def _latest_lab_run() -> Path | None:
-    """SERVELAB_LAB_RUN, else the newest results/*/ run (any profile) whose executed notebooks exist."""
+def _latest_lab_run(tmp_path_factory) -> Path | None:
+    """SERVELAB_LAB_RUN; else the newest lab run of this pytest session (tests/notebooks' smoke run) or of
+    results/ — whichever finished last."""
     if os.environ.get("SERVELAB_LAB_RUN"):
         return Path(os.environ["SERVELAB_LAB_RUN"])
-    runs = sorted((p.parent for p in (REPO_ROOT / "results").glob("*/run.json")), key=lambda p: p.stat().st_mtime)
+    found = list(tmp_path_factory.getbasetemp().glob("lab-results*/*/run.json"))
+    found += list((REPO_ROOT / "results").glob("*/run.json"))
+    runs = sorted((p.parent for p in found), key=lambda p: p.stat().st_mtime)
     return runs[-1] if runs else None
 
 
-def test_instructor_notebooks_passed_in_the_last_lab_run():
-    run = _latest_lab_run()
+def test_instructor_notebooks_passed_in_the_last_lab_run(tmp_path_factory):
+    run = _latest_lab_run(tmp_path_factory)
     if run is None or not (run / "notebooks").is_dir():
         pytest.skip("no lab run found (run `servelab lab run --profile smoke`, or set SERVELAB_LAB_RUN)")
     state = json.loads((run / "run.json").read_text())
