@@ -27,7 +27,7 @@ BINDINGS: dict[str, dict] = {
     "04.1": {"concurrency_levels": [1, 4], "by_conc": pd.DataFrame({
         "target": ["fastapi", "fastapi", "triton-http", "triton-http"], "concurrency": [1, 4, 1, 4],
         "throughput_img_s": [20.0, 24.0, 19.0, 28.0], "latency_p50_ms": [50.0, 160.0, 52.0, 140.0]})},
-    "04.2": {"max_batch": 16},
+    "04.2": {"max_batch": 16, "instance_kind": "KIND_CPU"},
     "05a.1": {"hi_c": 4, "latency_budget_ms": 1.25 * 300.0, "cells": pd.DataFrame({
         "max_queue_delay_us": [0, 0, 2000, 2000, 10000, 10000], "concurrency": [1, 4, 1, 4, 1, 4],
         "throughput_img_s": [19.0, 24.0, 18.0, 28.0, 16.0, 31.0],
