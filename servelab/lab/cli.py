@@ -17,7 +17,7 @@ def _say(text: str) -> None:
 @app.command()
 def run(
     profile: str = typer.Option("default", help="smoke (seconds per notebook) | default (~20 min on 2 cores) | full"),
-    only: Optional[List[str]] = typer.Option(None, "--only", help="notebook id(s) to run, e.g. --only 04 (repeatable)"),
+    only: Optional[List[str]] = typer.Option(None, "--only", help="notebook id(s) to run: --only 04, --only 04,05a (repeatable)"),
     param: Optional[List[str]] = typer.Option(None, "--param", "-p", help="key=value for the notebooks' parameters cell (repeatable)"),
     target: str = typer.Option("local", help="local (embedded stack on loopback) | gpu (compose stacks on the node)"),
     run_id: Optional[str] = typer.Option(None, help="results/<run-id>/ (default: timestamp-profile); an existing id is updated"),

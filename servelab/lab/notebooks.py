@@ -33,8 +33,7 @@ def select(paths: list[Path], only: list[str] | None) -> list[Path]:
     if not only:
         return list(paths)
     chosen = []
-    for want in only:
-        want = want.strip()
+    for want in [w.strip() for item in only for w in item.replace(",", " ").split()]:
         hits = [p for p in paths if notebook_id(p) == want or notebook_id(p).startswith(want)
                 or p.stem == want or p.name == want]
         if not hits:

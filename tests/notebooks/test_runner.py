@@ -96,6 +96,7 @@ def test_only_selects_by_prefix():
     paths = [Path(n) for n in ("04_a.py", "05a_b.py", "05b_c.py", "06a_d.py")]
     assert [p.name for p in select(paths, ["05"])] == ["05a_b.py", "05b_c.py"]
     assert [p.name for p in select(paths, ["05b", "04"])] == ["04_a.py", "05b_c.py"]
+    assert [p.name for p in select(paths, ["04,06a"])] == ["04_a.py", "06a_d.py"]
 
 
 def test_gpu_target_points_at_the_node_ports(monkeypatch):
