@@ -51,7 +51,8 @@ photos = [encode(synthetic_photo(seed)) for seed in range(n_photos)]  # generate
 
 # %%
 with InferenceClient(mode="local") as local, InferenceClient(mode="remote", backend="fastapi", url=service_url) as remote:
-    e_local, e_remote = local.embed_images(photos), remote.embed_images(photos)
+    # in chunks of 16: a request carries at most SERVELAB_MAX_IMAGES (32) images
+    e_local, e_remote = local.embed_paths(photos, batch_size=16, progress=False), remote.embed_paths(photos, batch_size=16, progress=False)
 cos = np.sum(e_local * e_remote, axis=1)
 parity = step.table(pd.DataFrame([{"photos": len(photos), "min cosine local vs service": f"{cos.min():.6f}",
                                    "weights (local)": local.weights, "weights (service)": remote.weights}]),
