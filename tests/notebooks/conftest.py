@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -32,8 +31,3 @@ def smoke_run(tmp_path_factory) -> dict:
 def lab_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "servelab.cli", "lab", *args], cwd=REPO_ROOT, capture_output=True,
                           text=True, timeout=timeout)
-
-
-@pytest.fixture()
-def notebook_dir(tmp_path) -> Path:
-    return tmp_path / "nbs"
