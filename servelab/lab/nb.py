@@ -134,6 +134,12 @@ class Step:
         """Records (as returned by bench experiments) -> DataFrame with these columns (missing ones empty)."""
         from servelab.bench.records import records_frame
 
+        failed = [r for r in records if r.get("kind") in ("load", "raw") and not r.get("requests") and r.get("errors")]
+        if failed:  # a server that never answered: stop here with its error, not later on an empty table
+            r = failed[0]
+            why = (r.get("error_examples") or ["no error text"])[0]
+            raise RuntimeError(f"{r.get('target')} ({r.get('experiment')}, batch {r.get('batch')}, concurrency "
+                               f"{r.get('concurrency')}): all {r.get('errors')} requests failed: {why}")
         df = records_frame(list(records))
         return df.reindex(columns=list(columns)) if columns else df
 

@@ -159,6 +159,8 @@ def execute(p: RunPlan, ports: str = "auto", say: Callable[[str], None] = print,
     say(f"lab run {p.run_id}: profile {p.profile}, target {p.target}, {len(p.notebooks)} notebook(s) -> {out_dir}")
     save()
     _fingerprint(out_dir, say)
+    if p.target == "gpu":
+        state["unreachable"] = probe_endpoints(p, say)
     failed: NotebookFailed | None = None
     try:
         with _stack(p, ports, say) as stack_params:
@@ -202,6 +204,24 @@ def execute(p: RunPlan, ports: str = "auto", say: Callable[[str], None] = print,
     if failed:
         raise failed
     return state
+
+
+PROBES = {"service_url": "/healthz", "triton_http_url": "/v2/health/ready"}
+
+
+def probe_endpoints(p: RunPlan, say: Callable[[str], None]) -> list[str]:
+    """For target=gpu: say up front which servers the selected notebooks need but that do not answer."""
+    from servelab.netutil import wait_http
+
+    missing = []
+    for key, path in PROBES.items():
+        users = [name for name, declared in p.declared.items() if key in declared]
+        url = str(p.values.get(key, ""))
+        if users and url and not wait_http(url.rstrip("/") + path, timeout=3.0):
+            missing.append(key)
+            say(f"warning: {key} {url} does not answer ({path}); {', '.join(users)} will fail — bring the stack up "
+                "on the node (docker/compose.*.yaml) or open the SSH tunnel (notebook 00)")
+    return missing
 
 
 @contextlib.contextmanager

@@ -131,3 +131,17 @@ def test_port_policy():
         assert pick_port(idle, "free", {idle}) != idle
     finally:
         held.close()
+
+
+def test_gpu_target_without_servers_warns_then_fails_clearly(tmp_path, monkeypatch):
+    from servelab.netutil import free_port
+
+    for name in ("SERVICE", "TRITON_HTTP", "TRITON_GRPC", "TRITON_METRICS"):
+        monkeypatch.setenv(f"SERVELAB_GPU_{name}_PORT", str(free_port()))  # nothing listens there
+    r = lab_cli("run", "--target", "gpu", "--profile", "smoke", "--only", "07", "--results", str(tmp_path),
+                "--run-id", "g", "--no-progress-bar")
+    assert r.returncode == 1
+    assert "warning: triton_http_url" in r.stderr and "does not answer" in r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: notebook 07_grpc_vs_http failed at cell") and "requests failed" in last
+    assert "| 07_grpc_vs_http | **failed**" in (tmp_path / "g" / "report.md").read_text()
