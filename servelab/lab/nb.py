@@ -16,9 +16,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import warnings
+
 import pandas as pd
 
 from servelab.config import REPO_ROOT
+
+# tqdm.auto falls back to text bars in a kernel without ipywidgets and warns each time: harmless noise here
+warnings.filterwarnings("ignore", message="IProgress not found")
 
 
 def where(place: str) -> str:
