@@ -162,6 +162,7 @@ def execute(p: RunPlan, ports: str = "auto", say: Callable[[str], None] = print,
     if p.target == "gpu":
         state["unreachable"] = probe_endpoints(p, say)
     failed: NotebookFailed | None = None
+    stopped = "run interrupted"
     try:
         with _stack(p, ports, say) as stack_params:
             values = {**p.values, **stack_params, **p.overrides}
@@ -193,10 +194,13 @@ def execute(p: RunPlan, ports: str = "auto", say: Callable[[str], None] = print,
                 entry.pop("cell", None)
                 save()
                 say(f"[{i}/{len(p.notebooks)}] {path.stem} ok ({entry['seconds']:.1f} s)")
+    except Exception as exc:  # the stack did not start (or stop): say so in the report, then fail with it
+        stopped = f"run stopped: {(str(exc).splitlines() or [type(exc).__name__])[0][:200]}"
+        raise
     finally:
         for e in state["notebooks"]:
             if e["status"] in ("pending", "running"):
-                e["status"] = "not run" + (" (run stopped after a failure)" if failed else " (run interrupted)")
+                e["status"] = "not run (" + ("run stopped after a failure" if failed else stopped) + ")"
         state["finished"] = dt.datetime.now().isoformat(timespec="seconds")
         save()
         report = write_report(out_dir)

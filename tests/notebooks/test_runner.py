@@ -145,3 +145,12 @@ def test_gpu_target_without_servers_warns_then_fails_clearly(tmp_path, monkeypat
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("error: notebook 07_grpc_vs_http failed at cell") and "requests failed" in last
     assert "| 07_grpc_vs_http | **failed**" in (tmp_path / "g" / "report.md").read_text()
+
+
+def test_a_stack_that_cannot_start_is_one_line_and_in_the_report(tmp_path, monkeypatch):
+    monkeypatch.setenv("SERVELAB_TRITONSERVER", str(tmp_path / "no-tritonserver"))
+    r = lab_cli("run", "--profile", "smoke", "--only", "07", "--ports", "free", "--results", str(tmp_path),
+                "--run-id", "s", "--no-progress-bar")
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines()[-1].startswith("error: tritonserver binary not found")
+    assert "| 07_grpc_vs_http | not run (run stopped: tritonserver binary not found" in (tmp_path / "s" / "report.md").read_text()
