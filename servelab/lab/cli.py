@@ -33,7 +33,7 @@ def run(
     state = do_run(profile=profile, only=only, params=param, target=target, run_id=run_id, ports=ports,
                    results_dir=results or RESULTS_DIR, say=_say, progress_bar=progress_bar, notebook_dir=notebooks)
     ok = sum(e["status"] == "ok" for e in state["notebooks"])
-    typer.echo(f"{ok}/{len(state['notebooks'])} notebooks ok -> {state['out_dir']}/report.md")
+    typer.echo(f"{ok}/{len(state['notebooks'])} notebooks ok -> {state['out_dir']}/report.md (and report.html)")
 
 
 @app.command("list")
