@@ -71,6 +71,42 @@ if not engine:
     step.not_run("docker build and docker compose up", "no Docker engine on this machine",
                  "every compose file and Dockerfile validated offline")
 
+# %% [markdown]
+# ### Exercise: the service's health check in compose
+# Docker marks a container *healthy* by running its `healthcheck.test` inside it; `depends_on: condition:
+# service_healthy` and operators rely on that. While the model loads, the service cannot answer, and
+# failures during `start_period` do not count. How long is loading? Measured here: a fresh service process
+# from start to ready (`/readyz`) — on this machine, not in a container.
+
+# %%
+from servelab.bench.experiments import cold_start
+
+cold = cold_start(step.run, targets=("fastapi",), quick=True)[0]
+if not cold.get("available", True) or cold.get("start_to_ready_s") is None:
+    raise RuntimeError(f"could not start a service to time its cold start: {cold.get('note')}")
+cold_start_s = float(cold["start_to_ready_s"])
+print(f"service process start -> ready: {cold_start_s:.1f} s (weights: {cold['weights']})")
+
+# %% tags=["exercise"]
+# Exercise 02.1: write the compose healthcheck for the service
+def service_healthcheck(cold_start_s):
+    """YAML for the compose service's `healthcheck:` mapping: a ["CMD", …] test that asks the service on its
+    port (8002) inside the container whether it is ready — the slim image has Python but no curl — with
+    interval, timeout and retries, and a start_period of at least 1.5 × cold_start_s."""
+    # BEGIN SOLUTION
+    grace_s = int(1.5 * cold_start_s) + 15
+    probe = "import urllib.request as u; u.urlopen('http://127.0.0.1:8002/readyz', timeout=3)"
+    return (f'healthcheck:\n  test: ["CMD", "python", "-c", "{probe}"]\n'
+            f"  interval: 15s\n  timeout: 5s\n  retries: 3\n  start_period: {grace_s}s\n")
+    # END SOLUTION
+
+
+# %%
+from servelab.assignments import checks as assignment_checks  # `checks` above is the validation table
+
+assignment_checks.compose_healthcheck(service_healthcheck, cold_start_s=cold_start_s, port=8002,
+                                      exercise="02.1", step=step)
+
 # %%
 n_ok = int((checks["outcome"] == "passed").sum())
 bad = checks[checks["outcome"].isin(["failed", "error"])]
