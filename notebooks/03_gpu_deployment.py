@@ -52,6 +52,27 @@ table = step.table(step.frame(recs, "engine", "provider", "available", "batch", 
                    "Engines × execution providers (in-process)")
 
 # %% [markdown]
+# ### Exercise: read the table
+# A nightly job embeds a whole photo library on this machine's CPU, in the largest batches measured.
+# Which engine would you run it with?
+
+# %% tags=["exercise"]
+# Exercise 03.1: choose the engine for batch jobs on this CPU
+def batch_job_engine(table):
+    """The `engine` with the highest throughput_img_s on provider "cpu" at the largest batch measured."""
+    # BEGIN SOLUTION
+    cpu_rows = table[(table["provider"] == "cpu") & (table["batch"] == table["batch"].max())]
+    return cpu_rows.loc[cpu_rows["throughput_img_s"].idxmax(), "engine"]
+    # END SOLUTION
+
+
+# %%
+from servelab.assignments import checks
+
+checks.best_choice(batch_job_engine, table, key="engine", metric="throughput_img_s",
+                   at={"provider": "cpu", "batch": max(batch_sizes)}, exercise="03.1", step=step)
+
+# %% [markdown]
 # ## On the GPU node
 # The GPU image (`docker/Dockerfile.gpu`) carries `onnxruntime-gpu` and CUDA torch; the service picks the
 # provider from `SERVELAB_PROVIDER`.
@@ -61,6 +82,25 @@ show_commands("node",
               "nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv",
               "docker compose -f docker/compose.03-service-gpu.yaml up -d",
               "curl -s http://127.0.0.1:8080/info        # engine, provider, weights")
+
+# %% [markdown]
+# ### Exercise: the provider list on the GPU node
+# ONNX Runtime tries execution providers in the order given and assigns each operator to the first one
+# that can run it. Write the `providers=[…]` list for a session on the node that should use TensorRT.
+
+# %% tags=["exercise"]
+# Exercise 03.2: order ONNX Runtime's execution providers for TensorRT
+def providers_for(want):
+    """The providers list for onnxruntime.InferenceSession(path, providers=…): `want` ("tensorrt") first,
+    with fallbacks so that every operator still runs somewhere."""
+    # BEGIN SOLUTION
+    gpu_chain = {"tensorrt": ["TensorrtExecutionProvider", "CUDAExecutionProvider"], "cuda": ["CUDAExecutionProvider"]}
+    return gpu_chain.get(want, []) + ["CPUExecutionProvider"]
+    # END SOLUTION
+
+
+# %%
+checks.execution_providers(providers_for, want="tensorrt", exercise="03.2", step=step)
 
 # %%
 measured = table[table["available"] != False].dropna(subset=["throughput_img_s"])  # noqa: E712
