@@ -84,6 +84,58 @@ triton_conc = [measure_served(step.run, "04-triton-concurrency", triton, payload
 by_conc = step.table(step.frame(service_conc + triton_conc, *cols), "by_concurrency",
                      "FastAPI service vs Triton under concurrent batch-1 requests")
 
+# %% [markdown]
+# ### Exercise: read the table
+# Many clients each send one photo at a time. Which of the two servers measured above would you deploy
+# for that load? Answer from the table, not from what you expect.
+
+# %% tags=["exercise"]
+# Exercise 04.1: choose the server for many concurrent single-photo clients
+def best_server(by_conc):
+    """The `target` with the highest throughput_img_s at the highest concurrency measured in by_conc."""
+    # BEGIN SOLUTION
+    loaded = by_conc[by_conc["concurrency"] == by_conc["concurrency"].max()]
+    return loaded.loc[loaded["throughput_img_s"].idxmax(), "target"]
+    # END SOLUTION
+
+
+# %%
+from servelab.assignments import checks
+
+checks.best_choice(best_server, by_conc, key="target", metric="throughput_img_s",
+                   at={"concurrency": max(concurrency_levels)}, exercise="04.1", step=step)
+
+# %% [markdown]
+# ### Exercise: configure dynamic batching yourself
+# Triton reads its batching policy from the model's `config.pbtxt`. Write the two stanzas for this model:
+# `dynamic_batching` with preferred batch sizes no larger than the model's `max_batch_size` (read below
+# from the running server) and a queue delay of 2 ms, and an `instance_group` with two instances of the
+# kind this target runs on (`KIND_CPU` here, `KIND_GPU` on the GPU node).
+# The check parses your text into Triton's own `ModelConfig` protobuf, as the server would.
+
+# %%
+from servelab.triton.control import get_config
+
+max_batch = int(get_config(triton_http_url, triton_model)["max_batch_size"])
+instance_kind = "KIND_GPU" if target == "gpu" else "KIND_CPU"
+print(f"{triton_model}: max_batch_size {max_batch}; instances of kind {instance_kind}")
+
+# %% tags=["exercise"]
+# Exercise 04.2: write the dynamic_batching and instance_group stanzas
+def triton_stanzas(max_batch):
+    """config.pbtxt text: dynamic batching (preferred sizes up to max_batch, 2 ms queue delay) and two
+    instances of kind `instance_kind`."""
+    # BEGIN SOLUTION
+    preferred = sorted({size for size in (4, 8, max_batch) if size <= max_batch})
+    return (f"dynamic_batching {{ preferred_batch_size: {preferred} max_queue_delay_microseconds: 2000 }}\n"
+            f"instance_group [ {{ kind: {instance_kind} count: 2 }} ]\n")
+    # END SOLUTION
+
+
+# %%
+checks.batching_stanza(triton_stanzas, max_batch=max_batch, kind=instance_kind, count=2, max_delay_us=2000,
+                       exercise="04.2", step=step)
+
 # %%
 from servelab.bench.report import plot_batch_histogram, plot_latency_throughput
 
