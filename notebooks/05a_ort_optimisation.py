@@ -91,6 +91,37 @@ grid_table = step.table(cells.pivot_table(index="max_queue_delay_us", columns="c
                         "queue_delay_grid", "Queue delay × concurrency: throughput (img/s) and p50 (ms)")
 
 # %% [markdown]
+# ### Exercise: choose the queue delay
+# Your latency budget: at the expected load — the highest concurrency measured — p99 may grow by at most
+# 25 % over what Triton gives with the smallest delay of the grid. Within that budget you want the most
+# throughput. (The budget comes from this run, so the exercise has an answer on any machine.)
+
+# %%
+from servelab.assignments import checks
+
+hi_c = max(concurrency_levels)
+baseline = cells[(cells["concurrency"] == hi_c) & (cells["max_queue_delay_us"] == min(queue_delays_us))]
+latency_budget_ms = 1.25 * float(baseline["latency_p99_ms"].iloc[0])
+print(f"budget: p99 <= {latency_budget_ms:.0f} ms at concurrency {hi_c}")
+
+# %% tags=["exercise"]
+# Exercise 05a.1: choose max_queue_delay_microseconds for the latency budget
+def choose_queue_delay(grid, budget_ms):
+    """From the long grid (one row per delay × concurrency: max_queue_delay_us, concurrency,
+    throughput_img_s, latency_p99_ms …), the delay whose p99 at concurrency hi_c is within budget_ms and
+    whose throughput there is the highest; None if no delay fits."""
+    # BEGIN SOLUTION
+    at_load = grid[grid["concurrency"] == hi_c].set_index("max_queue_delay_us")
+    within_budget = at_load[at_load["latency_p99_ms"] <= budget_ms]
+    return None if within_budget.empty else int(within_budget["throughput_img_s"].idxmax())
+    # END SOLUTION
+
+
+# %%
+checks.queue_delay_for_budget(choose_queue_delay, cells, latency_budget_ms, concurrency=hi_c,
+                              exercise="05a.1", step=step)
+
+# %% [markdown]
 # ## 3 · JSON lists vs binary tensors vs JPEG, by batch size
 # Client-side only: how many bytes each format puts on the wire and how long building the body takes.
 
@@ -104,6 +135,28 @@ for b in serialisation_batches:
 serialisation = step.table(step.frame(ser, "payload", "batch", "bytes_per_request", "latency_p50_ms", "latency_p99_ms")
                            .rename(columns={"latency_p50_ms": "serialise_p50_ms", "latency_p99_ms": "serialise_p99_ms"}),
                            "serialisation", "Wire formats by batch size: bytes and client serialisation time")
+
+# %% [markdown]
+# ### Exercise: the cheapest format on the wire
+# A client can send the servers a tensor as JSON number lists, as binary float32, the JPEG files as they
+# are, or base64 JPEGs in JSON. Which puts the fewest bytes on the network per request?
+
+# %% tags=["exercise"]
+# Exercise 05a.2: pick the payload format that minimises bytes per request
+wire_formats = ["json-lists", "binary-tensor", "jpeg", "base64-json"]
+
+
+def smallest_format(serialisation):
+    """The payload (one of wire_formats) with the fewest bytes_per_request at the largest batch measured."""
+    # BEGIN SOLUTION
+    largest_batch = serialisation[serialisation["batch"] == serialisation["batch"].max()].set_index("payload")
+    return largest_batch.loc[wire_formats, "bytes_per_request"].idxmin()
+    # END SOLUTION
+
+
+# %%
+checks.smallest_payload(smallest_format, serialisation, batch=max(serialisation_batches), among=wire_formats,
+                        exercise="05a.2", step=step)
 
 # %%
 fig, ax = plt.subplots(1, 2, figsize=(10, 3.5))
