@@ -60,6 +60,36 @@ from servelab.lab.configcheck import check_trt_config
 checks = step.table(check_trt_config(trt_config), "trt_settings", "TensorRT engine-cache settings, checked")
 
 # %% [markdown]
+# ### Exercise: write the TensorRT stanza yourself
+# Write the `optimization { execution_accelerators { … } }` stanza that gives the ONNX Runtime backend the
+# settings checked above: TensorRT in fp16, the engine cache on the mounted volume, and an optimisation
+# profile for every batch the dynamic batcher can form. The check parses it into Triton's `ModelConfig`.
+
+# %% tags=["exercise"]
+# Exercise 05b.1: write the TensorRT execution-accelerator stanza
+def trt_stanza(max_batch, cache_path):
+    """config.pbtxt text: optimization { execution_accelerators { gpu_execution_accelerator: [ … ] } } with
+    the "tensorrt" accelerator, its parameters for precision, engine cache (at cache_path) and the
+    trt_profile_{min,opt,max}_shapes of input pixel_values ("pixel_values:<batch>x3x224x224")."""
+    # BEGIN SOLUTION
+    def profile_shape(batch):
+        return f"pixel_values:{batch}x3x224x224"
+
+    settings = {"precision_mode": "FP16", "trt_engine_cache_enable": "1", "trt_engine_cache_path": cache_path,
+                "trt_profile_min_shapes": profile_shape(1), "trt_profile_opt_shapes": profile_shape(max(1, max_batch // 4)),
+                "trt_profile_max_shapes": profile_shape(max_batch)}
+    entries = " ".join(f'parameters {{ key: "{k}" value: "{v}" }}' for k, v in settings.items())
+    return f'optimization {{ execution_accelerators {{ gpu_execution_accelerator: [ {{ name: "tensorrt" {entries} }} ] }} }}'
+    # END SOLUTION
+
+
+# %%
+from servelab.assignments import checks as assignment_checks  # `checks` above is the settings table
+
+assignment_checks.trt_accelerator_stanza(trt_stanza, max_batch=trt_max_batch, cache_path=trt_cache,
+                                         exercise="05b.1", step=step)
+
+# %% [markdown]
 # ## On the GPU node
 # The first load builds the engine (minutes); the second start finds it in the cache volume.
 
