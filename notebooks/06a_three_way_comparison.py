@@ -72,6 +72,27 @@ else:
     step.not_run("LitServe peer baseline", "extra_servers=False (smoke profile)", "FastAPI service and Triton compared")
 three_way = step.table(step.frame(recs, *cols), "three_way", "Three servers, batch-1 JPEG requests")
 
+# %% [markdown]
+# ### Exercise: pick the backend
+# The photo finder sends one JPEG per request from many workers at once. Which server measured above
+# would you put behind it?
+
+# %% tags=["exercise"]
+# Exercise 06a.1: choose the backend for many concurrent JPEG clients
+def best_backend(three_way):
+    """The `target` with the highest throughput_img_s at the highest concurrency measured."""
+    # BEGIN SOLUTION
+    busiest = three_way[three_way["concurrency"] == three_way["concurrency"].max()]
+    return busiest.loc[busiest["throughput_img_s"].idxmax(), "target"]
+    # END SOLUTION
+
+
+# %%
+from servelab.assignments import checks
+
+checks.best_choice(best_backend, three_way, key="target", metric="throughput_img_s",
+                   at={"concurrency": max(concurrency_levels)}, exercise="06a.1", step=step)
+
 # %%
 from servelab.bench.report import plot_latency_throughput, plot_server_breakdown
 
@@ -95,6 +116,25 @@ breakdown = step.table(b.rename(columns={"latency_mean_ms": "client_mean_ms", "s
                        [["concurrency", "client_mean_ms", "server_request_ms", "server_queue_ms", "server_compute_ms",
                          "outside_server_ms"]].round(2), "breakdown",
                        "Client latency vs server queue and compute vs the rest (Triton statistics)")
+
+# %% [markdown]
+# ### Exercise: how much of the wait is outside the server?
+# Before tuning the model, find out whether the server is where the time goes.
+
+# %% tags=["exercise"]
+# Exercise 06a.2: compute the share of client latency spent outside the server
+def outside_share(breakdown):
+    """At the highest concurrency measured: the fraction (0…1) of the client's mean latency spent outside
+    Triton (outside_server_ms of client_mean_ms)."""
+    # BEGIN SOLUTION
+    busiest = breakdown[breakdown["concurrency"] == breakdown["concurrency"].max()].iloc[0]
+    return float(busiest["outside_server_ms"] / busiest["client_mean_ms"])
+    # END SOLUTION
+
+
+# %%
+checks.share(outside_share, breakdown, part="outside_server_ms", whole="client_mean_ms",
+             at={"concurrency": max(concurrency_levels)}, exercise="06a.2", step=step)
 
 # %%
 step.show_plot(plot_server_breakdown(tensor_recs, step.plot_path("server_breakdown")))
