@@ -64,6 +64,30 @@ finally:
 points = step.frame(recs, "params.instances", "concurrency", "throughput_img_s", "latency_p50_ms", "latency_p99_ms",
                     "server.avg_batch", "memory.rss_mb").rename(columns={"params.instances": "instances"})
 
+# %% [markdown]
+# ### Exercise: scaling efficiency
+# Before the table below computes it: how well did extra instances pay off under the heaviest load?
+# Efficiency with n instances is throughput(n) ÷ (n/n₀ × throughput(n₀)), n₀ the smallest count measured;
+# 1.0 means each added copy brought its full share.
+
+# %% tags=["exercise"]
+# Exercise 06b.1: compute scaling efficiency from the scaling table
+def efficiency_by_instances(points):
+    """{instances: efficiency} at the highest concurrency measured (points: one row per instances ×
+    concurrency with throughput_img_s)."""
+    # BEGIN SOLUTION
+    loaded = points[points["concurrency"] == points["concurrency"].max()].set_index("instances")["throughput_img_s"]
+    smallest = loaded.index.min()
+    return {n: float(loaded[n] / ((n / smallest) * loaded[smallest])) for n in loaded.index}
+    # END SOLUTION
+
+
+# %%
+from servelab.assignments import checks
+
+checks.scaling_efficiency(efficiency_by_instances, points[points["concurrency"] == max(concurrency_levels)],
+                          units_col="instances", exercise="06b.1", step=step)
+
 # %%
 one = points[points["instances"] == min(instance_counts)].set_index("concurrency")["throughput_img_s"]
 points["efficiency"] = points.apply(lambda r: r["throughput_img_s"] / (r["instances"] / min(instance_counts) * one[r["concurrency"]]),
@@ -90,6 +114,25 @@ show_commands("node", "SERVELAB_GPUS=0,1 docker compose -f docker/compose.06b-mu
 if target != "gpu":
     step.not_run("multi-GPU scaling (one instance group per GPU)", "this machine has no GPU",
                  "CPU instance-count scaling measured above")
+
+# %% [markdown]
+# ### Exercise: instances on a two-GPU node
+# In `instance_group`, `count: N` without a `gpus` list means N instances on *every* visible GPU. Write the
+# stanza that puts exactly two instances on each of GPUs 0 and 1, with the GPUs listed explicitly. The
+# check parses it into Triton's `ModelConfig`.
+
+# %% tags=["exercise"]
+# Exercise 06b.2: write the instance_group for two GPUs
+def two_gpu_instance_group(gpus, per_gpu):
+    """config.pbtxt text: instance_group [ … ] with `per_gpu` KIND_GPU instances on each GPU in `gpus`."""
+    # BEGIN SOLUTION
+    groups = ", ".join(f"{{ kind: KIND_GPU count: {per_gpu} gpus: [ {g} ] }}" for g in gpus)
+    return f"instance_group [ {groups} ]"
+    # END SOLUTION
+
+
+# %%
+checks.gpu_instance_group(two_gpu_instance_group, gpus=[0, 1], per_gpu=2, exercise="06b.2", step=step)
 
 # %%
 hi_c = max(concurrency_levels)
