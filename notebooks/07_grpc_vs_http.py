@@ -59,12 +59,52 @@ recs = [measure_served(step.run, "07-protocol-batch", srv, payload="tensor", bat
 by_batch = step.table(step.frame(recs, *cols), "by_batch", "gRPC vs HTTP by batch size (binary tensors, concurrency 1)")
 
 # %% [markdown]
+# ### Exercise: read the speed-up off the table
+# With one client sending the largest batches measured, how many times the HTTP throughput did gRPC
+# deliver? (Above 1: gRPC faster; below 1: slower.)
+
+# %% tags=["exercise"]
+# Exercise 07.1: compute gRPC's throughput relative to HTTP at the largest batch
+def grpc_over_http(by_batch):
+    """throughput_img_s of protocol "grpc" divided by that of "http", at the largest batch in by_batch."""
+    # BEGIN SOLUTION
+    largest = by_batch[by_batch["batch"] == by_batch["batch"].max()].set_index("protocol")["throughput_img_s"]
+    return float(largest["grpc"] / largest["http"])
+    # END SOLUTION
+
+
+# %%
+from servelab.assignments import checks
+
+checks.speedup(grpc_over_http, by_batch, key="protocol", fast="grpc", slow="http", metric="throughput_img_s",
+               at={"batch": max(batch_sizes)}, exercise="07.1", step=step)
+
+# %% [markdown]
 # ## By concurrency (batch-1 requests)
 
 # %%
 recs = [measure_served(step.run, "07-protocol-concurrency", srv, payload="tensor", batch=1, concurrency=c, opts=opts)
         for c in concurrency_levels for srv in protocols.values()]
 by_conc = step.table(step.frame(recs, *cols), "by_concurrency", "gRPC vs HTTP by concurrency (batch 1)")
+
+# %% [markdown]
+# ### Exercise: the protocol for many small requests
+# A fleet of clients sends single photos concurrently and you care about the tail. Which protocol kept
+# p99 lower at the highest concurrency measured?
+
+# %% tags=["exercise"]
+# Exercise 07.2: choose the protocol with the lower p99 under concurrency
+def lower_tail_protocol(by_conc):
+    """The `protocol` with the lowest latency_p99_ms at the highest concurrency in by_conc."""
+    # BEGIN SOLUTION
+    busiest = by_conc[by_conc["concurrency"] == by_conc["concurrency"].max()]
+    return busiest.loc[busiest["latency_p99_ms"].idxmin(), "protocol"]
+    # END SOLUTION
+
+
+# %%
+checks.best_choice(lower_tail_protocol, by_conc, key="protocol", metric="latency_p99_ms", mode="min",
+                   at={"concurrency": max(concurrency_levels)}, exercise="07.2", step=step)
 
 # %%
 def ratio(df, key):
