@@ -55,6 +55,47 @@ show_commands("node",
 step.not_run("kind cluster, rollout, autoscaling under load", "no Kubernetes cluster (and no Docker engine) here",
              "every manifest validated against the Kubernetes API schema")
 
+# %% [markdown]
+# ### Exercise: probes for a model server
+# Kubernetes asks a pod three questions: *has it started?* (`startupProbe`; the other probes wait until it
+# passes), *can it take traffic now?* (`readinessProbe`; failing takes the pod out of the Service) and *is
+# the process alive?* (`livenessProbe`; failing restarts the container). The startup probe must allow for
+# the model's load time — this run's cold start (measured in notebook 02, or here when 02 did not run):
+
+# %%
+cold = step.records(experiment="cold-start", target="fastapi")
+if len(cold) and "start_to_ready_s" in cold and cold["start_to_ready_s"].notna().any():
+    cold_start_s = float(cold["start_to_ready_s"].dropna().max())
+else:
+    from servelab.bench.experiments import cold_start
+
+    measured = cold_start(step.run, targets=("fastapi",), quick=True)[0]
+    if measured.get("start_to_ready_s") is None:
+        raise RuntimeError(f"could not start a service to time its cold start: {measured.get('note')}")
+    cold_start_s = float(measured["start_to_ready_s"])
+print(f"service start -> ready in this run: {cold_start_s:.1f} s")
+
+# %% tags=["exercise"]
+# Exercise 08.1: write the startup, readiness and liveness probes
+def service_probes(cold_start_s):
+    """YAML for the container's startupProbe, readinessProbe and livenessProbe (httpGet, port `http`). The
+    service answers /healthz while its process is up and /readyz once the model can serve; the startup
+    probe must allow at least 2 × cold_start_s (periodSeconds × failureThreshold)."""
+    # BEGIN SOLUTION
+    period_s = 5
+    attempts = int(2 * cold_start_s / period_s) + 2
+    return (f"startupProbe: {{httpGet: {{path: /healthz, port: http}}, periodSeconds: {period_s}, "
+            f"failureThreshold: {attempts}}}\n"
+            "readinessProbe: {httpGet: {path: /readyz, port: http}, periodSeconds: 5, failureThreshold: 2}\n"
+            "livenessProbe: {httpGet: {path: /healthz, port: http}, periodSeconds: 10, failureThreshold: 3}\n")
+    # END SOLUTION
+
+
+# %%
+from servelab.assignments import checks as assignment_checks  # `checks` above is the validation table
+
+assignment_checks.k8s_probes(service_probes, cold_start_s=cold_start_s, exercise="08.1", step=step)
+
 # %%
 n_ok = int((checks["outcome"] == "passed").sum())
 bad = checks[checks["outcome"].isin(["failed", "error"])]
