@@ -117,6 +117,57 @@ for g in groups:
 found = step.table(pd.DataFrame(rows) if rows else pd.DataFrame([{"note": "no groups found"}]), "groups",
                    f"Duplicate groups at cosine ≥ {threshold} (weights: {embedded.weights})")
 
+# %% [markdown]
+# ## Choosing the threshold from this folder's ground truth
+# The generated folder says which files share a scene, so every pair of photos can be scored: a threshold
+# t calls a pair duplicates when their cosine ≥ t. **Precision**: of the pairs called duplicates, the share
+# that truly are; **recall**: of the true duplicate pairs, the share found.
+
+# %%
+import numpy as np
+
+from servelab.dedup import Catalog
+from servelab.dedup.evaluate import COSINES
+
+with Catalog(catalog) as cat:
+    ids, emb = cat.embeddings(embedded.weights)
+    path_of = {r["id"]: r["path"] for r in cat.files("ok")}
+scene = np.array([base_of.get(str(Path(path_of[i]).relative_to(folder)) if Path(path_of[i]).is_absolute()
+                              else path_of[i], f"unlabelled-{i}") for i in ids.tolist()])
+upper = np.triu_indices(len(ids), 1)
+same_scene, cosine = (scene[:, None] == scene[None, :])[upper], (emb @ emb.T)[upper]
+pr_rows = []
+for t in COSINES:
+    called = cosine >= t
+    hits = int((called & same_scene).sum())
+    pr_rows.append({"threshold": t, "pairs_called": int(called.sum()),
+                    "precision": hits / called.sum() if called.any() else 1.0,
+                    "recall": hits / same_scene.sum() if same_scene.any() else 1.0})
+evaluation = step.table(pd.DataFrame(pr_rows).round(4), "threshold_eval",
+                        f"Pairwise precision and recall by cosine threshold (weights: {embedded.weights})")
+
+# %% tags=["exercise"]
+# Exercise 09.1: choose the grouping threshold for a target precision
+target_precision = 0.9
+
+
+def choose_threshold(evaluation, target_precision):
+    """The threshold (a row of `evaluation`) whose precision is at least target_precision and that finds the
+    most true duplicates (highest recall); None if no threshold is that precise."""
+    # BEGIN SOLUTION
+    precise_enough = evaluation[evaluation["precision"] >= target_precision]
+    if precise_enough.empty:
+        return None
+    return float(precise_enough.sort_values(["recall", "threshold"], ascending=[False, True]).iloc[0]["threshold"])
+    # END SOLUTION
+
+
+# %%
+from servelab.assignments import checks
+
+checks.threshold_for_precision(choose_threshold, evaluation, target_precision=target_precision,
+                               exercise="09.1", step=step)
+
 # %%
 truth_groups = labels[labels["transform"] != "negative"]["base"].nunique()
 pure = int(found["pure"].sum()) if rows else 0
