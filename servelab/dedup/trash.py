@@ -156,11 +156,8 @@ def _move(src: Path, dest: Path) -> None:
 
 
 def _md5(path: Path) -> str:
-    h = hashlib.md5()
     with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(fh, "md5").hexdigest()
 
 
 def _prune_empty(folder: Path, stop: Path) -> None:

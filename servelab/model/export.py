@@ -45,11 +45,8 @@ def artifact_paths(settings: Settings) -> dict[str, Path]:
 
 
 def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def parity_batch(n: int = 4, seed: int = 1234) -> np.ndarray:
