@@ -107,3 +107,23 @@ def test_every_step_has_one_to_three_exercises():
     steps = ["01", "02", "03", "04", "05a", "05b", "06a", "06b", "07", "08", "09"]
     counts = {notebook_id(p): len(find(jupytext.read(p), p.name)) for p in SOURCES}
     assert {s: counts.get(s, 0) for s in steps if not 1 <= counts.get(s, 0) <= 3} == {}
+
+
+@pytest.mark.notebooks
+def test_real_student_notebooks_run_to_the_end_and_fail_cleanly(tmp_path):
+    """Student versions of two lab notebooks that need no servers (03: in-process engines, 05b: rendered
+    configs), executed by papermill with smoke parameters: every exercise reports `not implemented`, and the
+    kernel reaches the last cell."""
+    import nbformat
+
+    from servelab.lab.params import profile
+
+    info = build(tmp_path / "handout", only=["03", "05b"])
+    rows = grade(info["out"] / "student", tmp_path / "grades.csv", execute=True,
+                 parameters={**profile("smoke"), "out_dir": str(tmp_path / "run")}, say=lambda s: None)
+    assert rows and {r["status"] for r in rows} == {"not implemented"}, rows
+    for name in info["notebooks"]:
+        executed = nbformat.read(info["out"] / "student" / "executed" / name, as_version=4)
+        last = [c for c in executed.cells if c.cell_type == "code"][-1]
+        assert last.get("execution_count"), f"{name}: the last cell did not run"
+        assert not any(o.get("output_type") == "error" for c in executed.cells for o in c.get("outputs", []))
