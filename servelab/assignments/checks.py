@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping
 
 import pandas as pd
 

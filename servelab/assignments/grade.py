@@ -72,10 +72,8 @@ def _execute(src: Path, dst: Path, parameters: dict, cwd: Path | None) -> str | 
 
 def grade(folder: Path, out_csv: Path | None = None, execute: bool = False, parameters: dict | None = None,
           say: Callable[[str], None] = print) -> list[dict]:
-    """Grade every .ipynb under `folder` (recursively, skipping checkpoints and, unless executing, nothing
-    else); write the CSV (temp + rename) when `out_csv` is given; return the rows."""
-    import nbformat
-
+    """Grade every .ipynb under `folder` (recursively; skips .ipynb_checkpoints and <folder>/executed/); write
+    the CSV (temp + rename) when `out_csv` is given; return the rows."""
     folder = Path(folder)
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: no such folder of notebooks")
