@@ -207,6 +207,9 @@ def create_app(settings: Settings | None = None, embedder=None) -> FastAPI:
             try:
                 form = await request.form(max_files=settings.max_images_per_request + 1, max_part_size=settings.max_bytes + 1)
             except Exception as exc:
+                if "too many files" in str(exc).lower():  # the parser stops counting at max_files
+                    refuse("too_many_images", 413, f"more than {settings.max_images_per_request} images in one request; "
+                                                   f"the maximum is {settings.max_images_per_request}")
                 refuse("bad_multipart", 400, f"could not parse multipart body: {exc}")
             files = [v for _, v in form.multi_items() if hasattr(v, "read")]
             if not files:

@@ -150,6 +150,8 @@ BAD_INPUTS = {
     "malformed base64": ("/embed/base64", dict(json={"images": ["not base64!!"]}), 400, "bad_base64"),
     "wrong json schema": ("/embed/base64", dict(json={"imgs": ["aGVsbG8="]}), 422, "bad_schema"),
     "not json": ("/embed/base64", dict(content=b"{nope", headers={"Content-Type": "application/json"}), 400, "bad_json"),
+    "too many files (one over)": ("/embed", dict(files=[("files", (f"{i}.jpg", b"x", "image/jpeg")) for i in range(9)]), 413, "too_many_images"),
+    "too many files (far over)": ("/embed", dict(files=[("files", (f"{i}.jpg", b"x", "image/jpeg")) for i in range(40)]), 413, "too_many_images"),
     "too many images": ("/embed/base64", dict(json={"images": [base64.b64encode(b"x").decode()] * 9}), 413, "too_many_images"),
     "tensor wrong dtype": ("/embed/tensor", dict(content=np.zeros((1, 3, 224, 224), np.float16).tobytes(), headers=_tensor_headers((1, 3, 224, 224), "float16")), 400, "bad_dtype"),
     "tensor wrong shape": ("/embed/tensor", dict(content=np.zeros((1, 3, 64, 64), np.float32).tobytes(), headers=_tensor_headers((1, 3, 64, 64))), 400, "bad_shape"),
