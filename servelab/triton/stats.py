@@ -28,13 +28,10 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from servelab.triton.control import _base, _raise
+
 SECTIONS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
 METRIC_PREFIX = "nv_inference_"
-
-
-def _base(url: str) -> str:
-    url = url.rstrip("/")
-    return url if "://" in url else f"http://{url}"
 
 
 @dataclass
@@ -112,12 +109,7 @@ def read_stats(http_url: str, model: str, version: str = "", timeout: float = 10
 
     path = f"/v2/models/{model}" + (f"/versions/{version}" if version else "") + "/stats"
     r = httpx.get(_base(http_url) + path, timeout=timeout)
-    if r.status_code != 200:
-        try:
-            msg = r.json().get("error", r.text)
-        except Exception:
-            msg = r.text
-        raise RuntimeError(f"Triton stats for {model!r}: HTTP {r.status_code}: {msg}")
+    _raise(r, f"stats for {model!r}")
     return ModelStats.from_json(model, r.json())
 
 
