@@ -32,13 +32,19 @@ class FlakyClient:
         return self.client.embed_images(blobs)
 
 
-def test_interrupted_embedding_resumes_without_recomputing(tmp_path, dedup_client):
+def _scanned_folder(tmp_path, n: int, seed: int, size: tuple[int, int]):
+    """n generated photos p00.jpg… in tmp_path/photos, scanned into tmp_path/catalog.sqlite."""
     root = tmp_path / "photos"
     root.mkdir()
-    for i in range(14):
-        (root / f"p{i:02d}.jpg").write_bytes(encode(synthetic_photo(300 + i, (160, 120))))
+    for i in range(n):
+        (root / f"p{i:02d}.jpg").write_bytes(encode(synthetic_photo(seed + i, size)))
     cat_path = tmp_path / "catalog.sqlite"
     scan(root, cat_path)
+    return root, cat_path
+
+
+def test_interrupted_embedding_resumes_without_recomputing(tmp_path, dedup_client):
+    root, cat_path = _scanned_folder(tmp_path, 14, 300, (160, 120))
 
     first = FlakyClient(dedup_client, fail_after=2)
     with pytest.raises(KeyboardInterrupt):
@@ -64,21 +70,16 @@ def test_interrupted_embedding_resumes_without_recomputing(tmp_path, dedup_clien
 
 
 def test_a_file_that_went_bad_after_the_scan_does_not_stop_the_batch(tmp_path, dedup_client):
-    root = tmp_path / "photos"
-    root.mkdir()
-    for i in range(5):
-        (root / f"p{i}.jpg").write_bytes(encode(synthetic_photo(400 + i, (120, 90))))
-    cat_path = tmp_path / "catalog.sqlite"
-    scan(root, cat_path)
-    (root / "p2.jpg").write_bytes(b"no longer a photo")  # changed after the scan
+    root, cat_path = _scanned_folder(tmp_path, 5, 400, (120, 90))
+    (root / "p02.jpg").write_bytes(b"no longer a photo")  # changed after the scan
     rep = embed(cat_path, dedup_client, batch_size=8, progress=False)
     assert (rep.embedded, rep.failed) == (4, 1)
     with Catalog(cat_path) as cat:
         probs = cat.problems()
-        assert [(p["path"], p["kind"]) for p in probs] == [("p2.jpg", "embed_failed")]
+        assert [(p["path"], p["kind"]) for p in probs] == [("p02.jpg", "embed_failed")]
         assert "not a recognised image" in probs[0]["reason"]
         assert cat.counts()["embedded"] == 4
     assert embed(cat_path, dedup_client, progress=False).todo == 0  # not retried for the same weights
     scan(root, cat_path)  # the rescan sees the change and records the real problem
     with Catalog(cat_path) as cat:
-        assert [(p["path"], p["kind"]) for p in cat.problems()] == [("p2.jpg", "not_an_image")]
+        assert [(p["path"], p["kind"]) for p in cat.problems()] == [("p02.jpg", "not_an_image")]
