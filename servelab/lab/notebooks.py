@@ -10,6 +10,7 @@ import hashlib
 from pathlib import Path
 
 from servelab.config import REPO_ROOT
+from servelab.fileio import atomic_write
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 KERNEL = "servelab"
@@ -89,11 +90,7 @@ def sync(paths: list[Path] | None = None) -> list[Path]:
 
     written = []
     for py in [p for p in (paths if paths is not None else discover()) if p.suffix == ".py"]:
-        target = ipynb_for(py)
-        tmp = target.with_name(target.name + ".tmp")
-        tmp.write_text(jupytext.writes(_to_notebook(py), fmt="ipynb"))
-        tmp.replace(target)
-        written.append(target)
+        written.append(atomic_write(ipynb_for(py), jupytext.writes(_to_notebook(py), fmt="ipynb")))
     return written
 
 

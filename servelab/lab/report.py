@@ -12,6 +12,8 @@ import html
 import json
 from pathlib import Path
 
+from servelab.fileio import atomic_write
+
 
 def _load(path: Path, default):
     try:
@@ -129,8 +131,6 @@ def write_report(out_dir: Path) -> Path:
     """Write report.md and report.html (temp + rename); returns the .md path."""
     out_dir = Path(out_dir)
     md = build_markdown(out_dir)
-    for name, text in (("report.md", md), ("report.html", to_html(md, f"servelab lab {out_dir.name}"))):
-        tmp = out_dir / (name + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(out_dir / name)
+    atomic_write(out_dir / "report.md", md)
+    atomic_write(out_dir / "report.html", to_html(md, f"servelab lab {out_dir.name}"))
     return out_dir / "report.md"

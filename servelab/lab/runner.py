@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from servelab.config import REPO_ROOT
+from servelab.fileio import atomic_write
 from servelab.lab import notebooks as nbs
 from servelab.lab import params as lab_params
 from servelab.lab.targets import check_target, gpu_endpoints, triton_models
@@ -84,9 +85,7 @@ def plan(profile: str = "default", only: list[str] | None = None, params: list[s
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
-    tmp.replace(path)
+    atomic_write(path, json.dumps(data, indent=2, default=str))
 
 
 def _load_state(out_dir: Path) -> dict:

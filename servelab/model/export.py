@@ -9,16 +9,15 @@ Files are written to a temporary name and renamed into place, so an interrupted 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import os
 import time
 from pathlib import Path
 
 import numpy as np
 
 from servelab.config import Settings
+from servelab.fileio import atomic_path, atomic_write, file_digest
 from servelab.model.weights import EMBED_DIM, weights_label
 
 log = logging.getLogger(__name__)
@@ -42,11 +41,6 @@ def artifact_paths(settings: Settings) -> dict[str, Path]:
         "int8": root / f"{BASENAME}.int8.onnx",
         "meta": root / f"{BASENAME}.json",
     }
-
-
-def sha256_file(path: Path) -> str:
-    with open(path, "rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def parity_batch(n: int = 4, seed: int = 1234) -> np.ndarray:
@@ -97,15 +91,14 @@ def export(settings: Settings | None = None, *, int8: bool = True, log_fn=print)
     encoder, label = build_image_encoder(settings)
     log_fn(f"weights: {label}")
     dummy = torch.from_numpy(parity_batch(2))
-    tmp = paths["fp32"].with_suffix(".onnx.tmp")
     # nn.MultiheadAttention's inference fast path (_native_multi_head_attention) has no ONNX symbolic.
     fastpath = torch.backends.mha.get_fastpath_enabled()
     torch.backends.mha.set_fastpath_enabled(False)
     try:
-        _export_graph(torch, encoder, dummy, tmp)
+        with atomic_path(paths["fp32"], suffix=".onnx") as tmp:
+            _export_graph(torch, encoder, dummy, tmp)
     finally:
         torch.backends.mha.set_fastpath_enabled(fastpath)
-    os.replace(tmp, paths["fp32"])
     log_fn(f"exported {paths['fp32']} in {time.perf_counter() - t0:.1f}s")
 
     check = parity_batch(4)
@@ -120,7 +113,7 @@ def export(settings: Settings | None = None, *, int8: bool = True, log_fn=print)
         "inputs": [{"name": INPUT_NAME, "dtype": "float32", "shape": ["batch", 3, 224, 224]}],
         "outputs": [{"name": OUTPUT_NAME, "dtype": "float32", "shape": ["batch", EMBED_DIM], "l2_normalised": True}],
         "file": paths["fp32"].name,
-        "sha256": sha256_file(paths["fp32"]),
+        "sha256": file_digest(paths["fp32"]),
         "bytes": paths["fp32"].stat().st_size,
         "parity": {"fp32_min_cosine_vs_torch": float(fp32_cos.min()), "images": len(check)},
         "versions": _versions(),
@@ -131,7 +124,7 @@ def export(settings: Settings | None = None, *, int8: bool = True, log_fn=print)
 
     if int8:
         meta["int8"] = _export_int8(paths, check, ref, log_fn)
-    _write_json_atomic(paths["meta"], meta)
+    atomic_write(paths["meta"], json.dumps(meta, indent=2) + "\n")
     log_fn(f"wrote {paths['meta']}")
     return load_metadata(settings)
 
@@ -157,15 +150,13 @@ def _export_int8(paths, check, ref, log_fn) -> dict:
 
     t0 = time.perf_counter()
     pre = paths["int8"].with_suffix(".pre.onnx")
-    tmp = paths["int8"].with_suffix(".onnx.tmp")
     try:
         quant_pre_process(str(paths["fp32"]), str(pre), skip_symbolic_shape=True)
         # per-channel + reduce_range (7-bit weights) keeps cosine ~0.9997; plain QInt8 fell to ~0.988 here.
-        quantize_dynamic(str(pre), str(tmp), weight_type=QuantType.QInt8, per_channel=True, reduce_range=True)
-        os.replace(tmp, paths["int8"])
+        with atomic_path(paths["int8"], suffix=".onnx") as tmp:
+            quantize_dynamic(str(pre), str(tmp), weight_type=QuantType.QInt8, per_channel=True, reduce_range=True)
     finally:
-        for p in (pre, tmp):
-            p.unlink(missing_ok=True)
+        pre.unlink(missing_ok=True)
     cos = cosine_rows(ref, _ort_run(paths["int8"], check))
     log_fn(f"quantized {paths['int8']} in {time.perf_counter() - t0:.1f}s; int8 vs torch min cosine {cos.min():.6f}")
     if cos.min() < INT8_MIN_COSINE:
@@ -173,17 +164,11 @@ def _export_int8(paths, check, ref, log_fn) -> dict:
         raise ParityError(f"int8 parity failed: min cosine {cos.min():.6f} < {INT8_MIN_COSINE}")
     return {
         "file": paths["int8"].name,
-        "sha256": sha256_file(paths["int8"]),
+        "sha256": file_digest(paths["int8"]),
         "bytes": paths["int8"].stat().st_size,
         "min_cosine_vs_torch": float(cos.min()),
         "quantization": "dynamic, weights QInt8 per-channel, reduce_range",
     }
-
-
-def _write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
 
 
 def load_metadata(settings: Settings) -> dict | None:

@@ -8,10 +8,10 @@ embeddings for CLIP's.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 from servelab.config import Settings
+from servelab.fileio import file_digest
 
 EMBED_DIM = 512
 
@@ -20,14 +20,9 @@ def weights_label(settings: Settings) -> str:
     if settings.pretrained:
         return f"pretrained ({settings.pretrained})"
     if settings.checkpoint:
-        return f"checkpoint ({Path(settings.checkpoint).name}, sha256 {_sha256(settings.checkpoint)[:12]})"
+        return f"checkpoint ({Path(settings.checkpoint).name}, sha256 {file_digest(settings.checkpoint)[:12]})"
     return f"random-init (seed {settings.seed})"
 
 
 def is_random_init(label: str) -> bool:
     return label.startswith("random-init")
-
-
-def _sha256(path: str) -> str:
-    with open(path, "rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()

@@ -15,6 +15,7 @@ from typing import List, Optional
 import typer
 
 from servelab.config import REPO_ROOT, TRITON_GRPC_PORT, TRITON_HTTP_PORT, TRITON_METRICS_PORT
+from servelab.fileio import atomic_write
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -31,10 +32,7 @@ def _read_state() -> dict | None:
 
 
 def _write_state(state: dict) -> None:
-    STATE_DIR.mkdir(parents=True, exist_ok=True)
-    tmp = STATE_FILE.with_suffix(".tmp")
-    tmp.write_text(json.dumps(state, indent=2))
-    tmp.replace(STATE_FILE)
+    atomic_write(STATE_FILE, json.dumps(state, indent=2))
 
 
 @app.command()

@@ -9,7 +9,8 @@ import sys
 import numpy as np
 import onnxruntime as ort
 
-from servelab.model.export import INPUT_NAME, OUTPUT_NAME, artifact_paths, sha256_file
+from servelab.fileio import file_digest
+from servelab.model.export import INPUT_NAME, OUTPUT_NAME, artifact_paths
 from servelab.model.preprocess import preprocess_bytes
 from tests.conftest import cosine
 
@@ -18,8 +19,8 @@ def test_metadata_describes_the_files(onnx_meta, settings):
     paths = artifact_paths(settings)
     meta = json.loads(paths["meta"].read_text())
     assert meta["weights"] == "random-init (seed 0)" or not meta["weights"].startswith("random-init")
-    assert meta["sha256"] == sha256_file(paths["fp32"])
-    assert meta["int8"]["sha256"] == sha256_file(paths["int8"])
+    assert meta["sha256"] == file_digest(paths["fp32"])
+    assert meta["int8"]["sha256"] == file_digest(paths["int8"])
     assert meta["inputs"][0]["name"] == INPUT_NAME and meta["inputs"][0]["shape"] == ["batch", 3, 224, 224]
     assert meta["outputs"][0]["name"] == OUTPUT_NAME and meta["outputs"][0]["shape"] == ["batch", 512]
     assert meta["opset"] >= 13
