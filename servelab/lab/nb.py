@@ -21,6 +21,7 @@ import warnings
 import pandas as pd
 
 from servelab.config import REPO_ROOT
+from servelab.fileio import atomic_write
 
 # tqdm.auto falls back to text bars in a kernel without ipywidgets and warns each time: harmless noise here
 warnings.filterwarnings("ignore", message="IProgress not found")
@@ -35,6 +36,29 @@ def show_commands(place: str, *commands: str) -> None:
     """Display shell commands (shown, not run) headed by where they run."""
     text = "\n".join([where(place), *commands])
     _display_md(f"```bash\n{text}\n```")
+
+
+def show_code(source, start: str | None = None, stop: str | None = None, lang: str = "python") -> None:
+    """Display real source, read when the cell runs: a function, class or module (inspect.getsource) or a
+    file path; optionally only from the first line containing `start` up to (not including) the next line
+    containing `stop`. The lesson shows the code the lab runs, never a pasted copy that can drift."""
+    import inspect
+
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        text, title = path.read_text(), path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
+    else:
+        text, title = inspect.getsource(source), f"{source.__module__}.{source.__qualname__}" \
+            if hasattr(source, "__qualname__") else source.__name__
+    lines = text.splitlines()
+    if start is not None:
+        first = next((i for i, line in enumerate(lines) if start in line), None)
+        if first is None:
+            raise ValueError(f"{title}: no line contains {start!r}")
+        last = next((i for i in range(first + 1, len(lines)) if stop is not None and stop in lines[i]), len(lines))
+        lines = lines[first:last]
+    body = "\n".join(lines).rstrip()
+    _display_md(f"`{title}`\n```{lang}\n{body}\n```")
 
 
 def _display_md(text: str) -> None:
@@ -97,15 +121,16 @@ class Step:
             if k not in df.columns:
                 df[k] = v
         write_table(df, self.out_dir / "tables" / f"{self.id}_{name}", title=caption)
-        if show:
+        if show:  # the CSV keeps hardware/versions on every row; on screen they are one caption line
+            tags = self.tags()
+            shown = df.drop(columns=[k for k, v in tags.items() if k in df.columns and (df[k] == v).all()])
+            _display_md((f"**{caption}**  \n" if caption else "") + f"<small>{tags['hardware']} · {tags['versions']}</small>")
             try:
                 from IPython.display import display
 
-                if caption:
-                    _display_md(f"**{caption}**")
-                display(df)
+                display(shown)
             except ImportError:
-                print(df.to_string())
+                print(shown.to_string())
         return df
 
     def plot(self, fig, name: str) -> Path:
@@ -151,16 +176,38 @@ class Step:
     def shows(self, text: str) -> None:
         """The 'What this run shows' paragraph (built from this run's numbers by the notebook); also saved
         as tables/<id>_shows.md so the report carries it."""
-        from servelab.bench.records import atomic_write
-
         _display_md(f"**What this run shows.** {text}")
         atomic_write(self.out_dir / "tables" / f"{self.id}_shows.txt", text + "\n")
+
+    def answer(self, text: str) -> None:
+        """The answer to a 'predict first' question, built by the notebook from this run's numbers."""
+        _display_md(f"**Answer from this run.** {text}")
 
     def not_run(self, what: str, why: str, instead: str = "") -> None:
         """Say plainly what this run did not do and why; collected into tables/<id>_not_run."""
         self._not_run.append({"not run": what, "why": why, "instead": instead, "target": self.target})
         _display_md(f"> **Not run here:** {what} — {why}." + (f" Instead: {instead}." if instead else ""))
         self.table(pd.DataFrame(self._not_run), "not_run", show=False)
+
+
+def compare(a: dict, b: dict, name_a: str, name_b: str, unit: str = "img/s") -> str:
+    """One sentence comparing the throughput of two measured points (records or table rows carrying
+    `throughput_img_s` and `window_throughput_img_s`): a ranking only when their window ranges do not
+    overlap, else "indistinguishable here"; a point with a single window has no spread and is not ranked."""
+    def band(r):
+        w = [x for x in (r.get("window_throughput_img_s") or []) if x is not None]
+        return (min(w), max(w)) if len(w) >= 2 else None
+
+    ta, tb = float(a["throughput_img_s"]), float(b["throughput_img_s"])
+    ba, bb = band(a), band(b)
+    figures = f"{name_a} {ta:.1f} vs {name_b} {tb:.1f} {unit}"
+    if ba is None or bb is None:
+        return f"{figures} — one measurement window, no spread recorded, so no ranking"
+    ranges = f"windows {ba[0]:.1f}–{ba[1]:.1f} vs {bb[0]:.1f}–{bb[1]:.1f}"
+    if ba[0] <= bb[1] and bb[0] <= ba[1]:
+        return f"{figures} — indistinguishable here ({ranges} overlap)"
+    hi, lo = (name_a, name_b) if ta > tb else (name_b, name_a)
+    return f"{figures} — {hi} ahead by {max(ta, tb) / min(ta, tb):.2f}× ({ranges}, no overlap)"
 
 
 def run_checks(*paths: str, timeout: float = 300) -> pd.DataFrame:
@@ -194,7 +241,6 @@ def run_checks(*paths: str, timeout: float = 300) -> pd.DataFrame:
 
 def write_table(df: pd.DataFrame, stem: Path, title: str | None = None) -> None:
     """CSV + Markdown next to each other, formatted by the bench package (temp + rename)."""
-    from servelab.bench.records import atomic_write
     from servelab.bench.report import csv_text, markdown_table
 
     stem = Path(stem)
