@@ -18,6 +18,7 @@ from typing import Callable
 
 from servelab.assignments.exercises import HEADER, is_exercise
 from servelab.assignments.result import MIME_TYPE, NOT_RUN, PASS
+from servelab.fileio import atomic_write
 
 COLUMNS = ["notebook", "exercise", "title", "status", "passed", "message"]
 EXECUTED_DIR = "executed"
@@ -151,8 +152,4 @@ def write_csv(rows: list[dict], path: Path) -> Path:
     w.writeheader()
     for r in rows:
         w.writerow({k: re.sub(r"\s+", " ", str(r.get(k, ""))) for k in COLUMNS})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(buf.getvalue())
-    tmp.replace(path)
-    return path
+    return atomic_write(path, buf.getvalue())

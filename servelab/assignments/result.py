@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from servelab.fileio import atomic_write
+
 MIME_TYPE = "application/vnd.servelab.check+json"
 STRICT_ENV = "SERVELAB_CHECKS_STRICT"
 
@@ -118,10 +120,7 @@ def record(result: CheckResult, out_dir: str | Path) -> Path:
         except json.JSONDecodeError:
             data = {}
     data[result.exercise] = result.as_dict()
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
-    tmp.replace(path)
-    return path
+    return atomic_write(path, json.dumps(data, indent=2, default=str))
 
 
 def run_check(name: str, exercise: str, answer: Any, args: tuple, judge: Callable[[Any], str],

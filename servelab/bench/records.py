@@ -1,4 +1,4 @@
-"""Result records (one JSON line per measurement), their JSON schema, the environment fingerprint, and runs.
+"""Result records (one JSON line per measurement), their JSON schema, and runs.
 
 A *run* is a folder `results/<run-id>/` holding `records.jsonl`, `environment.json` (the fingerprint: CPU,
 cores, GPU via NVML when importable, library versions, git sha, weights label) and the tables and plots
@@ -11,12 +11,11 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import platform
-import subprocess
-import tempfile
 from pathlib import Path
 
 from servelab.config import REPO_ROOT
+from servelab.fileio import atomic_write
+from servelab.fingerprint import environment_fingerprint, nvml
 
 SCHEMA_VERSION = 1
 KINDS = ("load", "raw", "serialisation", "cold-start", "profile", "unavailable", "derived")
@@ -93,16 +92,6 @@ def make_record(experiment: str, run_id: str = "", *, kind: str = "load", target
 
 # --- memory ----------------------------------------------------------------------------------------
 
-def _nvml():
-    try:
-        import pynvml  # nvidia-ml-py
-
-        pynvml.nvmlInit()
-        return pynvml
-    except Exception:
-        return None
-
-
 def memory_snapshot(pid: int | None = None, label: str | None = None) -> dict:
     """RSS of `pid` (default: this process) via psutil, plus GPU memory used via NVML when importable."""
     import psutil
@@ -115,7 +104,7 @@ def memory_snapshot(pid: int | None = None, label: str | None = None) -> dict:
     except Exception:
         pass
     gpu = None
-    nv = _nvml()
+    nv = nvml()
     if nv is not None:
         try:
             gpu = round(sum(nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(i)).used
@@ -125,99 +114,7 @@ def memory_snapshot(pid: int | None = None, label: str | None = None) -> dict:
     return {"rss_mb": rss, "rss_of": label or ("client process" if not pid else f"pid {pid}"), "gpu_mem_mb": gpu}
 
 
-# --- environment fingerprint ----------------------------------------------------------------------
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _versions() -> dict:
-    from importlib import metadata
-
-    out = {"python": platform.python_version()}
-    for dist in ("numpy", "onnxruntime", "onnxruntime-gpu", "torch", "tritonclient", "nvidia-pytriton", "fastapi",
-                 "uvicorn", "litserve", "httpx", "pillow"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
-
-
-def git_sha() -> str | None:
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=5)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
-                               capture_output=True, text=True, timeout=5)
-        if sha.returncode != 0:
-            return None
-        return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-
-
-def environment_fingerprint(weights: str | None = None) -> dict:
-    """What the numbers were measured on: CPU, cores, memory, GPU (NVML), versions, git sha, weights."""
-    import psutil
-
-    if weights is None:
-        from servelab.config import Settings
-        from servelab.model.weights import weights_label
-
-        weights = weights_label(Settings.from_env())
-    gpus = []
-    nv = _nvml()
-    if nv is not None:
-        try:
-            driver = nv.nvmlSystemGetDriverVersion()
-            for i in range(nv.nvmlDeviceGetCount()):
-                h = nv.nvmlDeviceGetHandleByIndex(i)
-                gpus.append({"name": nv.nvmlDeviceGetName(h), "driver": driver,
-                             "memory_mb": round(nv.nvmlDeviceGetMemoryInfo(h).total / 2**20)})
-        except Exception as exc:
-            gpus = [{"error": str(exc)}]
-    try:
-        affinity = len(os.sched_getaffinity(0))
-    except AttributeError:
-        affinity = os.cpu_count()
-    return {
-        "cpu_model": _cpu_model(),
-        "cpu_logical": os.cpu_count(),
-        "cpu_physical": psutil.cpu_count(logical=False),
-        "cpu_usable": affinity,
-        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
-        "gpus": gpus,
-        "gpu_note": None if nv is not None else "nvidia-ml-py not importable or no NVIDIA driver: no GPU figures",
-        "os": platform.platform(),
-        "versions": _versions(),
-        "git_sha": git_sha(),
-        "weights": weights,
-        "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
-        "captured": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-    }
-
-
 # --- runs ------------------------------------------------------------------------------------------
-
-def atomic_write(path: Path, data: str | bytes) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data.encode() if isinstance(data, str) else data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
 
 def default_results_dir() -> Path:
     return Path(os.environ.get("SERVELAB_RESULTS", str(REPO_ROOT / "results")))

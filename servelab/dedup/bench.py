@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
-import os
-import platform
 import resource
-import subprocess
 import time
 from pathlib import Path
 
 import numpy as np
+
+from servelab.fileio import atomic_write
+from servelab.fingerprint import environment_fingerprint
 
 
 def _one_run(n, dim, threshold, planted, method, seed, queue):
@@ -70,7 +70,7 @@ def bench_group(n=100_000, dim=512, threshold=0.92, planted=1000, method="auto",
         "note": "seconds = pair search + connected components (data generation excluded); peak_rss_mb = whole "
                 "process high-water mark including the embeddings; random embeddings, planted pairs with cosine "
                 "uniform in [threshold, 1]",
-        "environment": _fingerprint(),
+        "environment": environment_fingerprint(weights="none (random embeddings)"),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     rec["targets"]["met"] = rec["seconds"] < 30 and rec["peak_rss_mb"] < 1024
@@ -78,29 +78,5 @@ def bench_group(n=100_000, dim=512, threshold=0.92, planted=1000, method="auto",
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"dedup_group_{used}_{n}_{time.strftime('%Y%m%d-%H%M%S')}.json"
     rec["path"] = str(path)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(rec, indent=2))
-    tmp.rename(path)
+    atomic_write(path, json.dumps(rec, indent=2))
     return rec
-
-
-def _fingerprint() -> dict:
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             cwd=Path(__file__).parent, timeout=5).stdout.strip()
-    except Exception:
-        sha = ""
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        load = None
-    return {"cpu": cpu, "cores": os.cpu_count(), "load_1min": load, "python": platform.python_version(),
-            "numpy": np.__version__, "git_sha": sha, "platform": platform.platform()}

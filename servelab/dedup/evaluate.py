@@ -25,6 +25,7 @@ from servelab.data import encode, synthetic_photo
 from servelab.dedup.catalog import Catalog
 from servelab.dedup.embed import embed as embed_catalog
 from servelab.dedup.scan import scan as scan_folder
+from servelab.fileio import atomic_path, atomic_write
 
 PHASH_DISTANCES = (0, 2, 4, 6, 8, 10, 12, 16)
 COSINES = (0.80, 0.85, 0.90, 0.92, 0.95, 0.97, 0.99)
@@ -209,10 +210,7 @@ def _csv(rows: list[dict]) -> str:
 
 
 def _write(path: Path, text: str) -> Path:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return atomic_write(path, text)
 
 
 def _markdown(summary: dict, rows: list[dict], trows: list[dict]) -> str:
@@ -273,8 +271,7 @@ def _plot(path: Path, truth, md5eq, ph, dh, cos, summary) -> Path:
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8, loc="lower left")
     fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp)
+    with atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp)
     plt.close(fig)
-    tmp.replace(path)
     return path

@@ -10,7 +10,6 @@ what it restored.
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import shutil
@@ -19,6 +18,7 @@ import uuid
 from pathlib import Path
 
 from servelab.dedup.catalog import Catalog, OutsideRoot, safe_path
+from servelab.fileio import file_digest
 
 
 class TrashError(ValueError):
@@ -130,7 +130,7 @@ def restore(cat: Catalog, batch: str | None = None) -> dict:
             raise TrashError(f"{f['trash']} is missing from the trash")
         dest.parent.mkdir(parents=True, exist_ok=True)
         _move(src, dest)
-        if f.get("md5") and _md5(dest) != f["md5"]:
+        if f.get("md5") and file_digest(dest, "md5") != f["md5"]:
             raise TrashError(f"{f['original']} restored but its MD5 differs from the catalog's")
         _append(cat, {"op": "restore", "batch": target["batch"], "file_id": f["file_id"], "time": time.time()})
         cat.set_status(f["file_id"], "ok", None)
@@ -149,15 +149,10 @@ def _move(src: Path, dest: Path) -> None:
         if exc.errno != errno.EXDEV:
             raise
         shutil.copy2(src, dest)  # another file system: copy, verify, then remove the source
-        if _md5(src) != _md5(dest):
+        if file_digest(src, "md5") != file_digest(dest, "md5"):
             dest.unlink()
             raise TrashError(f"copy of {src} to {dest} did not verify; nothing was removed")
         os.unlink(src)
-
-
-def _md5(path: Path) -> str:
-    with open(path, "rb") as fh:
-        return hashlib.file_digest(fh, "md5").hexdigest()
 
 
 def _prune_empty(folder: Path, stop: Path) -> None:

@@ -119,11 +119,11 @@ def _where(entry: dict) -> str:
 
 
 def _fingerprint(out_dir: Path, say: Callable[[str], None]) -> dict:
-    """Environment fingerprint from the bench package, written once per run as environment.json."""
+    """The environment fingerprint, written once per run as environment.json."""
+    from servelab.fingerprint import environment_fingerprint
+
     path = out_dir / "environment.json"
     try:
-        from servelab.bench.records import environment_fingerprint
-
         fp = environment_fingerprint()
     except Exception as exc:  # the report must still be written; say what is missing
         say(f"warning: no environment fingerprint ({type(exc).__name__}: {exc})")

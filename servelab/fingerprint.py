@@ -1,0 +1,110 @@
+"""What a number was measured on: one environment fingerprint for benchmark runs, lab runs and the dedup bench.
+
+A figure without its machine cannot be compared with anything, so every record set carries this dict:
+CPU model and cores (logical, physical, usable by this process), memory, GPUs (through NVML when the
+NVIDIA driver and nvidia-ml-py are there), OS, package versions, git commit, model weights and load.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+PACKAGES = ("numpy", "onnxruntime", "onnxruntime-gpu", "torch", "tritonclient", "nvidia-pytriton", "fastapi",
+            "uvicorn", "litserve", "httpx", "pillow")
+
+
+def nvml():
+    """The initialised pynvml module, or None where there is no NVIDIA driver (or no nvidia-ml-py)."""
+    try:
+        import pynvml  # nvidia-ml-py
+
+        pynvml.nvmlInit()
+        return pynvml
+    except Exception:
+        return None
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def versions() -> dict:
+    """Python and the installed versions of the packages that shape the numbers (absent ones left out)."""
+    from importlib import metadata
+
+    out = {"python": platform.python_version()}
+    for dist in PACKAGES:
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def git_sha() -> str | None:
+    """Commit of the checkout this package runs from ("-dirty" with uncommitted changes); None when installed
+    outside a checkout or git is missing."""
+    here = Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        if sha.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, timeout=5)
+        return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def gpus() -> tuple[list[dict], str | None]:
+    """([{name, driver, memory_mb}, …], note): the note says why the list is empty when NVML is missing."""
+    nv = nvml()
+    if nv is None:
+        return [], "nvidia-ml-py not importable or no NVIDIA driver: no GPU figures"
+    try:
+        driver = nv.nvmlSystemGetDriverVersion()
+        out = []
+        for i in range(nv.nvmlDeviceGetCount()):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            out.append({"name": nv.nvmlDeviceGetName(h), "driver": driver,
+                        "memory_mb": round(nv.nvmlDeviceGetMemoryInfo(h).total / 2**20)})
+        return out, None
+    except Exception as exc:
+        return [{"error": str(exc)}], None
+
+
+def environment_fingerprint(weights: str | None = None) -> dict:
+    """The fingerprint dict; `weights` defaults to the label of the weights the settings select."""
+    import psutil
+
+    if weights is None:
+        from servelab.config import Settings
+        from servelab.model.weights import weights_label
+
+        weights = weights_label(Settings.from_env())
+    gpu_list, gpu_note = gpus()
+    return {
+        "cpu_model": cpu_model(),
+        "cpu_logical": os.cpu_count(),
+        "cpu_physical": psutil.cpu_count(logical=False),
+        "cpu_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "gpus": gpu_list,
+        "gpu_note": gpu_note,
+        "os": platform.platform(),
+        "versions": versions(),
+        "git_sha": git_sha(),
+        "weights": weights,
+        "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
+        "captured": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
