@@ -1,0 +1,146 @@
+"""The shaped link really limits the rate and adds the round trip (real sockets on loopback, a few seconds)."""
+
+from __future__ import annotations
+
+import socket
+import socketserver
+import threading
+import time
+
+import pytest
+
+from servelab.bench.link import LOOPBACK, link_profile, netem_support, network_link
+
+MB = 1_000_000
+
+
+class _Server(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class _Handler(socketserver.StreamRequestHandler):
+    """Line protocol: `ping` -> `pong`; `up N` -> reads N bytes then answers `ok`; `down N` -> sends N bytes."""
+
+    def handle(self):
+        while line := self.rfile.readline():
+            cmd, _, n = line.decode().strip().partition(" ")
+            if cmd == "ping":
+                self.wfile.write(b"pong\n")
+            elif cmd == "up":
+                left = int(n)
+                while left:
+                    left -= len(self.rfile.read(min(left, 65536)))
+                self.wfile.write(b"ok\n")
+            elif cmd == "down":
+                self.wfile.write(b"x" * int(n))
+            self.wfile.flush()
+
+
+@pytest.fixture(scope="module")
+def upstream():
+    srv = _Server(("127.0.0.1", 0), _Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+    srv.server_close()
+
+
+def _connect(url: str) -> tuple[socket.socket, object]:
+    host, port = url.split("://")[1].split(":")
+    s = socket.create_connection((host, int(port)), timeout=10)
+    return s, s.makefile("rb")
+
+
+def _ping_ms(url: str, n: int = 5) -> tuple[float, list[float]]:
+    times = []
+    t = time.perf_counter()
+    s, f = _connect(url)
+    for _ in range(n + 1):
+        s.sendall(b"ping\n")
+        assert f.readline() == b"pong\n"
+        times.append((time.perf_counter() - t) * 1e3)
+        t = time.perf_counter()
+    s.close()
+    return times[0], times[1:]  # the first one includes connecting: the handshake's round trip
+
+
+def test_profiles_parse_and_reject_what_they_cannot_do():
+    p = link_profile("wan-100mbit-20ms")
+    assert (p.rate_mbit, p.rtt_ms, p.loss) == (100.0, 20.0, 0.0)
+    assert link_profile("lan-1gbit-0.5ms").rate_mbit == 1000.0
+    assert round(p.transfer_ms(602_112), 1) == 48.2  # a batch-1 float32 tensor at 100 Mbit/s
+    assert not link_profile(LOOPBACK).shaped
+    with pytest.raises(ValueError, match="like 'wan-100mbit-20ms'"):
+        link_profile("fast")
+    ok, _ = netem_support()
+    if not ok:  # the relay cannot drop TCP bytes: a lossy profile is refused, not silently run without loss
+        with pytest.raises(ValueError, match="packet loss needs tc netem"):
+            with network_link("wan-10mbit-20ms-loss1pct", "127.0.0.1:1"):
+                pass
+
+
+def test_loopback_changes_nothing(upstream):
+    with network_link("loopback", upstream) as link:
+        assert link.url(upstream) == upstream
+        assert link.params()["link_shaping"].startswith("none")
+
+
+def test_shaped_link_adds_the_round_trip(upstream):
+    _, direct = _ping_ms(upstream)
+    with network_link("wan-50mbit-40ms", upstream) as link:
+        first, shaped = _ping_ms(link.url(upstream))
+        assert link.params() == {"link": "wan-50mbit-40ms", "link_shaping": link.shaping, "link_rate_mbit": 50.0,
+                                 "link_rtt_ms": 40.0}
+    added = min(shaped) - min(direct)
+    assert 38.0 <= added <= 55.0, f"round trip added {added:.1f} ms, expected ~40 ms (pings {shaped})"
+    assert first >= 78.0, f"first request {first:.1f} ms: the handshake's round trip is missing"
+
+
+@pytest.mark.parametrize("direction", ["up", "down"])
+def test_shaped_link_limits_the_rate(upstream, direction):
+    size, rate_mbit, rtt_ms = 2 * MB, 40.0, 10.0
+    with network_link(f"wan-{rate_mbit:g}mbit-{rtt_ms:g}ms", upstream) as link:
+        s, f = _connect(link.url(upstream))
+        s.sendall(b"ping\n")
+        f.readline()  # connection open and warm
+        t0 = time.perf_counter()
+        if direction == "up":
+            s.sendall(f"up {size}\n".encode() + b"y" * size)
+            assert f.readline() == b"ok\n"
+        else:
+            s.sendall(f"down {size}\n".encode())
+            got = 0
+            while got < size:
+                got += len(f.read1(65536))
+        elapsed = time.perf_counter() - t0
+        s.close()
+    expected = size * 8 / (rate_mbit * 1e6) + rtt_ms / 1e3  # 0.41 s
+    assert 0.9 * expected <= elapsed <= 1.3 * expected, \
+        f"{direction}: {size} bytes took {elapsed:.3f} s, expected ~{expected:.3f} s at {rate_mbit} Mbit/s"
+
+
+def test_the_rate_is_shared_by_concurrent_connections(upstream):
+    size, rate_mbit = MB, 40.0
+    with network_link(f"wan-{rate_mbit:g}mbit-2ms", upstream) as link:
+        url = link.url(upstream)
+
+        def pull(out: list):
+            s, f = _connect(url)
+            s.sendall(f"down {size}\n".encode())
+            got = 0
+            while got < size:
+                got += len(f.read1(65536))
+            s.close()
+            out.append(time.perf_counter())
+
+        done: list[float] = []
+        t0 = time.perf_counter()
+        threads = [threading.Thread(target=pull, args=(done,)) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+    elapsed = max(done) - t0
+    expected = 2 * size * 8 / (rate_mbit * 1e6)  # 0.4 s for both together, not 0.2 s each in parallel
+    assert 0.9 * expected <= elapsed <= 1.4 * expected, f"two 1 MB pulls took {elapsed:.3f} s, expected ~{expected:.3f}"
