@@ -27,8 +27,8 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 from urllib.parse import urlsplit, urlunsplit
 
 LOOPBACK = "loopback"
