@@ -43,7 +43,7 @@ def stage(
     max_delay_us: Optional[int] = typer.Option(None, help="dynamic batching max_queue_delay_microseconds (default: template's)"),
     max_batch: Optional[int] = typer.Option(None, help="max_batch_size of every model (default: template's)"),
     threads: Optional[int] = typer.Option(None, help="onnxruntime threads per CPU instance (default: cores // instances)"),
-    gpus: str = typer.Option("0", help="GPU ids for the GPU encoders, comma-separated"),
+    gpus: str = typer.Option("", help="GPU ids for the GPU encoders, comma-separated (default: none named = every GPU the server sees)"),
     trt_cache: str = typer.Option("/trt_cache", help="TensorRT engine + timing cache folder (a mounted volume)"),
     servelab_path: Optional[str] = typer.Option(
         None, help="where the servelab package lives for preprocess_jpeg inside the server (e.g. /opt/servelab in the container; default: this checkout)"),

@@ -10,7 +10,15 @@ every one into Triton's ModelConfig protobuf); staging parses them, sets the kno
 max batch, threads, GPU list, TensorRT cache path, weights label) on the protobuf and writes them back, so no
 string templating can produce an invalid config. The ONNX export is hard-linked (copied across filesystems)
 into each encoder's version folder, never symlinked: the folder must survive being mounted into a container.
-Files are written to a temporary folder and renamed into place, so a failed stage leaves the old repository.
+Models are written to a temporary folder, then swapped into the repository one model folder at a time, so a
+failed stage leaves the old repository and the repository folder itself is never renamed or deleted: a Triton
+container that bind-mounts it keeps seeing it (and its later reloads see the new models).
+
+GPU placement: the GPU encoders' instance_group names no GPU ids unless `gpus` is given. Triton then puts
+`count` instances on every GPU it can see, which in a container is exactly the devices the compose stack
+reserves (renumbered from 0 inside it), so the staged repository and the stack's device reservation cannot
+disagree. The TensorRT engine cache is a sub-folder named after the export's sha256, so a re-export with other
+weights builds a new engine instead of serving the old one.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 from servelab.config import REPO_ROOT, Settings
-from servelab.fileio import atomic_write
+from servelab.fileio import atomic_write, file_digest
 
 STAGING = REPO_ROOT / "models_staging"
 TARGETS = ("cpu", "gpu")
@@ -70,24 +78,31 @@ def set_param(cfg, key: str, value) -> None:
 
 
 def set_instances(cfg, count: int, gpus: list[int] | None = None) -> None:
-    """One instance_group entry: `count` CPU instances, or `count` per listed GPU (explicit gpus list)."""
+    """One instance_group entry: `count` CPU instances, or `count` per GPU: per listed GPU when `gpus` is
+    given, else per GPU the server sees (Triton: no gpus = every available GPU)."""
     if count < 1:
         raise ValueError(f"instance count must be >= 1, got {count}")
     kind = cfg.instance_group[0].kind if len(cfg.instance_group) else _mc().ModelInstanceGroup.KIND_CPU
     del cfg.instance_group[:]
     group = cfg.instance_group.add()
     group.kind, group.count = kind, count
-    if kind == _mc().ModelInstanceGroup.KIND_GPU:
-        group.gpus.extend(gpus if gpus else [0])
+    if kind == _mc().ModelInstanceGroup.KIND_GPU and gpus:
+        group.gpus.extend(gpus)
 
 
-def _set_trt(cfg, max_batch: int, cache: str) -> None:
+def trt_engine_cache(cache: str, onnx_sha256: str) -> str:
+    """The engine folder for one export: engines built from other weights never match it."""
+    return f"{cache.rstrip('/')}/{onnx_sha256[:16]}"
+
+
+def _set_trt(cfg, max_batch: int, cache: str, onnx_sha256: str) -> None:
     input_name = cfg.input[0].name
     dims = "x".join(str(d) for d in cfg.input[0].dims)
     opt = max(1, min(32, max_batch // 2))
     values = {
-        "trt_engine_cache_path": cache,
-        "trt_timing_cache_path": cache,
+        "trt_engine_cache_path": trt_engine_cache(cache, onnx_sha256),
+        "trt_timing_cache_path": cache,  # timing results depend on layers and GPU, not on weights
+        "trt_force_sequential_engine_build": "1",  # instances sharing the cache build one after another
         "trt_profile_min_shapes": f"{input_name}:1x{dims}",
         "trt_profile_opt_shapes": f"{input_name}:{opt}x{dims}",
         "trt_profile_max_shapes": f"{input_name}:{max_batch}x{dims}",
@@ -101,6 +116,26 @@ def _set_trt(cfg, max_batch: int, cache: str) -> None:
             w.batch_size = max_batch
 
 
+def warmup_batches(max_batch: int) -> list[int]:
+    """Every power of two up to max_batch, and max_batch: the batch sizes the dynamic batcher forms most."""
+    sizes = [1 << i for i in range(max_batch.bit_length()) if 1 << i <= max_batch]
+    return sorted(set(sizes + [max_batch]))
+
+
+def _set_warmup(cfg, max_batch: int) -> None:
+    """Warm-up requests at each batch size in warmup_batches, so first-use work per shape (CUDA EP allocations,
+    cuDNN algorithm choice) happens at load time, not inside a measured p99."""
+    template = cfg.model_warmup[0]
+    entries = []
+    for b in warmup_batches(max_batch):
+        w = type(template)()
+        w.CopyFrom(template)
+        w.name, w.batch_size = f"batch_{b}", b
+        entries.append(w)
+    del cfg.model_warmup[:]
+    cfg.model_warmup.extend(entries)
+
+
 def _link_or_copy(src: Path, dst: Path) -> str:
     try:
         os.link(src, dst)
@@ -108,6 +143,26 @@ def _link_or_copy(src: Path, dst: Path) -> str:
     except OSError:
         shutil.copyfile(src, dst)
         return "copied"
+
+
+def _swap_models(new: Path, out: Path) -> None:
+    """Replace the model folders inside `out` with those in `new`, one rename each; `out` itself stays (a
+    running container bind-mounts it). Models not in `new` are removed. Old folders go to a trash folder next
+    to `out` (same filesystem) and are deleted last."""
+    out.mkdir(parents=True, exist_ok=True)
+    trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.replaced-", dir=out.parent))
+    try:
+        wanted = {p.name for p in new.iterdir()}
+        for old in list(out.iterdir()):
+            if old.name not in wanted:
+                os.replace(old, trash / old.name)
+        for model in sorted(new.iterdir()):
+            dst = out / model.name
+            if dst.exists():
+                os.replace(dst, trash / model.name)
+            os.replace(model, dst)
+    finally:
+        shutil.rmtree(trash, ignore_errors=True)
 
 
 def stage(
@@ -153,6 +208,7 @@ def stage(
     meta = ensure_exported(settings)
     onnx = Path(meta["path"])
     weights = meta.get("weights", "")
+    onnx_sha256 = meta.get("sha256") or file_digest(onnx)
     if threads is None:
         threads = max(1, (os.cpu_count() or 1) // instances)
     servelab_path = servelab_path if servelab_path is not None else str(REPO_ROOT)
@@ -178,18 +234,14 @@ def stage(
                 if "intra_op_threads" in cfg.parameters:
                     set_param(cfg, "intra_op_threads", threads)
                 if cfg.name == TRT_ENCODER:
-                    _set_trt(cfg, cfg.max_batch_size, trt_cache)
+                    _set_trt(cfg, cfg.max_batch_size, trt_cache, onnx_sha256)
+                elif target == "gpu" and len(cfg.model_warmup):
+                    _set_warmup(cfg, cfg.max_batch_size)
                 how = _link_or_copy(onnx, dst / "1" / "model.onnx")
                 written[cfg.name] = {"onnx": how}
             write_config(dst / "config.pbtxt", cfg)
             written.setdefault(cfg.name, {})["config"] = str(out / model_dir.name / "config.pbtxt")
-        old = None
-        if out.exists():
-            old = out.with_name(f".{out.name}.old-{os.getpid()}")
-            os.replace(out, old)
-        os.replace(tmp, out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        _swap_models(tmp, out)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
