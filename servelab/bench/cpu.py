@@ -1,0 +1,176 @@
+"""CPU use beside each measurement, and pinning client and server to separate cores.
+
+On a small machine the load generator competes with the server for the same cores, so a throughput figure
+means little without knowing what the client itself burnt. `CpuMeter` is a load-generator *meter* (see
+servelab.bench.loadgen: `start()`, then `stop() -> dict` merged into the record) that reports, over the
+measured windows, in percent of one core:
+
+    loadgen_cpu_pct         the load generator's worker threads (request building, serialisation, parsing)
+    client_process_cpu_pct  the whole client process (also client-library helper threads, e.g. gRPC's;
+                            for an in-process engine this is the engine's compute)
+    server_cpu_pct          the server process, all its threads (when its pid is known)
+    link_cpu_pct            the link relay process (when a shaped link is used)
+    cpu_cores               cores this process may run on; cpu_pinning: which placement was used
+
+`pinned(server_pid, ...)` pins this process to some cores and the server to the others where the OS allows
+(Linux `sched_setaffinity`, every thread of each process), restoring the old masks afterwards; it says what
+it did or why it could not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Iterator
+
+import psutil
+
+LOAD_THREAD_PREFIXES = ("load", "open")  # the names loadgen gives its worker threads
+NOT_PINNED = "not pinned (client and server share every core)"
+
+
+def _cpu_s(proc: psutil.Process | None) -> float | None:
+    """User + system CPU seconds of a process with its children; None when it is gone or unreadable."""
+    if proc is None:
+        return None
+    try:
+        t = proc.cpu_times()
+        return t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
+    except (psutil.Error, OSError):
+        return None
+
+
+def _load_threads_s() -> float:
+    """CPU seconds of this process's load-generator threads (matched by name, read from /proc by psutil)."""
+    ids = {t.native_id for t in threading.enumerate() if t.name.startswith(LOAD_THREAD_PREFIXES)}
+    try:
+        return sum(t.user_time + t.system_time for t in psutil.Process().threads() if t.id in ids)
+    except (psutil.Error, OSError):
+        return 0.0
+
+
+class CpuMeter:
+    """Meter for closed_loop / interleaved / open_loop: CPU of load threads, client, server and link process."""
+
+    def __init__(self, server_pid: int | None = None, link_pid: int | None = None, pinning: str | None = None):
+        self.procs = {"client_process": psutil.Process(), "server": _process(server_pid), "link": _process(link_pid)}
+        self.pinning = pinning
+
+    def start(self) -> None:
+        self._wall = time.perf_counter()
+        self._threads = _load_threads_s()
+        self._before = {k: _cpu_s(p) for k, p in self.procs.items()}
+
+    def stop(self) -> dict:
+        wall = time.perf_counter() - self._wall
+        threads = _load_threads_s()  # threads that ended since start() are missing: call stop() before joining
+        after = {k: _cpu_s(p) for k, p in self.procs.items()}
+
+        def pct(a, b):
+            return None if a is None or b is None or wall <= 0 else round(100.0 * (b - a) / wall, 1)
+
+        out = {"loadgen_cpu_pct": pct(self._threads, threads)}
+        for k in self.procs:
+            out[f"{k}_cpu_pct"] = pct(self._before[k], after[k])
+        out.update(cpu_cores=len(_affinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+                   cpu_pinning=self.pinning or current_pinning())
+        return out
+
+
+def _process(pid: int | None) -> psutil.Process | None:
+    if not pid:
+        return None
+    try:
+        return psutil.Process(pid)
+    except psutil.Error:
+        return None
+
+
+# --- pinning ------------------------------------------------------------------------------------------
+
+_pinning = threading.local()
+
+
+def current_pinning() -> str:
+    """What `pinned` set up in this thread's measurement (or that nothing is pinned)."""
+    return getattr(_pinning, "text", NOT_PINNED)
+
+
+def _affinity(pid: int) -> set[int]:
+    return set(os.sched_getaffinity(pid))
+
+
+def _tasks(pid: int) -> list[int]:
+    """Every thread id of a process (sched_setaffinity on a pid moves only its main thread)."""
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return [pid]
+
+
+def _set(pid: int, cores: set[int]) -> dict[int, set[int]]:
+    """Pin every thread of `pid` to `cores`; returns the old mask of each thread for restoring."""
+    old = {}
+    for tid in _tasks(pid):
+        try:
+            old[tid] = _affinity(tid)
+            os.sched_setaffinity(tid, cores)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return old
+
+
+def _restore(old: dict[int, set[int]]) -> None:
+    for tid, cores in old.items():
+        try:
+            os.sched_setaffinity(tid, cores)
+        except (ProcessLookupError, PermissionError, OSError):
+            pass
+
+
+def plan_cores(server_pid: int | None, client_cores: int | None = None) -> tuple[set[int], set[int]] | str:
+    """(client cores, server cores) splitting the cores this process may use, or why pinning is not possible."""
+    if not hasattr(os, "sched_setaffinity"):
+        return "not pinned: this OS has no sched_setaffinity"
+    if not server_pid or not psutil.pid_exists(server_pid):
+        return "not pinned: the server's process is not on this machine"
+    cores = sorted(_affinity(0))
+    if len(cores) < 2:
+        return f"not pinned: only {len(cores)} core available"
+    n = client_cores or max(1, len(cores) // 4)
+    n = min(n, len(cores) - 1)
+    return set(cores[:n]), set(cores[n:])
+
+
+@contextlib.contextmanager
+def pinned(server_pid: int | None, client_cores: int | None = None, enabled: bool = True) -> Iterator[str]:
+    """Pin this process (the client) and the server to separate cores for the block; yields what was done.
+
+    `client_cores`: how many cores the client gets (default a quarter, at least one); the server gets the rest.
+    With `enabled=False` (or where pinning is impossible) nothing changes and the text says so.
+    """
+    plan = plan_cores(server_pid, client_cores) if enabled else NOT_PINNED
+    if isinstance(plan, str):
+        _pinning.text = plan
+        try:
+            yield plan
+        finally:
+            _pinning.text = NOT_PINNED
+        return
+    client, server = plan
+    old = _set(os.getpid(), client)
+    try:
+        old_server = _set(server_pid, server)
+    except Exception:
+        _restore(old)
+        raise
+    text = f"client on core(s) {','.join(map(str, sorted(client)))}, server on {','.join(map(str, sorted(server)))}"
+    _pinning.text = text
+    try:
+        yield text
+    finally:
+        _pinning.text = NOT_PINNED
+        _restore(old_server)
+        _restore(old)

@@ -1,0 +1,84 @@
+"""CpuMeter reads real CPU time of real threads and processes; pinned() really moves them and restores them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from servelab.bench.cpu import NOT_PINNED, CpuMeter, pinned, plan_cores
+
+
+def _spin(stop: threading.Event) -> None:
+    x = 0
+    while not stop.is_set():
+        x += 1
+
+
+def _idle(stop: threading.Event) -> None:
+    stop.wait()
+
+
+@pytest.fixture()
+def server():
+    """A stand-in server process with a few threads (sleeping), as a real server's thread pool would be."""
+    code = "import threading,time\n[threading.Thread(target=time.sleep,args=(30,),daemon=True).start() for _ in range(3)]\n" \
+           "time.sleep(30)"
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    time.sleep(0.3)
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def _measure(target, server_pid=None) -> dict:
+    stop = threading.Event()
+    t = threading.Thread(target=target, args=(stop,), name="load-0", daemon=True)
+    t.start()
+    meter = CpuMeter(server_pid=server_pid)
+    meter.start()
+    time.sleep(0.4)
+    out = meter.stop()
+    stop.set()
+    t.join()
+    return out
+
+
+def test_meter_sees_a_busy_load_thread_and_an_idle_server(server):
+    busy = _measure(_spin, server.pid)
+    assert busy["loadgen_cpu_pct"] >= 25, busy  # one spinning thread: up to 100 % of a core (shared machine)
+    assert busy["client_process_cpu_pct"] >= busy["loadgen_cpu_pct"] - 5
+    assert busy["server_cpu_pct"] is not None and busy["server_cpu_pct"] < 10, busy
+    assert busy["link_cpu_pct"] is None  # no link process given
+    assert busy["cpu_pinning"] == NOT_PINNED and busy["cpu_cores"] >= 1
+    idle = _measure(_idle)
+    assert idle["loadgen_cpu_pct"] < 10, idle
+    assert idle["server_cpu_pct"] is None
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="pinning needs Linux sched_setaffinity and at least 2 cores")
+def test_pinned_separates_client_and_server_then_restores(server):
+    mine, theirs = os.sched_getaffinity(0), os.sched_getaffinity(server.pid)
+    client_cores, server_cores = plan_cores(server.pid, client_cores=1)
+    with pinned(server.pid, client_cores=1) as how:
+        assert os.sched_getaffinity(0) == client_cores
+        for tid in os.listdir(f"/proc/{server.pid}/task"):  # every thread, not only the main one
+            assert os.sched_getaffinity(int(tid)) == server_cores
+        assert not client_cores & server_cores
+        assert how.startswith("client on core(s)")
+        meter = CpuMeter(server_pid=server.pid)
+        meter.start()
+        assert meter.stop()["cpu_pinning"] == how
+    assert os.sched_getaffinity(0) == mine and os.sched_getaffinity(server.pid) == theirs
+
+
+def test_pinned_says_why_not():
+    with pinned(None) as how:
+        assert "not pinned" in how and "server" in how
+    with pinned(os.getpid(), enabled=False) as how:
+        assert how == NOT_PINNED
