@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from servelab.config import Settings
+from servelab.fileio import file_digest
 from servelab.model.preprocess import INPUT_SHAPE
 from servelab.model.weights import EMBED_DIM
 
@@ -72,24 +73,45 @@ class TorchEmbedder(Embedder):
             return self.module(self._torch.from_numpy(batch).to(self.device)).cpu().numpy()
 
 
-def ort_providers(provider: str, cache_dir: Path | None = None) -> list:
-    """Execution-provider list for onnxruntime, most specific first."""
+# HEURISTIC: ONNX Runtime's default (EXHAUSTIVE) benchmarks cuDNN algorithms again for every new input shape,
+# i.e. on the first request of each batch size, inside a measured latency.
+CUDA_OPTIONS = {"cudnn_conv_algo_search": "HEURISTIC"}
+
+
+def ort_providers(provider: str, cache_dir: Path | None = None, model_sha256: str = "") -> list:
+    """Execution-provider list for onnxruntime, most specific first. TensorRT engines are cached per model
+    (a folder named after `model_sha256`), so an export with other weights never runs an old engine."""
     if provider == "cpu":
         return ["CPUExecutionProvider"]
     if provider == "cuda":
-        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+        return [("CUDAExecutionProvider", CUDA_OPTIONS), "CPUExecutionProvider"]
     if provider == "tensorrt":
-        cache = str(cache_dir or Path(os.environ.get("SERVELAB_TRT_CACHE", "artifacts/trt_cache")))
-        Path(cache).mkdir(parents=True, exist_ok=True)
+        cache = Path(cache_dir or os.environ.get("SERVELAB_TRT_CACHE", "artifacts/trt_cache"))
+        engines = cache / model_sha256[:16] if model_sha256 else cache
+        engines.mkdir(parents=True, exist_ok=True)
         trt = {
             "trt_fp16_enable": True,
             "trt_engine_cache_enable": True,
-            "trt_engine_cache_path": cache,
+            "trt_engine_cache_path": str(engines),
             "trt_timing_cache_enable": True,
-            "trt_timing_cache_path": cache,
+            "trt_timing_cache_path": str(cache),
+            "trt_force_sequential_engine_build": True,
         }
-        return [("TensorrtExecutionProvider", trt), "CUDAExecutionProvider", "CPUExecutionProvider"]
+        return [("TensorrtExecutionProvider", trt), ("CUDAExecutionProvider", CUDA_OPTIONS), "CPUExecutionProvider"]
     raise EngineError(f"unknown provider {provider!r} (cpu, cuda, tensorrt)")
+
+
+def provider_name(entry) -> str:
+    return entry if isinstance(entry, str) else entry[0]
+
+
+def check_active_provider(wanted: str, active: list[str]) -> None:
+    """onnxruntime falls back to the next provider in the list without an error (e.g. TensorRT libraries
+    missing, CUDA out of memory): a session whose first active provider is not the one asked for is refused,
+    so no record says `tensorrt` for a run that was CUDA or CPU."""
+    if not active or active[0] != wanted:
+        raise EngineError(f"ONNX Runtime runs this session on {', '.join(active) or 'nothing'}, not {wanted}: "
+                          "the provider failed to initialise (see onnxruntime's warnings above)")
 
 
 class OrtEmbedder(Embedder):
@@ -100,8 +122,9 @@ class OrtEmbedder(Embedder):
         self.provider = settings.provider
         self.weights = weights
         self.model_path = Path(model_path)
-        providers = ort_providers(settings.provider)
-        wanted = providers[0] if isinstance(providers[0], str) else providers[0][0]
+        sha = file_digest(self.model_path) if settings.provider == "tensorrt" else ""  # names the engine cache
+        providers = ort_providers(settings.provider, model_sha256=sha)
+        wanted = provider_name(providers[0])
         available = ort.get_available_providers()
         if wanted not in available:
             raise EngineError(
@@ -115,6 +138,7 @@ class OrtEmbedder(Embedder):
         self.threads = settings.threads or (os.cpu_count() or 1)
         self.session = ort.InferenceSession(str(self.model_path), sess_options=so, providers=providers)
         self.active_providers = self.session.get_providers()
+        check_active_provider(wanted, self.active_providers)
         self.input_name = self.session.get_inputs()[0].name
         self.output_name = self.session.get_outputs()[0].name
         self._lock = threading.Lock()  # one run at a time keeps intra-op threads from oversubscribing
