@@ -51,6 +51,9 @@ class Settings:
     max_batch: int = 16
     max_delay_ms: float = 2.0
     max_queue: int = 64  # images waiting; more -> 503 with Retry-After
+    max_in_flight: int = 64  # requests being read, decoded, queued or run; more -> 503 before reading (0 = no limit)
+    decode_threads: int = 2  # threads decoding images (the decode pool)
+    request_timeout_s: float = 30.0  # a request still queued after this is dropped with 503 (0 = never)
     max_images_per_request: int = 32
     max_bytes: int = 20 * 1024 * 1024  # per image
     max_pixels: int = 40_000_000  # per image (decompression-bomb guard)
@@ -73,6 +76,9 @@ class Settings:
             max_batch=_env("MAX_BATCH", d.max_batch, int),
             max_delay_ms=_env("MAX_DELAY_MS", d.max_delay_ms, float),
             max_queue=_env("MAX_QUEUE", d.max_queue, int),
+            max_in_flight=_env("MAX_IN_FLIGHT", d.max_in_flight, int),
+            decode_threads=_env("DECODE_THREADS", d.decode_threads, int),
+            request_timeout_s=_env("REQUEST_TIMEOUT_S", d.request_timeout_s, float),
             max_images_per_request=_env("MAX_IMAGES", d.max_images_per_request, int),
             max_bytes=_env("MAX_BYTES", d.max_bytes, int),
             max_pixels=_env("MAX_PIXELS", d.max_pixels, int),
@@ -90,9 +96,12 @@ class Settings:
             raise ValueError(f"provider must be one of {', '.join(PROVIDERS)}, got {self.provider!r}")
         if self.pretrained and self.checkpoint:
             raise ValueError("set SERVELAB_PRETRAINED or SERVELAB_CHECKPOINT, not both")
-        for name in ("max_batch", "max_queue", "max_images_per_request", "max_bytes", "max_pixels"):
+        for name in ("max_batch", "max_queue", "max_images_per_request", "max_bytes", "max_pixels", "decode_threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        for name in ("max_in_flight", "request_timeout_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 (0 = no limit)")
 
     def with_(self, **changes) -> "Settings":
         return replace(self, **changes)

@@ -6,6 +6,8 @@ mode    local   the engine runs in this process
 payload jpeg    send the image file bytes as they are (JPEG/PNG/WebP; the server decodes)
         tensor  decode and preprocess here, send float32 [N, 3, 224, 224]
 
+A remote request the server refuses for now (503 overloaded / warming up, 429) is retried, waiting as long
+as the server's Retry-After asks, at most `retries` times within `retry_budget_s` (retries=0 turns it off).
 A client holds one pooled connection and is not meant to be shared between threads: give each worker its own.
 The client never imports the server's code; it speaks HTTP or gRPC.
 """
@@ -14,14 +16,15 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 from PIL import Image
 
 from servelab.client.base import Backend
 from servelab.client.errors import InferenceError, ServiceUnavailable
+from servelab.client.retry import retrying
 from servelab.model.preprocess import preprocess_batch
 
 log = logging.getLogger("servelab.client")
@@ -56,6 +59,8 @@ class InferenceClient:
         settings=None,
         engine: str | None = None,
         timeout: float = 60.0,
+        retries: int = 4,
+        retry_budget_s: float = 30.0,
         **backend_options,
     ):
         if mode not in MODES:
@@ -64,6 +69,7 @@ class InferenceClient:
             raise ValueError(f"payload must be one of {', '.join(PAYLOADS)}, got {payload!r}")
         self.mode, self.payload, self.backend_name = mode, payload, backend
         self.fallback_reason: str | None = None
+        self._retrying = retrying(retries, retry_budget_s)
         self._backend: Backend
         if mode == "local":
             self._backend = self._local(settings, engine)
@@ -103,11 +109,11 @@ class InferenceClient:
         if len(images) == 0:
             return np.zeros((0, 512), dtype=np.float32)
         if self.payload == "tensor":
-            return self._backend.embed_tensor(preprocess_batch(list(images)))
-        return self._backend.embed_encoded([_as_bytes(im) for im in images])
+            return self._retrying(self._backend.embed_tensor, preprocess_batch(list(images)))
+        return self._retrying(self._backend.embed_encoded, [_as_bytes(im) for im in images])
 
     def embed_tensor(self, batch: np.ndarray) -> np.ndarray:
-        return self._backend.embed_tensor(batch)
+        return self._retrying(self._backend.embed_tensor, batch)
 
     def embed_paths(self, paths: Iterable, batch_size: int = 16, progress: bool = True) -> np.ndarray:
         from tqdm.auto import tqdm

@@ -37,7 +37,8 @@ class FastAPIBackend(Backend):
             except Exception:
                 code, msg = None, r.text[:500]
             cls = ServiceUnavailable if r.status_code == 503 else InferenceError
-            raise cls(msg, status=r.status_code, code=code, backend=self.name)
+            raise cls(msg, status=r.status_code, code=code, backend=self.name,
+                      retry_after=retry_after_s(r.headers.get("retry-after")))
         self.weights = r.headers.get("x-servelab-weights", self.weights)
         n, d = (int(x) for x in r.headers["x-shape"].split(","))
         return np.frombuffer(r.content, dtype="<f4").reshape(n, d).astype(np.float32)
@@ -71,3 +72,21 @@ class FastAPIBackend(Backend):
 
     def close(self):
         self.http.close()
+
+
+def retry_after_s(value: str | None) -> float | None:
+    """A Retry-After header (seconds, or an HTTP date) as seconds from now; None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    import datetime as dt
+    from email.utils import parsedate_to_datetime
+
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, (when - dt.datetime.now(dt.UTC)).total_seconds())

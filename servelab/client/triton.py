@@ -195,7 +195,7 @@ class TritonBackend(Backend):
         except Exception:
             pass
 
-    def __enter__(self) -> "TritonBackend":
+    def __enter__(self) -> TritonBackend:
         return self
 
     def __exit__(self, *exc) -> None:

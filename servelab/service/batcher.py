@@ -4,27 +4,35 @@ Requests wait at most `max_delay_s` after the first one arrives for others to jo
 images; the engine runs in one worker thread, never on the event loop. While it runs, new requests queue and
 form the next batch. The queue is bounded in images: past `max_queue` a request is refused at once
 (`QueueFull`, the service answers 503 + Retry-After) instead of waiting behind an ever-growing line.
+A request may carry a timeout: if it is still waiting when that passes, it leaves the queue
+(`DeadlineExceeded`) and is never computed, because nobody would read the answer. One already handed to the
+engine is finished: its answer is moments away.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
 
 class QueueFull(RuntimeError):
-    pass
+    """No room in the queue for this request's images."""
+
+
+class DeadlineExceeded(RuntimeError):
+    """The request waited in the queue past its timeout and was dropped without being computed."""
 
 
 @dataclass
 class _Item:
     batch: np.ndarray
     future: asyncio.Future
+    taken: bool = False  # handed to the engine
 
 
 class MicroBatcher:
@@ -69,15 +77,25 @@ class MicroBatcher:
         self._pending.clear()
         self._executor.shutdown(wait=False, cancel_futures=True)
 
-    async def submit(self, batch: np.ndarray) -> np.ndarray:
+    async def submit(self, batch: np.ndarray, timeout_s: float | None = None) -> np.ndarray:
+        """The engine's rows for `batch`; QueueFull at once when there is no room, DeadlineExceeded after
+        `timeout_s` seconds still queued."""
         n = int(batch.shape[0])
         if self._depth + n > self.max_queue:
             raise QueueFull(f"queue full: {self._depth} images waiting, limit {self.max_queue}")
-        fut = asyncio.get_running_loop().create_future()
-        self._pending.append(_Item(batch, fut))
+        item = _Item(batch, asyncio.get_running_loop().create_future())
+        self._pending.append(item)
         self._depth += n
         self._wake.set()
-        return await fut
+        try:
+            return await asyncio.wait_for(asyncio.shield(item.future), timeout_s)
+        except TimeoutError:
+            if item.taken:
+                return await item.future
+            self._pending.remove(item)
+            self._depth -= n
+            raise DeadlineExceeded(f"waited {timeout_s:.1f}s in the queue without reaching the engine; "
+                                   "dropped without computing it") from None
 
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -94,7 +112,7 @@ class MicroBatcher:
                 self._wake.clear()
                 try:
                     await asyncio.wait_for(self._wake.wait(), remaining)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     break
             items = self._take()
             if not items:
@@ -128,6 +146,7 @@ class MicroBatcher:
             if items and total + n > self.max_batch:
                 break
             item = self._pending.popleft()
+            item.taken = True
             items.append(item)
             total += n
         self._depth -= total

@@ -27,7 +27,7 @@ class ServiceProcess:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def start(self) -> "ServiceProcess":
+    def start(self) -> ServiceProcess:
         if port_in_use(self.port, self.host):
             raise RuntimeError(f"port {self.port} on {self.host} is already in use; pick another with --port")
         env = {**os.environ, **self.env, "SERVELAB_HOST": self.host, "SERVELAB_PORT": str(self.port)}

@@ -1,0 +1,143 @@
+"""Request codecs: how each accepted body becomes encoded images or a ready tensor.
+
+Each is a small function of the bytes (and headers) it needs, so it can be tested without a server; a bad
+body is refused through `reject` with a 4xx naming the problem. Decoding the images themselves
+(`decode_images`) is CPU work: the service runs it in its bounded decode pool, never on the event loop.
+
+    multipart   multipart/form-data, one image per file part (any field name)   -> list of image bytes
+    raw         one image/jpeg|png|webp body                                    -> [image bytes]
+    base64      JSON {"images": ["<base64>", ...]} (data: URLs accepted)        -> list of image bytes
+    tensor      little-endian float32 NCHW bytes; X-Shape: N,3,224,224            -> float32 array
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+
+import numpy as np
+from starlette.requests import Request
+
+from servelab.model.preprocess import INPUT_SHAPE, ImageDecodeError, preprocess_bytes
+from servelab.service.errors import reject
+
+IMAGE_TYPES = frozenset({"image/jpeg", "image/jpg", "image/png", "image/webp"})
+MULTIPART_TYPE = "multipart/form-data"
+BINARY_TYPE = "application/octet-stream"
+_DECODE_STATUS = {"too_large": 413, "too_many_pixels": 413}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may carry (from Settings: max_images_per_request, max_bytes, max_pixels)."""
+
+    max_images: int = 32
+    max_bytes: int = 20 * 1024 * 1024
+    max_pixels: int = 40_000_000
+
+    @classmethod
+    def from_settings(cls, settings) -> Limits:
+        return cls(settings.max_images_per_request, settings.max_bytes, settings.max_pixels)
+
+
+def media_type(content_type: str | None) -> str:
+    """`image/JPEG; charset=x` -> `image/jpeg`; missing -> ''."""
+    return (content_type or "").split(";")[0].strip().lower()
+
+
+def check_count(n: int, limits: Limits) -> None:
+    if n == 0:
+        reject(400, "empty", "no images in request")
+    if n > limits.max_images:
+        reject(413, "too_many_images", f"{n} images in one request; the maximum is {limits.max_images}")
+
+
+async def multipart_images(request: Request, limits: Limits) -> list[bytes]:
+    """Every file part of a multipart/form-data body, in order."""
+    try:
+        form = await request.form(max_files=limits.max_images + 1, max_part_size=limits.max_bytes + 1)
+    except Exception as exc:
+        if "too many files" in str(exc).lower():  # the parser stops counting at max_files
+            reject(413, "too_many_images", f"more than {limits.max_images} images in one request; "
+                                           f"the maximum is {limits.max_images}")
+        reject(400, "bad_multipart", f"could not parse multipart body: {exc}")
+    files = [v for _, v in form.multi_items() if hasattr(v, "read")]
+    if not files:
+        reject(400, "empty", "multipart body has no file parts")
+    check_count(len(files), limits)
+    return [await f.read() for f in files]
+
+
+def raw_image(body: bytes) -> list[bytes]:
+    """A body that is one image file."""
+    if not body:
+        reject(400, "empty", "empty body: send image bytes")
+    return [body]
+
+
+def base64_images(body: bytes, limits: Limits) -> list[bytes]:
+    """JSON {"images": ["<base64>", ...]} -> the decoded image files."""
+    if not body:
+        reject(400, "empty", 'empty body: send JSON {"images": ["<base64>", ...]}')
+    try:
+        doc = json.loads(body)
+    except ValueError as exc:
+        reject(400, "bad_json", f"body is not valid JSON: {exc}")
+    images = doc.get("images") if isinstance(doc, dict) else None
+    if not isinstance(images, list) or not all(isinstance(s, str) for s in images):
+        reject(422, "bad_schema", 'expected JSON {"images": ["<base64>", ...]} (a list of base64 strings)')
+    check_count(len(images), limits)
+    blobs = []
+    for i, text in enumerate(images):
+        if text.startswith("data:") and "," in text:
+            text = text.split(",", 1)[1]
+        try:
+            blobs.append(base64.b64decode(text, validate=True))
+        except (binascii.Error, ValueError):
+            reject(400, "bad_base64", f"image {i}: malformed base64")
+    return blobs
+
+
+def tensor_shape(content_type: str | None, shape_header: str | None, dtype_header: str | None,
+                 limits: Limits) -> tuple[int, int, int, int]:
+    """Check a tensor request's headers (before its body is read): the [N, 3, 224, 224] shape it announces."""
+    ctype = media_type(content_type)
+    if ctype != BINARY_TYPE:
+        reject(415, "unsupported_media_type", f"content type {ctype or '(none)'!r}; send {BINARY_TYPE}")
+    dtype = (dtype_header or "float32").lower()
+    if dtype != "float32":
+        reject(400, "bad_dtype", f"dtype {dtype!r} not supported; send float32")
+    if not shape_header:
+        reject(400, "missing_shape", "header X-Shape (e.g. 4,3,224,224) is required")
+    try:
+        shape = tuple(int(x) for x in shape_header.split(","))
+    except ValueError:
+        reject(400, "bad_shape", f"X-Shape {shape_header!r} is not a comma-separated list of integers")
+    if len(shape) != 4 or shape[1:] != INPUT_SHAPE or shape[0] < 0:
+        reject(400, "bad_shape", f"shape {list(shape)} must be [N, 3, 224, 224]")
+    check_count(shape[0], limits)
+    return shape  # type: ignore[return-value]
+
+
+def tensor_from_bytes(body: bytes, shape: tuple[int, ...]) -> np.ndarray:
+    """Raw little-endian float32 bytes of `shape` -> a writable, finite float32 array."""
+    expected = int(np.prod(shape)) * 4
+    if len(body) != expected:
+        reject(400, "bad_byte_count", f"{len(body)} bytes received; shape {list(shape)} float32 needs {expected}")
+    batch = np.frombuffer(body, dtype="<f4").reshape(shape).astype(np.float32, copy=True)
+    if not np.isfinite(batch).all():
+        reject(400, "non_finite", "tensor contains NaN or infinity")
+    return batch
+
+
+def decode_images(blobs: list[bytes], limits: Limits) -> np.ndarray:
+    """Image files -> preprocessed float32 [N, 3, 224, 224] (CPU work: run it in the decode pool)."""
+    out = np.empty((len(blobs), *INPUT_SHAPE), dtype=np.float32)
+    for i, blob in enumerate(blobs):
+        try:
+            out[i] = preprocess_bytes(blob, max_bytes=limits.max_bytes, max_pixels=limits.max_pixels)
+        except ImageDecodeError as exc:
+            reject(_DECODE_STATUS.get(exc.kind, 400), exc.kind, f"image {i}: {exc}")
+    return out
