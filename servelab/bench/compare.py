@@ -1,0 +1,137 @@
+"""Two runs compared point by point and headline by headline: is the second a reproduction of the first?
+
+Points are matched by what was measured (experiment, target, engine, protocol, payload, batch, concurrency, rate,
+link, Triton instances / queue delay; the k-th repeat of a point in A with the k-th in B). For each metric the
+two runs have (throughput, p50 latency, an interleaved A/B ratio) the difference is *within noise* when the two
+runs' window ranges overlap, or when it is no larger than the larger recorded window spread (at least
+`min_noise`). A point is within noise when all its metrics are. Headlines (see servelab.bench.headlines) must
+make the same claims. A run reproduces another when at least `min_fraction` of the points are within noise and
+every headline is the same.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from servelab.bench.headlines import compare_headlines, load_headlines
+from servelab.bench.records import load_records, resolve_run_dir
+
+KEY = ("experiment", "kind", "target", "backend", "engine", "provider", "protocol", "payload", "batch", "concurrency",
+       "rate_rps")
+KEY_PARAMS = ("instances", "max_queue_delay_us", "link", "side")
+KINDS = ("load", "raw", "cold-start", "ab")
+# metric, its window range (min and max fields, or else a list of per-window values)
+METRICS = (
+    ("throughput_img_s", ("throughput_min_img_s", "throughput_max_img_s"), "window_throughput_img_s"),
+    ("latency_p50_ms", ("latency_p50_min_ms", "latency_p50_max_ms"), "window_latency_p50_ms"),
+    ("ratio", ("ratio_min", "ratio_max"), None),
+)
+
+
+@dataclass
+class Comparison:
+    points: list[dict]
+    headlines: list[dict]
+    only_a: int
+    only_b: int
+    min_fraction: float
+
+    @property
+    def within_noise(self) -> int:
+        return sum(p["within_noise"] for p in self.points)
+
+    @property
+    def fraction_within_noise(self) -> float | None:
+        return self.within_noise / len(self.points) if self.points else None
+
+    @property
+    def headlines_same(self) -> bool:
+        return all(h["verdict"] == "same" for h in self.headlines)
+
+    @property
+    def reproduced(self) -> bool:
+        f = self.fraction_within_noise
+        return f is not None and f >= self.min_fraction and self.headlines_same
+
+    def summary(self) -> str:
+        f = self.fraction_within_noise
+        same = sum(h["verdict"] == "same" for h in self.headlines)
+        return (f"{self.within_noise} of {len(self.points)} points within noise "
+                f"({'n/a' if f is None else f'{100 * f:.0f} %'}; {self.only_a} only in A, {self.only_b} only in B); "
+                f"{same} of {len(self.headlines)} headlines the same; "
+                + ("reproduced" if self.reproduced else
+                   f"NOT reproduced (needs ≥ {100 * self.min_fraction:.0f} % of points within noise and every headline the same)"))
+
+
+def point_key(r: dict) -> tuple:
+    p = r.get("params") or {}
+    return tuple(r.get(k) for k in KEY) + tuple(str(p.get(k)) for k in KEY_PARAMS)
+
+
+def point_label(r: dict) -> str:
+    bits = [r.get("target"), r.get("engine"), r.get("protocol"), r.get("payload")]
+    bits += [f"b={r['batch']}"] if r.get("batch") else []
+    bits += [f"c={r['concurrency']}"] if r.get("concurrency") else []
+    bits += [f"{r['rate_rps']}/s"] if r.get("rate_rps") else []
+    p = r.get("params") or {}
+    bits += [f"{k}={p[k]}" for k in KEY_PARAMS if p.get(k) is not None]
+    return " ".join(str(x) for x in bits if x)
+
+
+def _band(r: dict, fields: tuple, windows: str | None) -> tuple[float, float] | None:
+    lo, hi = r.get(fields[0]), r.get(fields[1])
+    if lo is None and windows:
+        w = [x for x in (r.get(windows) or []) if x is not None]
+        lo, hi = (min(w), max(w)) if len(w) >= 2 else (None, None)
+    return (float(lo), float(hi)) if lo is not None and hi is not None else None
+
+
+def _metric(ra: dict, rb: dict, name: str, fields: tuple, windows: str | None, min_noise: float) -> dict | None:
+    va, vb = ra.get(name), rb.get(name)
+    if va is None or vb is None or va == 0:
+        return None
+    ba, bb = _band(ra, fields, windows), _band(rb, fields, windows)
+    # each run's relative window range for this metric; the record's throughput spread where none was kept
+    spreads = [(b[1] - b[0]) / abs(v) if b else r.get("spread") for r, b, v in ((ra, ba, va), (rb, bb, vb))]
+    spread = max([s for s in spreads if s is not None] + [min_noise])
+    rel = (vb - va) / abs(va)
+    overlap = ba is not None and bb is not None and ba[0] <= bb[1] and bb[0] <= ba[1]
+    return {"A": va, "B": vb, "delta_pct": round(100 * rel, 2), "noise_pct": round(100 * spread, 2),
+            "within_noise": bool(overlap or abs(rel) <= spread)}
+
+
+def compare(run_a, run_b, min_noise: float = 0.02, min_fraction: float = 0.9) -> Comparison:
+    """Compare run B with run A (ids, folders, or lists of records; headlines only come with run folders)."""
+    recs = [r if isinstance(r, list) else load_records(r) for r in (run_a, run_b)]
+    heads = [load_headlines(resolve_run_dir(r)) if isinstance(r, (str, Path)) else {} for r in (run_a, run_b)]
+    grouped = []
+    for rs in recs:
+        g: dict[tuple, list[dict]] = defaultdict(list)
+        for r in rs:
+            if r.get("kind") in KINDS and r.get("available", True) is not False:
+                g[point_key(r)].append(r)
+        grouped.append(g)
+    ga, gb = grouped
+    points, only_a, only_b = [], 0, 0
+    for key in list(ga) + [k for k in gb if k not in ga]:
+        la, lb = ga.get(key, []), gb.get(key, [])
+        only_a += max(0, len(la) - len(lb))
+        only_b += max(0, len(lb) - len(la))
+        for ra, rb in zip(la, lb, strict=False):
+            metrics = {m: _metric(ra, rb, m, f, w, min_noise) for m, f, w in METRICS}
+            metrics = {m: v for m, v in metrics.items() if v}
+            if not metrics:
+                continue
+            row = {"experiment": ra.get("experiment"), "point": point_label(ra),
+                   "within_noise": all(v["within_noise"] for v in metrics.values())}
+            for m, v in metrics.items():
+                row.update({f"{m} A": v["A"], f"{m} B": v["B"], f"{m} Δ%": v["delta_pct"],
+                            f"{m} noise%": v["noise_pct"]})
+            row["verdict"] = "within noise" if row["within_noise"] else "differs: " + ", ".join(
+                f"{m} {v['delta_pct']:+.1f} % (noise {v['noise_pct']:.1f} %)" for m, v in metrics.items()
+                if not v["within_noise"])
+            points.append(row)
+    return Comparison(points=points, headlines=compare_headlines(*heads), only_a=only_a, only_b=only_b,
+                      min_fraction=min_fraction)

@@ -1,0 +1,58 @@
+"""A run's headline sentences ("what this run shows"), kept per run in headlines.json so that two runs' conclusions
+can be compared, not only their numbers.
+
+A headline's *claim* is its sentence with every number masked: "tritonhttp ahead by 1.31× (windows 20.1–21.0 vs
+15.2–16.0, no overlap)" and "tritonhttp ahead by 1.27× (…)" make the same claim; "… indistinguishable here …"
+makes a different one. Sentences are built from a run's numbers by the same code in every run, so the words
+change only when the conclusion does.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+FILE = "headlines.json"
+_NUMBER = re.compile(r"(?<![A-Za-z])[-+−]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+def claim(text: str) -> str:
+    """The sentence with numbers masked as '#' and whitespace collapsed: what it concludes, not by how much."""
+    return " ".join(_NUMBER.sub("#", text).split())
+
+
+def record_headline(run_dir: str | Path, key: str, text: str) -> dict:
+    """Store (replace) headline `key` (e.g. a notebook id) of the run in <run_dir>/headlines.json; returns the file's
+    content. Written to a temporary name and renamed: a crash never leaves half a file."""
+    from servelab.bench.records import atomic_write
+
+    path = Path(run_dir) / FILE
+    data = load_headlines(run_dir)
+    data[str(key)] = {"text": text, "claim": claim(text)}
+    atomic_write(path, json.dumps(dict(sorted(data.items())), indent=2, ensure_ascii=False) + "\n")
+    return data
+
+
+def load_headlines(run_dir: str | Path) -> dict:
+    """{key: {"text", "claim"}} of a run; empty when it recorded none."""
+    path = Path(run_dir) / FILE
+    if not path.exists():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not JSON ({exc})") from None
+
+
+def compare_headlines(a: dict, b: dict) -> list[dict]:
+    """One row per headline key in either run: same | differs | only in A | only in B."""
+    rows = []
+    for key in sorted(set(a) | set(b)):
+        ha, hb = a.get(key), b.get(key)
+        if ha and hb:
+            verdict = "same" if claim(ha["text"]) == claim(hb["text"]) else "differs"
+        else:
+            verdict = "only in A" if ha else "only in B"
+        rows.append({"headline": key, "verdict": verdict, "A": (ha or {}).get("text"), "B": (hb or {}).get("text")})
+    return rows

@@ -1,0 +1,64 @@
+"""Two tiny synthetic lab runs compared: points within noise by their window ranges, headlines by their claims."""
+
+import json
+
+from servelab.bench.compare import compare
+from servelab.bench.headlines import claim, load_headlines, record_headline
+from servelab.bench.records import Run
+
+
+def _run(root, name, points, headlines):
+    run = Run(run_id=name, root=root, weights="random-init (seed 0)")
+    for c, link, windows, p50s in points:
+        thr = sum(windows) / len(windows)
+        run.record("07-protocol", kind="load", target="triton-grpc", engine="onnx", protocol="grpc", payload="tensor",
+                   batch=1, concurrency=c, throughput_img_s=thr, latency_p50_ms=sum(p50s) / len(p50s),
+                   window_throughput_img_s=windows, window_latency_p50_ms=p50s,
+                   spread=(max(windows) - min(windows)) / thr, params={"link": link})
+    for key, text in headlines.items():
+        record_headline(run.dir, key, text)
+    return run
+
+
+def test_claims_mask_numbers_only():
+    a = "gRPC ahead by 1.31× (windows 20.1–21.0 vs 15.2–16.0, no overlap) at c=32"
+    assert claim(a) == claim("gRPC ahead by 1.27× (windows 19.5–20.2 vs 15.0–15.9, no overlap) at c=32")
+    assert claim(a) != claim("gRPC 20.4 vs HTTP 19.9 img/s — indistinguishable here (windows overlap)")
+
+
+def test_compare_two_runs_points_and_headlines(tmp_path):
+    shows = "triton-grpc 20.5 vs triton-http 15.5 img/s — triton-grpc ahead by 1.32× (no overlap)"
+    _run(tmp_path, "A",
+         [(1, "loopback", [10.0, 10.4, 10.2], [100, 98, 99]),
+          (1, "wan-100mbit-20ms", [8.0, 8.1, 8.2], [125, 124, 123]),
+          (32, "loopback", [20.0, 21.0, 20.5], [1500, 1480, 1520]),
+          (64, "loopback", [20.0, 21.0, 20.5], [3000, 3000, 3000])],
+         {"07": shows, "06a": "fastapi served the most: 12.0 img/s"})
+    _run(tmp_path, "B",
+         [(1, "loopback", [10.3, 10.6, 10.5], [97, 98, 96]),         # ranges overlap: noise
+          (1, "wan-100mbit-20ms", [6.0, 6.1, 6.0], [160, 161, 162]),  # 25 % slower, 2 % spread: differs
+          (32, "loopback", [21.0, 21.2, 21.1], [1470, 1490, 1480]),   # +3 %, inside the 5 % window range: noise
+          (16, "loopback", [20.0, 20.0, 20.0], [800, 800, 800])],     # not in A
+         {"07": shows.replace("20.5", "20.9").replace("1.32", "1.35"), "06a": "triton-http served the most: 12.5 img/s"})
+    c = compare(tmp_path / "A", tmp_path / "B")
+    by = {p["point"]: p for p in c.points}
+    assert by["triton-grpc onnx grpc tensor b=1 c=1 link=loopback"]["within_noise"]
+    wan = by["triton-grpc onnx grpc tensor b=1 c=1 link=wan-100mbit-20ms"]  # the link keeps the two points apart
+    assert not wan["within_noise"] and wan["verdict"].startswith("differs: throughput_img_s -25.5 % (noise 2.5 %), latency_p50_ms +29.8 %")
+    assert by["triton-grpc onnx grpc tensor b=1 c=32 link=loopback"]["within_noise"]
+    assert (len(c.points), c.within_noise, c.only_a, c.only_b) == (3, 2, 1, 1)
+    assert abs(c.fraction_within_noise - 2 / 3) < 1e-9
+    heads = {h["headline"]: h["verdict"] for h in c.headlines}
+    assert heads == {"07": "same", "06a": "differs"}
+    assert not c.reproduced
+    assert "2 of 3 points within noise (67 %" in c.summary() and "1 of 2 headlines the same" in c.summary()
+    assert compare(tmp_path / "A", tmp_path / "A").reproduced  # a run reproduces itself
+
+
+def test_record_headline_replaces_and_keeps_the_others(tmp_path):
+    record_headline(tmp_path, "01", "first 1.0")
+    record_headline(tmp_path, "07", "seventh 7.0")
+    record_headline(tmp_path, "01", "first again 2.0")
+    data = load_headlines(tmp_path)
+    assert data == json.loads((tmp_path / "headlines.json").read_text())
+    assert data["01"] == {"text": "first again 2.0", "claim": "first again #"} and data["07"]["claim"] == "seventh #"
