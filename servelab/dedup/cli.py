@@ -87,28 +87,36 @@ def embed(root: Path = ROOT_ARG, catalog: Optional[Path] = CATALOG_OPT,
                f"via {rep.mode_used}; weights: {rep.weights}")
 
 
+THRESHOLD_OPT = typer.Option(None, help="cosine similarity for near-duplicates (default: safe for the catalog's "
+                                          "weights; random-init weights use no cosine condition)")
+PHASH_OPT = typer.Option(None, help="pHash Hamming distance a near-duplicate pair must stay within (default 14)")
+COSINE_ONLY_OPT = typer.Option(False, help="drop the pHash condition (unsafe with random-init weights: calibrate "
+                                          "first with `servelab dedup evaluate`)")
+
+
 @app.command()
 def groups(root: Path = ROOT_ARG, catalog: Optional[Path] = CATALOG_OPT,
-           threshold: float = typer.Option(0.92, help="cosine similarity for near-duplicates"),
-           phash_max: Optional[int] = typer.Option(None, help="also require pHash Hamming distance <= this"),
+           threshold: Optional[float] = THRESHOLD_OPT,
+           phash_max: Optional[int] = PHASH_OPT,
+           cosine_only: bool = COSINE_ONLY_OPT,
            method: str = typer.Option("auto", help="auto | exact | lsh"),
            exact_only: bool = typer.Option(False, help="only byte-identical copies (MD5)"),
            as_json: bool = typer.Option(False, "--json", help="machine-readable output")):
-    """Print duplicate groups (exact copies and near-duplicates), largest first."""
-    from servelab.dedup.group import group
+    """Print duplicate groups (exact copies and near-duplicates), largest first, each with the rule that formed it."""
+    from servelab.dedup.group import group, rule_for
 
-    if not -1.0 <= threshold <= 1.0:
-        raise ValueError("--threshold must be between -1 and 1")
     with _open(root, catalog) as cat:
-        gs = group(cat, threshold=threshold, phash_max=phash_max, method=method, near=not exact_only)
-        doc = {"root": str(cat.root), "threshold": threshold, "phash_max": phash_max,
-               "weights": cat.get_meta("embed_weights"), "groups": [g.as_dict() for g in gs]}
+        rule = rule_for(cat, threshold, phash_max, cosine_only)
+        gs = group(cat, rule=rule, method=method, near=not exact_only)
+        doc = {"root": str(cat.root), "weights": cat.get_meta("embed_weights"),
+               "rule": rule.as_dict() if not exact_only else None, "groups": [g.as_dict() for g in gs]}
     if as_json:
         typer.echo(json.dumps(doc, indent=2))
         return
-    typer.echo(f"{len(gs)} groups (threshold {threshold}, weights {doc['weights']})")
+    near_rule = f"near-duplicates: {rule.describe()} ({rule.source})" if not exact_only else "exact copies only"
+    typer.echo(f"{len(gs)} groups; {near_rule}; weights {doc['weights']}")
     for g in gs:
-        typer.echo(f"[{g.kind}] {len(g.ids)} photos")
+        typer.echo(f"[{g.kind}] {len(g.ids)} photos, by {g.rule}")
         for m in g.members:
             typer.echo(f"    #{m['id']:<6} {m['width']}x{m['height']} {m['size']:>10} B  {m['path']}")
 
@@ -117,8 +125,9 @@ def groups(root: Path = ROOT_ARG, catalog: Optional[Path] = CATALOG_OPT,
 def review(root: Path = ROOT_ARG, catalog: Optional[Path] = CATALOG_OPT,
            host: str = typer.Option("127.0.0.1", help="bind address"),
            port: int = typer.Option(8000, help="port"),
-           threshold: float = typer.Option(0.92, help="cosine similarity for near-duplicates"),
-           phash_max: Optional[int] = typer.Option(None, help="also require pHash Hamming distance <= this"),
+           threshold: Optional[float] = THRESHOLD_OPT,
+           phash_max: Optional[int] = PHASH_OPT,
+           cosine_only: bool = COSINE_ONLY_OPT,
            method: str = typer.Option("auto", help="auto | exact | lsh")):
     """Open the review UI (FastAPI + HTML) at http://HOST:PORT."""
     from servelab.dedup.review import serve
@@ -130,7 +139,8 @@ def review(root: Path = ROOT_ARG, catalog: Optional[Path] = CATALOG_OPT,
     if port_in_use(port, host):
         raise RuntimeError(f"port {port} on {host} is already in use; pick another with --port")
     typer.echo(f"review UI on http://{host}:{port}  (Ctrl-C to stop)")
-    serve(path, host=host, port=port, threshold=threshold, phash_max=phash_max, method=method)
+    serve(path, host=host, port=port, threshold=threshold, phash_max=phash_max, cosine_only=cosine_only,
+          method=method)
 
 
 @app.command()

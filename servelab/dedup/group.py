@@ -10,8 +10,19 @@ Pairs above the threshold are found without an N x N matrix:
   pairs are found with higher probability). This is what keeps 100k photos within seconds and well under 1 GB.
 - `auto`: exact up to 20,000 embeddings, lsh above. Band length shrinks for low thresholds; below about
   cosine 0.76 hashing stops paying off and the exact search is used.
-Edges may be confirmed by pHash Hamming distance, and pairs a user marked "not a duplicate" are dropped.
-Groups are connected components (union-find) over MD5-equal pairs and the kept edges.
+Near-duplicate edges follow a `Rule` (cosine threshold and/or pHash Hamming distance); pairs a user marked
+"not a duplicate" are dropped. Groups are connected components (union-find) over MD5-equal pairs and the kept
+edges, and each group names the rule that formed it.
+
+Safe defaults (`default_rule`): a deleting tool must not propose wrong deletions by default. On the project's
+own labelled set (`servelab dedup evaluate`: generated photos, each with seven transformed copies, plus
+distinct negatives), the random-init weights give every pair of photos a cosine near 1 — grouping by
+cosine >= 0.92 alone put unrelated photos together (pairwise precision 0.03-0.12) — while pHash distance <= 14
+alone reached precision 1.00 and recall 0.92-0.94 (24 and 8 bases, seeds 0 and 1). So random-init weights
+(and a catalog with no embeddings yet) group by pHash agreement alone. Pretrained CLIP or a checkpoint could
+not be calibrated here (no weights can be downloaded): their default keeps cosine >= 0.92 *and* requires pHash
+agreement, so it is never less safe than the pHash rule. Calibrate with `servelab dedup evaluate` before
+relaxing it (`--cosine-only`).
 """
 
 from __future__ import annotations
@@ -26,6 +37,68 @@ from servelab.dedup.catalog import Catalog
 
 AUTO_EXACT_MAX = 20_000
 MAX_BANDS = 400
+DEFAULT_PHASH_MAX = 14   # pHash Hamming distance (of 64 bits) for the default rule; see the module docstring
+DEFAULT_COSINE = 0.92    # cosine threshold kept for weights that are not random-init (uncalibrated here)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """When two photos are near-duplicates: cosine >= `cosine` (if set) and pHash distance <= `phash_max` (if set)."""
+
+    cosine: float | None
+    phash_max: int | None
+    source: str  # why this rule: "default for random-init weights", "as given", ...
+
+    def __post_init__(self):
+        if self.cosine is None and self.phash_max is None:
+            raise ValueError("a near-duplicate rule needs a cosine threshold, a pHash distance, or both")
+        if self.cosine is not None and not -1.0 <= self.cosine <= 1.0:
+            raise ValueError(f"cosine threshold must be between -1 and 1, got {self.cosine}")
+        if self.phash_max is not None and not 0 <= self.phash_max <= 64:
+            raise ValueError(f"pHash distance must be between 0 and 64, got {self.phash_max}")
+
+    def describe(self) -> str:
+        parts = []
+        if self.cosine is not None:
+            parts.append(f"cosine ≥ {self.cosine:g}")
+        if self.phash_max is not None:
+            parts.append(f"pHash distance ≤ {self.phash_max}")
+        return " and ".join(parts)
+
+    def as_dict(self) -> dict:
+        return {"cosine": self.cosine, "phash_max": self.phash_max, "text": self.describe(), "source": self.source}
+
+
+EXACT_RULE = "identical bytes (MD5)"
+
+
+def default_rule(weights: str | None) -> Rule:
+    """The safe default for the weights that produced the catalog's embeddings (see the module docstring)."""
+    from servelab.model.weights import is_random_init
+
+    if not weights:
+        return Rule(None, DEFAULT_PHASH_MAX, "default without embeddings: pHash agreement")
+    if is_random_init(weights):
+        return Rule(None, DEFAULT_PHASH_MAX, "default for random-init weights: their cosine does not separate photos")
+    return Rule(DEFAULT_COSINE, DEFAULT_PHASH_MAX,
+                "default for these weights: cosine threshold not calibrated here, so pHash agreement is required too")
+
+
+def choose_rule(weights: str | None, threshold: float | None = None, phash_max: int | None = None,
+                cosine_only: bool = False) -> Rule:
+    """The rule from the caller's settings, falling back to `default_rule(weights)` for what is not given."""
+    if threshold is None and phash_max is None and not cosine_only:
+        return default_rule(weights)
+    base = default_rule(weights)
+    cosine = threshold if threshold is not None else (base.cosine if base.cosine is not None else DEFAULT_COSINE)
+    if cosine_only:
+        if phash_max is not None:
+            raise ValueError("--cosine-only drops the pHash condition; do not also give --phash-max")
+        return Rule(cosine, None, "as given: cosine only (no pHash agreement; unsafe with random-init weights)")
+    if threshold is None:
+        return Rule(base.cosine, phash_max, "as given (pHash distance); cosine as by default")
+    return Rule(cosine, phash_max if phash_max is not None else base.phash_max,
+                "as given" if phash_max is not None else "as given (cosine); pHash agreement as by default")
 
 
 # --- pair search -------------------------------------------------------------------------------------------
@@ -117,6 +190,26 @@ def _lsh_pairs(emb, threshold, bits, pool, recall, seed):
     return np.concatenate(I), np.concatenate(J), np.concatenate(S).astype(np.float32)
 
 
+def phash_pairs(hashes: list[str], max_distance: int, block: int = 1024) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(i, j, distance) for all i < j whose 64-bit pHashes (hex) differ in <= max_distance bits; blocked, no N x N."""
+    h = np.array([int(x, 16) for x in hashes], dtype=np.uint64)
+    n = len(h)
+    if n < 2:
+        return _empty()
+    popcount = np.array([bin(v).count("1") for v in range(256)], dtype=np.uint8)
+    I, J, D = [], [], []
+    for a in range(0, n, block):
+        ha = h[a:a + block]
+        for b in range(a, n, block):
+            x = ha[:, None] ^ h[None, b:b + block]
+            d = popcount[x.view(np.uint8)].reshape(x.shape + (8,)).sum(axis=2, dtype=np.uint8)
+            ii, jj = np.nonzero(d <= max_distance)
+            gi, gj = ii + a, jj + b
+            keep = gi < gj
+            I.append(gi[keep]); J.append(gj[keep]); D.append(d[ii[keep], jj[keep]])
+    return np.concatenate(I).astype(np.int64), np.concatenate(J).astype(np.int64), np.concatenate(D).astype(np.float32)
+
+
 # --- components --------------------------------------------------------------------------------------------
 class UnionFind:
     def __init__(self, n: int):
@@ -159,27 +252,32 @@ class Group:
     ids: list[int]
     members: list[dict] = field(default_factory=list)
     edges: list[dict] = field(default_factory=list)  # {"a", "b", "cosine", "phash_distance", "md5_equal"}
+    rule: str = EXACT_RULE  # what formed the group: EXACT_RULE, or the near-duplicate rule's text
 
     @property
     def key(self) -> int:
         return min(self.ids)
 
     def as_dict(self) -> dict:
-        return {"group": self.key, "kind": self.kind, "size": len(self.ids), "members": self.members,
-                "edges": self.edges}
+        return {"group": self.key, "kind": self.kind, "size": len(self.ids), "rule": self.rule,
+                "members": self.members, "edges": self.edges}
 
 
-def group(catalog: str | Path | Catalog, threshold: float = 0.92, phash_max: int | None = None,
-          method: str = "auto", near: bool = True, cache: dict | None = None) -> list[Group]:
+def group(catalog: str | Path | Catalog, threshold: float | None = None, phash_max: int | None = None,
+          method: str = "auto", near: bool = True, cache: dict | None = None, cosine_only: bool = False,
+          rule: Rule | None = None) -> list[Group]:
     """Duplicate groups in the catalog, largest first.
 
-    threshold: cosine similarity for near-duplicate edges; phash_max: if set, a near edge also needs pHash
-    Hamming distance <= phash_max; near=False groups only exact (MD5) copies. Embeddings are used only when
-    they all come from the same weights (the catalog's latest). `cache` (a dict the caller keeps) lets a
-    long-running caller such as the review UI reuse the pair search after deletes, undos and feedback.
+    The near-duplicate rule is `rule`, else `choose_rule(weights, threshold, phash_max, cosine_only)`: what is
+    not given comes from the safe default for the catalog's weights. near=False groups only exact (MD5)
+    copies. Embeddings are used only when they all come from the same weights (the catalog's latest). `cache`
+    (a dict the caller keeps) lets a long-running caller such as the review UI reuse the pair search after
+    deletes, undos and feedback. `rule_for(catalog, …)` gives the rule without grouping.
     """
     cat = catalog if isinstance(catalog, Catalog) else Catalog(catalog)
     try:
+        weights = cat.get_meta("embed_weights")
+        rule = rule or choose_rule(weights, threshold, phash_max, cosine_only)
         rows = cat.files("ok")
         index = {r["id"]: k for k, r in enumerate(rows)}
         edges: dict[tuple[int, int], dict] = {}
@@ -190,11 +288,11 @@ def group(catalog: str | Path | Catalog, threshold: float = 0.92, phash_max: int
             for a, b in zip(ids, ids[1:]):  # a chain suffices for components
                 edges[(a, b)] = {"a": a, "b": b, "cosine": None, "md5_equal": True}
         if near:
-            weights = cat.get_meta("embed_weights")
-            for a, b, s in _pairs_by_id(cat, weights, threshold, method, cache):
+            for a, b, s in _near_pairs(cat, rows, weights, rule, method, cache):
                 if a in index and b in index:
                     e = edges.setdefault((a, b), {"a": a, "b": b, "cosine": None, "md5_equal": False})
-                    e["cosine"] = round(float(s), 5)
+                    if s is not None:
+                        e["cosine"] = round(float(s), 5)
         rejected = cat.not_duplicate_pairs()
         kept = []
         for (a, b), e in edges.items():
@@ -203,9 +301,11 @@ def group(catalog: str | Path | Catalog, threshold: float = 0.92, phash_max: int
             ra, rb = rows[index[a]], rows[index[b]]
             e["md5_equal"] = ra["md5"] == rb["md5"]
             e["phash_distance"] = hamming_hex(ra["phash"], rb["phash"]) if ra["phash"] and rb["phash"] else None
-            if not e["md5_equal"] and phash_max is not None and (e["phash_distance"] is None or e["phash_distance"] > phash_max):
+            if not e["md5_equal"] and rule.phash_max is not None and (
+                    e["phash_distance"] is None or e["phash_distance"] > rule.phash_max):
                 continue
             kept.append(e)
+        _fill_cosines(cat, weights, [e for e in kept if e["cosine"] is None and not e["md5_equal"]])
         li = np.array([index[e["a"]] for e in kept], dtype=np.int64)
         lj = np.array([index[e["b"]] for e in kept], dtype=np.int64)
         out = []
@@ -213,9 +313,13 @@ def group(catalog: str | Path | Catalog, threshold: float = 0.92, phash_max: int
             members = [rows[k] for k in comp]
             gids = [m["id"] for m in members]
             gset = set(gids)
-            kind = "exact" if len({m["md5"] for m in members}) == 1 else "near"
-            g = Group(kind=kind, ids=gids, members=[member_dict(m) for m in members],
-                      edges=[e for e in kept if e["a"] in gset])
+            exact = len({m["md5"] for m in members}) == 1
+            gedges = [e for e in kept if e["a"] in gset]
+            why = EXACT_RULE if exact else rule.describe()
+            if not exact and any(e["md5_equal"] for e in gedges):
+                why += f"; some members by {EXACT_RULE}"
+            g = Group(kind="exact" if exact else "near", ids=gids, members=[member_dict(m) for m in members],
+                      edges=gedges, rule=why)
             out.append(g)
         out.sort(key=lambda g: (-len(g.ids), g.key))
         return out
@@ -224,21 +328,57 @@ def group(catalog: str | Path | Catalog, threshold: float = 0.92, phash_max: int
             cat.close()
 
 
-def _pairs_by_id(cat: Catalog, weights, threshold, method, cache):
-    """[(id_a, id_b, cosine)], from the cache when the embedded ids are a subset of the cached ones."""
-    key = (weights, float(threshold), method)
-    current = {r[0] for r in cat.db.execute(
-        "SELECT id FROM files WHERE status='ok' AND embedding IS NOT NULL AND embed_weights IS ?", (weights,))}
+def rule_for(catalog: Catalog, threshold: float | None = None, phash_max: int | None = None,
+             cosine_only: bool = False) -> Rule:
+    """The rule `group` applies to this catalog with these settings (for headers and JSON)."""
+    return choose_rule(catalog.get_meta("embed_weights"), threshold, phash_max, cosine_only)
+
+
+def _near_pairs(cat: Catalog, rows, weights, rule: Rule, method, cache):
+    """[(id_a, id_b, cosine or None)] candidate pairs, from the cache when the ids are a subset of the cached ones.
+
+    With a cosine threshold the candidates come from the embeddings (pHash is checked afterwards); a pHash-only
+    rule searches the pHashes directly, so it needs no embeddings at all.
+    """
+    if rule.cosine is None:
+        key = ("phash", rule.phash_max)
+        hashed = [r for r in rows if r["phash"]]
+        current = {r["id"] for r in hashed}
+    else:
+        key = ("cosine", weights, float(rule.cosine), method)
+        current = {r[0] for r in cat.db.execute(
+            "SELECT id FROM files WHERE status='ok' AND embedding IS NOT NULL AND embed_weights IS ?", (weights,))}
     if cache is not None and cache.get("key") == key and current <= cache["ids"]:
         return cache["pairs"]
-    ids, emb = cat.embeddings(weights)
     pairs = []
-    if len(ids):
-        pi, pj, ps = similar_pairs(emb, threshold, method=method)
-        pairs = list(zip(ids[pi].tolist(), ids[pj].tolist(), ps.tolist()))
+    if rule.cosine is None:
+        ids = np.array([r["id"] for r in hashed], dtype=np.int64)
+        pi, pj, _ = phash_pairs([r["phash"] for r in hashed], rule.phash_max)
+        pairs = [(a, b, None) for a, b in zip(ids[pi].tolist(), ids[pj].tolist())]
+    else:
+        ids, emb = cat.embeddings(weights)
+        if len(ids):
+            pi, pj, ps = similar_pairs(emb, rule.cosine, method=method)
+            pairs = list(zip(ids[pi].tolist(), ids[pj].tolist(), ps.tolist()))
     if cache is not None:
-        cache.update(key=key, ids=set(ids.tolist()), pairs=pairs)
+        cache.update(key=key, ids=set(current), pairs=pairs)
     return pairs
+
+
+def _fill_cosines(cat: Catalog, weights, edges: list[dict]) -> None:
+    """Annotate edges found without embeddings (pHash rule) with their cosine, when both photos are embedded."""
+    if not edges or not weights:
+        return
+    wanted = sorted({e["a"] for e in edges} | {e["b"] for e in edges})
+    vec = {}
+    for s in range(0, len(wanted), 500):  # stay under SQLite's bound-parameter limit
+        chunk = wanted[s:s + 500]
+        vec.update({r[0]: np.frombuffer(r[1], dtype=np.float32) for r in cat.db.execute(
+            f"SELECT id, embedding FROM files WHERE id IN ({','.join('?' * len(chunk))}) "
+            "AND embedding IS NOT NULL AND embed_weights IS ?", (*chunk, weights))})
+    for e in edges:
+        if e["a"] in vec and e["b"] in vec:
+            e["cosine"] = round(float(vec[e["a"]] @ vec[e["b"]]), 5)
 
 
 def member_dict(r) -> dict:

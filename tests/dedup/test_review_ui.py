@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -74,6 +75,15 @@ def test_choose_keeper_delete_and_undo_in_chromium(review_server, tmp_path):
         groups = page.locator("section.group")
         assert groups.count() == 4
         assert "3 near-duplicates" in groups.first.locator("h2").inner_text()  # largest group first
+        # the rule that formed each group is on the page: in the header and on every group
+        rule = f"cosine ≥ {THRESHOLD:g} and pHash distance ≤ {PHASH_MAX}"
+        assert page.locator(".rule-text").inner_text() == rule
+        assert "as given" in page.locator("p.rule").inner_text()
+        by = [groups.nth(k).locator("h2 .rule").inner_text() for k in range(4)]
+        assert sorted(by) == sorted([f"by {rule}; some members by identical bytes (MD5)",  # a.jpg, its copy, resized
+                                     f"by {rule}", f"by {rule}", "by identical bytes (MD5)"])
+        api = httpx.get(url + "/api/groups").json()
+        assert api["rule"]["text"] == rule and sorted(g["rule"] for g in api["groups"]) == sorted(b[3:] for b in by)
         group = groups.filter(has=page.locator("dd.path", has_text="a_resized.png"))
         for name in before:
             card = group.locator("label.card", has=page.locator("dd.path", has_text=name))
@@ -101,6 +111,7 @@ def test_choose_keeper_delete_and_undo_in_chromium(review_server, tmp_path):
         assert len(manifest) == 2 and all('"op": "trash"' in ln for ln in manifest)
 
         page.goto(url + "/trash")
+        assert page.locator("section.batch li").count() == 2
         page.locator("button.undo").first.click()
         page.wait_for_load_state()
         assert "Restored 2 file(s)" in page.locator(".flash").inner_text()
@@ -113,6 +124,9 @@ def test_choose_keeper_delete_and_undo_in_chromium(review_server, tmp_path):
         page.wait_for_load_state()
         assert "not duplicates" in page.locator(".flash").inner_text()
         assert page.locator("section.group").count() == 3
+        # whatever a page shows is escaped by the templates: markup in a message stays text
+        page.goto(url + "/?msg=" + quote('<b id="injected">bold</b>'))
+        assert page.locator("#injected").count() == 0 and '<b id="injected">' in page.locator(".flash").inner_text()
         browser.close()
     with Catalog(default_catalog(root)) as cat:
         ids = {r["path"]: r["id"] for r in cat.files("ok")}

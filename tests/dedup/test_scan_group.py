@@ -9,6 +9,7 @@ import numpy as np
 
 from servelab.dedup import Catalog, embed, group, scan, similar_pairs
 from servelab.dedup.catalog import default_catalog
+from servelab.dedup.group import EXACT_RULE, rule_for
 
 from .conftest import PHASH_MAX, THRESHOLD, cli
 
@@ -47,6 +48,15 @@ def test_scan_embed_group_finds_the_known_groups(known_set, dedup_client):
             assert _groups_as_paths(got) == want, method
         near_a = next(g for g in got if "a.jpg" in {m["path"] for m in g.members})
         assert all(e["cosine"] is None or e["cosine"] >= THRESHOLD for e in near_a.edges)
+        assert near_a.rule.startswith(f"cosine ≥ {THRESHOLD:g} and pHash distance ≤ {PHASH_MAX}")
+
+        # the default for these (random-init) weights requires pHash agreement, and finds the same groups
+        rule = rule_for(cat)
+        assert rule.phash_max is not None and "random-init" in rule.source
+        defaults = group(cat)
+        assert _groups_as_paths(defaults) == want
+        assert {g.rule for g in defaults if g.kind == "exact"} == {EXACT_RULE}
+        assert all(rule.describe() in g.rule for g in defaults if g.kind == "near")
 
         # "not a duplicate" feedback splits a group away
         b_ids = [rows["b.jpg"]["id"], rows["b_q40.jpg"]["id"]]
@@ -54,11 +64,19 @@ def test_scan_embed_group_finds_the_known_groups(known_set, dedup_client):
         after = _groups_as_paths(group(cat, threshold=THRESHOLD, phash_max=PHASH_MAX))
         assert frozenset({"b.jpg", "b_q40.jpg"}) not in after and len(after) == len(want) - 1
 
-    # the CLI prints the same groups as JSON for scripting
+    # the CLI prints the same groups as JSON for scripting, each with the rule that formed it
     doc = json.loads(cli("groups", root, "--json", "--threshold", THRESHOLD, "--phash-max", PHASH_MAX).stdout)
     assert doc["weights"] == dedup_client.weights
+    assert (doc["rule"]["cosine"], doc["rule"]["phash_max"], doc["rule"]["source"]) == (THRESHOLD, PHASH_MAX, "as given")
     assert {frozenset(m["path"] for m in g["members"]) for g in doc["groups"]} == set(after)
     assert all(set(g["members"][0]) >= {"id", "path", "size", "width", "height", "md5"} for g in doc["groups"])
+    assert {g["kind"]: g["rule"] for g in doc["groups"] if g["size"] == 2} == {
+        "near": f"cosine ≥ {THRESHOLD:g} and pHash distance ≤ {PHASH_MAX}", "exact": EXACT_RULE}
+    text = cli("groups", root).stdout  # defaults: the rule is named in the header and on every group
+    assert f"near-duplicates: {rule.describe()} (default for random-init weights" in text.splitlines()[0]
+    assert f"[exact] 2 photos, by {EXACT_RULE}" in text and f"[near] 2 photos, by {rule.describe()}" in text
+    proc = cli("groups", root, "--cosine-only", "--phash-max", 3, check=False)
+    assert proc.returncode == 1 and proc.stderr.startswith("error: --cosine-only drops the pHash condition")
 
 
 def test_rescan_is_incremental_and_embedding_follows_changes(known_set, dedup_client):
