@@ -1,4 +1,4 @@
-"""Loopback port helpers shared by the service, Triton and review-UI lifecycles and the tests."""
+"""Loopback ports and readiness polling, shared by every server servelab starts (and the tests)."""
 
 from __future__ import annotations
 
@@ -22,13 +22,16 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
         return False
 
 
-def wait_http(url: str, timeout: float = 60.0, ok=(200,), proc=None) -> bool:
-    """Poll `url` until it answers with one of `ok`; False on timeout or when `proc` exits first."""
+def wait_http(url: str, timeout: float = 60.0, ok=(200,), proc=None, give_up=None) -> bool:
+    """Poll `url` until it answers with one of `ok`; False on timeout, when `proc` exits first, or as soon as
+    `give_up()` is true (e.g. the server's log already says why it will never be ready)."""
     import httpx
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
+            return False
+        if give_up is not None and give_up():
             return False
         try:
             if httpx.get(url, timeout=1.0).status_code in ok:

@@ -11,68 +11,45 @@ from __future__ import annotations
 
 import base64
 import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from servelab.netutil import free_port, port_in_use, wait_http
+from servelab.netutil import free_port
+from servelab.process import ManagedProcess
 
 
-class LitServeProcess:
-    """`with LitServeProcess(engine="onnx") as ls: ls.url` — started on a free loopback port, ready, then stopped."""
+class LitServeProcess(ManagedProcess):
+    """`with LitServeProcess(engine="onnx") as ls: ls.url` — started on a free loopback port, ready, then stopped
+    (LitServe forks workers: the whole process group goes)."""
+
+    name = "LitServe"
 
     def __init__(self, engine: str = "onnx", port: int | None = None, max_batch: int = 16, batch_timeout: float = 0.002,
                  env: dict | None = None, log_path: Path | None = None, timeout: float = 180.0):
-        self.host, self.port = "127.0.0.1", port or free_port()
+        super().__init__(log_path=log_path, startup_timeout=timeout)
+        self.port = port or free_port()
         self.engine, self.max_batch, self.batch_timeout = engine, max_batch, batch_timeout
         self.env = {k: str(v) for k, v in (env or {}).items()}
-        self.log_path, self.timeout = log_path, timeout
-        self.proc: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
     @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
+    def ready_url(self) -> str:
+        return self.url + "/health"
 
-    def start(self) -> "LitServeProcess":
-        if port_in_use(self.port):
-            raise RuntimeError(f"port {self.port} is already in use")
-        env = {**os.environ, **self.env, "SERVELAB_ENGINE": self.engine, "LITSERVE_DISABLE_TELEMETRY": "1"}
-        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "servelab.bench.litserve_app", "--port", str(self.port),
-             "--max-batch", str(self.max_batch), "--batch-timeout", str(self.batch_timeout)],
-            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-        if not wait_http(self.url + "/health", timeout=self.timeout, proc=self.proc):
-            code = self.proc.poll()
-            self.stop()
-            raise RuntimeError(f"LitServe on {self.url} did not become ready (exit code {code})")
-        return self
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "servelab.bench.litserve_app", "--port", str(self.port),
+                "--max-batch", str(self.max_batch), "--batch-timeout", str(self.batch_timeout)]
 
-    def stop(self, timeout: float = 10.0) -> None:
-        if self.proc and self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)  # LitServe forks workers: stop the whole group
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-            except ProcessLookupError:
-                pass
-        self.proc = None
+    def environment(self) -> dict:
+        return {**os.environ, **self.env, "SERVELAB_ENGINE": self.engine, "LITSERVE_DISABLE_TELEMETRY": "1"}
 
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
+    def ports(self) -> dict[str, tuple[int, str]]:
+        return {"LitServe": (self.port, "port=")}
 
 
 class LitServeClient:

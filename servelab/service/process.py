@@ -3,59 +3,44 @@
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from servelab.netutil import free_port, port_in_use, wait_http
+from servelab.netutil import free_port
+from servelab.process import ManagedProcess
 
 
-class ServiceProcess:
-    """`with ServiceProcess(env={"SERVELAB_MAX_BATCH": "8"}) as svc: svc.url` — started, ready, then stopped."""
+class ServiceProcess(ManagedProcess):
+    """`with ServiceProcess(env={"SERVELAB_MAX_BATCH": "8"}) as svc: svc.url` — started, ready, then stopped.
+
+    wait_ready=False returns as soon as /healthz answers (before the engine has warmed up)."""
+
+    name = "service"
 
     def __init__(self, port: int | None = None, host: str = "127.0.0.1", env: dict | None = None,
                  log_path: Path | None = None, wait_ready: bool = True, timeout: float = 180.0):
-        self.host, self.port = host, port or free_port(host)
+        super().__init__(host=host, log_path=log_path, startup_timeout=timeout)
+        self.port = port or free_port(host)
         self.env = {k: str(v) for k, v in (env or {}).items()}
-        self.log_path = Path(log_path) if log_path else None
-        self.wait_ready, self.timeout = wait_ready, timeout
-        self.proc: subprocess.Popen | None = None
+        self.wait_ready = wait_ready
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def start(self) -> ServiceProcess:
-        if port_in_use(self.port, self.host):
-            raise RuntimeError(f"port {self.port} on {self.host} is already in use; pick another with --port")
-        env = {**os.environ, **self.env, "SERVELAB_HOST": self.host, "SERVELAB_PORT": str(self.port)}
-        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
-        self.proc = subprocess.Popen([sys.executable, "-m", "servelab.service"], env=env, stdout=out, stderr=subprocess.STDOUT)
-        probe = "/readyz" if self.wait_ready else "/healthz"
-        if not wait_http(self.url + probe, timeout=self.timeout, proc=self.proc):
-            code = self.proc.poll()
-            self.stop()
-            where = f"; see {self.log_path}" if self.log_path else ""
-            raise RuntimeError(f"service on {self.url} did not become ready (exit code {code}){where}")
-        return self
+    @property
+    def ready_url(self) -> str:
+        return self.url + ("/readyz" if self.wait_ready else "/healthz")
 
-    def stop(self, timeout: float = 10.0) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc = None
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "servelab.service"]
 
-    def __enter__(self):
-        return self.start()
+    def environment(self) -> dict:
+        return {**os.environ, **self.env, "SERVELAB_HOST": self.host, "SERVELAB_PORT": str(self.port)}
 
-    def __exit__(self, *exc):
-        self.stop()
+    def ports(self) -> dict[str, tuple[int, str]]:
+        return {"service": (self.port, "--port")}
 
 
 def wait_until(predicate, timeout: float, interval: float = 0.05) -> bool:

@@ -72,7 +72,8 @@ def up(
     timeout: float = typer.Option(300.0, help="seconds to wait for readiness"),
 ):
     """Start the bundled tritonserver in the background on 127.0.0.1 and wait until its models are ready."""
-    from servelab.triton.server import EmbeddedTriton, pid_alive
+    from servelab.process import pid_alive
+    from servelab.triton.server import EmbeddedTriton
 
     state = _read_state()
     if state and pid_alive(state["pid"]):
@@ -80,7 +81,7 @@ def up(
                            f"HTTP {state['http_url']}); run `servelab triton down` first")
     srv = EmbeddedTriton(repository, http_port, grpc_port, metrics_port, log, models=model or None,
                          startup_timeout=timeout)
-    srv.start(detach=True)
+    srv.start()  # its own session: it keeps running after this command exits
     state = {"pid": srv.pid, "http_url": srv.http_url, "grpc_url": srv.grpc_url, "metrics_url": srv.metrics_url,
              "repository": str(srv.repository), "log": str(srv.log_path)}
     _write_state(state)
@@ -100,7 +101,7 @@ def _states(state: dict) -> dict:
 @app.command()
 def down(timeout: float = typer.Option(15.0, help="seconds after SIGTERM before SIGKILL")):
     """Stop the tritonserver started by `servelab triton up`."""
-    from servelab.triton.server import pid_alive, stop_pid
+    from servelab.process import pid_alive, stop_process_group
 
     state = _read_state()
     if not state:
@@ -108,7 +109,7 @@ def down(timeout: float = typer.Option(15.0, help="seconds after SIGTERM before 
         return
     pid = state["pid"]
     if pid_alive(pid) and _is_tritonserver(pid):
-        stop_pid(pid, timeout)
+        stop_process_group(pid, timeout)
         typer.echo(f"stopped tritonserver (pid {pid})")
     else:
         typer.echo(f"tritonserver pid {pid} was not running")
@@ -125,7 +126,7 @@ def _is_tritonserver(pid: int) -> bool:
 @app.command()
 def status():
     """Is the servelab tritonserver running, and which models are ready? (exit 1 when not running)"""
-    from servelab.triton.server import pid_alive
+    from servelab.process import pid_alive
 
     state = _read_state()
     if not state:
