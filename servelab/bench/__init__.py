@@ -40,7 +40,8 @@ Public API (everything takes keyword parameters; experiments return the list of 
     RECORD_SCHEMA, validate_record(rec), make_record(...), environment_fingerprint(), memory_snapshot(pid)
     load_records(run_id_or_dir), records_frame(records)
     write_report(run, price_per_hour=None) -> tables/*.csv|md + plots/*.png
-    compare(run_a, run_b, min_noise=0.02) -> delta rows (verdict better | worse | noise)
+    compare(run_a, run_b, min_noise=0.02, min_fraction=0.9) -> Comparison (servelab.bench.compare): points within
+      noise, headline claims the same, .reproduced
 
 CLI: `servelab bench service|triton|engines|batch-sweep|concurrency-sweep|rate-sweep|payload|http-grpc|
 queue-delay|instances|cold-start|ort-profile|peer|report|cost|compare` (see `servelab bench --help`).
@@ -64,6 +65,8 @@ def __getattr__(name):  # heavy modules load on first use
         return importlib.import_module(f"servelab.bench.{name}")
     if name in ("LoadOpts", "cost_table"):
         return getattr(importlib.import_module("servelab.bench.experiments"), name)
-    if name in ("write_report", "compare"):
+    if name == "write_report":
         return getattr(importlib.import_module("servelab.bench.report"), name)
+    if name == "compare":
+        return importlib.import_module("servelab.bench.compare").compare
     raise AttributeError(name)

@@ -289,14 +289,23 @@ def cost(run: str = typer.Argument(..., help="run id or folder"),
 @app.command()
 def compare(run_a: str = typer.Argument(..., help="baseline run (id or folder)"),
             run_b: str = typer.Argument(..., help="new run (id or folder)"),
-            min_noise: float = typer.Option(0.02, help="smallest noise band (fraction)")):
-    """Delta table B vs A; changes within the measured spread are marked noise."""
-    from servelab.bench.report import compare as do_compare
+            min_noise: float = typer.Option(0.02, help="smallest noise band (fraction)"),
+            min_fraction: float = typer.Option(0.9, help="share of points within noise for B to reproduce A"),
+            check: bool = typer.Option(False, "--check", help="exit 1 unless B reproduces A")):
+    """B vs A point by point (within noise when their window ranges overlap or the change is inside the spread),
+    the share of points within noise, and whether each headline sentence makes the same claim."""
+    from servelab.bench.compare import compare as do_compare
     from servelab.bench.report import markdown_table
 
-    rows = do_compare(run_a, run_b, min_noise=min_noise)
-    if not rows:
-        raise ValueError("the two runs have no measurement points in common")
-    typer.echo(markdown_table(rows))
-    n = {v: sum(r["verdict"] == v for r in rows) for v in ("better", "worse", "noise")}
-    typer.echo(f"{n['better']} better, {n['worse']} worse, {n['noise']} within noise")
+    c = do_compare(run_a, run_b, min_noise=min_noise, min_fraction=min_fraction)
+    if not c.points and not c.headlines:
+        raise ValueError("the two runs have no measurement points or headlines in common")
+    cols = ["experiment", "point", "throughput_img_s A", "throughput_img_s B", "throughput_img_s Δ%",
+            "latency_p50_ms Δ%", "ratio A", "ratio B", "verdict"]
+    cols = [k for k in cols if any(p.get(k) is not None for p in c.points)]
+    typer.echo(markdown_table(c.points, cols))
+    if c.headlines:
+        typer.echo(markdown_table(c.headlines, ["headline", "verdict", "A", "B"]))
+    typer.echo(c.summary())
+    if check and not c.reproduced:
+        raise typer.Exit(1)

@@ -1,4 +1,4 @@
-"""Tables (CSV + Markdown, units in column names), PNG plots, run comparison and the cost table.
+"""Tables (CSV + Markdown, units in column names), PNG plots and the cost table (run comparison: bench.compare).
 
 Everything here reads records (a list of dicts or a run folder), so notebooks and the CLI share it.
 """
@@ -10,14 +10,13 @@ from pathlib import Path
 
 from servelab.bench.records import atomic_write, load_records, resolve_run_dir
 
-KEY = ("experiment", "kind", "target", "backend", "engine", "provider", "protocol", "payload", "batch", "concurrency",
-       "rate_rps")
 COLUMNS = [
     "experiment", "kind", "target", "backend", "engine", "provider", "protocol", "payload", "batch", "concurrency",
-    "rate_rps", "instances", "max_queue_delay_us", "throughput_img_s", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "errors", "requests",
-    "repeats", "windows_used", "stable", "spread", "server_avg_batch", "server_queue_ms", "server_compute_ms",
+    "rate_rps", "link", "instances", "max_queue_delay_us", "throughput_img_s", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "errors", "requests",
+    "repeats", "windows_used", "stable", "spread", "loadgen_cpu_pct", "client_process_cpu_pct", "server_cpu_pct",
+    "cpu_pinning", "server_avg_batch", "server_queue_ms", "server_compute_ms",
     "rss_mb", "gpu_mem_mb", "payload_bytes_per_request", "bytes_per_request", "start_to_ready_s", "first_request_ms", "backlog", "late_starts",
-    "dropped", "rate_held", "value", "threshold", "met", "available", "note",
+    "dropped", "rate_held", "value", "value_min", "value_max", "threshold", "met", "available", "note",
 ]
 
 
@@ -41,6 +40,7 @@ def flat_rows(records: list[dict]) -> list[dict]:
             compute = round(sum(p for p in parts if p is not None), 4) if any(p is not None for p in parts) else None
         row = {c: r.get(c) for c in COLUMNS}
         p = r.get("params") or {}
+        row["link"] = p.get("link")
         if r.get("target", "").startswith("triton"):
             row.update(instances=p.get("instances"), max_queue_delay_us=p.get("max_queue_delay_us"))
         row.update(server_avg_batch=_server_value(s, "avg_batch", "average_batch", "avg_executed_batch"),
@@ -82,7 +82,7 @@ def csv_text(rows: list[dict], columns: list[str] | None = None) -> str:
 
 def write_tables(records: list[dict], out_dir: Path, price_per_hour: float | None = None) -> list[Path]:
     """tables/<experiment>.csv|.md for every experiment (+ all.csv, targets.md, cost.csv|md when priced)."""
-    from servelab.bench.experiments import cost_table, targets_table
+    from servelab.bench.goals import goals_table
 
     out_dir = Path(out_dir) / "tables"
     written = []
@@ -96,11 +96,11 @@ def write_tables(records: list[dict], out_dir: Path, price_per_hour: float | Non
             written.append(p)
     atomic_write(out_dir / "all.csv", csv_text(rows, COLUMNS))
     written.append(out_dir / "all.csv")
-    t = targets_table(records)
+    t = goals_table(records)
     if t:
-        atomic_write(out_dir / "targets.md", markdown_table(t))
-        atomic_write(out_dir / "targets.csv", csv_text(t))
-        written += [out_dir / "targets.md", out_dir / "targets.csv"]
+        atomic_write(out_dir / "goals.md", markdown_table(t))
+        atomic_write(out_dir / "goals.csv", csv_text(t))
+        written += [out_dir / "goals.md", out_dir / "goals.csv"]
     if price_per_hour is not None:
         c = cost_table(records, price_per_hour)
         if c:
@@ -284,58 +284,133 @@ def write_report(run, price_per_hour: float | None = None) -> list[Path]:
     return write_tables(records, d, price_per_hour) + write_plots(records, d)
 
 
-# --- compare ----------------------------------------------------------------------------------------
+# --- cost -------------------------------------------------------------------------------------------
 
-METRICS = (("throughput_img_s", "higher"), ("latency_p50_ms", "lower"), ("latency_p99_ms", "lower"))
+def cost_table(records: list[dict], price_per_hour: float, currency: str = "USD") -> list[dict]:
+    """images/s of each load/raw record -> cost per 1,000 images at `price_per_hour` for the machine (with the
+    window range carried over)."""
+    from servelab.bench.stats import cost_per_1000
 
-
-def compare(run_a, run_b, min_noise: float = 0.02) -> list[dict]:
-    """Match records of two runs by their parameters; delta per metric, marked noise when within the spread.
-
-    The noise band of a pair is the larger of the two records' measured window spread ((max-min)/mean of
-    throughput across windows) and `min_noise`; a change inside it is reported as `noise`, not as a result.
-    """
-    a = load_records(run_a) if not isinstance(run_a, list) else run_a
-    b = load_records(run_b) if not isinstance(run_b, list) else run_b
-
-    def key(r):
-        return tuple(r.get(k) for k in KEY) + (tuple(sorted((k, str(v)) for k, v in (r.get("params") or {}).items()
-                                                            if k in ("instances", "max_queue_delay_us"))),)
-
-    ia = {key(r): r for r in a if r.get("kind") in ("load", "raw", "cold-start")}
     rows = []
-    for r in b:
-        if r.get("kind") not in ("load", "raw", "cold-start"):
-            continue
-        k = key(r)
-        ra = ia.get(k)
-        if ra is None:
-            continue
-        band = max([x for x in (ra.get("spread"), r.get("spread")) if x is not None] + [min_noise])
-        for m, better in METRICS:
-            va, vb = ra.get(m), r.get(m)
-            if va in (None, 0) or vb is None:
-                continue
-            rel = (vb - va) / va
-            if abs(rel) <= band:
-                verdict = "noise"
-            else:
-                improved = rel > 0 if better == "higher" else rel < 0
-                verdict = "better" if improved else "worse"
-            rows.append({"experiment": r["experiment"], "point": _point(r), "metric": m, "A": va, "B": vb,
-                         "delta_pct": round(rel * 100, 2), "noise_band_pct": round(band * 100, 2), "verdict": verdict})
+    for r in records:
+        if r.get("kind") in ("load", "raw") and r.get("throughput_img_s"):
+            c = cost_per_1000(r["throughput_img_s"], price_per_hour)
+            lo, hi = cost_per_1000(r.get("throughput_max_img_s"), price_per_hour), cost_per_1000(
+                r.get("throughput_min_img_s"), price_per_hour)
+            rows.append({"experiment": r["experiment"], "target": r["target"], "engine": r.get("engine"),
+                         "payload": r.get("payload"), "batch": r.get("batch"), "concurrency": r.get("concurrency"),
+                         "throughput_img_s": r["throughput_img_s"], "stable": r.get("stable"),
+                         f"price_{currency}_per_hour": price_per_hour,
+                         f"cost_{currency}_per_1000_img": round(c, 6) if c is not None else None,
+                         f"cost_min_{currency}_per_1000_img": round(lo, 6) if lo is not None else None,
+                         f"cost_max_{currency}_per_1000_img": round(hi, 6) if hi is not None else None})
     return rows
 
 
-def _point(r: dict) -> str:
-    bits = [r.get("target"), r.get("engine"), r.get("protocol"), r.get("payload")]
-    if r.get("batch"):
-        bits.append(f"b={r['batch']}")
-    if r.get("concurrency"):
-        bits.append(f"c={r['concurrency']}")
-    if r.get("rate_rps"):
-        bits.append(f"{r['rate_rps']}/s")
-    for k in ("instances", "max_queue_delay_us"):
-        if (r.get("params") or {}).get(k) is not None:
-            bits.append(f"{k}={r['params'][k]}")
-    return " ".join(str(x) for x in bits if x)
+# --- "what this run shows": sentences that never rank overlapping figures ------------------------------
+
+BANDS = {
+    "throughput_img_s": ("throughput_min_img_s", "throughput_max_img_s"),
+    "latency_p50_ms": ("latency_p50_min_ms", "latency_p50_max_ms"),
+    "value": ("ratio_min", "ratio_max"),
+}
+
+
+def band(x, metric: str = "throughput_img_s") -> tuple[float, float, float]:
+    """(value, low, high) of one figure: a record or a table row (dict / pandas Series) — window min–max for
+    throughput_img_s and latency_p50_ms, pair min–max for a ratio's `value` — or a (value, low, high) tuple.
+    A figure without a band gets low = high = value."""
+    if isinstance(x, (tuple, list)):
+        v, lo, hi = x
+        return float(v), float(lo), float(hi)
+    get = x.get
+    v = float(get(metric))
+    lo_key, hi_key = BANDS.get(metric, (f"{metric}_min", f"{metric}_max"))
+    lo, hi = get(lo_key), get(hi_key)
+    if metric == "value" and (lo is None or _nan(lo)):
+        lo, hi = get("value_min"), get("value_max")
+    lo = v if lo is None or _nan(lo) else float(lo)
+    hi = v if hi is None or _nan(hi) else float(hi)
+    return v, min(lo, v), max(hi, v)
+
+
+def _nan(v) -> bool:
+    try:
+        return math.isnan(float(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def _stable(x) -> bool | None:
+    if isinstance(x, (tuple, list)):
+        return None
+    s = x.get("stable")
+    return None if s is None or _nan(s) else bool(s)
+
+
+def overlap(a, b, metric: str = "throughput_img_s") -> bool:
+    """True when the bands of two figures overlap (then the run cannot rank them)."""
+    _, la, ha = band(a, metric)
+    _, lb, hb = band(b, metric)
+    return la <= hb and lb <= ha
+
+
+def _fmt_band(v: float, lo: float, hi: float, unit: str, digits: int) -> str:
+    u = f" {unit}" if unit else ""
+    if lo == hi:
+        return f"{v:.{digits}f}{u}"
+    return f"{v:.{digits}f}{u} ({lo:.{digits}f}–{hi:.{digits}f})"
+
+
+def _unsettled(*named) -> str:
+    names = [n for n, x in named if _stable(x) is False]
+    return f" ({' and '.join(names)} never settled: read with care)" if names else ""
+
+
+def versus(name_a: str, a, name_b: str, b, *, metric: str = "throughput_img_s", unit: str = "img/s",
+           digits: int = 1) -> str:
+    """One sentence comparing two figures of this run, e.g.
+    "fastapi reached 21.0 img/s (19.5–22.1), above litserve's 15.2 img/s (14.8–15.9)" — or, when the
+    bands overlap, "fastapi (21.0 img/s (19.5–22.1)) and litserve (20.2 img/s (18.8–21.0)) are
+    indistinguishable here: their ranges overlap". Bands: see `band`; an unsettled figure is named."""
+    va, la, ha = band(a, metric)
+    vb, lb, hb = band(b, metric)
+    fa, fb = _fmt_band(va, la, ha, unit, digits), _fmt_band(vb, lb, hb, unit, digits)
+    tail = _unsettled((name_a, a), (name_b, b))
+    if overlap(a, b, metric):
+        return f"{name_a} ({fa}) and {name_b} ({fb}) are indistinguishable here: their ranges overlap{tail}"
+    return f"{name_a} reached {fa}, {'above' if va > vb else 'below'} {name_b}'s {fb}{tail}"
+
+
+def ratio_sentence(rec, *, what: str = "throughput", digits: int = 2) -> str:
+    """One sentence for an interleaved A/B ratio record (or row): "grpc ÷ http throughput: 1.12× (pairs
+    1.05–1.18)" plus which side was ahead — or "indistinguishable here" when the pair range spans 1."""
+    v, lo, hi = band(rec, "value")
+    a, b = rec.get("a"), rec.get("b")
+    text = f"{a} ÷ {b} {what}: {v:.{digits}f}×" + (f" (pairs {lo:.{digits}f}–{hi:.{digits}f})" if lo != hi else "")
+    if lo <= 1.0 <= hi:
+        text += f"; {a} and {b} are indistinguishable here"
+    else:
+        text += f"; {a if v > 1 else b} ahead"
+    if _stable(rec) is False:
+        text += " (the pair ratios never settled: read with care)"
+    return text
+
+
+def leader(named: dict, *, metric: str = "throughput_img_s", unit: str = "img/s", higher_is_better: bool = True,
+           digits: int = 1) -> str:
+    """Who led among several figures ({name: record or row}): the best one is named only when its band clears
+    every other band; otherwise the ones it cannot be told apart from are named with it."""
+    items = [(n, x) for n, x in named.items() if x is not None]
+    if not items:
+        return "nothing measured"
+    items.sort(key=lambda kv: band(kv[1], metric)[0], reverse=higher_is_better)
+    best_name, best = items[0]
+    ties = [n for n, x in items[1:] if overlap(best, x, metric)]
+    v, lo, hi = band(best, metric)
+    head = f"{best_name} ({_fmt_band(v, lo, hi, unit, digits)})"
+    tail = _unsettled(*items)
+    if ties:
+        return f"{head} and {', '.join(ties)} are indistinguishable here at the top: their ranges overlap{tail}"
+    word = "highest" if higher_is_better else "lowest"
+    return f"{head} was {word}, clear of {', '.join(n for n, _ in items[1:]) or 'nothing else'}{tail}"

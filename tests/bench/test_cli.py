@@ -22,13 +22,17 @@ def _synthetic(root, name, thr):
                throughput_img_s=thr, latency_p50_ms=500.0, latency_p99_ms=700.0, spread=0.05)
 
 
-def test_compare_prints_delta_table(tmp_path):
+def test_compare_prints_points_and_whether_b_reproduces_a(tmp_path):
     _synthetic(tmp_path, "a", 28.0)
     _synthetic(tmp_path, "b", 35.0)
+    _synthetic(tmp_path, "c", 28.5)
     r = _cli(["bench", "compare", "a", "b"], tmp_path)
     assert r.returncode == 0, r.stderr
-    assert "| throughput_img_s |" in r.stdout and "better" in r.stdout
-    assert "1 better, 0 worse, 2 within noise" in r.stdout
+    assert "| throughput_img_s A |" in r.stdout and "differs: throughput_img_s +25.0 % (noise 5.0 %)" in r.stdout
+    assert "0 of 1 points within noise (0 %" in r.stdout and "NOT reproduced" in r.stdout
+    assert _cli(["bench", "compare", "a", "b", "--check"], tmp_path).returncode == 1
+    r = _cli(["bench", "compare", "a", "c", "--check"], tmp_path)
+    assert r.returncode == 0 and "1 of 1 points within noise (100 %" in r.stdout and "reproduced" in r.stdout
 
 
 def test_compare_unknown_run_is_one_line_error(tmp_path):

@@ -1,9 +1,9 @@
-"""compare on two synthetic runs; tables, plots and the cost table from records."""
+"""Tables, plots and the cost table from records."""
 
 import csv
 
 from servelab.bench.records import Run, load_records
-from servelab.bench.report import compare, write_report
+from servelab.bench.report import write_report
 
 
 def _run(tmp_path, name, points):
@@ -14,21 +14,6 @@ def _run(tmp_path, name, points):
                    latency_p95_ms=p50 * 1.5, latency_p99_ms=p50 * 2, requests=100, repeats=3, stable=True,
                    spread=spread, server={"avg_batch": float(c), "batch_histogram": {"<=1": 10, "<=16": 5}})
     return run
-
-
-def test_compare_marks_changes_within_spread_as_noise(tmp_path):
-    _run(tmp_path, "A", [(1, 20.0, 50.0, 0.05), (16, 28.0, 500.0, 0.05), (32, 28.0, 900.0, 0.02)])
-    _run(tmp_path, "B", [(1, 20.6, 49.0, 0.05), (16, 35.0, 400.0, 0.05), (64, 30.0, 1500.0, 0.02)])
-    rows = compare(tmp_path / "A", tmp_path / "B")
-    by = {(r["point"], r["metric"]): r for r in rows}
-    c1 = by[("fastapi onnx http tensor b=1 c=1", "throughput_img_s")]
-    assert c1["verdict"] == "noise" and c1["delta_pct"] == 3.0  # 3 % change, 5 % measured spread
-    c16 = by[("fastapi onnx http tensor b=1 c=16", "throughput_img_s")]
-    assert c16["verdict"] == "better" and c16["delta_pct"] == 25.0
-    assert by[("fastapi onnx http tensor b=1 c=16", "latency_p50_ms")]["verdict"] == "better"  # lower latency
-    assert not any("c=32" in r["point"] or "c=64" in r["point"] for r in rows)  # unmatched points are left out
-    worse = compare(tmp_path / "B", tmp_path / "A")
-    assert {r["verdict"] for r in worse if "c=16" in r["point"]} == {"worse"}
 
 
 def test_report_writes_tables_plots_and_cost(tmp_path):
