@@ -1,0 +1,188 @@
+"""Overload behaviour of the service, on a real uvicorn on loopback, with a deliberately slow engine.
+
+The thing under test is the service (admission, deadlines, metrics, the client's retries), so the engine is a
+real object with the Embedder interface that takes a known time per call: the timings then say what the
+service did, not how fast the CPU is.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import socket
+import threading
+import time
+import uuid
+
+import httpx
+import numpy as np
+import pytest
+import uvicorn
+from prometheus_client.parser import text_string_to_metric_families
+
+from servelab.client import InferenceClient, ServiceUnavailable
+from servelab.config import Settings
+from servelab.netutil import free_port
+from servelab.service.app import create_app
+from servelab.service.process import wait_until
+
+TENSOR_HEADERS = {"Content-Type": "application/octet-stream", "X-Shape": "1,3,224,224", "X-Dtype": "float32"}
+ONE_TENSOR = np.zeros((1, 3, 224, 224), np.float32).tobytes()
+
+
+class SlowEmbedder:
+    """Embedder-shaped stand-in: each call sleeps `seconds_per_call`, then returns one unit vector per row."""
+
+    engine = "slow-stand-in"
+    weights = "stand-in (no model)"
+
+    def __init__(self, seconds_per_call: float):
+        self.seconds_per_call = seconds_per_call
+        self.rows_computed = 0
+        self.lock = threading.Lock()
+
+    def embed(self, batch: np.ndarray) -> np.ndarray:
+        time.sleep(self.seconds_per_call)
+        with self.lock:
+            self.rows_computed += batch.shape[0]
+        out = np.zeros((batch.shape[0], 512), np.float32)
+        out[:, 0] = 1.0
+        return out
+
+    def info(self) -> dict:
+        return {"engine": self.engine, "seconds_per_call": self.seconds_per_call}
+
+
+class Server:
+    """create_app(settings, embedder) under a real uvicorn on a free loopback port, in a background thread."""
+
+    def __init__(self, embedder: SlowEmbedder, **settings):
+        base = dict(max_batch=1, max_delay_ms=0, warmup_iters=1, decode_threads=1)
+        self.settings = Settings.from_env(**{**base, **settings})
+        self.embedder = embedder
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(create_app(self.settings, embedder), host="127.0.0.1", port=self.port,
+                                log_level="warning", access_log=False)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> Server:
+        slow, self.embedder.seconds_per_call = self.embedder.seconds_per_call, 0.0  # warm up at once
+        self.thread.start()
+        assert wait_until(lambda: _ready(self.url), timeout=20), "stand-in service did not become ready"
+        self.embedder.seconds_per_call, self.embedder.rows_computed = slow, 0  # count only what the test sends
+        return self
+
+    def __exit__(self, *exc):
+        self.server.should_exit = True
+        self.thread.join(10)
+
+    def metric(self, name: str, **labels) -> float:
+        text = httpx.get(self.url + "/metrics").text
+        return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+                   if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+
+    def occupy(self, n: int) -> list[cf.Future]:
+        """Start n tensor requests in the background and return once the service counts them in flight."""
+        pool = cf.ThreadPoolExecutor(n)
+        futures = [pool.submit(httpx.post, self.url + "/embed/tensor", content=ONE_TENSOR, headers=TENSOR_HEADERS,
+                               timeout=60) for _ in range(n)]
+        pool.shutdown(wait=False)
+        assert wait_until(lambda: self.metric("servelab_in_flight") >= n, timeout=10)
+        return futures
+
+
+def _read_response(sock: socket.socket) -> tuple[str, str]:
+    """One HTTP/1.1 response off a raw socket: (status line + headers, body)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536) or b"\r\n\r\n"
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")), 0)
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return head.decode(), body.decode()
+
+
+def _ready(url: str) -> bool:
+    try:
+        return httpx.get(url + "/readyz", timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def test_full_service_answers_503_before_reading_the_body():
+    with Server(SlowEmbedder(1.0), max_in_flight=2) as srv:
+        busy = srv.occupy(2)
+        # announce a 5 MB body and send none of it: only a server that does not read bodies can answer
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=5) as sock:
+            sock.sendall(b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: image/jpeg\r\n"
+                         b"Content-Length: 5000000\r\n\r\n")
+            head, body = _read_response(sock)
+        assert head.startswith("HTTP/1.1 503"), head
+        assert "retry-after: " in head.lower()
+        assert '"code":"overloaded"' in body and "limit is 2" in body
+        assert [f.result().status_code for f in busy] == [200, 200]  # the admitted ones were served
+        assert srv.metric("servelab_rejections_total", reason="overloaded") == 1
+        assert srv.embedder.rows_computed == 2
+
+
+def test_a_request_past_its_deadline_is_dropped_not_computed():
+    with Server(SlowEmbedder(1.5), max_in_flight=10, request_timeout_s=0.5) as srv:
+        with cf.ThreadPoolExecutor(3) as pool:
+            responses = list(pool.map(
+                lambda _: httpx.post(srv.url + "/embed/tensor", content=ONE_TENSOR, headers=TENSOR_HEADERS, timeout=30),
+                range(3)))
+        codes = sorted(r.status_code for r in responses)
+        assert codes == [200, 503, 503], [r.text for r in responses]
+        for r in (r for r in responses if r.status_code == 503):
+            assert r.json()["error"]["code"] == "deadline_exceeded" and "without computing" in r.json()["error"]["message"]
+            assert r.headers["retry-after"]
+        time.sleep(2)  # had the dropped requests stayed queued, the engine would compute them now
+        assert srv.embedder.rows_computed == 1
+        assert srv.metric("servelab_rejections_total", reason="deadline_exceeded") == 2
+
+
+def test_404_probes_add_one_series_not_one_per_path():
+    with Server(SlowEmbedder(0.0)) as srv, httpx.Client(base_url=srv.url) as http:
+        probes = [f"/{uuid.uuid4().hex}/admin.php" for _ in range(40)]
+        assert {http.get(p).status_code for p in probes} == {404}
+        text = http.get("/metrics").text
+    assert not any(p in text for p in probes)
+    series = [line for line in text.splitlines() if line.startswith("servelab_requests_total{")]
+    assert sum('endpoint="unmatched",status="404"' in line for line in series) == 1
+    assert any('endpoint="unmatched",status="404"} 40.0' in line for line in series)
+
+
+def test_client_waits_as_long_as_retry_after_asks_then_succeeds():
+    with Server(SlowEmbedder(1.2), max_in_flight=1) as srv:
+        busy = srv.occupy(1)
+        with InferenceClient(mode="remote", url=srv.url, payload="tensor") as client:
+            t0 = time.perf_counter()
+            out = client.embed_tensor(np.zeros((1, 3, 224, 224), np.float32))
+            waited = time.perf_counter() - t0
+        assert out.shape == (1, 512)
+        assert busy[0].result().status_code == 200
+        assert srv.metric("servelab_rejections_total", reason="overloaded") >= 1
+        assert waited >= 1.0  # Retry-After is whole seconds, at least 1: the client did not come back sooner
+
+
+def test_client_retries_are_bounded_and_the_refusal_is_explained():
+    with Server(SlowEmbedder(6.0), max_in_flight=1) as srv:
+        srv.occupy(1)
+        x = np.zeros((1, 3, 224, 224), np.float32)
+        with InferenceClient(mode="remote", url=srv.url, retries=0) as client:
+            with pytest.raises(ServiceUnavailable) as refused:
+                client.embed_tensor(x)
+        assert refused.value.status == 503 and refused.value.code == "overloaded"
+        assert refused.value.retry_after and refused.value.retry_after >= 1
+        with InferenceClient(mode="remote", url=srv.url, retries=2, retry_budget_s=30) as client:
+            t0 = time.perf_counter()
+            with pytest.raises(ServiceUnavailable, match="in flight"):
+                client.embed_tensor(x)
+            gave_up_after = time.perf_counter() - t0
+        assert gave_up_after < 5.0  # three attempts, two waits of the server's few seconds at most... then stop
+        assert srv.metric("servelab_rejections_total", reason="overloaded") == 4
