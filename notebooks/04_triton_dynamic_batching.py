@@ -247,10 +247,12 @@ print(f"this sweep: {images} images in {executions} executions = {images / max(e
 tc = step.frame(triton_conc, "concurrency", "throughput_img_s", "latency_p50_ms", "server.avg_batch",
                 "server.avg_queue_ms", "server.avg_compute_infer_ms").sort_values("concurrency")
 one, top = tc.iloc[0], tc.iloc[-1]
-n, t = int(top["concurrency"]), float(one["latency_p50_ms"])
+n, t = int(top["concurrency"]), float(one["server.avg_compute_infer_ms"])
+rest = float(one["latency_p50_ms"]) - t  # client, HTTP and copies around the compute
 b_avg = float(top["server.avg_batch"] or 1)
-step.answer(f"At concurrency 1 a request took t = {t:.0f} ms. At concurrency {n}, queueing without batching predicts about "
-            f"{n} × {t:.0f} = {n * t:.0f} ms; the run measured p50 {top['latency_p50_ms']:.0f} ms, of which Triton reports "
+step.answer(f"At concurrency 1 Triton computed a request in t = {t:.0f} ms and the client saw {one['latency_p50_ms']:.0f} ms. "
+            f"At concurrency {n}, queueing without batching predicts about {n} × {t:.0f} + {rest:.0f} = {n * t + rest:.0f} ms; "
+            f"the run measured p50 {top['latency_p50_ms']:.0f} ms, of which Triton reports "
             f"{top['server.avg_queue_ms']:.0f} ms queueing and {top['server.avg_compute_infer_ms']:.0f} ms compute per request. "
             f"Triton executed batches of {b_avg:.2f} images on average, so a request waited about ({n}−1)/{b_avg:.2f} ≈ "
             f"{(n - 1) / b_avg:.1f} executions. Throughput: {one['throughput_img_s']:.1f} → {top['throughput_img_s']:.1f} img/s — "
@@ -270,13 +272,12 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 
 from servelab.triton.control import get_config, load_model
-from servelab.triton.repository import config_text
 
 hi_c = max(concurrency_levels)
 unbatched = json_format.ParseDict(get_config(triton_http_url, triton_model), model_config_pb2.ModelConfig(),
                                   ignore_unknown_fields=True)
 unbatched.ClearField("dynamic_batching")
-print(config_text(unbatched))
+print(f"reloading {triton_model} with its own config minus the dynamic_batching stanza")
 try:
     load_model(triton_http_url, triton_model, json_format.MessageToDict(unbatched, preserving_proto_field_name=True))
     triton_off = measure_served(step.run, "04-batching-off", triton, payload="tensor", batch=1, concurrency=hi_c,
@@ -298,7 +299,7 @@ batching = step.frame([rec for _, _, rec in baseline], "concurrency", "throughpu
                       "latency_p99_ms", "server.avg_batch", "stable")
 batching.insert(0, "batching", [mode for _, mode, _ in baseline])
 batching.insert(0, "system", [system for system, _, _ in baseline])
-step.table(batching, "batching_off_on", f"Batching off vs on at concurrency {hi_c} (batch-1 requests)")
+batching = step.table(batching, "batching_off_on", f"Batching off vs on at concurrency {hi_c} (batch-1 requests)")
 
 # %%
 step.answer(" ".join(f"{baseline[i][0]}: " + compare(baseline[i][2], baseline[i + 1][2], "batching off", "on") + "."
