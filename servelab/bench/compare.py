@@ -1,7 +1,7 @@
 """Two runs compared point by point and headline by headline: is the second a reproduction of the first?
 
 Points are matched by what was measured (experiment, target, engine, protocol, payload, batch, concurrency, rate,
-link, Triton instances / queue delay; the k-th repeat of a point in A with the k-th in B). For each metric the
+link, Triton instances / queue delay, A/B side; the k-th repeat of a point in A with the k-th in B). For each metric the
 two runs have (throughput, p50 latency, an interleaved A/B ratio) the difference is *within noise* when the two
 runs' window ranges overlap, or when it is no larger than the larger recorded window spread (at least
 `min_noise`). A point is within noise when all its metrics are. Headlines (see servelab.bench.headlines) must
@@ -26,7 +26,7 @@ KINDS = ("load", "raw", "cold-start", "ab")
 METRICS = (
     ("throughput_img_s", ("throughput_min_img_s", "throughput_max_img_s"), "window_throughput_img_s"),
     ("latency_p50_ms", ("latency_p50_min_ms", "latency_p50_max_ms"), "window_latency_p50_ms"),
-    ("ratio", ("ratio_min", "ratio_max"), None),
+    ("ratio", ("ratio_min", "ratio_max"), None),  # an interleaved A/B record (kind "ab"): A ÷ B throughput
 )
 
 

@@ -6,9 +6,9 @@ JPEG ~2 ms, and every request pays the round trip. A *link profile* names such a
     loopback                 no shaping (the servers' own URLs)
     wan-100mbit-20ms         100 Mbit/s each way, 20 ms round trip (any `<name>-<rate>{k,m,g}bit-<rtt>ms` parses)
 
-    with network_link("wan-100mbit-20ms", service_url, triton_grpc_url) as link:
-        attach("fastapi", link.url(service_url), ...)        # requests now cross the shaped link
-        measure_served(..., params=link.params())           # the record says which link and which shaping
+    with network_link("wan-100mbit-20ms", srv) as link:      # srv: a server handle (servelab.bench) or URLs
+        measure(run, "07-link", link.over(srv), ...)        # its clients cross the link; the record says which
+        link.url(service_url)                               # or just the URL that crosses it
 
 How the link is shaped, and why not `tc netem`: netem (in a network namespace, as root) would shape in the
 kernel and could also lose packets, but it needs the `sch_netem` qdisc; `netem_support()` probes for it and
@@ -34,6 +34,7 @@ from urllib.parse import urlsplit, urlunsplit
 LOOPBACK = "loopback"
 SHAPING_NONE = "none (loopback)"
 SHAPING_PROXY = "user-space relay (rate + delay, no loss)"
+URL_FIELDS = ("url", "http_url", "grpc_url")  # where a server handle keeps the addresses its clients use
 PROFILES = ("loopback", "wan-100mbit-20ms")  # the ones the lab uses; other names parse (see link_profile)
 
 _NAME = re.compile(r"^(?:[a-z]+-)?(?P<rate>\d+(?:\.\d+)?)(?P<unit>[kmg])bit-(?P<rtt>\d+(?:\.\d+)?)ms"
@@ -127,6 +128,15 @@ class Link:
             raise KeyError(f"{url!r} was not given to network_link(); it carries {', '.join(self._urls)}")
         return self._urls[url]
 
+    def over(self, srv):
+        """The same server handle with its clients crossing this link (its URLs swapped for the link's), and the
+        link named in its settings, so every record measured through it says which link and which shaping."""
+        import dataclasses
+
+        changes = {f: self.url(getattr(srv, f)) for f in URL_FIELDS if getattr(srv, f, None)}
+        settings = {**(getattr(srv, "settings", None) or {}), **self.params()}
+        return dataclasses.replace(srv, settings=settings, **changes)
+
     def params(self) -> dict:
         """Record fields naming the link and how it was shaped (pass as `params=` to a measurement)."""
         return {"link": self.name, "link_shaping": self.shaping, "link_rate_mbit": self.profile.rate_mbit,
@@ -137,13 +147,16 @@ class Link:
 
 
 @contextlib.contextmanager
-def network_link(link: str | LinkProfile, *urls: str, queue_ms: float = 500.0) -> Iterator[Link]:
-    """Open `link` towards the servers at `urls`; yields a Link whose `.url(u)` crosses it.
+def network_link(link: str | LinkProfile, *servers, queue_ms: float = 500.0) -> Iterator[Link]:
+    """Open `link` towards `servers` (URLs, or server handles: their url / http_url / grpc_url); yields a Link
+    whose `.url(u)` and `.over(handle)` cross it.
 
     `loopback` changes nothing. A shaped profile starts the relay process (about half a second) and stops it
     on exit; its queue holds at most `queue_ms` of traffic before the sender is held back.
     """
     prof = link_profile(link)
+    urls = list(dict.fromkeys(u for s in servers for u in ([s] if isinstance(s, str) else
+                                                            [getattr(s, f, None) for f in URL_FIELDS]) if u))
     if not prof.shaped:
         yield Link(prof, {u: u for u in urls}, SHAPING_NONE, "not needed")
         return

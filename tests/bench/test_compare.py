@@ -62,3 +62,14 @@ def test_record_headline_replaces_and_keeps_the_others(tmp_path):
     data = load_headlines(tmp_path)
     assert data == json.loads((tmp_path / "headlines.json").read_text())
     assert data["01"] == {"text": "first again 2.0", "claim": "first again #"} and data["07"]["claim"] == "seventh #"
+
+
+def test_interleaved_ratio_records_compare_by_their_pair_range(tmp_path):
+    for name, value, lo, hi in (("A", 1.30, 1.25, 1.36), ("B", 1.33, 1.28, 1.38), ("C", 1.00, 0.97, 1.03)):
+        Run(run_id=name, root=tmp_path, weights="w").record(
+            "07-ab", kind="ab", target="grpc / http", ratio=value, ratio_min=lo, ratio_max=hi, batch=4,
+            concurrency=1)
+    assert compare(tmp_path / "A", tmp_path / "B").points[0]["within_noise"]
+    far = compare(tmp_path / "A", tmp_path / "C").points[0]
+    assert not far["within_noise"] and far["ratio Δ%"] == -23.08
+

@@ -144,3 +144,25 @@ def test_the_rate_is_shared_by_concurrent_connections(upstream):
     elapsed = max(done) - t0
     expected = 2 * size * 8 / (rate_mbit * 1e6)  # 0.4 s for both together, not 0.2 s each in parallel
     assert 0.9 * expected <= elapsed <= 1.4 * expected, f"two 1 MB pulls took {elapsed:.3f} s, expected ~{expected:.3f}"
+
+
+def test_over_swaps_a_handles_urls_and_labels_its_records(upstream):
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Handle:  # the shape of servelab.bench server handles: the URLs its clients use, and settings
+        url: str
+        http_url: str
+        grpc_url: str | None = None
+        settings: dict = dataclasses.field(default_factory=dict)
+
+    srv = Handle(url=upstream, http_url=upstream, settings={"max_batch": 16})
+    with network_link("wan-100mbit-20ms", srv) as link:
+        shaped = link.over(srv)
+        assert shaped.url == shaped.http_url == link.url(upstream) != upstream
+        assert shaped.grpc_url is None and srv.url == upstream  # the original handle is untouched
+        assert shaped.settings == {"max_batch": 16, **link.params()}
+        _, pings = _ping_ms(shaped.url, n=2)
+        assert min(pings) >= 19.0  # its clients really cross the link
+    with network_link("loopback", srv) as link:
+        assert link.over(srv).url == upstream and link.over(srv).settings["link"] == "loopback"
