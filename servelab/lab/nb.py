@@ -175,9 +175,13 @@ class Step:
 
     def shows(self, text: str) -> None:
         """The 'What this run shows' paragraph (built from this run's numbers by the notebook); also saved
-        as tables/<id>_shows.md so the report carries it."""
+        as tables/<id>_shows.md so the report carries it, and as this notebook's headline in the run's
+        headlines.json, so `servelab bench compare` can tell whether another run concluded the same."""
+        from servelab.bench.headlines import record_headline
+
         _display_md(f"**What this run shows.** {text}")
         atomic_write(self.out_dir / "tables" / f"{self.id}_shows.txt", text + "\n")
+        record_headline(self.out_dir, self.id, text)
 
     def answer(self, text: str) -> None:
         """The answer to a 'predict first' question, built by the notebook from this run's numbers."""
