@@ -54,6 +54,37 @@ def table_owner(name: str, ids: list[str]) -> str | None:
     return head if head in ids else None
 
 
+def _conditions(out_dir: Path) -> list[str]:
+    """How the client reached the servers and what the load generator itself cost, from this run's records:
+    the links (and how they were shaped), CPU pinning, and the load generator's CPU use across points."""
+    records = []
+    path = out_dir / "records.jsonl"
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    points = [r for r in records if r.get("kind") in ("load", "ab")]
+    if not points:
+        return []
+    links: dict[str, set] = {}
+    for r in points:
+        p = r.get("params") or {}
+        links.setdefault(p.get("link") or "loopback", set()).add(p.get("link_shaping") or "none (loopback)")
+    pinning = sorted({r.get("cpu_pinning") for r in points if r.get("cpu_pinning")})
+    lines = ["", "## How the client reached the servers", ""]
+    lines += [f"- link `{name}`: {', '.join(sorted(how))}" for name, how in sorted(links.items())]
+    lines.append(f"- CPU pinning: {'; '.join(pinning) if pinning else 'not recorded'}")
+    for key, what in (("loadgen_cpu_pct", "load generator threads"), ("client_process_cpu_pct", "client process"),
+                      ("server_cpu_pct", "server process")):
+        vals = [r[key] for r in points if isinstance(r.get(key), (int, float))]
+        if vals:
+            lines.append(f"- CPU of the {what}: {min(vals):.0f}–{max(vals):.0f} % of one core across "
+                         f"{len(vals)} points (median {sorted(vals)[len(vals) // 2]:.0f} %)")
+    return lines
+
+
 def build_markdown(out_dir: Path) -> str:
     out_dir = Path(out_dir)
     run = _load(out_dir / "run.json", {})
@@ -86,6 +117,7 @@ def build_markdown(out_dir: Path) -> str:
     urls = {k: v for k, v in endpoints.items() if k.endswith("_url")}
     if urls:
         lines += ["", "## Servers measured", ""] + [f"- {k}: `{v}`" for k, v in urls.items()]
+    lines += _conditions(out_dir)
     lines += ["", "## Environment", ""]
     if env:
         lines += ["| key | value |", "|---|---|"] + [f"| {_cell(k)} | {_cell(v)} |" for k, v in _flat(env)]
