@@ -8,9 +8,11 @@ Public Python API (what `servelab dedup …` and the notebooks call):
     rep = scan(root, catalog)                 # -> ScanReport(seen, new, updated, unchanged, missing, problems)
                                               #    catalog: path (e.g. default_catalog(root)) or Catalog
     with InferenceClient(mode="local") as client:
-        embed(catalog, client, batch_size=16) # -> EmbedReport; resumable, commits every batch
-    groups = group(catalog, threshold=0.92, phash_max=None, method="auto")
-                                              # -> [Group(kind "exact"|"near", ids, members, edges)], largest first;
+        embed(catalog, client, batch_size=16) # -> EmbedReport; resumable, commits every batch; a server that
+                                              #    dies mid-run raises EmbedStopped (a rerun finishes)
+    groups = group(catalog)                   # -> [Group(kind "exact"|"near", ids, members, edges, rule)], largest
+                                              #    first, by the safe default rule for the catalog's weights
+                                              #    (threshold=, phash_max=, cosine_only= override it);
                                               #    g.as_dict() is what `servelab dedup groups --json` prints
     similar_pairs(emb, threshold, method="auto"|"exact"|"lsh") -> (i, j, cosine) without an N x N matrix
     with Catalog(catalog) as cat:
@@ -19,14 +21,14 @@ Public Python API (what `servelab dedup …` and the notebooks call):
     evaluate(out_dir, client, n_base=24, n_negatives=24, size=320)
                                               # -> {"csv", "markdown", "plot", "summary", "metrics", ...}
     bench_group(n=100_000, dim=512, out="results")  # grouping benchmark record (servelab.dedup.bench)
-    create_app(catalog, threshold=0.92)       # the review UI (servelab.dedup.review); `servelab dedup review`
+    create_app(catalog)                       # the review UI (servelab.dedup.review); `servelab dedup review`
 
 The catalog defaults to ROOT/.servelab/catalog.sqlite; that folder (and the trash in it) is never scanned.
 The model is reached only through `servelab.client.InferenceClient`, so any mode/backend works.
 """
 
 from servelab.dedup.catalog import Catalog, OutsideRoot, default_catalog, safe_path
-from servelab.dedup.embed import EmbedReport, embed
+from servelab.dedup.embed import EmbedReport, EmbedStopped, embed
 from servelab.dedup.group import Group, group, similar_pairs
 from servelab.dedup.scan import ScanReport, scan
 from servelab.dedup.trash import TrashError, batches, restore, trash_files
@@ -45,6 +47,6 @@ def bench_group(**kwargs):
     return _bench(**kwargs)
 
 
-__all__ = ["Catalog", "OutsideRoot", "default_catalog", "safe_path", "scan", "ScanReport", "embed", "EmbedReport",
+__all__ = ["Catalog", "OutsideRoot", "default_catalog", "safe_path", "scan", "ScanReport", "embed", "EmbedReport", "EmbedStopped",
            "group", "Group", "similar_pairs", "trash_files", "restore", "batches", "TrashError", "evaluate",
            "bench_group"]

@@ -3,8 +3,11 @@
 Only rows that lack an embedding from the client's weights are sent, so an interrupted run loses at most
 the batch in flight, and switching weights re-embeds instead of mixing two models in one catalog. A batch
 that fails because one file went bad is retried file by file; the bad file keeps its place in MD5 grouping
-with `embed_error` saying why (not retried for the same weights), the rest go on. A server that is down or
-answers 5xx stops the run: nothing is marked, so the rerun picks up from there.
+with `embed_error` saying why (not retried for the same weights), the rest go on. A server that dies, is
+not there, or keeps answering 5xx/503 (after the client's bounded retries) stops the run with `EmbedStopped`:
+one line saying what was kept and how to finish. Nothing is marked for the batch in flight, so the rerun
+embeds every remaining photo exactly once. There is no silent fall-back to the in-process model: its weights
+may differ from the server's, and one catalog must not mix two models.
 """
 
 from __future__ import annotations
@@ -14,7 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
+from servelab.client.errors import InferenceError
 from servelab.dedup.catalog import Catalog, OutsideRoot
+
+
+class EmbedStopped(RuntimeError):
+    """The model stopped answering mid-run; finished batches are kept and a rerun continues."""
 
 
 @dataclass
@@ -47,52 +55,62 @@ def embed(catalog: str | Path | Catalog, client, batch_size: int = 16, progress:
                          already=already)
     bar = tqdm(total=len(rows), unit="img", desc="embedding", disable=not progress)
     try:
-        for start in range(0, len(rows), batch_size):
-            chunk = rows[start:start + batch_size]
-            blobs, ids = [], []
-            for r in chunk:
-                try:
-                    blobs.append(cat.safe_path(r["path"]).read_bytes())
-                    ids.append(r["id"])
-                except (OSError, OutsideRoot) as exc:
-                    _fail(cat, r["id"], weights, f"cannot read for embedding: {exc}")
-                    report.failed += 1
-            vecs = _embed_batch(client, blobs)
-            if vecs is None:  # isolate the bad file(s)
-                vecs = []
-                for fid, blob in zip(ids, blobs):
-                    v = _embed_batch(client, [blob], raise_on_error=False)
-                    if isinstance(v, str):
-                        _fail(cat, fid, weights, f"embedding failed: {v}")
-                        report.failed += 1
-                    else:
-                        vecs.append((fid, v[0]))
-            else:
-                vecs = list(zip(ids, vecs))
-            with cat.db:  # one transaction per batch: a crash loses at most this batch
-                cat.db.executemany("UPDATE files SET embedding=?, embed_weights=?, embed_error=NULL WHERE id=?",
-                                   [(np.asarray(v, dtype=np.float32).tobytes(), weights, fid) for fid, v in vecs])
-            report.embedded += len(vecs)
-            bar.update(len(chunk))
+        _embed_rows(cat, client, rows, weights, batch_size, report, bar)
+    except InferenceError as exc:  # a dead or failing server: the finished batches are already committed
+        left = report.todo - report.embedded - report.failed
+        raise EmbedStopped(
+            f"embedding stopped: {' '.join(str(exc).split())}; {report.embedded} photos embedded and saved in this "
+            f"run ({report.already} before), {left} left: start the server again and rerun `servelab dedup embed` "
+            "to finish them") from None
     finally:
         bar.close()
-        cat.set_meta("embed_weights", weights)
+        if report.embedded or report.already:  # a run that reached no model must not relabel the catalog
+            cat.set_meta("embed_weights", weights)
         if not isinstance(catalog, Catalog):
             cat.close()
     return report
 
 
-def _embed_batch(client, blobs, raise_on_error=True):
-    from servelab.client.errors import InferenceError
+def _embed_rows(cat: Catalog, client, rows, weights: str, batch_size: int, report: EmbedReport, bar) -> None:
+    """Embed `rows` batch by batch, one transaction per batch; bad files are isolated and recorded."""
+    for start in range(0, len(rows), batch_size):
+        chunk = rows[start:start + batch_size]
+        blobs, ids = [], []
+        for r in chunk:
+            try:
+                blobs.append(cat.safe_path(r["path"]).read_bytes())
+                ids.append(r["id"])
+            except (OSError, OutsideRoot) as exc:
+                _fail(cat, r["id"], weights, f"cannot read for embedding: {exc}")
+                report.failed += 1
+        vecs = _embed_batch(client, blobs)
+        if vecs is None:  # isolate the bad file(s)
+            vecs = []
+            for fid, blob in zip(ids, blobs):
+                v = _embed_batch(client, [blob], raise_on_error=False)
+                if isinstance(v, str):
+                    _fail(cat, fid, weights, f"embedding failed: {v}")
+                    report.failed += 1
+                else:
+                    vecs.append((fid, v[0]))
+        else:
+            vecs = list(zip(ids, vecs))
+        with cat.db:  # one transaction per batch: a crash loses at most this batch
+            cat.db.executemany("UPDATE files SET embedding=?, embed_weights=?, embed_error=NULL WHERE id=?",
+                               [(np.asarray(v, dtype=np.float32).tobytes(), weights, fid) for fid, v in vecs])
+        report.embedded += len(vecs)
+        bar.update(len(chunk))
 
+
+def _embed_batch(client, blobs, raise_on_error=True):
     if not blobs:
         return np.zeros((0, 512), dtype=np.float32)
     try:
         return client.embed_images(blobs)
     except (InferenceError, ValueError) as exc:
-        # A 4xx-style refusal names a bad image; anything else (server down) must stop the run.
+        # A 4xx-style refusal names a bad image; anything else (server down, overloaded, timing out) stops the run.
         status = getattr(exc, "status", None)
-        if isinstance(exc, InferenceError) and not (status and 400 <= status < 500):
+        if isinstance(exc, InferenceError) and not (status and 400 <= status < 500 and status not in (408, 429)):
             raise
         return str(exc) if not raise_on_error else None
 
