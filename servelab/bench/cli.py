@@ -1,22 +1,25 @@
-"""`servelab bench …` commands: each runs a named experiment into results/<run-id>/ and prints its table.
+"""`servelab bench …` commands: each starts the servers it measures (`with served(…)`), runs a named experiment
+into results/<run-id>/ and prints its table with each point's window range and whether it settled.
 
-Common options: --quick (seconds-long smoke run; its numbers are not results), --window-s (measurement window),
---run-id (append to an existing run), --price-per-hour (adds a cost table).
+Common options: --quick (seconds-long smoke run; its numbers are not results), --tolerance and --max-windows
+(when a point counts as settled), --run-id (append to an existing run), --price-per-hour (adds a cost table).
 """
 
 from __future__ import annotations
 
-from typing import Optional
+import contextlib
 
 import typer
 
 app = typer.Typer(no_args_is_help=True)
 
 QUICK = typer.Option(False, "--quick", help="smoke run in seconds (tiny windows; numbers are not results)")
-WINDOW = typer.Option(None, "--window-s", help="measurement window in seconds (default 3; quick 0.6)")
+TOLERANCE = typer.Option(0.1, "--tolerance", help="a point settles when its last 3 windows agree within this fraction")
+MAX_WINDOWS = typer.Option(8, "--max-windows", help="most windows per point (A/B: window pairs) before giving up")
 RUN_ID = typer.Option(None, "--run-id", help="run id under results/ (default: new, timestamped)")
 PRICE = typer.Option(None, "--price-per-hour", help="machine price per hour: adds a cost-per-1,000-images table")
 ENGINE = typer.Option("onnx", help="engine: torch | onnx | onnx-int8")
+SERVER = "fastapi | litserve | triton-http | triton-grpc"
 
 
 def _ints(text: str) -> tuple:
@@ -30,22 +33,38 @@ def _strs(text: str) -> tuple:
     return tuple(x.strip() for x in text.split(",") if x.strip())
 
 
+def _opts(quick: bool, tolerance: float, max_windows: int):
+    from servelab.bench.loadgen import LoadOpts
+
+    if quick:
+        return LoadOpts.smoke()
+    if not 0 < tolerance < 1 or max_windows < 3:
+        raise ValueError("--tolerance must be between 0 and 1 and --max-windows at least 3")
+    return LoadOpts(tolerance=tolerance, max_windows=max_windows)
+
+
 def _finish(run, records, price_per_hour=None, columns=None) -> None:
-    from servelab.bench.experiments import targets_table
-    from servelab.bench.report import COLUMNS, flat_rows, markdown_table, write_report
+    from servelab.bench.goals import goals_table
+    from servelab.bench.report import COLUMNS, flat_rows, markdown_table, ratio_sentence, write_report
 
     paths = write_report(run, price_per_hour)
-    rows = [r for r in flat_rows(records) if r["kind"] != "derived"]
-    cols = columns or [c for c in COLUMNS if c not in ("experiment", "value", "threshold", "met")
+    rows = [r for r in flat_rows(records) if r["kind"] not in ("derived", "ab")]
+    cols = columns or [c for c in COLUMNS if c not in ("experiment", "value", "value_min", "value_max", "threshold",
+                                                       "met", "a", "b", "ratio", "ratio_min", "ratio_max", "goal")
                        and any(r.get(c) not in (None, "") for r in rows)]
     typer.echo(markdown_table(rows, cols))
-    t = targets_table(records)
+    for r in records:
+        if r.get("kind") == "ab":
+            typer.echo(ratio_sentence(r))
+    t = goals_table(records)
     if t:
-        typer.echo("Targets:")
+        typer.echo("Goals:")
         typer.echo(markdown_table(t))
-    unavailable = [r for r in records if r.get("kind") == "unavailable"]
-    for r in unavailable:
-        typer.echo(f"not available: {r['target']} {r.get('engine') or ''} {r.get('provider') or ''}: {r.get('note')}")
+    for r in records:
+        if r.get("kind") == "unavailable":
+            typer.echo(f"not available: {r['target']} {r.get('engine') or ''} {r.get('provider') or ''}: {r.get('note')}")
+    if any(r.get("quick") for r in records):
+        typer.echo("quick run: these numbers check that things run; they are not results")
     typer.echo(f"weights: {run.weights}")
     typer.echo(f"run {run.run_id}: {run.dir / 'records.jsonl'} ({len(run.records)} records; "
                f"{len(paths)} tables/plots under {run.dir})")
@@ -57,177 +76,206 @@ def _new_run(run_id, name):
     return Run(run_id=run_id, name=name)
 
 
+def _serve(run, server: str, engine: str = "onnx", **kw):
+    from servelab.bench.servers import served
+
+    return served(server, engine=engine, log_path=run.dir / f"{server}.log", **kw)
+
+
 @app.command()
 def service(
-    quick: bool = QUICK, window_s: Optional[float] = WINDOW, run_id: Optional[str] = RUN_ID,
+    quick: bool = QUICK, tolerance: float = TOLERANCE, max_windows: int = MAX_WINDOWS, run_id: str | None = RUN_ID,
     engines: str = typer.Option("torch,onnx,onnx-int8", help="engines measured raw (in-process)"),
-    served_engines: Optional[str] = typer.Option(None, help="engines served (default: all; quick: onnx)"),
+    served_engines: str | None = typer.Option(None, help="engines served (default: all; quick: onnx)"),
     payload: str = typer.Option("tensor", help="served payload: tensor | jpeg"),
     threads: int = typer.Option(0, help="engine threads (0 = all cores)"),
-    price_per_hour: Optional[float] = PRICE,
+    price_per_hour: float | None = PRICE,
 ):
-    """Issue 2: raw engines at batch 1/16 vs the served service at c=1/16, with the targets met / not met."""
+    """Raw engines at batch 1/16; each served engine at c=1, and served c=16 vs raw batch 16 interleaved; goals."""
     from servelab.bench import experiments as ex
+    from servelab.bench.goals import service_goals
 
-    run = _new_run(run_id, "service")
-    recs = ex.service(run, engines=_strs(engines), served_engines=_strs(served_engines) if served_engines else None,
-                      payload=payload, threads=threads, quick=quick, window_s=window_s)
+    run, opts = _new_run(run_id, "service"), _opts(quick, tolerance, max_windows)
+    engines_ = _strs(engines)
+    recs = ex.raw_engines(run, engines=engines_, batches=(1, 16), threads=threads, opts=opts, experiment="service")
+    for engine in _strs(served_engines) if served_engines else (("onnx",) if quick else engines_):
+        with _serve(run, "fastapi", engine, payload=payload, threads=threads, max_batch=16) as srv:
+            recs += ex.service(run, srv, payload=payload, threads=threads, opts=opts)
+    recs += service_goals(run, recs)
     _finish(run, recs, price_per_hour)
 
 
 @app.command()
 def triton(
-    quick: bool = QUICK, window_s: Optional[float] = WINDOW, run_id: Optional[str] = RUN_ID,
+    quick: bool = QUICK, tolerance: float = TOLERANCE, max_windows: int = MAX_WINDOWS, run_id: str | None = RUN_ID,
     concurrency: int = typer.Option(16, help="concurrency of the batch-1 served measurements"),
-    price_per_hour: Optional[float] = PRICE,
+    price_per_hour: float | None = PRICE,
 ):
-    """Issue 3: offline batch-16 vs Triton batch-1 at c=16, HTTP vs gRPC, tensor vs JPEG payload."""
+    """Triton batch-1 at c=16 vs offline batch-16, gRPC vs HTTP, JPEG vs tensor — each interleaved; goals."""
     from servelab.bench import experiments as ex
 
-    run = _new_run(run_id, "triton")
-    recs = ex.triton(run, concurrency=concurrency, quick=quick, window_s=window_s)
+    run, opts = _new_run(run_id, "triton"), _opts(quick, tolerance, max_windows)
+    with _serve(run, "triton-grpc", payload="tensor") as srv:
+        recs = ex.triton(run, srv, concurrency=concurrency, opts=opts)
     _finish(run, recs, price_per_hour)
 
 
 @app.command()
 def engines(
-    quick: bool = QUICK, window_s: Optional[float] = WINDOW, run_id: Optional[str] = RUN_ID,
+    quick: bool = QUICK, tolerance: float = TOLERANCE, max_windows: int = MAX_WINDOWS, run_id: str | None = RUN_ID,
     engines: str = typer.Option("torch,onnx,onnx-int8"), providers: str = typer.Option("cpu,cuda,tensorrt"),
-    batches: str = typer.Option("1,8,16,32"), threads: int = typer.Option(0), price_per_hour: Optional[float] = PRICE,
+    batches: str = typer.Option("1,8,16,32"), threads: int = typer.Option(0), price_per_hour: float | None = PRICE,
 ):
     """Raw in-process throughput per engine / provider / batch (unavailable providers are recorded as such)."""
     from servelab.bench import experiments as ex
 
-    run = _new_run(run_id, "engines")
-    recs = ex.engines(run, engines=_strs(engines), providers=_strs(providers), batches=_ints(batches),
-                      threads=threads, quick=quick, window_s=window_s)
+    run, opts = _new_run(run_id, "engines"), _opts(quick, tolerance, max_windows)
+    recs = ex.raw_engines(run, engines=_strs(engines), providers=_strs(providers), batches=_ints(batches),
+                          threads=threads, opts=opts)
     _finish(run, recs, price_per_hour)
 
 
 @app.command("batch-sweep")
 def batch_sweep(
-    quick: bool = QUICK, window_s: Optional[float] = WINDOW, run_id: Optional[str] = RUN_ID,
-    target: str = typer.Option("in-process", help="in-process | fastapi | litserve | triton-http | triton-grpc"),
+    quick: bool = QUICK, tolerance: float = TOLERANCE, max_windows: int = MAX_WINDOWS, run_id: str | None = RUN_ID,
+    server: str = typer.Option("in-process", help=f"in-process | {SERVER}"),
     engine: str = ENGINE, batches: str = typer.Option("1,2,4,8,16,32"), payload: str = typer.Option("tensor"),
-    price_per_hour: Optional[float] = PRICE,
+    price_per_hour: float | None = PRICE,
 ):
-    """Throughput and latency against batch size."""
+    """Throughput and latency against batch size (one caller)."""
     from servelab.bench import experiments as ex
 
-    run = _new_run(run_id, "batch-sweep")
-    recs = ex.batch_sweep(run, target=target, engine=engine, batches=_ints(batches), payload=payload, quick=quick,
-                          window_s=window_s)
+    run, opts = _new_run(run_id, "batch-sweep"), _opts(quick, tolerance, max_windows)
+    b = _ints(batches)
+    kw = {} if server == "in-process" else {"payload": payload, "max_batch": max(b)}
+    if server == "litserve":
+        kw.pop("max_batch")
+    with _serve(run, server, engine, **kw) as srv:
+        recs = ex.batch_sweep(run, srv, batches=b, payload=payload, opts=opts)
     _finish(run, recs, price_per_hour)
 
 
 @app.command("concurrency-sweep")
 def concurrency_sweep(
-    quick: bool = QUICK, window_s: Optional[float] = WINDOW, run_id: Optional[str] = RUN_ID,
-    target: str = typer.Option("fastapi", help="fastapi | litserve | triton-http | triton-grpc"),
-    engine: str = ENGINE, concurrencies: str = typer.Option("1,2,4,8,16,32,64,128"),
-    payload: str = typer.Option("tensor"), price_per_hour: Optional[float] = PRICE,
+    quick: bool = QUICK, tolerance: float = TOLERANCE, max_windows: int = MAX_WINDOWS, run_id: str | None = RUN_ID,
+    server: str = typer.Option("fastapi", help=SERVER), engine: str = ENGINE,
+    concurrencies: str = typer.Option("1,2,4,8,16,32"), payload: str = typer.Option("tensor"),
+    price_per_hour: float | None = PRICE,
 ):
     """Closed-loop concurrency sweep with batch-1 requests (server-side batching curve)."""
     from servelab.bench import experiments as ex
 
-    run = _new_run(run_id, "concurrency-sweep")
-    recs = ex.concurrency_sweep(run, target=target, engine=engine, concurrencies=_ints(concurrencies),
-                                payload=payload, quick=quick, window_s=window_s)
+    run, opts = _new_run(run_id, "concurrency-sweep"), _opts(quick, tolerance, max_windows)
+    with _serve(run, server, engine, payload=payload) as srv:
+        recs = ex.concurrency_sweep(run, srv, concurrencies=_ints(concurrencies), payload=payload, opts=opts)
     _finish(run, recs, price_per_hour)
 
 
 @app.command("rate-sweep")
 def rate_sweep(
-    quick: bool = QUICK, run_id: Optional[str] = RUN_ID, target: str = typer.Option("fastapi"), engine: str = ENGINE,
-    rates: str = typer.Option("5,10,20,40", help="arrival rates (requests/s)"),
+    quick: bool = QUICK, run_id: str | None = RUN_ID, server: str = typer.Option("fastapi", help=SERVER),
+    engine: str = ENGINE, rates: str = typer.Option("5,10,20,40", help="arrival rates (requests/s)"),
     duration_s: float = typer.Option(10.0), payload: str = typer.Option("tensor"),
     max_workers: int = typer.Option(64, help="client workers (most requests in flight)"),
-    drop_after_s: Optional[float] = typer.Option(None, help="drop (and count) arrivals not started within this"),
+    drop_after_s: float | None = typer.Option(None, help="drop (and count) arrivals not started within this"),
     seed: int = typer.Option(0, help="arrival schedule seed"),
 ):
     """Open-loop Poisson arrivals: latency from arrival, late starts, drops and backlog per rate."""
     from servelab.bench import experiments as ex
 
     run = _new_run(run_id, "rate-sweep")
-    recs = ex.rate_sweep(run, target=target, engine=engine, rates=tuple(float(x) for x in _strs(rates)),
-                         duration_s=duration_s, payload=payload, max_workers=max_workers, drop_after_s=drop_after_s,
-                         seed=seed, quick=quick)
+    if quick:
+        duration_s = min(duration_s, 2.0)
+    with _serve(run, server, engine, payload=payload) as srv:
+        recs = ex.rate_sweep(run, srv, rates=tuple(float(x) for x in _strs(rates)), duration_s=duration_s,
+                             warmup_s=0.3 if quick else 2.0, max_workers=max_workers, drop_after_s=drop_after_s,
+                             seed=seed, quick=quick)
     _finish(run, recs)
 
 
 @app.command()
 def payload(
-    quick: bool = QUICK, window_s: Optional[float] = WINDOW, run_id: Optional[str] = RUN_ID,
-    targets: str = typer.Option("fastapi,triton-http"), engine: str = ENGINE, concurrency: int = typer.Option(4),
+    quick: bool = QUICK, tolerance: float = TOLERANCE, max_windows: int = MAX_WINDOWS, run_id: str | None = RUN_ID,
+    servers: str = typer.Option("fastapi,triton-http"), engine: str = ENGINE, concurrency: int = typer.Option(4),
 ):
-    """JSON lists vs binary tensor vs JPEG: client serialisation time and bytes, then request throughput."""
+    """Client serialisation time and bytes per format, then JPEG vs tensor per server, interleaved."""
     from servelab.bench import experiments as ex
 
-    run = _new_run(run_id, "payload")
-    recs = ex.payload(run, targets=_strs(targets), engine=engine, concurrency=concurrency, quick=quick,
-                      window_s=window_s)
+    run, opts = _new_run(run_id, "payload"), _opts(quick, tolerance, max_windows)
+    recs = ex.serialisation(run, batches=(1,), repeats=5 if quick else 30, experiment="payload")
+    for server in _strs(servers):
+        try:
+            with _serve(run, server, engine, payload="tensor") as srv:
+                recs += ex.payload(run, srv, concurrency=concurrency, opts=opts)
+        except Exception as exc:
+            recs.append(ex.unavailable(run, "payload", server, exc))
     _finish(run, recs)
 
 
 @app.command("http-grpc")
 def http_grpc(
-    quick: bool = QUICK, window_s: Optional[float] = WINDOW, run_id: Optional[str] = RUN_ID,
-    concurrencies: str = typer.Option("1,16"), payload: str = typer.Option("tensor"),
+    quick: bool = QUICK, tolerance: float = TOLERANCE, max_windows: int = MAX_WINDOWS, run_id: str | None = RUN_ID,
+    batches: str = typer.Option("1"), concurrencies: str = typer.Option("1,16"), payload: str = typer.Option("tensor"),
 ):
-    """Triton over HTTP vs gRPC, same model and payload."""
+    """Triton over gRPC vs HTTP, same model and payload, interleaved at each point."""
     from servelab.bench import experiments as ex
 
-    run = _new_run(run_id, "http-grpc")
-    recs = ex.http_vs_grpc(run, concurrencies=_ints(concurrencies), payload=payload, quick=quick, window_s=window_s)
+    run, opts = _new_run(run_id, "http-grpc"), _opts(quick, tolerance, max_windows)
+    with _serve(run, "triton-http", payload=payload) as srv:
+        recs = ex.http_vs_grpc(run, srv, batches=_ints(batches), concurrencies=_ints(concurrencies), payload=payload,
+                               opts=opts)
     _finish(run, recs)
 
 
 @app.command("queue-delay")
 def queue_delay(
-    quick: bool = QUICK, window_s: Optional[float] = WINDOW, run_id: Optional[str] = RUN_ID,
+    quick: bool = QUICK, tolerance: float = TOLERANCE, max_windows: int = MAX_WINDOWS, run_id: str | None = RUN_ID,
     delays_us: str = typer.Option("0,1000,4000,16000", help="dynamic-batching max queue delays (µs)"),
     concurrencies: str = typer.Option("1,4,16"), protocol: str = typer.Option("grpc"),
 ):
     """Triton dynamic-batching queue delay × concurrency grid (the model is reloaded between delays)."""
     from servelab.bench import experiments as ex
 
-    run = _new_run(run_id, "queue-delay")
-    recs = ex.queue_delay_grid(run, delays_us=_ints(delays_us), concurrencies=_ints(concurrencies),
-                               protocol=protocol, quick=quick, window_s=window_s)
+    run, opts = _new_run(run_id, "queue-delay"), _opts(quick, tolerance, max_windows)
+    with _serve(run, f"triton-{protocol}", payload="tensor") as srv:
+        recs = ex.queue_delay_grid(run, srv, delays_us=_ints(delays_us), concurrencies=_ints(concurrencies),
+                                   opts=opts)
     _finish(run, recs)
 
 
 @app.command()
 def instances(
-    quick: bool = QUICK, window_s: Optional[float] = WINDOW, run_id: Optional[str] = RUN_ID,
-    counts: str = typer.Option("1,2,3,4", help="instance_group counts"), concurrency: int = typer.Option(16),
-    protocol: str = typer.Option("grpc"), price_per_hour: Optional[float] = PRICE,
+    quick: bool = QUICK, tolerance: float = TOLERANCE, max_windows: int = MAX_WINDOWS, run_id: str | None = RUN_ID,
+    counts: str = typer.Option("1,2,3,4", help="instance_group counts"), concurrencies: str = typer.Option("16"),
+    protocol: str = typer.Option("grpc"), price_per_hour: float | None = PRICE,
 ):
-    """Triton instance_group count scaling (the CPU analogue of the multi-GPU study)."""
+    """Triton instance_group count scaling (the CPU analogue of the multi-GPU study), with scaling efficiency."""
     from servelab.bench import experiments as ex
+    from servelab.bench.goals import scaling_efficiency
 
-    run = _new_run(run_id, "instances")
-    recs = ex.instance_scaling(run, counts=_ints(counts), concurrency=concurrency, protocol=protocol, quick=quick,
-                               window_s=window_s)
+    run, opts = _new_run(run_id, "instances"), _opts(quick, tolerance, max_windows)
+    with _serve(run, f"triton-{protocol}", payload="tensor") as srv:
+        recs = ex.instance_scaling(run, srv, counts=_ints(counts), concurrencies=_ints(concurrencies), opts=opts)
+    recs += scaling_efficiency(run, recs)
     _finish(run, recs, price_per_hour)
 
 
 @app.command("cold-start")
 def cold_start(
-    run_id: Optional[str] = RUN_ID, targets: str = typer.Option("fastapi,litserve,triton-http"), engine: str = ENGINE,
+    run_id: str | None = RUN_ID, servers: str = typer.Option("fastapi,litserve,triton-http"), engine: str = ENGINE,
     repeats: int = typer.Option(1),
 ):
-    """Process start to ready, and the first request's latency, per target."""
+    """Process start to ready, and the first request's latency, per server."""
     from servelab.bench import experiments as ex
 
     run = _new_run(run_id, "cold-start")
-    recs = ex.cold_start(run, targets=_strs(targets), engine=engine, repeats=repeats)
+    recs = ex.cold_start(run, servers=_strs(servers), engine=engine, repeats=repeats)
     _finish(run, recs)
 
 
 @app.command("ort-profile")
 def ort_profile(
-    quick: bool = QUICK, run_id: Optional[str] = RUN_ID, engine: str = ENGINE,
+    quick: bool = QUICK, run_id: str | None = RUN_ID, engine: str = ENGINE,
     provider: str = typer.Option("cpu"), batch: int = typer.Option(8), iterations: int = typer.Option(5),
 ):
     """ONNX Runtime profile: share of kernel time by op type and the provider that ran each node."""
@@ -235,7 +283,7 @@ def ort_profile(
     from servelab.bench.report import markdown_table
 
     run = _new_run(run_id, "ort-profile")
-    recs = ex.ort_profile(run, engine=engine, provider=provider, batch=batch, iterations=iterations, quick=quick)
+    recs = ex.ort_profile(run, engine=engine, provider=provider, batch=batch, iterations=1 if quick else iterations)
     r = recs[0]
     if r["kind"] == "unavailable":
         typer.echo(f"not available: {r['note']}")
@@ -249,22 +297,46 @@ def ort_profile(
 
 @app.command()
 def peer(
-    quick: bool = QUICK, window_s: Optional[float] = WINDOW, run_id: Optional[str] = RUN_ID,
-    targets: str = typer.Option("fastapi,litserve,triton-http"), engine: str = ENGINE,
+    quick: bool = QUICK, tolerance: float = TOLERANCE, max_windows: int = MAX_WINDOWS, run_id: str | None = RUN_ID,
+    servers: str = typer.Option("fastapi,litserve,triton-http"), engine: str = ENGINE,
     concurrencies: str = typer.Option("1,16"), payload: str = typer.Option("jpeg"),
-    price_per_hour: Optional[float] = PRICE,
+    price_per_hour: float | None = PRICE,
 ):
-    """Peer baseline: servelab service vs LitServe vs Triton, same engine, same requests."""
+    """Peer baseline: servelab service vs LitServe (interleaved) and Triton, same engine, same requests."""
     from servelab.bench import experiments as ex
 
-    run = _new_run(run_id, "peer")
-    recs = ex.peer_baseline(run, targets=_strs(targets), engine=engine, concurrencies=_ints(concurrencies),
-                            payload=payload, quick=quick, window_s=window_s)
+    run, opts = _new_run(run_id, "peer"), _opts(quick, tolerance, max_windows)
+    with contextlib.ExitStack() as stack:
+        handles = [stack.enter_context(_serve(run, s, engine, payload=payload)) for s in _strs(servers)]
+        recs = ex.peer_baseline(run, handles, concurrencies=_ints(concurrencies), payload=payload, opts=opts)
     _finish(run, recs, price_per_hour)
 
 
 @app.command()
-def report(run: str = typer.Argument(..., help="run id or folder"), price_per_hour: Optional[float] = PRICE):
+def overload(
+    quick: bool = QUICK, run_id: str | None = RUN_ID,
+    servers: str = typer.Option("fastapi,fastapi-no-admission,litserve,triton-http", help="servers to overload"),
+    engine: str = typer.Option("onnx-int8", help="engine: onnx | onnx-int8 (all servers run the same one)"),
+    levels: str = typer.Option("1,2,4,8", help="offered load as multiples of the measured capacity"),
+    duration_s: float = typer.Option(10.0, help="measured seconds per level (after a warm-up)"),
+    queue: int = typer.Option(64, help="the service's in-flight limit and queue bound"),
+    deadline_s: float = typer.Option(10.0, help="the service's per-request deadline"),
+):
+    """Open loop past capacity: goodput, accepted p99, 503s, 5xx and crashes per server, with the goals."""
+    from servelab.bench import overload as ov
+    from servelab.bench.goals import goals_table
+    from servelab.bench.report import markdown_table
+
+    run = _new_run(run_id, "overload")
+    recs = ov.overload(run, servers=_strs(servers), engine=engine, levels=_ints(levels), duration_s=duration_s,
+                       queue=queue, deadline_s=deadline_s, quick=quick)
+    typer.echo(markdown_table(ov.knee_rows(recs)))
+    typer.echo(markdown_table(goals_table(recs)))
+    typer.echo(f"run {run.run_id}: {run.dir / 'records.jsonl'} ({len(run.records)} records)")
+
+
+@app.command()
+def report(run: str = typer.Argument(..., help="run id or folder"), price_per_hour: float | None = PRICE):
     """(Re)write a run's tables and plots; with --price-per-hour also its cost table."""
     from servelab.bench.report import write_report
 
@@ -277,9 +349,8 @@ def cost(run: str = typer.Argument(..., help="run id or folder"),
          price_per_hour: float = typer.Option(..., "--price-per-hour", help="machine price per hour"),
          currency: str = typer.Option("USD")):
     """images/s -> cost per 1,000 images at a given price per hour."""
-    from servelab.bench.experiments import cost_table
     from servelab.bench.records import load_records
-    from servelab.bench.report import markdown_table
+    from servelab.bench.report import cost_table, markdown_table
 
     if price_per_hour <= 0:
         raise ValueError("--price-per-hour must be > 0")

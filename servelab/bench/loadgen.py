@@ -1,35 +1,68 @@
-"""Load generators: closed-loop (N workers, each with its own client) and open-loop (Poisson arrivals).
+"""Load generation: closed loop (N workers back to back), interleaved A/B, and open loop (Poisson arrivals).
 
-A *worker factory* `factory(i) -> work` (or `(work, close)`) builds one worker's request function in the
-calling thread; `work()` sends one request and returns how many images it carried (raising on failure).
-Give every worker its own InferenceClient: clients hold one connection and are not thread-safe. Threads
-are enough here: the time is spent in sockets and in engines that release the GIL.
+Public API (all a benchmark needs; everything else here is private):
 
-Closed loop: warm-up (excluded), then measurement windows until the last three agree within a tolerance
-(perf_analyzer's rule) or a window cap is hit — the result says which (`stable`, `windows_used`). A fixed
-request count can replace the windows.
+    LoadOpts(min_requests=20, min_p50s=10, ...)    how a point is measured (LoadOpts.smoke(): tiny, not results)
+    closed_loop(factory, concurrency, opts, meters=()) -> LoadResult
+    interleaved(factory_a, factory_b, concurrency, opts, meters=()) -> ABResult   (A and B windows alternate)
+    open_loop(factory, rate_rps, duration_s=…, …) -> LoadResult
+    client_factory(make_client, blobs=… | tensor=…), embedder_factory(embedder, batch)
+    Recorder — the one sample store of every loop
 
-Open loop: arrivals follow a Poisson process at the target rate (seeded, so a schedule is reproducible).
-Latency runs from the *scheduled* arrival, so a server that falls behind is charged for the wait (no
-coordinated omission). Starts later than `late_tolerance_s` are counted as late; arrivals that could not
-start within `drop_after_s` are dropped and counted; arrivals still waiting when the run ends are the
-backlog. When the backlog grows, `rate_held` is False and the throughput is what was completed — never the
-offered rate.
+A *worker factory* `factory(i) -> work` (or `(work, close)`) builds one worker's request function in the calling
+thread; `work()` sends one request and returns how many images it carried (raising on failure). Give every
+worker its own client: clients hold one connection and are not thread-safe. Threads are enough: the time is
+spent in sockets and in engines that release the GIL.
+
+Windows are sized by the work, not the clock: after a warm-up that lasts until every worker has had an answer
+and the latency of successive slices has stopped moving, each window lasts at least `min_p50s` × the p50
+latency and `min_requests` completions, and windows repeat until the last three agree within `tolerance`
+(perf_analyzer's rule) or `max_windows` is reached; `stable` says which. Windows start and end on completion
+events, so a window holds whole requests.
+
+*Meters* are the hook for figures measured beside the load (e.g. the load generator's own CPU use): objects
+with `start()` and `stop() -> dict`; each is started when measuring begins and stopped when it ends, and its
+dict is merged into `LoadResult.summary()` (and so into the record).
 """
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from servelab.bench.stats import is_stable, latency_summary, relative_spread
 
 Work = Callable[[], int]
+
+
+@dataclass(frozen=True)
+class LoadOpts:
+    """How one point is measured. The defaults produce results; `LoadOpts.smoke()` checks that things run."""
+
+    min_requests: int = 20       # completions per window
+    min_p50s: float = 10.0       # a window lasts at least this many p50 latencies
+    min_window_s: float = 0.0    # and at least this long
+    max_window_s: float = 120.0  # cap on one window (a stalled server)
+    warmup_s: float = 0.0        # least warm-up; it lasts until the queue is steady anyway
+    max_warmup_s: float = 60.0
+    tolerance: float = 0.1       # last `stable_windows` windows within ±tolerance of their mean
+    stable_windows: int = 3
+    max_windows: int = 8
+    quick: bool = False          # a smoke run: its numbers are not results
+    progress: bool = False
+
+    @classmethod
+    def smoke(cls, **kw) -> LoadOpts:
+        """Seconds per point: tiny windows and a loose tolerance. Numbers measured with it are not results."""
+        return cls(**{"min_requests": 2, "min_p50s": 1.0, "max_windows": 3, "tolerance": 0.5, "max_warmup_s": 10.0,
+                      "quick": True, **kw})
+
+    def as_params(self) -> dict:
+        return {**asdict(self), "label": "quick" if self.quick else "full"}
 
 
 @dataclass
@@ -42,13 +75,16 @@ class LoadResult:
     requests: int
     errors: int
     measured_s: float
-    windows: list[dict]
-    windows_used: int
+    windows: list[dict]  # the reported windows (the last `stable_windows` when stable)
+    windows_used: int    # every measured window
     stable: bool
     sent_total: int  # every request sent, warm-up included (matches a server's own counters)
     ok_total: int
     images_total: int
     error_examples: list[str] = field(default_factory=list)
+    warmup_s: float | None = None
+    quick: bool = False
+    meters: dict = field(default_factory=dict)
     # open loop only
     offered: int | None = None
     late_starts: int | None = None
@@ -72,24 +108,33 @@ class LoadResult:
         return self.dropped == 0 and self.backlog <= max(2, 0.02 * (self.offered or 0))
 
     def summary(self) -> dict:
-        """The record fields this run measured (latency in ms, throughput in images/s)."""
+        """The record fields this run measured (latency in ms, throughput in images/s, window min–max)."""
         thr = [w["throughput_img_s"] for w in self.windows]
+        p50 = [w["latency_p50_ms"] for w in self.windows if w["latency_p50_ms"] is not None]
         out = {
             **latency_summary(self.latencies_s),
             "throughput_img_s": round(self.throughput_img_s, 4),
+            "throughput_min_img_s": round(min(thr), 4) if thr else None,
+            "throughput_max_img_s": round(max(thr), 4) if thr else None,
+            "latency_p50_min_ms": round(min(p50), 4) if p50 else None,
+            "latency_p50_max_ms": round(max(p50), 4) if p50 else None,
             "request_rate_rps": round(self.request_rate_rps, 4),
             "requests": self.requests,
             "images": self.images,
             "errors": self.errors,
             "error_examples": self.error_examples[:3],
             "measured_s": round(self.measured_s, 3),
+            "warmup_measured_s": None if self.warmup_s is None else round(self.warmup_s, 3),
             "windows_used": self.windows_used,
             "repeats": len(self.windows),
             "stable": self.stable,
+            "quick": self.quick,
             "spread": None if relative_spread(thr) is None else round(relative_spread(thr), 4),
             "window_throughput_img_s": [round(t, 3) for t in thr],
+            "window_latency_p50_ms": [round(x, 3) for x in p50],
             "sent_total": self.sent_total,
             "ok_total": self.ok_total,
+            **self.meters,
         }
         if self.mode == "open":
             svc = latency_summary(self.service_latencies_s if self.service_latencies_s is not None else [])
@@ -107,24 +152,46 @@ class LoadResult:
         return out
 
 
-def _split(made):
-    if isinstance(made, tuple):
-        return made[0], made[1]
-    return made, getattr(made, "close", lambda: None)
+# --- the sample recorder ---------------------------------------------------------------------------
+
+COLS = ("t_sched", "t_start", "t_end", "images", "ok")
 
 
-class _Samples:
-    """Per-worker lists of (t_sched, t_start, t_end, images, ok); appends need no lock."""
+class Recorder:
+    """Every request's (t_sched, t_start, t_end, images, ok), one append-only list per worker (no lock needed).
 
-    def __init__(self, n: int):
-        self.per_worker: list[list[tuple]] = [[] for _ in range(n)]
+    Counting completions (`completed()`, `last_end()`) reads list lengths and last items only; arrays are built
+    once per window (`since(marks)`), never on a polling tick.
+    """
+
+    def __init__(self, workers: int):
+        self.rows: list[list[tuple]] = [[] for _ in range(workers)]
         self.errors: list[str] = []
 
-    def array(self) -> np.ndarray:
-        rows = [r for lst in self.per_worker for r in list(lst)]
-        if not rows:
-            return np.zeros((0, 5))
-        return np.asarray(rows, dtype=np.float64)
+    def add(self, i: int, t_sched: float, t_start: float, t_end: float, images: int, ok: bool,
+            error: BaseException | None = None) -> None:
+        if error is not None and len(self.errors) < 20:
+            self.errors.append(f"{type(error).__name__}: {error}"[:300])
+        self.rows[i].append((t_sched, t_start, t_end, images, 1 if ok else 0))
+
+    def marks(self) -> list[int]:
+        return [len(r) for r in self.rows]
+
+    def completed(self, marks: list[int] | None = None) -> int:
+        n = sum(len(r) for r in self.rows)
+        return n - (sum(marks) if marks else 0)
+
+    def workers_done_since(self, marks: list[int]) -> int:
+        """How many workers have completed at least one request since `marks`."""
+        return sum(1 for r, m in zip(self.rows, marks) if len(r) > m)
+
+    def last_end(self) -> float | None:
+        ends = [r[-1][2] for r in self.rows if r]
+        return max(ends) if ends else None
+
+    def since(self, marks: list[int] | None = None) -> np.ndarray:
+        rows = [x for k, r in enumerate(self.rows) for x in r[(marks[k] if marks else 0):len(r)]]
+        return np.asarray(rows, dtype=np.float64) if rows else np.zeros((0, 5))
 
 
 def _window_stats(arr: np.ndarray, t0: float, t1: float, right_closed: bool = True) -> dict:
@@ -132,159 +199,287 @@ def _window_stats(arr: np.ndarray, t0: float, t1: float, right_closed: bool = Tr
     if arr.size:
         inside = (arr[:, 2] > t0) & (arr[:, 2] <= t1) if right_closed else (arr[:, 2] >= t0) & (arr[:, 2] < t1)
         sel = arr[inside & (arr[:, 4] > 0)]
+        errs = int((inside & (arr[:, 4] == 0)).sum())
     else:
-        sel = arr
+        sel, errs = arr, 0
     lat = (sel[:, 2] - sel[:, 1]) if sel.size else []
     imgs = int(sel[:, 3].sum()) if sel.size else 0
     return {"throughput_img_s": imgs / (t1 - t0) if t1 > t0 else 0.0,
-            "latency_p50_ms": latency_summary(lat)["latency_p50_ms"], "requests": len(lat)}
+            "latency_p50_ms": latency_summary(lat)["latency_p50_ms"], "requests": len(lat), "errors": errs,
+            "images": imgs, "t0": t0, "t1": t1}
 
 
-def _last_completion(arr: np.ndarray, now: float) -> float:
-    """The latest completion time at or before `now` (or `now` when nothing has completed)."""
-    if not arr.size:
-        return now
-    done = arr[arr[:, 2] <= now, 2]
-    return float(done.max()) if done.size else now
+def _split(made):
+    if isinstance(made, tuple):
+        return made[0], made[1]
+    return made, getattr(made, "close", lambda: None)
 
 
-def _run_worker(work: Work, samples: list, stop: threading.Event, errors: list, counter):
-    while not stop.is_set():
-        t0 = time.perf_counter()
-        try:
-            n = int(work())
-            ok = 1
-        except Exception as exc:  # counted, never hidden
-            n, ok = 0, 0
-            if len(errors) < 20:
-                errors.append(f"{type(exc).__name__}: {exc}"[:300])
-        t1 = time.perf_counter()
-        samples.append((t0, t0, t1, n, ok))
-        next(counter)
+# --- closed loop: a pool of workers that can pause ----------------------------------------------------
 
+class _Pool:
+    """`concurrency` workers sending back to back while resumed; `pause()` returns once none is in flight."""
 
-def closed_loop(
-    factory: Callable[[int], object],
-    concurrency: int = 1,
-    *,
-    warmup_s: float = 1.0,
-    window_s: float = 2.0,
-    max_windows: int = 10,
-    tolerance: float = 0.1,
-    stable_windows: int = 3,
-    requests: int | None = None,
-    min_window_requests: int = 5,
-    max_window_s: float = 120.0,
-    progress: bool = True,
-    desc: str = "closed-loop",
-) -> LoadResult:
-    """`concurrency` workers send back-to-back requests. Fixed `requests` count, or windows until stable.
+    def __init__(self, factory: Callable[[int], object], concurrency: int, name: str = "load"):
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        self.concurrency = concurrency
+        self.made = [_split(factory(i)) for i in range(concurrency)]
+        self.rec = Recorder(concurrency)
+        self._go, self._stop = threading.Event(), threading.Event()
+        self._busy = [False] * concurrency
+        self.threads = [threading.Thread(target=self._loop, args=(i, w), daemon=True, name=f"{name}-{i}")
+                        for i, (w, _) in enumerate(self.made)]
+        for t in self.threads:
+            t.start()
 
-    Warm-up lasts `warmup_s` and until every worker has completed a request (capped at `max_window_s`).
-    A window lasts `window_s` and at least `min_window_requests` completions (capped at `max_window_s`).
-    `windows_used` counts every measured window; the reported figures come from the last `stable_windows`
-    when stable, else from all of them.
-    """
-    from tqdm.auto import tqdm
+    def _loop(self, i: int, work: Work) -> None:
+        while True:
+            self._go.wait()
+            if self._stop.is_set():
+                return
+            self._busy[i] = True
+            if not self._go.is_set():
+                self._busy[i] = False
+                continue
+            t0 = time.perf_counter()
+            try:
+                n, err = int(work()), None
+            except Exception as exc:  # counted, never hidden
+                n, err = 0, exc
+            self.rec.add(i, t0, t0, time.perf_counter(), n, err is None, err)
+            self._busy[i] = False
 
-    if concurrency < 1:
-        raise ValueError("concurrency must be >= 1")
-    made = [_split(factory(i)) for i in range(concurrency)]
-    samples = _Samples(concurrency)
-    stop = threading.Event()
-    counter = itertools.count()
-    threads = [
-        threading.Thread(target=_run_worker, args=(w, samples.per_worker[i], stop, samples.errors, counter), daemon=True,
-                         name=f"load-{i}")
-        for i, (w, _) in enumerate(made)
-    ]
-    for t in threads:
-        t.start()
-    windows: list[dict] = []
-    stable = False
-    try:
-        time.sleep(max(warmup_s, 0.0))
-        # warm-up also lasts until every worker has had one answer: at high concurrency the server's queue only
-        # reaches its steady depth after that (capped at max_window_s)
-        w_deadline = time.perf_counter() + max_window_s
-        while warmup_s > 0 and time.perf_counter() < w_deadline:
-            if sum(1 for lst in samples.per_worker if lst) >= concurrency:
-                break
-            time.sleep(0.005)
-        # windows start and end on completion events, so a window holds whole requests and its throughput
-        # has no edge quantisation (5 vs 6 batches in a window would otherwise be a 20 % swing)
-        m0 = _last_completion(samples.array(), time.perf_counter())
-        if requests is not None:
-            bar = tqdm(total=requests, desc=desc, unit="req", disable=not progress, leave=False)
-            while True:
-                arr = samples.array()
-                n = int(((arr[:, 2] > m0).sum()) if arr.size else 0)
-                bar.n = min(n, requests)
-                bar.refresh()
-                if n >= requests:
-                    break
-                time.sleep(0.005)
-            bar.close()
-            arr = samples.array()
-            ends = np.sort(arr[arr[:, 2] > m0][:, 2])[:requests]
-            m1 = float(ends[-1])
-            cuts = [m0] + [float(ends[min(len(ends) - 1, (len(ends) * k) // 3 - 1)]) for k in (1, 2, 3)]
-            windows = [_window_stats(arr, a, b) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
-            stable = is_stable([w["throughput_img_s"] for w in windows], tolerance, stable_windows)
-            report = (m0, m1)
-        else:
-            bar = tqdm(total=max_windows, desc=desc, unit="win", disable=not progress, leave=False)
-            spans: list[tuple[float, float]] = []
-            w_start = m0
-            for k in range(max_windows):
-                time.sleep(max(0.0, w_start + window_s - time.perf_counter()))
-                # a window lasts window_s and at least `min_window_requests` completions (slow requests)
-                while True:
-                    now = time.perf_counter()
-                    arr = samples.array()
-                    n = int(((arr[:, 2] > w_start) & (arr[:, 2] <= now)).sum()) if arr.size else 0
-                    if n >= min_window_requests or now - w_start > max_window_s:
-                        break
-                    time.sleep(0.005)
-                w_end = _last_completion(arr, now) if n else now
-                if w_end <= w_start:
-                    w_end = now
-                windows.append(_window_stats(arr, w_start, w_end))
-                spans.append((w_start, w_end))
-                w_start = w_end
-                bar.update(1)
-                bar.set_postfix(img_s=f"{windows[-1]['throughput_img_s']:.1f}")
-                thr = [w["throughput_img_s"] for w in windows]
-                p50 = [w["latency_p50_ms"] if w["latency_p50_ms"] is not None else float("nan") for w in windows]
-                if is_stable(thr, tolerance, stable_windows) and is_stable(p50, tolerance, stable_windows):
-                    stable = True
-                    break
-            bar.close()
-            used = windows[-stable_windows:] if stable else windows
-            report = (spans[-len(used)][0], spans[-1][1])
-            windows = used
-    finally:
-        stop.set()
-        for t in threads:
+    def resume(self) -> None:
+        self._go.set()
+
+    def pause(self) -> None:
+        self._go.clear()
+        while any(self._busy):
+            time.sleep(0.001)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._go.set()
+        for t in self.threads:
             t.join()
-        for _, close in made:
+        for _, close in self.made:
             try:
                 close()
             except Exception:
                 pass
-    arr = samples.array()
-    r0, r1 = report
-    n_windows = 1 if requests is not None else len(spans)
-    sel = arr[(arr[:, 2] > r0) & (arr[:, 2] <= r1)]
-    ok = sel[sel[:, 4] > 0]
+
+
+def _warm_up(pool: _Pool, opts: LoadOpts) -> float:
+    """Run until every worker has had an answer, `warmup_s` has passed and the queue is steady (the p50 of
+    successive slices of completions agrees within 2 × tolerance); returns the p50 estimate (seconds)."""
+    t0 = time.perf_counter()
+    cap = t0 + opts.max_warmup_s
+    start = pool.rec.marks()
+    while time.perf_counter() < cap:
+        if pool.rec.workers_done_since(start) >= pool.concurrency and time.perf_counter() - t0 >= opts.warmup_s:
+            break
+        time.sleep(0.002)
+    slice_n = max(pool.concurrency, 1 if opts.quick else 4)
+    medians: list[float] = []
+    while True:
+        marks = pool.rec.marks()
+        while pool.rec.completed(marks) < slice_n and time.perf_counter() < cap:
+            time.sleep(0.002)
+        arr = pool.rec.since(marks)
+        ok = arr[arr[:, 4] > 0] if arr.size else arr
+        medians.append(float(np.median(ok[:, 2] - ok[:, 1])) if ok.size else float("nan"))
+        if opts.quick or time.perf_counter() >= cap:
+            break
+        if len(medians) >= 2 and is_stable(medians[-2:], 2 * opts.tolerance, 2):
+            break
+    good = [m for m in medians if np.isfinite(m)]
+    return good[-1] if good else 0.0
+
+
+def _rewarm(pool: _Pool, opts: LoadOpts) -> None:
+    """After a resume: every worker completes one request before the window opens (the queue refills)."""
+    marks, cap = pool.rec.marks(), time.perf_counter() + opts.max_warmup_s
+    while pool.rec.workers_done_since(marks) < pool.concurrency and time.perf_counter() < cap:
+        time.sleep(0.002)
+
+
+def _one_window(pool: _Pool, opts: LoadOpts, p50_s: float, since: list[int]) -> dict:
+    """One window from the latest completion, long enough for the work; stats over whole requests."""
+    w_start = pool.rec.last_end() or time.perf_counter()
+    n0 = pool.rec.completed()
+    length = max(opts.min_window_s, opts.min_p50s * p50_s)
+    while True:
+        now = time.perf_counter()
+        if now - w_start > opts.max_window_s:
+            break
+        if now >= w_start + length and pool.rec.completed() - n0 >= opts.min_requests:
+            break
+        time.sleep(min(0.005, max(0.0005, (w_start + length - now) / 4)))
+    w_end = pool.rec.last_end() or time.perf_counter()
+    if w_end <= w_start:
+        w_end = time.perf_counter()
+    return _window_stats(pool.rec.since(since), w_start, w_end)
+
+
+def _settled(windows: list[dict], opts: LoadOpts) -> bool:
+    thr = [w["throughput_img_s"] for w in windows]
+    p50 = [w["latency_p50_ms"] if w["latency_p50_ms"] is not None else float("nan") for w in windows]
+    return is_stable(thr, opts.tolerance, opts.stable_windows) and is_stable(p50, opts.tolerance, opts.stable_windows)
+
+
+def _result(pool: _Pool, windows: list[dict], stable: bool, opts: LoadOpts, warmup_s: float,
+            meters: dict) -> LoadResult:
+    used = windows[-opts.stable_windows:] if stable else windows
+    arr = pool.rec.since()
+    if used:
+        parts = [(arr[:, 2] > w["t0"]) & (arr[:, 2] <= w["t1"]) for w in used]
+        inside = np.logical_or.reduce(parts) if arr.size else np.zeros(0, dtype=bool)
+        measured = sum(w["t1"] - w["t0"] for w in used)
+    else:
+        inside, measured = np.zeros(len(arr), dtype=bool), 0.0
+    sel = arr[inside] if arr.size else arr
+    ok = sel[sel[:, 4] > 0] if sel.size else sel
     return LoadResult(
-        mode="closed", concurrency=concurrency, rate_rps=None,
-        latencies_s=ok[:, 2] - ok[:, 1], images=int(ok[:, 3].sum()), requests=len(ok), errors=int((sel[:, 4] == 0).sum()),
-        measured_s=r1 - r0, windows=windows, windows_used=n_windows, stable=stable,
-        sent_total=len(arr), ok_total=int(arr[:, 4].sum()) if arr.size else 0,
-        images_total=int(arr[:, 3].sum()) if arr.size else 0, error_examples=list(samples.errors),
+        mode="closed", concurrency=pool.concurrency, rate_rps=None,
+        latencies_s=ok[:, 2] - ok[:, 1] if ok.size else np.zeros(0), images=int(ok[:, 3].sum()) if ok.size else 0,
+        requests=len(ok), errors=int((sel[:, 4] == 0).sum()) if sel.size else 0, measured_s=measured,
+        windows=[{k: v for k, v in w.items() if k not in ("t0", "t1")} for w in used], windows_used=len(windows),
+        stable=stable, sent_total=len(arr), ok_total=int(arr[:, 4].sum()) if arr.size else 0,
+        images_total=int(arr[:, 3].sum()) if arr.size else 0, error_examples=list(pool.rec.errors),
+        warmup_s=warmup_s, quick=opts.quick, meters=meters,
     )
 
+
+def _start(meters: Sequence) -> None:
+    for m in meters:
+        m.start()
+
+
+def _stop(meters: Sequence) -> dict:
+    out: dict = {}
+    for m in meters:
+        out.update(m.stop() or {})
+    return out
+
+
+def closed_loop(factory: Callable[[int], object], concurrency: int = 1, opts: LoadOpts | None = None, *,
+                meters: Sequence = (), desc: str = "closed-loop") -> LoadResult:
+    """`concurrency` workers send back-to-back requests: warm-up, then windows sized by the work until the last
+    `stable_windows` agree within `tolerance` or `max_windows` were measured (see the module docstring)."""
+    from tqdm.auto import tqdm
+
+    opts = opts or LoadOpts()
+    pool = _Pool(factory, concurrency)
+    windows: list[dict] = []
+    stable = False
+    try:
+        pool.resume()
+        t0 = time.perf_counter()
+        p50 = _warm_up(pool, opts)
+        warm = time.perf_counter() - t0
+        since = pool.rec.marks()
+        _start(meters)
+        bar = tqdm(total=opts.max_windows, desc=desc, unit="win", disable=not opts.progress, leave=False)
+        for _ in range(opts.max_windows):
+            windows.append(_one_window(pool, opts, p50, since))
+            if windows[-1]["latency_p50_ms"]:
+                p50 = windows[-1]["latency_p50_ms"] / 1000.0
+            bar.update(1)
+            if _settled(windows, opts):
+                stable = True
+                break
+        bar.close()
+        measured = _stop(meters)
+        pool.pause()
+    finally:
+        pool.close()
+    return _result(pool, windows, stable, opts, warm, measured)
+
+
+# --- interleaved A/B -----------------------------------------------------------------------------
+
+@dataclass
+class ABResult:
+    """Two sides measured in alternating windows (A B B A A B …) and their ratio A ÷ B with its spread."""
+
+    a: LoadResult
+    b: LoadResult
+    ratio: float | None            # throughput A ÷ B over the reported pairs
+    ratio_min: float | None        # min / max of the per-pair ratios
+    ratio_max: float | None
+    latency_ratio: float | None    # p50 A ÷ B
+    pairs: int
+    stable: bool
+    quick: bool = False
+
+    def summary(self) -> dict:
+        return {"ratio": None if self.ratio is None else round(self.ratio, 4),
+                "ratio_min": None if self.ratio_min is None else round(self.ratio_min, 4),
+                "ratio_max": None if self.ratio_max is None else round(self.ratio_max, 4),
+                "latency_p50_ratio": None if self.latency_ratio is None else round(self.latency_ratio, 4),
+                "pairs": self.pairs, "stable": self.stable, "quick": self.quick}
+
+
+def interleaved(factory_a: Callable[[int], object], factory_b: Callable[[int], object], concurrency: int = 1,
+                opts: LoadOpts | None = None, *, concurrency_b: int | None = None, meters: Sequence = (),
+                desc: str = "a/b") -> ABResult:
+    """Alternate windows of A and B in one sequence (ABBA order, so a linear drift cancels) until the last
+    `stable_windows` pair ratios agree within `tolerance` or `max_windows` pairs were measured.
+
+    Only one side runs at a time: the other's workers are paused with nothing in flight, and each window opens
+    after every worker of its side has had an answer (the server's queue refills). The ratio is A's throughput
+    over B's across the reported pairs; ratio_min / ratio_max are the extremes of the per-pair ratios.
+    """
+    opts = opts or LoadOpts()
+    pools = (_Pool(factory_a, concurrency, "load-a"), _Pool(factory_b, concurrency_b or concurrency, "load-b"))
+    wins: tuple[list[dict], list[dict]] = ([], [])
+    ratios: list[float] = []
+    lat_ratios: list[float] = []
+    warm = [0.0, 0.0]
+    p50 = [0.0, 0.0]
+    try:
+        for k, pool in enumerate(pools):
+            t0 = time.perf_counter()
+            pool.resume()
+            p50[k] = _warm_up(pool, opts)
+            pool.pause()
+            warm[k] = time.perf_counter() - t0
+        since = [p.rec.marks() for p in pools]
+        _start(meters)
+        stable = False
+        for n in range(opts.max_windows):
+            order = (0, 1) if n % 2 == 0 else (1, 0)
+            for k in order:
+                pools[k].resume()
+                _rewarm(pools[k], opts)
+                wins[k].append(_one_window(pools[k], opts, p50[k], since[k]))
+                pools[k].pause()
+                if wins[k][-1]["latency_p50_ms"]:
+                    p50[k] = wins[k][-1]["latency_p50_ms"] / 1000.0
+            a, b = wins[0][-1], wins[1][-1]
+            ratios.append(a["throughput_img_s"] / b["throughput_img_s"] if b["throughput_img_s"] else float("nan"))
+            lat_ratios.append(a["latency_p50_ms"] / b["latency_p50_ms"]
+                              if a["latency_p50_ms"] and b["latency_p50_ms"] else float("nan"))
+            if is_stable(ratios, opts.tolerance, opts.stable_windows):
+                stable = True
+                break
+        measured = _stop(meters)
+    finally:
+        for p in pools:
+            p.close()
+    ra, rb = (_result(pools[k], wins[k], stable, opts, warm[k], measured) for k in (0, 1))
+    used = ratios[-opts.stable_windows:] if stable else ratios
+    lat_used = [x for x in (lat_ratios[-opts.stable_windows:] if stable else lat_ratios) if np.isfinite(x)]
+    finite = [x for x in used if np.isfinite(x)]
+    return ABResult(a=ra, b=rb,
+                    ratio=(ra.throughput_img_s / rb.throughput_img_s) if rb.throughput_img_s else None,
+                    ratio_min=min(finite) if finite else None, ratio_max=max(finite) if finite else None,
+                    latency_ratio=float(np.median(lat_used)) if lat_used else None,
+                    pairs=len(ratios), stable=stable, quick=opts.quick)
+
+
+# --- open loop ----------------------------------------------------------------------------------
 
 def poisson_schedule(rate_rps: float, duration_s: float, seed: int | None = None) -> np.ndarray:
     """Arrival offsets (seconds) of a Poisson process at `rate_rps` within [0, duration_s)."""
@@ -310,23 +505,30 @@ def open_loop(
     tolerance: float = 0.1,
     late_tolerance_s: float = 0.005,
     drop_after_s: float | None = None,
-    progress: bool = True,
+    quick: bool = False,
+    meters: Sequence = (),
+    progress: bool = False,
     desc: str = "open-loop",
 ) -> LoadResult:
-    """Poisson arrivals at `rate_rps` for `duration_s` after `warmup_s`, served by up to `max_workers` workers."""
+    """Poisson arrivals at `rate_rps` for `duration_s` after `warmup_s`, served by up to `max_workers` workers.
+
+    Latency runs from the *scheduled* arrival, so a server that falls behind is charged for the wait (no
+    coordinated omission). Starts later than `late_tolerance_s` count as late; arrivals that could not start
+    within `drop_after_s` are dropped and counted; arrivals still waiting at the end are the backlog. When the
+    backlog grows, `rate_held` is False and the throughput is what was completed — never the offered rate.
+    """
     from tqdm.auto import tqdm
 
     arrivals = poisson_schedule(rate_rps, warmup_s + duration_s, seed)
     made = [_split(factory(i)) for i in range(max_workers)]
+    rec = Recorder(max_workers)
     stop = threading.Event()
     lock = threading.Lock()
     nxt = [0]
-    per_worker: list[list[tuple]] = [[] for _ in range(max_workers)]
-    dropped_idx: list[float] = []
-    errors: list[str] = []
+    dropped_at: list[float] = []
     started = [0]  # requests handed to a worker's client (in flight or done)
 
-    def run(i: int, work: Work, out: list):
+    def run(i: int, work: Work):
         while True:
             with lock:
                 k = nxt[0]
@@ -341,19 +543,17 @@ def open_loop(
                 return
             t_start = time.perf_counter()
             if drop_after_s is not None and t_start - t_sched > drop_after_s:
-                dropped_idx.append(t_sched)
+                dropped_at.append(t_sched)
                 continue
             with lock:
                 started[0] += 1
             try:
-                n, ok = int(work()), 1
+                n, err = int(work()), None
             except Exception as exc:
-                n, ok = 0, 0
-                if len(errors) < 20:
-                    errors.append(f"{type(exc).__name__}: {exc}"[:300])
-            out.append((t_sched, t_start, time.perf_counter(), n, ok))
+                n, err = 0, exc
+            rec.add(i, t_sched, t_start, time.perf_counter(), n, err is None, err)
 
-    threads = [threading.Thread(target=run, args=(i, w, per_worker[i]), daemon=True, name=f"open-{i}")
+    threads = [threading.Thread(target=run, args=(i, w), daemon=True, name=f"open-{i}")
                for i, (w, _) in enumerate(made)]
     t_base = time.perf_counter() + 0.05
     for t in threads:
@@ -362,14 +562,17 @@ def open_loop(
     backlog_by_window: list[int] = []
     n_windows = max(1, int(round(duration_s / window_s)))
     bar = tqdm(total=n_windows, desc=desc, unit="win", disable=not progress, leave=False)
+    measured: dict = {}
     try:
         time.sleep(max(0.0, m0 - time.perf_counter()))
+        _start(meters)
         for k in range(n_windows):
             w_end = m0 + (k + 1) * duration_s / n_windows
             time.sleep(max(0.0, w_end - time.perf_counter()))
             due = int(np.searchsorted(arrivals, w_end - t_base))
-            backlog_by_window.append(max(0, due - started[0] - len(dropped_idx)))
+            backlog_by_window.append(max(0, due - started[0] - len(dropped_at)))
             bar.update(1)
+        measured = _stop(meters)
     finally:
         with lock:
             stop.set()
@@ -381,35 +584,34 @@ def open_loop(
                 close()
             except Exception:
                 pass
-    rows = [r for lst in per_worker for r in lst]
-    arr = np.asarray(rows, dtype=np.float64) if rows else np.zeros((0, 5))
+    arr = rec.since()
     due_total = int(np.searchsorted(arrivals, m1 - t_base))
-    backlog = max(0, due_total - started[0] - len(dropped_idx))
+    backlog = max(0, due_total - started[0] - len(dropped_at))
     # throughput and latency: what completed inside the measured span (the server's real pace);
     # late starts: requests started inside it more than late_tolerance_s after their scheduled arrival
-    sel = arr[(arr[:, 1] >= m0) & (arr[:, 1] < m1)] if arr.size else arr  # started inside the span
+    sel = arr[(arr[:, 1] >= m0) & (arr[:, 1] < m1)] if arr.size else arr
     done = arr[(arr[:, 2] >= m0) & (arr[:, 2] < m1)] if arr.size else arr
     ok = done[done[:, 4] > 0] if done.size else done
     offered = int(((arrivals >= warmup_s) & (arrivals < warmup_s + duration_s)).sum())
     edges = np.linspace(m0, m1, n_windows + 1)
-    windows = [_window_stats(arr if arr.size else np.zeros((0, 5)), a, b, right_closed=False)
-               for a, b in zip(edges[:-1], edges[1:])]
+    windows = [_window_stats(arr, a, b, right_closed=False) for a, b in zip(edges[:-1], edges[1:])]
     thr = [w["throughput_img_s"] for w in windows]
     return LoadResult(
         mode="open", concurrency=None, rate_rps=rate_rps,
-        latencies_s=ok[:, 2] - ok[:, 0], images=int(ok[:, 3].sum()) if ok.size else 0,
+        latencies_s=ok[:, 2] - ok[:, 0] if ok.size else np.zeros(0), images=int(ok[:, 3].sum()) if ok.size else 0,
         requests=len(ok), errors=int((done[:, 4] == 0).sum()) if done.size else 0,
-        measured_s=duration_s, windows=windows, windows_used=len(windows),
-        stable=is_stable(thr, tolerance, min(3, len(thr))) if thr else False,
+        measured_s=duration_s, windows=[{k: v for k, v in w.items() if k not in ("t0", "t1")} for w in windows],
+        windows_used=len(windows), stable=is_stable(thr, tolerance, min(3, len(thr))) if thr else False,
         sent_total=len(arr), ok_total=int(arr[:, 4].sum()) if arr.size else 0,
-        images_total=int(arr[:, 3].sum()) if arr.size else 0, error_examples=errors,
+        images_total=int(arr[:, 3].sum()) if arr.size else 0, error_examples=list(rec.errors),
+        warmup_s=warmup_s, quick=quick, meters=measured,
         offered=offered, late_starts=int((sel[:, 1] - sel[:, 0] > late_tolerance_s).sum()) if sel.size else 0,
-        dropped=sum(1 for t in dropped_idx if m0 <= t < m1), backlog=backlog, backlog_by_window=backlog_by_window,
-        service_latencies_s=ok[:, 2] - ok[:, 1],
+        dropped=sum(1 for t in dropped_at if m0 <= t < m1), backlog=backlog, backlog_by_window=backlog_by_window,
+        service_latencies_s=ok[:, 2] - ok[:, 1] if ok.size else np.zeros(0),
     )
 
 
-# --- worker factories for InferenceClient backends ---------------------------------------------------
+# --- worker factories -----------------------------------------------------------------------------
 
 def client_factory(make_client: Callable[[], object], *, blobs: list[bytes] | None = None,
                    tensor: np.ndarray | None = None) -> Callable[[int], tuple]:

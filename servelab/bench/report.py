@@ -12,8 +12,10 @@ from servelab.bench.records import atomic_write, load_records, resolve_run_dir
 
 COLUMNS = [
     "experiment", "kind", "target", "backend", "engine", "provider", "protocol", "payload", "batch", "concurrency",
-    "rate_rps", "link", "instances", "max_queue_delay_us", "throughput_img_s", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "errors", "requests",
-    "repeats", "windows_used", "stable", "spread", "loadgen_cpu_pct", "client_process_cpu_pct", "server_cpu_pct",
+    "rate_rps", "link", "instances", "max_queue_delay_us", "throughput_img_s", "throughput_min_img_s",
+    "throughput_max_img_s", "latency_p50_ms", "latency_p50_min_ms", "latency_p50_max_ms", "latency_p95_ms",
+    "latency_p99_ms", "errors", "requests", "repeats", "windows_used", "stable", "spread", "quick", "a", "b", "ratio",
+    "ratio_min", "ratio_max", "goal", "loadgen_cpu_pct", "client_process_cpu_pct", "server_cpu_pct",
     "cpu_pinning", "server_avg_batch", "server_queue_ms", "server_compute_ms",
     "rss_mb", "gpu_mem_mb", "payload_bytes_per_request", "bytes_per_request", "start_to_ready_s", "first_request_ms", "backlog", "late_starts",
     "dropped", "rate_held", "value", "value_min", "value_max", "threshold", "met", "available", "note",
@@ -312,13 +314,14 @@ def cost_table(records: list[dict], price_per_hour: float, currency: str = "USD"
 BANDS = {
     "throughput_img_s": ("throughput_min_img_s", "throughput_max_img_s"),
     "latency_p50_ms": ("latency_p50_min_ms", "latency_p50_max_ms"),
-    "value": ("ratio_min", "ratio_max"),
+    "ratio": ("ratio_min", "ratio_max"),
+    "value": ("value_min", "value_max"),
 }
 
 
 def band(x, metric: str = "throughput_img_s") -> tuple[float, float, float]:
     """(value, low, high) of one figure: a record or a table row (dict / pandas Series) — window min–max for
-    throughput_img_s and latency_p50_ms, pair min–max for a ratio's `value` — or a (value, low, high) tuple.
+    throughput_img_s and latency_p50_ms, pair min–max for an A/B record's `ratio`, min–max for a goal's `value` — or a (value, low, high) tuple.
     A figure without a band gets low = high = value."""
     if isinstance(x, (tuple, list)):
         v, lo, hi = x
@@ -327,8 +330,6 @@ def band(x, metric: str = "throughput_img_s") -> tuple[float, float, float]:
     v = float(get(metric))
     lo_key, hi_key = BANDS.get(metric, (f"{metric}_min", f"{metric}_max"))
     lo, hi = get(lo_key), get(hi_key)
-    if metric == "value" and (lo is None or _nan(lo)):
-        lo, hi = get("value_min"), get("value_max")
     lo = v if lo is None or _nan(lo) else float(lo)
     hi = v if hi is None or _nan(hi) else float(hi)
     return v, min(lo, v), max(hi, v)
@@ -385,7 +386,7 @@ def versus(name_a: str, a, name_b: str, b, *, metric: str = "throughput_img_s", 
 def ratio_sentence(rec, *, what: str = "throughput", digits: int = 2) -> str:
     """One sentence for an interleaved A/B ratio record (or row): "grpc ÷ http throughput: 1.12× (pairs
     1.05–1.18)" plus which side was ahead — or "indistinguishable here" when the pair range spans 1."""
-    v, lo, hi = band(rec, "value")
+    v, lo, hi = band(rec, "ratio")
     a, b = rec.get("a"), rec.get("b")
     text = f"{a} ÷ {b} {what}: {v:.{digits}f}×" + (f" (pairs {lo:.{digits}f}–{hi:.{digits}f})" if lo != hi else "")
     if lo <= 1.0 <= hi:

@@ -103,16 +103,11 @@ class Step:
         """`hardware` and `versions` columns for every table row (short form of the run's fingerprint)."""
         return fingerprint_tags(self.environment)
 
-    def opts(self, duration_s: float, warmup_s: float, repeats: int = 1, requests: int = 0):
-        """Bench load options for one measured point: warm-up, then `duration_s` split into 3 windows, up to
-        `repeats` × 3 windows until the last three agree (the record says whether they did). `requests` > 0
-        measures a fixed request count instead (the smoke profile: a functional check, not a result)."""
-        from servelab.bench.experiments import LoadOpts
+    def opts(self, load: dict):
+        """Bench load options (servelab.bench.loadgen.LoadOpts) from the profile's `load` knob."""
+        from servelab.bench.loadgen import LoadOpts
 
-        if requests:
-            return LoadOpts(warmup_s=warmup_s, requests=requests, min_window_requests=1, progress=False)
-        return LoadOpts(warmup_s=warmup_s, window_s=max(0.1, duration_s / 3), max_windows=3 * max(1, repeats),
-                        tolerance=0.1, min_window_requests=1, progress=False)
+        return LoadOpts(**load)
 
     # --- outputs ---------------------------------------------------------------------------------
     def table(self, df: pd.DataFrame, name: str, caption: str | None = None, show: bool = True) -> pd.DataFrame:

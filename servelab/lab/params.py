@@ -13,32 +13,39 @@ from typing import Any
 import yaml
 
 # Knobs every profile defines. Notebooks pick what they need; names are the parameter names in the cells.
+# load: how each point is measured (servelab.bench.loadgen.LoadOpts fields): windows of at least `min_requests`
+# completions and `min_p50s` p50 latencies, repeated until the last three agree within `tolerance` or
+# `max_windows` were measured; `quick` marks a smoke run whose numbers are not results.
 # extra_servers: start servers beyond the run's stack for a comparison (a torch-engine service in 04, the
 # LitServe peer in 06a); the smoke profile skips them to stay at seconds per notebook and says so.
+SMOKE_LOAD = {"min_requests": 2, "min_p50s": 1.0, "max_windows": 3, "tolerance": 0.5, "max_warmup_s": 10.0,
+              "quick": True}
+DEFAULT_LOAD = {"min_requests": 20, "min_p50s": 10.0, "max_windows": 6, "tolerance": 0.1, "quick": False}
+FULL_LOAD = {"min_requests": 40, "min_p50s": 10.0, "max_windows": 12, "tolerance": 0.05, "quick": False}
+
 PROFILES: dict[str, dict[str, Any]] = {
-    # seconds per notebook: used by the tests and for checking a setup
+    # seconds per notebook: used by the tests and for checking a setup (numbers are not results)
     "smoke": dict(
-        duration_s=0.4, warmup_s=0.0, repeats=1, requests=2,
-        batch_sizes=[1, 2], concurrency_levels=[1, 2], queue_delays_us=[0, 2000],
+        load=SMOKE_LOAD, batch_sizes=[1, 2], concurrency_levels=[1, 2], queue_delays_us=[0, 2000],
         instance_counts=[1, 2], serialisation_batches=[1, 4], n_photos=12,
         profile_runs=1, extra_servers=False, engines=["onnx", "onnx-int8"],
     ),
-    # about 20 minutes on 2 cores for the whole lab
+    # about 15 minutes on 2 cores for the whole lab: every point settles or says it did not; at c=16 a window
+    # is ~10 p50s (~8 s here), so the sweeps stop at 16
     "default": dict(
-        duration_s=6.0, warmup_s=1.0, repeats=1, requests=0,
-        batch_sizes=[1, 4, 16, 32], concurrency_levels=[1, 4, 16, 32], queue_delays_us=[0, 2000, 10000],
+        load=DEFAULT_LOAD, batch_sizes=[1, 4, 16], concurrency_levels=[1, 4, 16], queue_delays_us=[0, 4000],
         instance_counts=[1, 2], serialisation_batches=[1, 4, 16], n_photos=60,
         profile_runs=4, extra_servers=True, engines=["torch", "onnx", "onnx-int8"],
     ),
-    # longer sweeps, repeated until stable; for a quiet machine
+    # longer sweeps, tighter tolerance; for a quiet machine
     "full": dict(
-        duration_s=10.0, warmup_s=2.0, repeats=3, requests=0,
-        batch_sizes=[1, 2, 4, 8, 16, 32], concurrency_levels=[1, 2, 4, 8, 16, 32, 64],  # Triton CPU max batch 32
+        load=FULL_LOAD, batch_sizes=[1, 2, 4, 8, 16, 32], concurrency_levels=[1, 2, 4, 8, 16, 32],  # Triton CPU max batch 32
         queue_delays_us=[0, 500, 2000, 5000, 10000, 20000], instance_counts=[1, 2, 3, 4],
         serialisation_batches=[1, 4, 16, 64], n_photos=200, profile_runs=10,
         extra_servers=True, engines=["torch", "onnx", "onnx-int8"],
     ),
 }
+
 
 def profile(name: str) -> dict[str, Any]:
     if name not in PROFILES:

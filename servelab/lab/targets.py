@@ -59,37 +59,11 @@ def triton_models(target: str) -> dict:
 
 
 def attach(backend: str, url: str, *, payload: str = "tensor", engine: str | None = None, pid: int | None = None,
-           model: str | None = None, jpeg_model: str | None = None, stats_url: str | None = None):
-    """A bench `Served` for a server that is already running (this run's stack, or a node's compose stack),
-    so the bench's measurement functions can be pointed at it: fresh client per worker, and the server's own
-    counters (servelab /metrics, or Triton's statistics read over HTTP at `stats_url`) as before/after deltas.
-    """
-    from servelab.bench.targets import Served, service_delta, service_metrics
-    from servelab.client import InferenceClient
+           model: str | None = None, jpeg_model: str | None = None, stats_url: str | None = None,
+           grpc_url: str | None = None):
+    """A bench server handle (servelab.bench.servers) for a server that is already running (this run's stack,
+    or a node's compose stack). Triton over gRPC needs `stats_url` (its HTTP endpoint: statistics, reloads)."""
+    from servelab.bench.servers import attach as bench_attach
 
-    if backend == "fastapi":
-        import httpx
-
-        if engine is None:
-            try:
-                engine = httpx.get(url.rstrip("/") + "/info", timeout=10).json().get("engine")
-                engine = engine.get("engine") if isinstance(engine, dict) else engine
-            except (httpx.HTTPError, ValueError, AttributeError):
-                engine = None
-        return Served(target="fastapi", backend="fastapi", protocol="http", engine=engine or "?", url=url, pid=pid,
-                      make_client=lambda: InferenceClient(mode="remote", backend="fastapi", url=url, payload=payload),
-                      snapshot=lambda: service_metrics(url), delta=service_delta, extra={"attached": True})
-    if backend in ("triton-http", "triton-grpc"):
-        from servelab.bench.triton_targets import triton_delta
-        from servelab.triton.stats import read_stats
-
-        names = {k: v for k, v in (("model", model), ("jpeg_model", jpeg_model)) if v}
-        front = (jpeg_model or "openclip_vit_b32_jpeg") if payload == "jpeg" else model
-        stats_at = stats_url or (url if backend == "triton-http" else None)
-        counted = tuple(dict.fromkeys(m for m in (front, model) if m))  # requested model first, encoder last
-        snap = (lambda: {m: read_stats(stats_at, m) for m in counted}) if stats_at and counted else (lambda: None)
-        return Served(target=backend, backend=backend, protocol=backend.split("-")[1], engine=engine or "onnx",
-                      url=url, pid=pid,
-                      make_client=lambda: InferenceClient(mode="remote", backend=backend, url=url, payload=payload, **names),
-                      snapshot=snap, delta=triton_delta, extra={"attached": True, "model": front})
-    raise ValueError(f"backend must be fastapi, triton-http or triton-grpc, got {backend!r}")
+    return bench_attach(backend, url, payload=payload, engine=engine, pid=pid, model=model, jpeg_model=jpeg_model,
+                        http_url=stats_url, grpc_url=grpc_url)
