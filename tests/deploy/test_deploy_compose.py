@@ -23,8 +23,11 @@ COMPOSE_FILES = sorted(DOCKER.glob("compose.*.yaml"))
 SCHEMA_PATH = Path(__file__).with_name("compose_spec.json")
 SCHEMA_SHA256 = "0dc04bd346dcfee1b1419628fff79937bbf076925f298f272a2b490e2b112bac"
 ENV = {"JUPYTER_TOKEN": "test-token"}  # the one variable a stack requires (compose.jupyter.yaml)
-GPU_STACKS = {"compose.00-prepare.yaml", "compose.03-service-gpu.yaml", "compose.04-triton.yaml",
-              "compose.06a-all-backends.yaml", "compose.06b-multi-gpu.yaml", "compose.jupyter.yaml"}
+GPU_STACKS = {"compose.03-service-gpu.yaml", "compose.04-triton.yaml", "compose.06a-all-backends.yaml",
+              "compose.06b-multi-gpu.yaml", "compose.jupyter.yaml"}
+# The one mount from outside the clone: the weights checkpoint (SERVELAB_CHECKPOINT), /dev/null when unset.
+CHECKPOINT_IN_CONTAINER = "/opt/servelab-checkpoint/model.pt"
+SERVELAB_IMAGES = {"docker/Dockerfile", "docker/Dockerfile.gpu", "docker/Dockerfile.lab"}
 # Outputs the stacks mount that are created on the node (git-ignored): export, staged repository, results.
 GENERATED = {"artifacts", "models", "results"}
 
@@ -91,6 +94,9 @@ def test_images_pinned_builds_and_mounts_exist(path):
         for vol in svc.get("volumes") or []:
             src, target = vol.split(":")[:2]
             assert target.startswith("/")
+            if target == CHECKPOINT_IN_CONTAINER:
+                assert src == "/dev/null" and vol.endswith(":ro"), f"{name}: {vol}"
+                continue
             if src.startswith((".", "/")):
                 host = (path.parent / src).resolve()
                 rel = host.relative_to(REPO_ROOT)  # never outside the clone
@@ -108,9 +114,144 @@ def test_gpu_stacks_reserve_nvidia_gpus(path):
         assert all(("count" in d) != ("device_ids" in d) for d in devices), f"{name}: count or device_ids, not both"
 
 
-def test_cpu_stack_requests_no_gpu():
-    doc = load(DOCKER / "compose.02-service-cpu.yaml", env=ENV)
-    assert "deploy" not in doc["services"]["service-cpu"]
+def test_cpu_stacks_and_prepare_request_no_gpu():
+    """prepare exports on the CPU and stages no GPU ids, so it needs no device (and runs while GPUs are busy)."""
+    for name in ("compose.02-service-cpu.yaml", "compose.00-prepare.yaml", "compose.lab.yaml"):
+        for svc in load(DOCKER / name, env=ENV)["services"].values():
+            assert "deploy" not in svc, name
+
+
+def _servelab_services(env=ENV):
+    """(file, service name, service) for every container built from a servelab image."""
+    for path in COMPOSE_FILES:
+        for name, svc in load(path, env=env)["services"].items():
+            if svc.get("build", {}).get("dockerfile") in SERVELAB_IMAGES:
+                yield path.name, name, svc
+
+
+def test_every_servelab_container_sees_the_same_weights(tmp_path, monkeypatch):
+    """The service's preflight, the lab container and prepare (whose export Triton serves) must agree on the
+    weights: every servelab container gets the same SERVELAB_PRETRAINED / SERVELAB_CHECKPOINT / SERVELAB_SEED."""
+    from servelab.config import Settings
+    from servelab.model.weights import weights_label
+
+    checkpoint = tmp_path / "my-finetune.pt"
+    checkpoint.write_bytes(b"not really a checkpoint, but hashed the same way everywhere")
+    for env, expect in (({"SERVELAB_PRETRAINED": "laion2b_s34b_b79k"}, "pretrained (laion2b_s34b_b79k)"),
+                        ({"SERVELAB_SEED": "7"}, "random-init (seed 7)"),
+                        ({"SERVELAB_CHECKPOINT": str(checkpoint)}, "checkpoint (model.pt")):
+        seen = {}
+        for file, name, svc in _servelab_services({**ENV, **env}):
+            cenv = {k: str(v) for k, v in svc["environment"].items() if k.startswith("SERVELAB_")}
+            if "SERVELAB_CHECKPOINT" in env:
+                assert cenv["SERVELAB_CHECKPOINT"] == CHECKPOINT_IN_CONTAINER, name
+                assert f"{checkpoint}:{CHECKPOINT_IN_CONTAINER}:ro" in svc["volumes"], name
+                mounted = tmp_path / "container" / Path(CHECKPOINT_IN_CONTAINER).name  # what the mount shows
+                mounted.parent.mkdir(exist_ok=True)
+                mounted.write_bytes(checkpoint.read_bytes())
+                cenv["SERVELAB_CHECKPOINT"] = str(mounted)
+            with monkeypatch.context() as m:
+                for var in [v for v in __import__("os").environ if v.startswith("SERVELAB_")]:
+                    m.delenv(var)
+                for k, v in cenv.items():
+                    m.setenv(k, v)
+                seen[f"{file}/{name}"] = weights_label(Settings.from_env())
+        assert {"compose.00-prepare.yaml/prepare", "compose.03-service-gpu.yaml/service-gpu",
+                "compose.jupyter.yaml/lab", "compose.jupyter.yaml/jupyter", "compose.lab.yaml/lab"} <= set(seen)
+        assert len(set(seen.values())) == 1 and next(iter(seen.values())).startswith(expect), seen
+
+
+def test_containers_that_are_not_the_service_have_their_own_healthcheck():
+    """The GPU image's HEALTHCHECK probes the service port; jupyter, lab and prepare are not the service, and
+    with host networking would probe whatever answers on the node's 8080 (or nothing): `up --wait` fails."""
+    for file, name, svc in _servelab_services():
+        runs_service = "command" not in svc and "entrypoint" not in svc
+        if runs_service:
+            continue
+        check = svc.get("healthcheck")
+        assert check, f"{file}/{name}: overrides the command but inherits the image's HEALTHCHECK"
+        if check.get("disable"):
+            continue
+        probe = " ".join(check["test"])
+        assert "8888" in probe and "8080" not in probe, f"{file}/{name}: {probe}"
+
+
+def test_gpu_ids_staged_agree_with_the_devices_each_stack_reserves(tmp_path, onnx_meta):
+    """Inside a container the reserved devices are renumbered 0..k-1; every GPU id a staged config names must be
+    one of those, for every stack that serves the staged repository and any SERVELAB_TRITON_GPU choice."""
+    from servelab.triton.repository import parse_config, stage
+
+    repo = tmp_path / "models"
+    stage(target="gpu", out=repo, instances=2)  # what compose.00-prepare.yaml runs
+    named = {int(g) for cfg in (parse_config(p) for p in repo.glob("*/config.pbtxt"))
+             for group in cfg.instance_group for g in group.gpus}
+    for name in TRITON_STACKS:
+        for env in ({}, {"SERVELAB_TRITON_GPU": "1"}, {"SERVELAB_TRITON_GPU": "3"}):
+            [device] = load(DOCKER / name, env={**ENV, **env})["services"]["triton"]["deploy"]["resources"][
+                "reservations"]["devices"]
+            visible = None if device.get("count") == "all" else len(device["device_ids"])
+            assert visible is None or named <= set(range(visible)), (name, env, named)
+    assert named == set()  # no ids at all: Triton places instances on every GPU the container sees
+
+
+GPU_KNOB = re.compile(r"SERVELAB_[A-Z_]*GPU[A-Z_]*")
+
+
+def test_every_gpu_knob_is_documented():
+    """Each SERVELAB_*GPU* variable the stacks, scripts or lab read is explained in the README's GPU section."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    gpu_section = readme[readme.index("## GPU node"):]
+    gpu_section = gpu_section[:gpu_section.index("\n## ", 5)]
+    used = set()
+    for src in [*DOCKER.glob("*"), *(REPO_ROOT / "scripts").glob("*"), *(REPO_ROOT / "servelab" / "lab").glob("*.py"),
+                *(REPO_ROOT / "servelab" / "provision").glob("*.py")]:
+        if src.is_file():
+            used |= set(GPU_KNOB.findall(src.read_text(errors="replace")))
+    assert used, "no GPU knobs found: the scan is broken"
+    undocumented = sorted(k for k in used if k not in gpu_section)
+    assert not undocumented, f"README's GPU section does not explain {undocumented}"
+
+
+SHOWN_COMPOSE = re.compile(r"((?:\b[A-Z][A-Z0-9_]*=\S+\s+)+)docker compose -f (?:\S*/)?(compose\.[\w.-]+\.yaml)")
+
+
+def test_shown_commands_set_only_variables_the_compose_file_reads():
+    """`VAR=… docker compose -f docker/compose.X.yaml …` in docs and notebooks: X must read VAR."""
+    sources = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "notebooks").glob("*.py")), *DOCKER.glob("*.yaml"),
+               *(REPO_ROOT / "scripts").glob("*"), *(REPO_ROOT / "k8s").rglob("*.yaml")]
+    found = 0
+    for src in sources:
+        for assigns, file in SHOWN_COMPOSE.findall(src.read_text(errors="replace")):
+            raw = (DOCKER / file).read_text()
+            for var in re.findall(r"\b([A-Z][A-Z0-9_]*)=", assigns):
+                found += 1
+                assert re.search(r"\$\{?" + var + r"\b", raw), f"{src.name}: {var}=… has no effect on {file}"
+    assert found, "no shown compose command with variables found: the scan is broken"
+
+
+def test_cpu_lab_container_runs_anywhere():
+    """The any-OS path: a Linux x86_64 container with the pinned CPU lab set; no GPU, no host networking
+    (Docker Desktop on macOS/Windows has none), JupyterLab published on loopback, the clone mounted."""
+    import sysconfig
+
+    doc = load(DOCKER / "compose.lab.yaml", env=ENV)
+    lab = doc["services"]["lab"]
+    assert "network_mode" not in lab and "deploy" not in lab
+    assert published_ports(doc) == {8888: "lab"}
+    assert "..:/opt/servelab" in lab["volumes"]
+    assert lab["command"][:2] == ["jupyter", "lab"] and "--ip=0.0.0.0" in lab["command"]
+    # the bundled tritonserver ships for one platform: the image must be that platform everywhere
+    import importlib.metadata as md
+
+    wheel = md.distribution("nvidia-pytriton").read_text("WHEEL") or ""
+    arch = "amd64" if "x86_64" in wheel else "arm64"
+    assert lab["platform"] == f"linux/{arch}"
+    dockerfile = (DOCKER / "Dockerfile.lab").read_text()
+    assert "-r /tmp/requirements.txt" in dockerfile and "COPY requirements.txt" in dockerfile  # the same pins
+    py = re.search(r"^FROM python:(\d+\.\d+)", dockerfile, re.M).group(1)
+    assert py == sysconfig.get_python_version(), "pytriton's backend stubs are per Python version"
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert "docker compose -f docker/compose.lab.yaml up" in readme
 
 
 TRITON_STACKS = ["compose.04-triton.yaml", "compose.06a-all-backends.yaml", "compose.06b-multi-gpu.yaml"]
@@ -138,13 +279,14 @@ def test_triton_stacks(name, gpu_trt_cache_path):
             assert v.endswith(":ro"), "Triton must not write into the staged repository"
 
 
-def test_published_ports_match_the_lab_gpu_target(monkeypatch):
-    """The lab's target=gpu endpoints (servelab.lab.targets) are the ports the stacks publish on the node."""
-    targets = pytest.importorskip("servelab.lab.targets")
-    for var in ("SERVELAB_GPU_HOST", "SERVELAB_GPU_SERVICE_PORT", "SERVELAB_GPU_TRITON_HTTP_PORT",
-                "SERVELAB_GPU_TRITON_GRPC_PORT", "SERVELAB_GPU_TRITON_METRICS_PORT"):
+def test_published_ports_match_the_lab_node_place(monkeypatch):
+    """The lab's place=node endpoints (servelab.lab.places) are the ports the stacks publish on the node."""
+    from servelab.lab import places
+
+    for var in ("SERVELAB_NODE_HOST", "SERVELAB_NODE_SERVICE_PORT", "SERVELAB_NODE_TRITON_HTTP_PORT",
+                "SERVELAB_NODE_TRITON_GRPC_PORT", "SERVELAB_NODE_TRITON_METRICS_PORT"):
         monkeypatch.delenv(var, raising=False)
-    ep = targets.gpu_endpoints()
+    ep = places.node_endpoints()
     assert ep.service_url.endswith(f":{NODE_PORTS['service']}")
     assert ep.triton_http_url.endswith(f":{NODE_PORTS['triton_http']}")
     assert ep.triton_grpc_url.endswith(f":{NODE_PORTS['triton_grpc']}")
@@ -164,10 +306,12 @@ def test_ports_bind_loopback_by_default():
                 assert str(p).startswith("${SERVELAB_BIND:-127.0.0.1}:"), f"{path.name}/{name}: {p}"
 
 
-def test_jupyter_runs_notebooks_with_target_gpu():
+def test_jupyter_runs_notebooks_with_place_node():
     doc = load(DOCKER / "compose.jupyter.yaml", env=ENV)
     lab = doc["services"]["lab"]
-    assert lab["command"][:5] == ["servelab", "lab", "run", "--target", "gpu"]
+    assert lab["command"][:5] == ["servelab", "lab", "run", "--place", "node"]
+    for svc in doc["services"].values():  # a notebook opened in the node's JupyterLab starts at place=node
+        assert svc["environment"]["SERVELAB_PLACE"] == "node"
     assert lab["network_mode"] == "host" and doc["services"]["jupyter"]["network_mode"] == "host"
     assert any("--IdentityProvider.token=test-token" == a for a in doc["services"]["jupyter"]["command"])
     assert "--ip=127.0.0.1" in doc["services"]["jupyter"]["command"]
