@@ -330,9 +330,27 @@ def band(x, metric: str = "throughput_img_s") -> tuple[float, float, float]:
     v = float(get(metric))
     lo_key, hi_key = BANDS.get(metric, (f"{metric}_min", f"{metric}_max"))
     lo, hi = get(lo_key), get(hi_key)
+    windows = WINDOWS.get(metric)
+    if (lo is None or _nan(lo)) and windows and get(windows) is not None:
+        w = [float(t) for t in get(windows) if t is not None]
+        lo, hi = (min(w), max(w)) if len(w) >= 2 else (None, None)
     lo = v if lo is None or _nan(lo) else float(lo)
     hi = v if hi is None or _nan(hi) else float(hi)
     return v, min(lo, v), max(hi, v)
+
+
+WINDOWS = {"throughput_img_s": "window_throughput_img_s", "latency_p50_ms": "window_latency_p50_ms"}
+
+
+def has_band(x, metric: str = "throughput_img_s") -> bool:
+    """Whether a figure carries a spread (two windows or more, a pair range, or an explicit (v, lo, hi))."""
+    if isinstance(x, (tuple, list)):
+        return True
+    lo_key, hi_key = BANDS.get(metric, (f"{metric}_min", f"{metric}_max"))
+    if x.get(lo_key) is not None and not _nan(x.get(lo_key)) and (x.get("repeats") or 2) >= 2:
+        return True
+    w = x.get(WINDOWS.get(metric, "")) if WINDOWS.get(metric) else None
+    return w is not None and not isinstance(w, float) and len([t for t in w if t is not None]) >= 2
 
 
 def _nan(v) -> bool:
@@ -373,11 +391,14 @@ def versus(name_a: str, a, name_b: str, b, *, metric: str = "throughput_img_s", 
     """One sentence comparing two figures of this run, e.g.
     "fastapi reached 21.0 img/s (19.5–22.1), above litserve's 15.2 img/s (14.8–15.9)" — or, when the
     bands overlap, "fastapi (21.0 img/s (19.5–22.1)) and litserve (20.2 img/s (18.8–21.0)) are
-    indistinguishable here: their ranges overlap". Bands: see `band`; an unsettled figure is named."""
+    indistinguishable here: their ranges overlap". Bands: see `band`; a figure without a spread is not ranked;
+    an unsettled figure is named."""
     va, la, ha = band(a, metric)
     vb, lb, hb = band(b, metric)
     fa, fb = _fmt_band(va, la, ha, unit, digits), _fmt_band(vb, lb, hb, unit, digits)
     tail = _unsettled((name_a, a), (name_b, b))
+    if not (has_band(a, metric) and has_band(b, metric)):
+        return f"{name_a} {fa} vs {name_b} {fb}: one window, no spread recorded, so not ranked{tail}"
     if overlap(a, b, metric):
         return f"{name_a} ({fa}) and {name_b} ({fb}) are indistinguishable here: their ranges overlap{tail}"
     return f"{name_a} reached {fa}, {'above' if va > vb else 'below'} {name_b}'s {fb}{tail}"
@@ -407,7 +428,7 @@ def leader(named: dict, *, metric: str = "throughput_img_s", unit: str = "img/s"
         return "nothing measured"
     items.sort(key=lambda kv: band(kv[1], metric)[0], reverse=higher_is_better)
     best_name, best = items[0]
-    ties = [n for n, x in items[1:] if overlap(best, x, metric)]
+    ties = [n for n, x in items[1:] if overlap(best, x, metric) or not (has_band(best, metric) and has_band(x, metric))]
     v, lo, hi = band(best, metric)
     head = f"{best_name} ({_fmt_band(v, lo, hi, unit, digits)})"
     tail = _unsettled(*items)

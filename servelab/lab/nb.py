@@ -190,23 +190,11 @@ class Step:
 
 
 def compare(a: dict, b: dict, name_a: str, name_b: str, unit: str = "img/s") -> str:
-    """One sentence comparing the throughput of two measured points (records or table rows carrying
-    `throughput_img_s` and `window_throughput_img_s`): a ranking only when their window ranges do not
-    overlap, else "indistinguishable here"; a point with a single window has no spread and is not ranked."""
-    def band(r):
-        w = [x for x in (r.get("window_throughput_img_s") or []) if x is not None]
-        return (min(w), max(w)) if len(w) >= 2 else None
+    """One sentence comparing the throughput of two measured points (records or table rows): a ranking only when
+    their window ranges do not overlap, else "indistinguishable here" (servelab.bench.report.versus)."""
+    from servelab.bench.report import versus
 
-    ta, tb = float(a["throughput_img_s"]), float(b["throughput_img_s"])
-    ba, bb = band(a), band(b)
-    figures = f"{name_a} {ta:.1f} vs {name_b} {tb:.1f} {unit}"
-    if ba is None or bb is None:
-        return f"{figures} — one measurement window, no spread recorded, so no ranking"
-    ranges = f"windows {ba[0]:.1f}–{ba[1]:.1f} vs {bb[0]:.1f}–{bb[1]:.1f}"
-    if ba[0] <= bb[1] and bb[0] <= ba[1]:
-        return f"{figures} — indistinguishable here ({ranges} overlap)"
-    hi, lo = (name_a, name_b) if ta > tb else (name_b, name_a)
-    return f"{figures} — {hi} ahead by {max(ta, tb) / min(ta, tb):.2f}× ({ranges}, no overlap)"
+    return versus(name_a, a, name_b, b, unit=unit)
 
 
 def run_checks(*paths: str, timeout: float = 300) -> pd.DataFrame:
