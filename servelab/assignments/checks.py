@@ -19,11 +19,13 @@ import math
 import re
 from typing import Iterable, Mapping
 
+import numpy as np
 import pandas as pd
 
 from servelab.assignments.result import CheckResult, reject, run_check
 
 __all__ = [
+    "outcome", "live_config", "p99_budget", "triton_client_call", "python_backend_execute", "fastapi_route",
     "queue_delay_for_budget", "batching_stanza", "gpu_instance_group", "trt_accelerator_stanza",
     "smallest_payload", "best_choice", "speedup", "difference", "share", "scaling_efficiency", "cost_per_1k_images",
     "threshold_for_precision", "replicas_for_load", "execution_providers", "k8s_probes", "compose_healthcheck",
@@ -99,6 +101,104 @@ def _kind_name(kind: int) -> str:
     return model_config_pb2.ModelInstanceGroup.Kind.Name(kind)
 
 
+# --- measured spread: a difference inside it is no difference ----------------------------------------------------
+
+def measured_bands(table, *, key: str, metric: str = "throughput_img_s", at: Mapping | None = None) -> pd.DataFrame:
+    """Per value of `key`: the mean `metric` and the band [lo, hi] this run measured around it.
+
+    Where the band comes from, best first: the records' per-window throughputs (`window_throughput_img_s`,
+    min–max over every window of every row); `<metric>_lo` / `<metric>_hi` columns; the records' relative
+    window spread (`spread`, (max−min)/mean of the window throughputs) applied to the metric — in a closed
+    loop latency moves with 1/throughput, so the relative spreads match; and always the min–max over repeated
+    rows. A single row without windows has a band of zero width (`source` says so)."""
+    df = _where(_frame(table), at)
+    out = []
+    for k, rows in df.groupby(key, sort=False):
+        vals = pd.to_numeric(rows[metric], errors="coerce").dropna()
+        if vals.empty:
+            continue
+        value, lo, hi, source = float(vals.mean()), float(vals.min()), float(vals.max()), "rows"
+        if metric == "throughput_img_s" and "window_throughput_img_s" in rows:
+            wins = [float(w) for ws in rows["window_throughput_img_s"] if isinstance(ws, (list, tuple)) for w in ws]
+            if len(wins) > 1:
+                lo, hi, source = min(lo, *wins), max(hi, *wins), "windows"
+        if source == "rows" and f"{metric}_lo" in rows and f"{metric}_hi" in rows:
+            lo = min(lo, float(pd.to_numeric(rows[f"{metric}_lo"], errors="coerce").min()))
+            hi = max(hi, float(pd.to_numeric(rows[f"{metric}_hi"], errors="coerce").max()))
+            source = "band columns"
+        if source == "rows" and "spread" in rows:
+            rel = pd.to_numeric(rows["spread"], errors="coerce").dropna()
+            if not rel.empty:
+                half = float(rel.max()) / 2 * value
+                lo, hi, source = min(lo, value - half), max(hi, value + half), "window spread"
+        if source == "rows" and len(vals) == 1:
+            source = "one value (no spread measured)"
+        out.append({key: k, "value": value, "lo": lo, "hi": hi, "source": source})
+    return pd.DataFrame(out).set_index(key) if out else pd.DataFrame(columns=["value", "lo", "hi", "source"])
+
+
+def _verdict(bands: pd.DataFrame, a, b, higher_is_better: bool) -> str:
+    """`a`, `b`, or "tie" when their measured bands overlap."""
+    ra, rb = bands.loc[a], bands.loc[b]
+    if ra["lo"] <= rb["hi"] and rb["lo"] <= ra["hi"]:
+        return TIE
+    return a if (ra["value"] > rb["value"]) == higher_is_better else b
+
+
+TIE = "tie"
+
+
+def outcome(answer, table, *, key: str, a, b, metric: str = "throughput_img_s", higher_is_better: bool = True,
+            at: Mapping | None = None, prediction=None, exercise: str, step=None, strict: bool | None = None) -> CheckResult:
+    """Predict, then measure. answer: fn(bands) -> `a`, `b` or "tie", where bands = measured_bands(table,
+    key=key, metric=metric, at=at) (columns value, lo, hi; one row per `key`), or that value itself.
+
+    Correct: the side whose band lies wholly better than the other's, or "tie" when the two bands overlap (a
+    difference inside the measured spread is no difference). `prediction` — what the student wrote down before
+    the measurement — is not graded: the result says whether it held, and keeps it for the instructor."""
+    bands = measured_bands(table, key=key, metric=metric, at=at)
+    for k in (a, b):
+        if k not in bands.index:
+            raise ValueError(f"no {key}={k} rows with {metric} in the table (has {', '.join(map(str, bands.index))})")
+    bands = bands.loc[[a, b]]
+    expected = _verdict(bands, a, b, higher_is_better)
+    choices = {_norm(a): a, _norm(b): b, TIE: TIE}
+    better = "higher" if higher_is_better else "lower"
+
+    pdetail = _prediction_detail(prediction, expected, choices)
+    hidden = {"prediction": pdetail["prediction"]}  # a failed answer's record names no outcome
+
+    def judge(value):
+        if value is None or _norm(value) not in choices:
+            reject(f"answer with {a!r}, {b!r} or {TIE!r}, got {value!r}", hidden)
+        got = choices[_norm(value)]
+        if got != expected:
+            if expected == TIE:
+                reject("the two measured bands overlap: a difference inside the spread is no difference", hidden)
+            if got == TIE:
+                reject("the two bands do not overlap here: one side is better beyond the measured spread", hidden)
+            reject(f"look at which band is better: for {metric}, {better} is better", hidden)
+        ra, rb = bands.loc[a], bands.loc[b]
+        text = (f"{a}: {metric} {ra['value']:.4g} [{ra['lo']:.4g}–{ra['hi']:.4g}], {b}: {rb['value']:.4g} "
+                f"[{rb['lo']:.4g}–{rb['hi']:.4g}]{_at(at)} → {expected}")
+        return text + _prediction_note(prediction, expected, choices), pdetail
+
+    return run_check("outcome", exercise, answer, (bands,), judge, step, strict)
+
+
+def _prediction_note(prediction, expected, choices) -> str:
+    if prediction is None or _norm(prediction) not in choices:
+        return "; no prediction was written down before the measurement"
+    held = choices[_norm(prediction)] == expected
+    return f"; your prediction ({prediction}) {'held' if held else 'did not hold — explain why in a sentence'}"
+
+
+def _prediction_detail(prediction, expected, choices) -> dict:
+    made = prediction is not None and _norm(prediction) in choices
+    return {"prediction": prediction if made else None, "measured": expected,
+            "prediction_held": (choices[_norm(prediction)] == expected) if made else None}
+
+
 # --- 04 / 05a: dynamic batching ----------------------------------------------------------------------------
 
 def queue_delay_for_budget(answer, grid, budget_ms: float, *, concurrency: int | None = None,
@@ -155,32 +255,35 @@ def batching_stanza(answer, *, max_batch: int, kind: str = "KIND_CPU", count: in
     `kind`, with `count` instances in total when given; a max_batch_size, if written, equal to max_batch."""
 
     def judge(text):
-        cfg = _parse_config(text)
-        if cfg.max_batch_size and cfg.max_batch_size != max_batch:
-            reject(f"max_batch_size {cfg.max_batch_size} differs from this model's {max_batch}; leave it out or match it")
-        if not cfg.HasField("dynamic_batching"):
-            reject("there is no dynamic_batching stanza: without it Triton runs each request on its own")
-        db = cfg.dynamic_batching
-        bad = [s for s in db.preferred_batch_size if not 1 <= s <= max_batch]
-        if bad:
-            reject(f"preferred_batch_size {bad} outside 1..max_batch_size ({max_batch}): Triton refuses the config")
-        if db.max_queue_delay_microseconds <= 0:
-            reject("max_queue_delay_microseconds is 0 or missing: requests would not wait for each other")
-        if max_delay_us is not None and db.max_queue_delay_microseconds != max_delay_us:
-            reject(f"max_queue_delay_microseconds is {db.max_queue_delay_microseconds}; use the delay chosen above")
-        if not cfg.instance_group:
-            reject("there is no instance_group: say where the model runs and how many copies")
-        kinds = {_kind_name(g.kind) for g in cfg.instance_group}
-        if kinds != {kind}:
-            reject(f"instance_group kind {', '.join(sorted(kinds))}: this deployment needs {kind}")
-        total = sum(max(g.count, 1) * (len(g.gpus) if g.gpus else 1) for g in cfg.instance_group)
-        if count is not None and total != count:
-            reject(f"your instance_group gives {total} instance(s); the exercise asks for {count}")
-        pref = ", ".join(map(str, db.preferred_batch_size)) or "none"
-        return (f"valid ModelConfig: dynamic batching (preferred {pref}, delay {db.max_queue_delay_microseconds} µs), "
-                f"{total} × {kind}")
+        return "valid ModelConfig: " + _batching_rules(_parse_config(text), max_batch, kind, count, max_delay_us)
 
     return run_check("batching_stanza", exercise, answer, (max_batch,), judge, step, strict)
+
+
+def _batching_rules(cfg, max_batch: int, kind: str, count: int | None, max_delay_us: int | None) -> str:
+    """The rules of a dynamic_batching + instance_group stanza (rejects with a hint); returns a summary."""
+    if cfg.max_batch_size and cfg.max_batch_size != max_batch:
+        reject(f"max_batch_size {cfg.max_batch_size} differs from this model's {max_batch}; leave it out or match it")
+    if not cfg.HasField("dynamic_batching"):
+        reject("there is no dynamic_batching stanza: without it Triton runs each request on its own")
+    db = cfg.dynamic_batching
+    bad = [s for s in db.preferred_batch_size if not 1 <= s <= max_batch]
+    if bad:
+        reject(f"preferred_batch_size {bad} outside 1..max_batch_size ({max_batch}): Triton refuses the config")
+    if db.max_queue_delay_microseconds <= 0:
+        reject("max_queue_delay_microseconds is 0 or missing: requests would not wait for each other")
+    if max_delay_us is not None and db.max_queue_delay_microseconds != max_delay_us:
+        reject(f"max_queue_delay_microseconds is {db.max_queue_delay_microseconds}; use the delay the exercise asks for")
+    if not cfg.instance_group:
+        reject("there is no instance_group: say where the model runs and how many copies")
+    kinds = {_kind_name(g.kind) for g in cfg.instance_group}
+    if kinds != {kind}:
+        reject(f"instance_group kind {', '.join(sorted(kinds))}: this deployment needs {kind}")
+    total = sum(max(g.count, 1) * (len(g.gpus) if g.gpus else 1) for g in cfg.instance_group)
+    if count is not None and total != count:
+        reject(f"your instance_group gives {total} instance(s); the exercise asks for {count}")
+    pref = ", ".join(map(str, db.preferred_batch_size)) or "none"
+    return f"dynamic batching (preferred {pref}, delay {db.max_queue_delay_microseconds} µs), {total} × {kind}"
 
 
 def gpu_instance_group(answer, *, gpus: Iterable[int], per_gpu: int, exercise: str, step=None,
@@ -304,6 +407,10 @@ def best_choice(answer, table, *, key: str, metric: str, mode: str = "max", at: 
     agg = df.groupby(df[key].map(_norm))[metric].agg(mode)
     best = agg.max() if mode == "max" else agg.min()
     word = "highest" if mode == "max" else "lowest"
+    band = measured_bands(df, key=key, metric=metric)
+    band.index = band.index.map(_norm)
+    top = band.loc[agg.idxmax() if mode == "max" else agg.idxmin()]
+    tied = {k for k, r in band.iterrows() if r["lo"] <= top["hi"] and top["lo"] <= r["hi"]}
 
     def judge(value):
         v = _norm(value)
@@ -315,8 +422,13 @@ def best_choice(answer, table, *, key: str, metric: str, mode: str = "max", at: 
         got = agg[v]
         ok = got >= best * (1 - rel_tol) if mode == "max" else got <= best * (1 + rel_tol)
         where = _at(at)
+        if v in tied and len(tied) > 1:
+            others = len(tied) - 1
+            return (f"{key} {value}: {metric} {got:.4g}{where}, tied with {others} other(s) whose measured band "
+                    f"overlaps the best one: inside the spread, they are equally good in this run")
         if not ok:
-            reject(f"{key} {value} has {metric} {got:.4g}{where}; another {key} in this table has a {word} value")
+            reject(f"{key} {value} has {metric} {got:.4g}{where}; another {key} in this table has a {word} value "
+                   f"clearly outside the measured spread")
         return f"{key} {value}: {metric} {got:.4g}{where}, the {word} in this run"
 
     return run_check("best_choice", exercise, answer, (table,), judge, step, strict)
@@ -654,3 +766,306 @@ def execution_providers(answer, *, want: str, exercise: str, step=None, strict: 
         return f"{' → '.join(names)}"
 
     return run_check("execution_providers", exercise, answer, (want,), judge, step, strict)
+
+
+# --- applied live: the answer goes into the running stack and is measured or called ------------------------------
+
+def _record_row(rec: dict, label: str) -> dict:
+    server = rec.get("server") or {}
+    return {"config": label, "throughput_img_s": rec.get("throughput_img_s"),
+            "window_throughput_img_s": rec.get("window_throughput_img_s"), "latency_p99_ms": rec.get("latency_p99_ms"),
+            "avg_batch": server.get("avg_batch"), "errors": rec.get("errors"), "requests": rec.get("requests")}
+
+
+def _served_ok(rec: dict, what: str) -> None:
+    if rec.get("errors") or not rec.get("requests"):
+        why = (rec.get("error_examples") or ["no request completed"])[0]
+        reject(f"{what}: requests failed ({why})")
+
+
+def live_config(answer, *, run, triton_http_url: str, model: str, max_batch: int, concurrency: int, opts,
+                kind: str = "KIND_CPU", count: int | None = None, max_delay_us: int | None = None,
+                exercise: str, step=None, strict: bool | None = None) -> CheckResult:
+    """answer: config.pbtxt text with `dynamic_batching { … }` and `instance_group [ … ]`, or fn(max_batch) -> text.
+
+    Checked as `batching_stanza` does, then applied live: the running `model` is reloaded with the stanza
+    merged into its config (Triton's repository API: load with a config override), measured with
+    `concurrency` batch-1 clients, and compared with the model's own config measured just before and just
+    after (interleaved, same run); the original config is reloaded whatever happens. Records go to `run`
+    (experiment "<exercise>-config", params.config = "default" | "yours").
+
+    Correct: Triton accepts the stanza, reports its values back, and serves every request with it. The
+    comparison with the default (a tie when the measured bands overlap) is reported and kept in the detail,
+    not graded: a right config can lose on a machine that batch 1 already saturates — explaining that is the
+    lesson."""
+    from servelab.assignments.live import NotApplied, config_applied, measure_triton
+    from servelab.triton.control import _normalise
+
+    experiment = f"{exercise}-config"
+
+    def judge(text):
+        cfg = _parse_config(text)
+        summary = _batching_rules(cfg, max_batch, kind, count, max_delay_us)
+
+        def point(label):
+            return measure_triton(run, experiment, triton_http_url, model, concurrency=concurrency, opts=opts,
+                                  params={"config": label, "exercise": exercise})
+
+        before = point("default")
+        try:
+            with config_applied(triton_http_url, model, cfg) as reported:
+                live = _normalise(reported)
+                got_delay = live.dynamic_batching.max_queue_delay_microseconds
+                if got_delay != cfg.dynamic_batching.max_queue_delay_microseconds:
+                    reject(f"Triton reports a queue delay of {got_delay} µs after loading, not your stanza's")
+                n = sum(max(g.count, 1) for g in live.instance_group)
+                want = sum(max(g.count, 1) for g in cfg.instance_group)
+                if n != want:
+                    reject(f"Triton reports {n} instance(s) after loading, not your stanza's {want}")
+                yours = point("yours")
+        except NotApplied as exc:
+            reject(f"Triton refused to load the stanza: {exc}")
+        after = point("default")
+        _served_ok(yours, "with your stanza")
+        _served_ok(before, "with the default config (before)")
+        rows = pd.DataFrame([_record_row(before, "default"), _record_row(yours, "yours"), _record_row(after, "default")])
+        band = measured_bands(rows, key="config")
+        verdict = _verdict(band, "yours", "default", higher_is_better=True)
+        word = {"yours": "more throughput than", "default": "less throughput than", TIE: "a tie with"}[verdict]
+        y, d = band.loc["yours"], band.loc["default"]
+        p99 = rows.groupby("config")["latency_p99_ms"].mean()
+        batch = rows.groupby("config")["avg_batch"].mean()
+        detail = {"verdict": verdict, "yours_img_s": y["value"], "default_img_s": d["value"],
+                  "yours_band": [y["lo"], y["hi"]], "default_band": [d["lo"], d["hi"]],
+                  "yours_p99_ms": p99.get("yours"), "default_p99_ms": p99.get("default"),
+                  "yours_avg_batch": batch.get("yours"), "default_avg_batch": batch.get("default"), "concurrency": concurrency}
+        return (f"Triton loaded your stanza ({summary}) and served {concurrency} clients with it: "
+                f"{y['value']:.1f} img/s [{y['lo']:.1f}–{y['hi']:.1f}], p99 {p99.get('yours', float('nan')):.0f} ms — "
+                f"{word} the default ({d['value']:.1f} img/s [{d['lo']:.1f}–{d['hi']:.1f}], measured before and after); "
+                f"the default config is back in place"), detail
+
+    return run_check("live_config", exercise, answer, (max_batch,), judge, step, strict)
+
+
+def p99_budget(answer, *, trials, budget_ms: float, exercise: str, step=None, strict: bool | None = None) -> CheckResult:
+    """Open-ended. answer: fn(trials, budget_ms) -> the number of the trial you choose (or the dict that trial
+    returned). `trials` (servelab.assignments.live.Trials) measures one configuration of the running Triton per
+    call — trials(concurrency=…, max_queue_delay_us=…, instances=…, preferred_batch_size=…) — and records it.
+
+    Graded from the run's records (records.jsonl), not from numbers the function returns. Correct: the chosen
+    trial served every request with p99 ≤ `budget_ms`; no other trial of yours met the budget with throughput
+    clearly above it (bands overlapping = a tie); and it is not clearly below the one-client baseline the
+    check measures first. The score (the chosen trial's img/s) is kept in the detail for the grade sheet."""
+    from servelab.bench.records import load_records
+
+    baseline = trials.baseline()
+
+    def judge(value):
+        chosen = value.get("trial") if isinstance(value, Mapping) else value
+        if isinstance(chosen, bool) or not isinstance(chosen, (int, float)) or chosen != int(chosen):
+            reject(f"return the number of the trial you choose (trials() returns it as 'trial'), got {value!r}")
+        recs = [r for r in load_records(trials.run.dir) if r.get("experiment") == trials.experiment]
+        mine = {r["params"]["trial"]: r for r in recs if isinstance((r.get("params") or {}).get("trial"), int)}
+        if int(chosen) not in mine:
+            reject(f"trial {chosen} is not in this run's records: choose one of the trials you measured")
+        rec = mine[int(chosen)]
+        _served_ok(rec, f"trial {chosen}")
+        p99 = rec["latency_p99_ms"]
+        if p99 is None or p99 > budget_ms:
+            reject(f"trial {chosen} had p99 {p99:.0f} ms, over the {budget_ms:.0f} ms budget")
+        ok = {k: r for k, r in mine.items()
+              if not r.get("errors") and r.get("requests") and (r.get("latency_p99_ms") or 1e18) <= budget_ms}
+        rows = pd.DataFrame([_record_row(r, k) for k, r in ok.items()] + [_record_row(baseline, "baseline")])
+        band = measured_bands(rows, key="config")
+        me = band.loc[int(chosen)]
+        better = [k for k in ok if k != int(chosen) and band.loc[k]["lo"] > me["hi"]]
+        if better:
+            reject(f"trial {chosen} meets the budget, but another of your trials also met it with throughput "
+                   f"clearly above it (beyond the measured spread)")
+        base = band.loc["baseline"]
+        if me["hi"] < base["lo"]:
+            reject(f"trial {chosen} gives less throughput than one client with the default config "
+                   f"({base['value']:.1f} img/s) — more clients or batching should not be worse")
+        detail = {"score_img_s": me["value"], "p99_ms": p99, "budget_ms": budget_ms, "trial": int(chosen),
+                  "settings": rec["params"].get("settings"), "trials": len(mine), "baseline_img_s": base["value"]}
+        return (f"trial {chosen} ({rec['params'].get('settings')}): {me['value']:.1f} img/s "
+                f"[{me['lo']:.1f}–{me['hi']:.1f}] at p99 {p99:.0f} ms ≤ {budget_ms:.0f} ms; one client, default "
+                f"config: {base['value']:.1f} img/s; {len(mine)} trial(s) measured"), detail
+
+    return run_check("p99_budget", exercise, answer, (trials, budget_ms), judge, step, strict)
+
+
+def triton_client_call(answer, *, triton_http_url: str, model: str, batch: int = 2, exercise: str, step=None,
+                       strict: bool | None = None) -> CheckResult:
+    """answer: fn(url, model, pixels) -> embeddings, written with `tritonclient.http` by hand: an
+    InferenceServerClient for `url` (host:port, no scheme), an InferInput for `pixel_values`, its data set with
+    set_data_from_numpy (binary), an InferRequestedOutput for `embedding`, infer, as_numpy.
+
+    Checked by running it against the running Triton with `batch` preprocessed images: the result must be a
+    float32 array of shape (batch, 512) matching, row by row, what servelab's own Triton client gets for the
+    same tensor."""
+    from servelab.client import InferenceClient
+
+    try:
+        from servelab.bench.inputs import sample_tensor
+    except ImportError:  # the bench before its inputs module
+        from servelab.bench.experiments import sample_tensor
+
+    pixels = sample_tensor(batch, seed=7)
+    host = triton_http_url.split("://", 1)[-1].rstrip("/")
+    with InferenceClient(mode="remote", backend="triton-http", url=triton_http_url, payload="tensor", model=model) as c:
+        expected = np.asarray(c.embed_tensor(pixels), dtype=np.float32)
+
+    def judge(value):
+        if value is None:
+            reject("the function returned None: return the `embedding` output as a numpy array")
+        got = np.asarray(value)
+        if got.shape != expected.shape:
+            if got.shape == expected.shape[1:]:
+                reject(f"got one vector of shape {got.shape}: return one embedding per image in the batch")
+            reject(f"got shape {got.shape}; the batch had {batch} images and each embedding has {expected.shape[1]} values")
+        if got.dtype != np.float32:
+            reject(f"got dtype {got.dtype}: the model's output is FP32; as_numpy returns it as it is")
+        cos = (got * expected).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(expected, axis=1) + 1e-12)
+        if cos.min() < 0.999:
+            reject(f"row {int(cos.argmin())} differs from what Triton returns for that image: send the tensor as "
+                   f"it is (no reshaping or transposing) and read the `embedding` output")
+        return f"{batch} embeddings of {expected.shape[1]} values from {model}, matching servelab's client (min cosine {cos.min():.6f})"
+
+    return run_check("triton_client_call", exercise, answer, (host, model, pixels), judge, step, strict)
+
+
+L2NORM_CONFIG = """name: "{name}"
+backend: "python"
+max_batch_size: 8
+input [ {{ name: "embedding", data_type: TYPE_FP32, dims: [ 512 ] }} ]
+output [ {{ name: "unit_embedding", data_type: TYPE_FP32, dims: [ 512 ] }} ]
+dynamic_batching {{ max_queue_delay_microseconds: 200000 }}
+instance_group [ {{ kind: KIND_CPU, count: 1 }} ]
+"""
+
+
+def python_backend_execute(answer, *, triton_http_url: str, repository, exercise: str, step=None,
+                           strict: bool | None = None) -> CheckResult:
+    """answer: the function `execute(self, requests)` of a python-backend TritonPythonModel that L2-normalises
+    each request's `embedding` rows ([n, 512] FP32) into `unit_embedding`, returning one InferenceResponse per
+    request, in order (the module gives it `np` and `pb_utils`).
+
+    Checked by running it: the function's source becomes model.py of a model staged in `repository` next to the
+    lab's models (config: max_batch_size 8, dynamic batching with a 200 ms queue delay), Triton loads it, six
+    concurrent requests of 1–3 rows each arrive together (so `execute` gets several requests at once), and each
+    response must hold its own request's rows, normalised. The model is unloaded and removed afterwards."""
+    from servelab.assignments.live import NotApplied, model_py, python_model
+
+    name = "exercise_" + re.sub(r"\W", "_", str(exercise)) + "_l2norm"
+
+    def source():
+        text = model_py(answer)
+        if re.search(r"raise NotImplementedError\(\s*[\"']exercise", text):  # the student stub: nothing to stage yet
+            raise NotImplementedError(f"exercise {exercise}: execute still raises NotImplementedError")
+        return text
+
+    def judge(text):
+        import tritonclient.http as httpclient
+        from tritonclient.utils import InferenceServerException
+
+        rng = np.random.default_rng(3)
+        batches = [rng.normal(size=(1 + i % 3, 512)).astype(np.float32) for i in range(6)]
+        host = triton_http_url.split("://", 1)[-1].rstrip("/")
+        try:
+            with python_model(repository, triton_http_url, name, L2NORM_CONFIG.format(name=name), text):
+                client = httpclient.InferenceServerClient(host, concurrency=len(batches), network_timeout=60)
+                pending = []
+                for x in batches:
+                    inp = httpclient.InferInput("embedding", list(x.shape), "FP32")
+                    inp.set_data_from_numpy(x)
+                    pending.append(client.async_infer(name, [inp], outputs=[httpclient.InferRequestedOutput("unit_embedding")]))
+                outs, failures = [], []
+                for p in pending:
+                    try:
+                        outs.append(p.get_result().as_numpy("unit_embedding"))
+                    except InferenceServerException as exc:
+                        outs.append(None)
+                        failures.append(str(exc))
+                client.close()
+        except NotApplied as exc:
+            reject(f"Triton could not load a model with your execute: {exc}")
+        if any("NotImplementedError" in f for f in failures):
+            raise NotImplementedError(f"exercise {exercise}: execute still raises NotImplementedError")
+        if failures:
+            first = failures[0].splitlines()[0][:300]
+            if "response" in first.lower() and ("count" in first.lower() or "number" in first.lower()):
+                reject(f"Triton got the wrong number of responses ({first}): return one response per request")
+            reject(f"{len(failures)} of {len(batches)} requests failed: {first}")
+        for i, (x, y) in enumerate(zip(batches, outs)):
+            if y is None or y.shape != x.shape:
+                reject(f"request {i} sent {x.shape[0]} row(s) and got back shape {None if y is None else y.shape}: "
+                       f"each response must carry its own request's rows")
+            want = x / np.linalg.norm(x, axis=1, keepdims=True)
+            if not np.allclose(y, want, atol=1e-4):
+                if np.allclose(np.linalg.norm(y, axis=1), 1, atol=1e-3):
+                    reject(f"request {i} got unit vectors, but not its own rows normalised: keep requests and responses in order")
+                reject(f"request {i}: the rows are not the input divided by its L2 norm (norm per row, not per tensor)")
+        return f"Triton ran your execute: {len(batches)} concurrent requests, each answered with its own rows normalised"
+
+    return run_check("python_backend_execute", exercise, source, (), judge, step, strict)
+
+
+def fastapi_route(answer, *, embed_images, photo: bytes, exercise: str, step=None, strict: bool | None = None) -> CheckResult:
+    """answer: fn(app, embed_images) that adds `POST /embed-one` to the FastAPI `app`: the request body is one
+    image's bytes (Content-Type image/jpeg or image/png); the reply is JSON {"embedding": [512 floats],
+    "dim": 512}; a body that is not an image gets a 4xx with a JSON body saying what is wrong, never a 500.
+    `embed_images(list_of_bytes)` returns an [n, 512] array (and raises on bytes that are not an image).
+
+    Checked by running it: the app is served by uvicorn on a free loopback port and called over HTTP with a
+    JPEG, with bytes that are not an image, and with an empty body."""
+    import httpx
+    from fastapi import FastAPI
+
+    from servelab.assignments.live import NotApplied, served_app
+
+    app = FastAPI()
+    expected = np.asarray(embed_images([photo]))[0]
+
+    def judge(_):
+        def post(http, body: bytes):
+            try:
+                return http.post("/embed-one", content=body, headers={"content-type": "image/jpeg"})
+            except httpx.TransportError as exc:  # the app crashed before answering: as bad as a 500
+                return httpx.Response(599, text=f"no response: {type(exc).__name__}")
+
+        try:
+            with served_app(app) as base, httpx.Client(base_url=base, timeout=60) as http:
+                ok, bad, empty = post(http, photo), post(http, b"these bytes are not an image"), post(http, b"")
+        except NotApplied as exc:
+            reject(str(exc))
+        if ok.status_code in (404, 405):
+            reject(f"POST /embed-one answered {ok.status_code}: register the route with @app.post on that path")
+        if ok.status_code != 200:
+            reject(f"a valid JPEG got HTTP {ok.status_code}: {ok.text[:200]}")
+        try:
+            body = ok.json()
+        except ValueError:
+            reject("the reply to a valid JPEG is not JSON")
+        vec = np.asarray(body.get("embedding") if isinstance(body, dict) else None, dtype=np.float64)
+        if vec.shape != expected.shape:
+            reject(f"`embedding` should be a list of {expected.shape[0]} numbers, got shape {vec.shape}")
+        if isinstance(body, dict) and body.get("dim") != expected.shape[0]:
+            reject("`dim` should give the embedding's length")
+        cos = float(vec @ expected / (np.linalg.norm(vec) * np.linalg.norm(expected) + 1e-12))
+        if cos < 0.999:
+            reject("the embedding is not the image's: pass the request body's bytes to embed_images as they are")
+        for what, r in (("bytes that are not an image", bad), ("an empty body", empty)):
+            if r.status_code >= 500:
+                reject(f"{what} made the route fail (HTTP {r.status_code}, a 5xx or no answer): catch the error and "
+                       f"answer 4xx with JSON")
+            if not 400 <= r.status_code < 500:
+                reject(f"{what} got HTTP {r.status_code}: a bad upload is the client's fault (4xx)")
+            try:
+                r.json()
+            except ValueError:
+                reject(f"the reply to {what} is not JSON: say what is wrong in a JSON body")
+        return (f"POST /embed-one served by uvicorn: 200 with the image's embedding (cosine {cos:.6f}), "
+                f"{bad.status_code} for bytes that are not an image, {empty.status_code} for an empty body")
+
+    return run_check("fastapi_route", exercise, answer, (app, embed_images), judge, step, strict)

@@ -60,9 +60,14 @@ class CheckResult:
 class _Rejected(Exception):
     """Internal: the answer is wrong; the message is the hint shown to the student."""
 
+    def __init__(self, hint: str, detail: dict | None = None):
+        super().__init__(hint)
+        self.detail = detail or {}
 
-def reject(hint: str) -> None:
-    raise _Rejected(hint)
+
+def reject(hint: str, detail: dict | None = None) -> None:
+    """Fail the check with `hint`; `detail` (numbers the grader keeps, never shown as the answer) is recorded."""
+    raise _Rejected(hint, detail)
 
 
 def evaluate(answer: Any, args: tuple) -> tuple[Any, CheckResult | None]:
@@ -125,16 +130,21 @@ def record(result: CheckResult, out_dir: str | Path) -> Path:
 
 def run_check(name: str, exercise: str, answer: Any, args: tuple, judge: Callable[[Any], str],
               step=None, strict: bool | None = None) -> CheckResult:
-    """Evaluate the answer, judge it (judge returns the PASS message or calls `reject(hint)`), show, record,
-    and raise ExerciseFailed only in strict mode."""
+    """Evaluate the answer, judge it (judge returns the PASS message, or (message, detail), or calls
+    `reject(hint)`), show, record, and raise ExerciseFailed only in strict mode."""
     value, early = evaluate(answer, args)
     if early is not None:
         result = early
     else:
         try:
-            result = CheckResult("", PASS, judge(value))
+            said = judge(value)
+            message, detail = said if isinstance(said, tuple) else (said, {})
+            result = CheckResult("", PASS, message, detail=dict(detail))
         except _Rejected as exc:
-            result = CheckResult("", FAIL, str(exc))
+            result = CheckResult("", FAIL, str(exc), detail=dict(exc.detail))
+        except NotImplementedError as exc:  # code run by the check (a served route, a staged model) is a stub
+            text = str(exc) or "the exercise code still raises NotImplementedError"
+            result = CheckResult("", NOT_IMPLEMENTED, f"not done yet ({text}); replace the `raise` with your code")
     result.exercise, result.check = str(exercise), name
     if step is not None:
         result.notebook = str(getattr(step, "id", None) or "") or None

@@ -360,3 +360,66 @@ def test_compose_healthcheck():
     ]:
         r = checks.compose_healthcheck(wrong, cold_start_s=30.0, exercise="t")
         assert r.status == FAIL and why in r.message, r.message
+
+
+# --- measured spread: ties -----------------------------------------------------------------------------------
+
+def _windows(name, values, **kw):
+    return {"target": name, "throughput_img_s": sum(values) / len(values), "window_throughput_img_s": values, **kw}
+
+
+CLOSE = pd.DataFrame([_windows("fastapi", [20.0, 23.0, 21.0]), _windows("triton-http", [22.0, 24.0, 23.5])])
+APART = pd.DataFrame([_windows("fastapi", [20.0, 21.0, 20.5]), _windows("triton-http", [26.0, 27.0, 26.5])])
+
+
+def test_measured_bands_from_windows_spread_and_rows():
+    b = checks.measured_bands(CLOSE, key="target")
+    assert (b.loc["fastapi", "lo"], b.loc["fastapi", "hi"]) == (20.0, 23.0) and b.loc["fastapi", "source"] == "windows"
+    lat = pd.DataFrame({"protocol": ["http", "grpc"], "latency_p99_ms": [100.0, 90.0], "spread": [0.2, 0.1]})
+    b = checks.measured_bands(lat, key="protocol", metric="latency_p99_ms")
+    assert b.loc["http", "lo"] == pytest.approx(90.0) and b.loc["http", "hi"] == pytest.approx(110.0)
+    one = checks.measured_bands(pd.DataFrame({"k": ["a"], "throughput_img_s": [5.0]}), key="k")
+    assert one.loc["a", "lo"] == one.loc["a", "hi"] == 5.0 and "no spread" in one.loc["a", "source"]
+
+
+def test_best_choice_treats_overlapping_bands_as_ties():
+    kw = dict(key="target", metric="throughput_img_s", exercise="t")
+    assert checks.best_choice("fastapi", CLOSE, **kw).passed  # lower mean, but inside triton's band
+    assert "tied" in checks.best_choice("fastapi", CLOSE, **kw).message
+    r = checks.best_choice("fastapi", APART, **kw)
+    assert r.status == FAIL and "outside the measured spread" in r.message
+    assert checks.best_choice("triton-http", APART, **kw).passed
+
+
+def reading(bands):
+    a, b = bands.index
+    if bands.loc[a, "lo"] <= bands.loc[b, "hi"] and bands.loc[b, "lo"] <= bands.loc[a, "hi"]:
+        return "tie"
+    return bands["value"].idxmax()
+
+
+@pytest.mark.parametrize("table, right, wrong", [
+    (CLOSE, "tie", ["triton-http", "fastapi"]),
+    (APART, "triton-http", ["tie", "fastapi", "litserve"]),
+])
+def test_outcome_is_graded_against_the_bands(table, right, wrong):
+    kw = dict(key="target", a="fastapi", b="triton-http", exercise="t")
+    assert checks.outcome(reading, table, **kw).passed
+    assert checks.outcome(right, table, **kw).passed
+    for w in wrong:
+        r = checks.outcome(w, table, **kw)
+        assert r.status == FAIL
+        assert w == "litserve" or right not in r.message  # the hint never names the outcome
+        assert "measured" not in r.detail  # a failed answer's record does not give the outcome away
+
+
+def test_outcome_lower_is_better_and_the_prediction_is_reported_not_graded():
+    lat = pd.DataFrame({"protocol": ["http", "grpc"], "latency_p99_ms": [100.0, 60.0], "spread": [0.05, 0.05]})
+    kw = dict(key="protocol", a="http", b="grpc", metric="latency_p99_ms", higher_is_better=False, exercise="t")
+    r = checks.outcome("grpc", lat, prediction="tie", **kw)
+    assert r.passed and "did not hold" in r.message
+    assert r.detail == {"prediction": "tie", "measured": "grpc", "prediction_held": False}
+    r = checks.outcome("grpc", lat, prediction="grpc", **kw)
+    assert r.passed and r.detail["prediction_held"] is True
+    assert "no prediction" in checks.outcome("grpc", lat, **kw).message
+    assert checks.outcome("http", lat, **kw).status == FAIL

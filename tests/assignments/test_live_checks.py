@@ -1,0 +1,202 @@
+"""The checks that put an answer into service, against a real embedded tritonserver and a real uvicorn: each
+accepts a working answer and rejects plausible wrong ones, and the lab's model config is back afterwards."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from fastapi import HTTPException, Request  # module level: routes' annotations are strings here (__future__)
+
+from servelab.assignments import checks
+from servelab.assignments.live import Trials
+from servelab.assignments.result import FAIL, NOT_IMPLEMENTED, PASS, STRICT_ENV
+from servelab.bench.experiments import LoadOpts
+from servelab.bench.records import Run, load_records
+from servelab.triton.control import get_config
+from servelab.triton.models import CPU_ENCODER
+from servelab.triton.repository import stage
+from servelab.triton.server import EmbeddedTriton
+
+pytestmark = pytest.mark.triton
+
+OPTS = LoadOpts.smoke() if hasattr(LoadOpts, "smoke") else LoadOpts.quick(progress=False)
+
+
+@pytest.fixture(autouse=True)
+def _not_strict(monkeypatch):
+    monkeypatch.delenv(STRICT_ENV, raising=False)
+
+
+@pytest.fixture(scope="module")
+def triton(onnx_meta, settings, tmp_path_factory):
+    repo = tmp_path_factory.mktemp("assignments-triton") / "models"
+    stage("cpu", repo, instances=1, max_delay_us=2000, settings=settings)
+    log = repo.parent / "tritonserver.log"
+    with EmbeddedTriton(repo, log_path=log, models=[CPU_ENCODER], startup_timeout=240) as srv:
+        yield srv
+
+
+@pytest.fixture
+def run(tmp_path):
+    return Run(run_id="assignments", root=tmp_path)
+
+
+def _config(srv):
+    cfg = get_config(srv.http_url, CPU_ENCODER)
+    return cfg["dynamic_batching"]["max_queue_delay_microseconds"], [g["count"] for g in cfg["instance_group"]]
+
+
+def live(answer, srv, run, **kw):
+    return checks.live_config(answer, run=run, triton_http_url=srv.http_url, model=CPU_ENCODER, max_batch=32,
+                              concurrency=2, opts=OPTS, count=2, max_delay_us=3000, exercise="t.live", **kw)
+
+
+def test_live_config_applies_measures_and_restores(triton, run):
+    before = _config(triton)
+    r = live("dynamic_batching { max_queue_delay_microseconds: 3000 }\ninstance_group [ { kind: KIND_CPU count: 2 } ]",
+             triton, run)
+    assert r.status == PASS, r.message
+    assert r.detail["verdict"] in ("yours", "default", "tie") and r.detail["yours_img_s"] > 0
+    labels = [rec["params"]["config"] for rec in load_records(run.dir) if rec["experiment"] == "t.live-config"]
+    assert labels == ["default", "yours", "default"]  # interleaved: default before and after
+    assert _config(triton) == before
+
+
+@pytest.mark.parametrize("wrong, why", [
+    ("instance_group [ { kind: KIND_CPU count: 2 } ]", "no dynamic_batching"),
+    ("dynamic_batching { max_queue_delay_microseconds: 3000 }\ninstance_group [ { kind: KIND_CPU count: 1 } ]", "asks for 2"),
+    ("dynamic_batching { max_queue_delay_microseconds: 3000 preferred_batch_size: [ 64 ] }\n"
+     "instance_group [ { kind: KIND_CPU count: 2 } ]", "outside"),
+    ("dynamic_batching { max_queue_delay: 3000 }", "would not load"),
+])
+def test_live_config_rejects_before_touching_the_server(triton, run, wrong, why):
+    r = live(wrong, triton, run)
+    assert r.status == FAIL and why in r.message, r.message
+    assert not (run.dir / "records.jsonl").exists()
+
+
+def test_p99_budget_graded_from_records(triton, run):
+    trials = Trials(run, triton.http_url, CPU_ENCODER, OPTS, "t-p99")
+
+    def explore(trials, budget_ms):
+        results = [trials(concurrency=1), trials(concurrency=2, max_queue_delay_us=1000)]
+        within = [t for t in results if t["latency_p99_ms"] <= budget_ms and not t["errors"]]
+        return max(within, key=lambda t: t["throughput_img_s"])["trial"]
+
+    r = checks.p99_budget(explore, trials=trials, budget_ms=60_000, exercise="t.p99")
+    assert r.status == PASS, r.message
+    assert r.detail["score_img_s"] > 0 and r.detail["trials"] == 2
+    # a budget nothing meets; a trial that does not exist; a made-up number instead of a trial
+    assert checks.p99_budget(1, trials=trials, budget_ms=0.001, exercise="t").status == FAIL
+    r = checks.p99_budget(99, trials=trials, budget_ms=60_000, exercise="t")
+    assert r.status == FAIL and "not in this run's records" in r.message
+    assert checks.p99_budget(12.5, trials=trials, budget_ms=60_000, exercise="t").status == FAIL
+    assert _config(triton)[1] == [1]
+
+
+def test_p99_budget_rejects_a_clearly_worse_trial(run, triton):
+    trials = Trials(run, triton.http_url, CPU_ENCODER, OPTS, "t-p99b")
+    recs = []
+    trials.baseline()
+    for rate in (10.0, 100.0):  # two trials with made-up, well separated windows, written as records
+        recs.append(run.record("t-p99b", kind="load", target="triton-http", throughput_img_s=rate,
+                               window_throughput_img_s=[rate * 0.95, rate * 1.05], latency_p99_ms=50.0, requests=10,
+                               errors=0, params={"trial": len(recs) + 1, "settings": {}}))
+    r = checks.p99_budget(1, trials=trials, budget_ms=1000, exercise="t")
+    assert r.status == FAIL and "clearly above" in r.message
+    assert checks.p99_budget(2, trials=trials, budget_ms=1000, exercise="t").status == PASS
+
+
+def client_call(url, model, pixels):
+    import tritonclient.http as httpclient
+
+    client = httpclient.InferenceServerClient(url)
+    inp = httpclient.InferInput("pixel_values", list(pixels.shape), "FP32")
+    inp.set_data_from_numpy(pixels, binary_data=True)
+    out = httpclient.InferRequestedOutput("embedding", binary_data=True)
+    return client.infer(model, [inp], outputs=[out]).as_numpy("embedding")
+
+
+def test_triton_client_call(triton):
+    kw = dict(triton_http_url=triton.http_url, model=CPU_ENCODER, exercise="t")
+    assert checks.triton_client_call(client_call, **kw).status == PASS
+    assert checks.triton_client_call(lambda u, m, p: client_call(u, m, p)[0], **kw).status == FAIL  # one vector
+    r = checks.triton_client_call(lambda u, m, p: client_call(u, m, p[:, :, ::-1].copy()), **kw)  # flipped image
+    assert r.status == FAIL and "differs" in r.message
+    r = checks.triton_client_call(lambda u, m, p: client_call("http://" + u, m, p), **kw)  # scheme in the URL
+    assert r.status == "error"
+
+
+def execute(self, requests):
+    responses = []
+    for request in requests:
+        x = pb_utils.get_input_tensor_by_name(request, "embedding").as_numpy()  # noqa: F821 (model.py has it)
+        y = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+        responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("unit_embedding", y)]))  # noqa: F821
+    return responses
+
+
+def execute_one_response(self, requests):
+    x = np.concatenate([pb_utils.get_input_tensor_by_name(r, "embedding").as_numpy() for r in requests])  # noqa: F821
+    y = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    return [pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("unit_embedding", y)])]  # noqa: F821
+
+
+def execute_norm_per_tensor(self, requests):
+    responses = []
+    for request in requests:
+        x = pb_utils.get_input_tensor_by_name(request, "embedding").as_numpy()  # noqa: F821
+        y = (x / np.linalg.norm(x)).astype(np.float32)
+        responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("unit_embedding", y)]))  # noqa: F821
+    return responses
+
+
+def execute_stub(self, requests):
+    raise NotImplementedError("exercise t: write execute")
+
+
+def test_python_backend_execute(triton):
+    kw = dict(triton_http_url=triton.http_url, repository=triton.repository, exercise="t.py")
+    r = checks.python_backend_execute(execute, **kw)
+    assert r.status == PASS, r.message
+    assert not (triton.repository / "exercise_t_py_l2norm").exists()  # staged, loaded, then removed
+    assert checks.python_backend_execute(execute_one_response, **kw).status == FAIL
+    r = checks.python_backend_execute(execute_norm_per_tensor, **kw)
+    assert r.status == FAIL and "per row" in r.message
+    assert checks.python_backend_execute(execute_stub, **kw).status == NOT_IMPLEMENTED
+
+
+def add_route(app, embed_images):
+    @app.post("/embed-one")
+    async def embed_one(request: Request):
+        body = await request.body()
+        try:
+            vec = embed_images([body])[0]
+        except Exception as exc:
+            raise HTTPException(status_code=400, detail=f"not an image: {exc}") from None
+        return {"embedding": [float(v) for v in vec], "dim": len(vec)}
+
+
+def add_route_500(app, embed_images):
+    @app.post("/embed-one")
+    async def embed_one(request: Request):
+        return {"embedding": list(map(float, embed_images([await request.body()])[0])), "dim": 512}
+
+
+def add_route_wrong_path(app, embed_images):
+    @app.post("/embed")
+    def embed_one():
+        return {}
+
+
+def test_fastapi_route(photos, onnx_meta):
+    from servelab.client import InferenceClient
+
+    with InferenceClient(mode="local") as local:
+        kw = dict(embed_images=local.embed_images, photo=photos[0], exercise="t")
+        r = checks.fastapi_route(add_route, **kw)
+        assert r.status == PASS, r.message
+        r = checks.fastapi_route(add_route_500, **kw)
+        assert r.status == FAIL and "500" in r.message, r.message
+        r = checks.fastapi_route(add_route_wrong_path, **kw)
+        assert r.status == FAIL and "/embed-one" in r.message
