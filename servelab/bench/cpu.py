@@ -12,9 +12,11 @@ measured windows, in percent of one core:
     link_cpu_pct            the link relay process (when a shaped link is used)
     cpu_cores               cores this process may run on; cpu_pinning: which placement was used
 
-`pinned(server_pid, ...)` pins this process to some cores and the server to the others where the OS allows
+`pinned(server_pids, ...)` pins this process to some cores and the servers to the others where the OS allows
 (Linux `sched_setaffinity`, every thread of each process), restoring the old masks afterwards; it says what
-it did or why it could not.
+it did or why it could not. Processes started inside the block inherit the client's cores (a notebook's
+kernel started by the lab runner: wanted; a server a notebook starts itself: it shares the client's cores),
+and see the placement in SERVELAB_CPU_PINNING, which the meter reports.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import psutil
 
 LOAD_THREAD_PREFIXES = ("load", "open")  # the names loadgen gives its worker threads
 NOT_PINNED = "not pinned (client and server share every core)"
+PINNING_ENV = "SERVELAB_CPU_PINNING"
 
 
 def _cpu_s(proc: psutil.Process | None) -> float | None:
@@ -94,8 +97,8 @@ _pinning = threading.local()
 
 
 def current_pinning() -> str:
-    """What `pinned` set up in this thread's measurement (or that nothing is pinned)."""
-    return getattr(_pinning, "text", NOT_PINNED)
+    """What `pinned` set up for this thread, or for the process that started this one (or that nothing is)."""
+    return getattr(_pinning, "text", None) or os.environ.get(PINNING_ENV) or NOT_PINNED
 
 
 def _affinity(pid: int) -> set[int]:
@@ -130,11 +133,17 @@ def _restore(old: dict[int, set[int]]) -> None:
             pass
 
 
-def plan_cores(server_pid: int | None, client_cores: int | None = None) -> tuple[set[int], set[int]] | str:
+def _pids(server_pids) -> list[int]:
+    items = server_pids if isinstance(server_pids, (list, tuple, set)) else [server_pids]
+    return [int(p) for p in items if p]
+
+
+def plan_cores(server_pids, client_cores: int | None = None) -> tuple[set[int], set[int]] | str:
     """(client cores, server cores) splitting the cores this process may use, or why pinning is not possible."""
     if not hasattr(os, "sched_setaffinity"):
         return "not pinned: this OS has no sched_setaffinity"
-    if not server_pid or not psutil.pid_exists(server_pid):
+    pids = _pids(server_pids)
+    if not pids or not all(psutil.pid_exists(p) for p in pids):
         return "not pinned: the server's process is not on this machine"
     cores = sorted(_affinity(0))
     if len(cores) < 2:
@@ -145,32 +154,34 @@ def plan_cores(server_pid: int | None, client_cores: int | None = None) -> tuple
 
 
 @contextlib.contextmanager
-def pinned(server_pid: int | None, client_cores: int | None = None, enabled: bool = True) -> Iterator[str]:
-    """Pin this process (the client) and the server to separate cores for the block; yields what was done.
-
-    `client_cores`: how many cores the client gets (default a quarter, at least one); the server gets the rest.
-    With `enabled=False` (or where pinning is impossible) nothing changes and the text says so.
+def pinned(server_pids, client_cores: int | None = None, enabled: bool = True) -> Iterator[str]:
+    """Pin this process (the client) and the server process(es) to separate cores for the block; yields what
+    was done. `client_cores`: how many cores the client gets (default a quarter, at least one); the servers
+    share the rest. With `enabled=False` (or where pinning is impossible) nothing changes and the text says so.
     """
-    plan = plan_cores(server_pid, client_cores) if enabled else NOT_PINNED
+    plan = plan_cores(server_pids, client_cores) if enabled else NOT_PINNED
+    old: dict[int, set[int]] = {}
     if isinstance(plan, str):
-        _pinning.text = plan
+        text = plan
+    else:
+        client, server = plan
         try:
-            yield plan
-        finally:
-            _pinning.text = NOT_PINNED
-        return
-    client, server = plan
-    old = _set(os.getpid(), client)
-    try:
-        old_server = _set(server_pid, server)
-    except Exception:
-        _restore(old)
-        raise
-    text = f"client on core(s) {','.join(map(str, sorted(client)))}, server on {','.join(map(str, sorted(server)))}"
+            old.update(_set(os.getpid(), client))
+            for pid in _pids(server_pids):
+                old.update(_set(pid, server))
+        except Exception:
+            _restore(old)
+            raise
+        text = f"client on core(s) {','.join(map(str, sorted(client)))}, server on {','.join(map(str, sorted(server)))}"
+    before_env = os.environ.get(PINNING_ENV)
     _pinning.text = text
+    os.environ[PINNING_ENV] = text
     try:
         yield text
     finally:
-        _pinning.text = NOT_PINNED
-        _restore(old_server)
+        _pinning.text = None
+        if before_env is None:
+            os.environ.pop(PINNING_ENV, None)
+        else:
+            os.environ[PINNING_ENV] = before_env
         _restore(old)
