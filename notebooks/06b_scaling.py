@@ -73,11 +73,11 @@ opts = step.opts(duration_s, warmup_s, repeats, requests)
 triton = attach("triton-http", triton_http_url, payload="tensor", model=triton_model, pid=triton_pid or None)
 
 # %% [markdown]
+# ## Instance count × concurrency
+# Triton reloads the model with each count (repository API, no restart); the original count is restored.
 #
 # **Predict first.** Using the arithmetic above: at the highest concurrency, what throughput will two
 # instances reach relative to one — about 2×, about 1×, or less than 1×? And what will happen to p50?
-# ## Instance count × concurrency
-# Triton reloads the model with each count (repository API, no restart); the original count is restored.
 
 # %%
 original = int(get_config(triton_http_url, triton_model)["instance_group"][0]["count"])
@@ -90,6 +90,8 @@ try:
 finally:
     reconfigure(triton_http_url, triton_model, instances=original)
 points = step.frame(recs, "params.instances", "concurrency", "throughput_img_s", "latency_p50_ms", "latency_p99_ms",
+                    "server.avg_batch", "memory.rss_mb").rename(columns={"params.instances": "instances"})
+
 # %%
 from servelab.bench.report import versus
 
@@ -102,8 +104,6 @@ step.answer(f"At concurrency {top_c}: {n_lo} instance(s) {busy[n_lo]['throughput
             f"{busy[n_hi]['latency_p50_ms']:.0f} ms — " + versus(f"{n_hi} instances", busy[n_hi], f"{n_lo}", busy[n_lo])
             + f". Scaling efficiency {eff:.2f}; with {step.environment.get('cpu_usable')} cores already busy at one instance "
             f"the arithmetic predicts about {n_lo / n_hi:.2f}.")
-
-                    "server.avg_batch", "memory.rss_mb").rename(columns={"params.instances": "instances"})
 
 # %% [markdown]
 # ### Exercise: scaling efficiency
@@ -142,12 +142,12 @@ scaling = step.table(points.round(4), "scaling", f"Throughput, p50, efficiency a
 from servelab.bench.report import plot_latency_throughput, plot_scaling
 
 step.show_plot(plot_scaling(recs, step.plot_path("scaling_efficiency")))
+step.show_plot(plot_latency_throughput(recs, step.plot_path("latency_vs_throughput")))
+
 # %% [markdown]
 # **Cost per 1,000 images** is price per hour ÷ (images per second × 3,600) × 1,000: at a fixed price the
 # cheapest configuration is simply the one with the most throughput, and adding hardware pays only if
 # throughput grows at least as fast as the bill.
-
-step.show_plot(plot_latency_throughput(recs, step.plot_path("latency_vs_throughput")))
 
 # %% [markdown]
 # ## The multi-GPU half
@@ -178,6 +178,8 @@ def two_gpu_instance_group(gpus, per_gpu):
 
 
 # %%
+checks.gpu_instance_group(two_gpu_instance_group, gpus=[0, 1], per_gpu=2, exercise="06b.2", step=step)
+
 # %% [markdown]
 # ## Compared with the source material
 # - **Photo-dedup "Technical Deep-Dive", step 6B** (4× RTX 4080 on PCIe Gen4, client over the internet):
@@ -192,8 +194,6 @@ def two_gpu_instance_group(gpus, per_gpu):
 #
 # This repository's own GPU reference results will be filed under `reference/` once measured on a GPU
 # node (see `SOURCES.md` for the write-ups and their hardware).
-
-checks.gpu_instance_group(two_gpu_instance_group, gpus=[0, 1], per_gpu=2, exercise="06b.2", step=step)
 
 # %%
 hi_c = max(concurrency_levels)
