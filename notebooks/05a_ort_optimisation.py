@@ -83,16 +83,18 @@ from servelab.triton.control import get_config, reconfigure
 step = Step("05a", out_dir, target)
 opts = step.opts(duration_s, warmup_s, repeats, requests)
 
-# **Predict first.** A ViT-B/32 is 12 transformer blocks of attention and MLP layers over 50 tokens. What share
-# of kernel time will matrix multiplications (`MatMul`, `Gemm`, fused variants) take — a third, half, or more?
 # %% [markdown]
 # ## 1 · Operator profile (ONNX Runtime, fp32, batch 8)
+# **Predict first.** A ViT-B/32 is 12 transformer blocks of attention and MLP layers over 50 tokens. What share
+# of kernel time will matrix multiplications (`MatMul`, `Gemm`, fused variants) take — a third, half, or more?
 
 # %%
 prof = ort_profile(step.run, engine="onnx", batch=8, iterations=profile_runs, quick=bool(requests))[0]
 ops = pd.DataFrame({"op_type": list(prof["op_time_ms"]), "kernel_ms": list(prof["op_time_ms"].values())})
 ops["share_pct"] = 100 * ops["kernel_ms"] / ops["kernel_ms"].sum()
 ops = step.table(ops.sort_values("share_pct", ascending=False).round(3), "op_profile",
+                 f"Kernel time by operator type ({prof['repeats']} profiled runs; nodes by provider: {prof['nodes_by_provider']})")
+
 # %%
 matmul_like = ops[ops["op_type"].str.contains("MatMul|Gemm|Attention", regex=True)]["share_pct"].sum()
 step.answer(f"Matrix-multiplication operators ({', '.join(ops[ops['op_type'].str.contains('MatMul|Gemm|Attention', regex=True)]['op_type'].head(4))}) "
@@ -102,15 +104,13 @@ step.answer(f"Matrix-multiplication operators ({', '.join(ops[ops['op_type'].str
             "\"Technical Deep-Dive\" profiled the same model on its GPU host: MatMul 75.7 %, Gemm 7.1 %, BiasGelu 3.9 % over "
             "2,272 ONNX nodes.")
 
-                 f"Kernel time by operator type ({prof['repeats']} profiled runs; nodes by provider: {prof['nodes_by_provider']})")
-
 # %% [markdown]
 # ## 2 · Queue delay × concurrency (Triton, batch-1 requests)
+# The model is reloaded with each delay through Triton's repository API (no restart); the original delay
+# is restored afterwards, because later notebooks share this server.
 #
 # **Predict first.** At concurrency 1, what does a longer delay do to latency? At the highest concurrency,
 # will a longer delay raise the average executed batch and throughput by more than the noise?
-# The model is reloaded with each delay through Triton's repository API (no restart); the original delay
-# is restored afterwards, because later notebooks share this server.
 
 # %%
 triton = attach("triton-http", triton_http_url, payload="tensor", model=triton_model, pid=triton_pid or None)
@@ -130,6 +130,8 @@ step.table(cells, "queue_delay_grid_long", "Every point of the grid")
 grid_table = step.table(cells.pivot_table(index="max_queue_delay_us", columns="concurrency",
                                           values=["throughput_img_s", "latency_p50_ms"]).round(2)
                         .pipe(lambda d: d.set_axis([f"{a} c={c}" for a, c in d.columns], axis=1)).reset_index(),
+                        "queue_delay_grid", "Queue delay × concurrency: throughput (img/s) and p50 (ms)")
+
 # %%
 from servelab.bench.report import versus
 
@@ -146,8 +148,6 @@ step.answer(f"At concurrency {lo_c}, raising the delay from {lo_d} to {hi_d} µs
             f"At concurrency {top_c} the average executed batch was {busy_lo['server']['avg_batch'] or 0:.2f} with {lo_d} µs and "
             f"{busy_hi['server']['avg_batch'] or 0:.2f} with {hi_d} µs; throughput: "
             + versus(f"{hi_d} µs", busy_hi, f"{lo_d} µs", busy_lo) + ".")
-
-                        "queue_delay_grid", "Queue delay × concurrency: throughput (img/s) and p50 (ms)")
 
 # %% [markdown]
 # ### Exercise: choose the queue delay
@@ -181,12 +181,12 @@ checks.queue_delay_for_budget(choose_queue_delay, cells, latency_budget_ms, conc
                               exercise="05a.1", step=step)
 
 # %% [markdown]
+# ## 3 · JSON lists vs binary tensors vs JPEG, by batch size
+# Client-side only: how many bytes each format puts on the wire and how long building the body takes.
 #
 # **Predict first.** A float32 takes 4 bytes in binary and about 10 characters as decimal text
 # (`-1.7923175,`). How many times larger will the JSON body be, and how many times longer will building it
 # take — the same factor, or far more?
-# ## 3 · JSON lists vs binary tensors vs JPEG, by batch size
-# Client-side only: how many bytes each format puts on the wire and how long building the body takes.
 
 # %%
 ser = []
@@ -197,6 +197,8 @@ for b in serialisation_batches:
                                    bytes_per_request=row["bytes_per_request"], note=row["note"]))
 serialisation = step.table(step.frame(ser, "payload", "batch", "bytes_per_request", "latency_p50_ms", "latency_p99_ms")
                            .rename(columns={"latency_p50_ms": "serialise_p50_ms", "latency_p99_ms": "serialise_p99_ms"}),
+                           "serialisation", "Wire formats by batch size: bytes and client serialisation time")
+
 # %%
 sb = serialisation[serialisation["batch"] == max(serialisation_batches)].set_index("payload")
 step.answer(f"At batch {max(serialisation_batches)}, JSON number lists took {sb.loc['json-lists', 'bytes_per_request'] / sb.loc['binary-tensor', 'bytes_per_request']:.1f}× "
@@ -207,8 +209,6 @@ step.answer(f"At batch {max(serialisation_batches)}, JSON number lists took {sb.
             "but these are small generated photos; a phone's JPEG is several MB, larger than the tensor, unless the "
             "client resizes first. Building a body is only the client's share: notebook 04 times the served round "
             "trip of one image in JSON and in binary.")
-
-                           "serialisation", "Wire formats by batch size: bytes and client serialisation time")
 
 # %% [markdown]
 # ### Exercise: the cheapest format on the wire
@@ -251,6 +251,8 @@ memory = step.table(pd.DataFrame([
     memory_snapshot(triton_pid, "tritonserver + python-backend stubs") if triton_pid else
     {"rss_mb": None, "rss_of": "tritonserver (not a local process: see the node)", "gpu_mem_mb": None},
     memory_snapshot(None, "this notebook's kernel (profiled ORT session loaded)"),
+]), "memory", "Resident memory (RSS, MiB) by process; GPU memory via NVML where present")
+
 # %% [markdown]
 # ## Why, and compared with the source material
 # - **The operator profile** decides which optimisations can work at all: a model that is mostly matrix
@@ -270,8 +272,6 @@ memory = step.table(pd.DataFrame([
 #
 # This repository's own GPU reference results will be filed under `reference/` once measured on a GPU
 # node (see `SOURCES.md` for the write-ups and their hardware).
-
-]), "memory", "Resident memory (RSS, MiB) by process; GPU memory via NVML where present")
 
 # %%
 top = ops.iloc[0]
