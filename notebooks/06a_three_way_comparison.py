@@ -75,7 +75,7 @@ from servelab.lab.nb import Step
 from servelab.lab.targets import attach
 
 step = Step("06a", out_dir, target)
-opts = step.opts(duration_s, warmup_s, repeats, requests)
+opts = step.opts(load)
 cols = ["target", "payload", "concurrency", "throughput_img_s", "latency_p50_ms", "latency_p99_ms", "latency_mean_ms",
         "server.avg_batch", "memory.rss_mb", "stable"]
 
@@ -83,6 +83,8 @@ cols = ["target", "payload", "concurrency", "throughput_img_s", "latency_p50_ms"
 def sweep(srv, payload="jpeg"):
     return [measure_served(step.run, "06a-three-way", srv, payload=payload, batch=1, concurrency=c, opts=opts)
             for c in concurrency_levels]
+
+
 # %% [markdown]
 # ## The ensemble Triton serves for JPEGs
 # The client sends the file's bytes as a `BYTES` tensor named `IMAGE`; Triton runs the preprocessing model,
@@ -98,13 +100,11 @@ staged = Path(out_dir) / "models"  # the lab run stages its repository here; int
 repository = staged if (staged / triton_jpeg_model).is_dir() else repo_path("models_staging", "cpu")
 show_code(repository / triton_jpeg_model / "config.pbtxt", "name:", lang="protobuf")
 
-
-
+# %% [markdown]
+# ## Same requests, three servers
 # **Predict first.** The engine and the cores are the same for all three. At the highest concurrency, will
 # one server deliver clearly more images per second than the others — more than the spread between
 # measurement windows — or will they be indistinguishable? Which overheads could separate them?
-# %% [markdown]
-# ## Same requests, three servers
 
 # %%
 recs = sweep(attach("fastapi", service_url, payload="jpeg", pid=service_pid or None))
@@ -115,14 +115,14 @@ if extra_servers:
         recs += sweep(litserve)
 else:
     step.not_run("LitServe peer baseline", "extra_servers=False (smoke profile)", "FastAPI service and Triton compared")
+three_way = step.table(step.frame(recs, *cols), "three_way", "Three servers, batch-1 JPEG requests")
+
 # %%
 hi = max(concurrency_levels)
 busiest = [r for r in recs if r["concurrency"] == hi]
 pairs = [(a, b) for i, a in enumerate(busiest) for b in busiest[i + 1:]]
 step.answer(f"At concurrency {hi}: " + "; ".join(versus(a["target"], a, b["target"], b) for a, b in pairs) + ". "
             "Where the ranges overlap the servers are tied on this machine: the shared ONNX Runtime compute sets the pace.")
-
-three_way = step.table(step.frame(recs, *cols), "three_way", "Three servers, batch-1 JPEG requests")
 
 # %% [markdown]
 # ### Exercise: pick the backend
@@ -142,7 +142,7 @@ def best_backend(three_way):
 # %%
 from servelab.assignments import checks
 
-checks.best_choice(best_backend, three_way, key="target", metric="throughput_img_s",
+checks.best_choice(best_backend, step.frame(recs), key="target", metric="throughput_img_s",  # with window spread
                    at={"concurrency": max(concurrency_levels)}, exercise="06a.1", step=step)
 
 # %%
@@ -167,6 +167,8 @@ breakdown = step.table(b.rename(columns={"latency_mean_ms": "client_mean_ms", "s
                                          "server.avg_queue_ms": "server_queue_ms"})
                        [["concurrency", "client_mean_ms", "server_request_ms", "server_queue_ms", "server_compute_ms",
                          "outside_server_ms"]].round(2), "breakdown",
+                       "Client latency vs server queue and compute vs the rest (Triton statistics)")
+
 # %% [markdown]
 # **Predict first.** On loopback, what share of the client's mean latency will fall *outside* Triton
 # (transport, HTTP parsing, client-side serialisation) — more or less than 10 %? And how will the queueing
@@ -182,8 +184,6 @@ step.answer(f"At concurrency {int(lo_row['concurrency'])} a request's {lo_row['c
             f"({100 * hi_row['server_queue_ms'] / hi_row['client_mean_ms']:.0f} % of {hi_row['client_mean_ms']:.0f} ms), "
             f"{hi_row['server_compute_ms']:.0f} ms compute, {hi_row['outside_server_ms']:.0f} ms outside. "
             "Loopback makes the outside part small; queueing grows with concurrency because the CPU is already busy.")
-
-                       "Client latency vs server queue and compute vs the rest (Triton statistics)")
 
 # %% [markdown]
 # ### Exercise: how much of the wait is outside the server?
