@@ -236,8 +236,6 @@ step.answer(f"Triton reported {hi_row['server_compute_ms']:.0f} ms of compute pe
 # This repository's own GPU reference results will be filed under `reference/` once measured on a GPU node
 # (see `SOURCES.md` for the write-ups and their hardware).
 
-step.show_plot(plot_server_breakdown(tensor_recs, step.plot_path("server_breakdown")))
-
 # %%
 hi_c = max(concurrency_levels)
 top = three_way[three_way["concurrency"] == hi_c].sort_values("throughput_img_s", ascending=False)
