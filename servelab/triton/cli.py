@@ -16,6 +16,7 @@ import typer
 
 from servelab.config import REPO_ROOT, TRITON_GRPC_PORT, TRITON_HTTP_PORT, TRITON_METRICS_PORT
 from servelab.fileio import atomic_write
+from servelab.triton.models import CPU_ENCODER
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -90,7 +91,7 @@ def up(
 
 
 def _states(state: dict) -> dict:
-    from servelab.triton.server import model_states
+    from servelab.triton.control import model_states
 
     try:
         return model_states(state["http_url"])
@@ -159,7 +160,7 @@ def reconfigure(
 
 @app.command()
 def stats(
-    model: str = typer.Argument("openclip_vit_b32_cpu", help="model name"),
+    model: str = typer.Argument(CPU_ENCODER, help="model name"),
     url: Optional[str] = typer.Option(None, help="Triton HTTP URL (default: the running server's)"),
 ):
     """Print a model's cumulative server-side statistics (requests, batches, queue/compute times)."""

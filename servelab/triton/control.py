@@ -1,60 +1,76 @@
-"""Live reconfiguration through Triton's model-repository API (no server restart).
+"""Triton's management API through tritonclient's own HTTP client: model config, (re)load with a config
+override, unload, the repository index, and live reconfiguration (no server restart).
 
-    from servelab.triton.control import get_config, reconfigure, load_model, unload_model
-    cfg = get_config(http_url, "openclip_vit_b32_cpu")            # dict, as Triton serves it
-    cfg = reconfigure(http_url, "openclip_vit_b32_cpu", max_queue_delay_us=500, instances=2,
-                      repository="models", timeout=120)           # -> the config Triton reports after reload
+    from servelab.triton.control import get_config, reconfigure, model_states
+    from servelab.triton.models import CPU_ENCODER
+    cfg = get_config(http_url, CPU_ENCODER)                       # dict, as Triton serves it
+    cfg = reconfigure(http_url, CPU_ENCODER, max_queue_delay_us=500, instances=2, repository="models")
 
 `reconfigure` takes the model's current config from the server, changes dynamic_batching
 max_queue_delay_microseconds and/or the instance_group count, and loads the model again with that config as
-an override (POST /v2/repository/models/<m>/load {"parameters": {"config": ...}}). Triton swaps the model in
-place: requests keep being served by the old instances until the new ones are ready. Given `repository`, the
-same change is written to <repository>/<m>/config.pbtxt too, so a later restart keeps it. Raises RuntimeError
-with Triton's reason when the reload fails (the previous version keeps serving).
+an override. Triton swaps the model in place: requests keep being served by the old instances until the new
+ones are ready. Given `repository`, the same change is written to <repository>/<m>/config.pbtxt too, so a
+later restart keeps it. Every failure is a RuntimeError carrying Triton's own reason (after a failed reload
+the previous version keeps serving).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
 
-def _base(url: str) -> str:
-    url = url.rstrip("/")
-    return url if "://" in url else f"http://{url}"
+def address(url: str) -> str:
+    """"http://127.0.0.1:8003/" -> "127.0.0.1:8003" (tritonclient takes host:port without a scheme)."""
+    return url.split("://", 1)[-1].rstrip("/")
 
 
-def _raise(r, what: str) -> None:
-    if r.status_code != 200:
-        try:
-            msg = r.json().get("error", r.text)
-        except Exception:
-            msg = r.text
-        raise RuntimeError(f"Triton {what}: HTTP {r.status_code}: {msg}")
+@contextlib.contextmanager
+def management_client(http_url: str, what: str, timeout: float = 10.0):
+    """A tritonclient HTTP client for one management call; its errors become RuntimeError("Triton <what>: …")."""
+    import tritonclient.http as th
+    from tritonclient.utils import InferenceServerException
+
+    client = th.InferenceServerClient(address(http_url), connection_timeout=timeout, network_timeout=timeout)
+    try:
+        yield client
+    except InferenceServerException as exc:
+        status = f"HTTP {exc.status()}: " if exc.status() else ""
+        raise RuntimeError(f"Triton {what} at {address(http_url)}: {status}{exc.message()}") from None
+    except OSError as exc:  # refused, reset, timed out
+        raise RuntimeError(f"Triton {what}: no answer from {address(http_url)} ({exc}); is the server running?") from None
+    finally:
+        client.close()
 
 
 def get_config(http_url: str, model: str, timeout: float = 10.0) -> dict:
-    import httpx
-
-    r = httpx.get(f"{_base(http_url)}/v2/models/{model}/config", timeout=timeout)
-    _raise(r, f"config of {model!r}")
-    return r.json()
+    with management_client(http_url, f"config of {model!r}", timeout) as c:
+        return c.get_model_config(model)
 
 
 def load_model(http_url: str, model: str, config: dict | None = None, timeout: float = 180.0) -> None:
-    """Load (or reload) a model; `config` (a ModelConfig as dict/JSON) overrides config.pbtxt for this load."""
-    import httpx
-
-    body = {"parameters": {"config": json.dumps(config)}} if config is not None else {}
-    r = httpx.post(f"{_base(http_url)}/v2/repository/models/{model}/load", json=body, timeout=timeout)
-    _raise(r, f"load {model!r}")
+    """Load (or reload) a model; `config` (a ModelConfig as dict) overrides config.pbtxt for this load."""
+    with management_client(http_url, f"load {model!r}", timeout) as c:
+        c.load_model(model, config=json.dumps(config) if config is not None else None)
 
 
 def unload_model(http_url: str, model: str, timeout: float = 60.0) -> None:
-    import httpx
+    with management_client(http_url, f"unload {model!r}", timeout) as c:
+        c.unload_model(model)
 
-    r = httpx.post(f"{_base(http_url)}/v2/repository/models/{model}/unload", json={}, timeout=timeout)
-    _raise(r, f"unload {model!r}")
+
+def model_states(http_url: str, timeout: float = 5.0) -> dict[str, str]:
+    """{model name: state} from the repository index (READY, UNAVAILABLE, …; Triton's reason appended)."""
+    with management_client(http_url, "repository index", timeout) as c:
+        index = c.get_model_repository_index()
+    out = {}
+    for m in index:
+        state = m.get("state", "") or "UNKNOWN"
+        if m.get("reason"):
+            state = f"{state}: {m['reason']}"
+        out[m["name"]] = state
+    return out
 
 
 def _normalise(config: dict):
@@ -67,6 +83,7 @@ def _normalise(config: dict):
 
 def reconfigure(http_url: str, model: str, *, max_queue_delay_us: int | None = None, instances: int | None = None,
                 repository: Path | str | None = None, timeout: float = 180.0) -> dict:
+    """Returns the config Triton reports after the reload."""
     from google.protobuf import json_format
 
     from servelab.triton.repository import set_instances, write_config

@@ -30,16 +30,10 @@ from pathlib import Path
 
 from servelab.config import REPO_ROOT, Settings
 from servelab.fileio import atomic_write, file_digest
+from servelab.triton.models import ENCODERS, PREPROCESS, TRT_ENCODER
 
 STAGING = REPO_ROOT / "models_staging"
 TARGETS = ("cpu", "gpu")
-
-CPU_ENCODER = "openclip_vit_b32_cpu"
-GPU_ENCODER = "openclip_vit_b32"
-TRT_ENCODER = "openclip_vit_b32_trt"
-PREPROCESS = "preprocess_jpeg"
-ENSEMBLE = "openclip_vit_b32_jpeg"
-ENCODERS = {"cpu": (CPU_ENCODER,), "gpu": (GPU_ENCODER, TRT_ENCODER)}
 
 
 def _mc():

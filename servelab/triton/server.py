@@ -7,7 +7,7 @@
         srv.grpc_url     # "127.0.0.1:<port>"           (what tritonclient.grpc expects)
         srv.metrics_url  # "http://127.0.0.1:<port>/metrics"
         srv.log_path     # the server's stdout+stderr
-        srv.model_states()   # {"openclip_vit_b32_cpu": "READY", ...} from the repository index
+        srv.model_states()   # {"openclip_vit_b32_cpu": "READY", ...} (servelab.triton.control.model_states)
 
 A port given as None is a free port (tests, notebooks); `servelab triton up` passes the configured defaults
 (8003/8004/8005). `start()` waits until every loaded model is ready (--strict-readiness) and raises
@@ -201,22 +201,10 @@ class EmbeddedTriton(ManagedProcess):
         return failure_reason(log_text)
 
     def model_states(self) -> dict[str, str]:
+        from servelab.triton.control import model_states
+
         return model_states(self.http_url)
 
     def __repr__(self) -> str:
         return f"EmbeddedTriton(http={self.http_url}, grpc={self.grpc_url}, metrics={self.metrics_url}, repo={self.repository})"
 
-
-def model_states(http_url: str, timeout: float = 5.0) -> dict[str, str]:
-    """{model name: state} from POST /v2/repository/index (READY, UNAVAILABLE, ... ; reason kept when given)."""
-    import httpx
-
-    r = httpx.post(f"{http_url.rstrip('/')}/v2/repository/index", json={}, timeout=timeout)
-    r.raise_for_status()
-    out = {}
-    for m in r.json():
-        state = m.get("state", "") or "UNKNOWN"
-        if m.get("reason"):
-            state = f"{state}: {m['reason']}"
-        out[m["name"]] = state
-    return out

@@ -1,9 +1,10 @@
 """Server-side numbers from Triton: per-model statistics and Prometheus metrics, as before/after deltas.
 
     from servelab.triton.stats import read_stats, read_metrics, stats_delta, ModelStats
+    from servelab.triton.models import CPU_ENCODER
 
-    s = read_stats(http_url, "openclip_vit_b32_cpu")      # ModelStats (cumulative since load)
-    with stats_delta(http_url, "openclip_vit_b32_cpu", metrics_url=None) as d:
+    s = read_stats(http_url, CPU_ENCODER)                 # ModelStats (cumulative since load)
+    with stats_delta(http_url, CPU_ENCODER, metrics_url=None) as d:
         ...                                                  # run the experiment
     d.result                 # ModelStats: after - before
     d.result.summary()       # {"requests", "failures", "inferences", "executions", "avg_batch",
@@ -14,8 +15,8 @@
     read_metrics(metrics_url)            -> {model: {metric name: value}} summed over versions (nv_inference_*)
     read_metrics(metrics_url, "m")       -> {metric name: value}
 
-`http_url` is "http://127.0.0.1:8003" or "127.0.0.1:8003" (EmbeddedTriton.http_url). Sources:
-GET /v2/models/<m>/stats (Triton's statistics extension) and GET <metrics_url> parsed with
+`http_url` is "http://127.0.0.1:8003" or "127.0.0.1:8003" (EmbeddedTriton.http_url). Sources: Triton's
+statistics extension through tritonclient (get_inference_statistics) and GET <metrics_url> parsed with
 prometheus_client.parser. Definitions: requests = successful requests; inferences = images (batch rows);
 executions = model executions (batches the dynamic batcher formed); avg_batch = inferences / executions;
 batch_hist from batch_stats (executed batch size -> executions); the avg_*_ms are per request (Triton's
@@ -28,7 +29,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from servelab.triton.control import _base, _raise
+from servelab.triton.control import management_client
 
 SECTIONS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
 METRIC_PREFIX = "nv_inference_"
@@ -105,12 +106,8 @@ class ModelStats:
 
 
 def read_stats(http_url: str, model: str, version: str = "", timeout: float = 10.0) -> ModelStats:
-    import httpx
-
-    path = f"/v2/models/{model}" + (f"/versions/{version}" if version else "") + "/stats"
-    r = httpx.get(_base(http_url) + path, timeout=timeout)
-    _raise(r, f"stats for {model!r}")
-    return ModelStats.from_json(model, r.json())
+    with management_client(http_url, f"stats for {model!r}", timeout) as c:
+        return ModelStats.from_json(model, c.get_inference_statistics(model, model_version=version))
 
 
 def parse_metrics(text: str) -> dict[str, dict[str, float]]:
@@ -134,7 +131,9 @@ def parse_metrics(text: str) -> dict[str, dict[str, float]]:
 def read_metrics(metrics_url: str, model: str | None = None, timeout: float = 10.0):
     import httpx
 
-    url = _base(metrics_url)
+    url = metrics_url.rstrip("/")
+    if "://" not in url:
+        url = f"http://{url}"
     if not url.endswith("/metrics"):
         url += "/metrics"
     r = httpx.get(url, timeout=timeout)

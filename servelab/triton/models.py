@@ -1,0 +1,9 @@
+"""The Triton model names: staging writes these folders, and the clients, lab and benchmarks ask for them."""
+
+CPU_ENCODER = "openclip_vit_b32_cpu"  # fp32 ONNX in onnxruntime on the embedded CPU server (python backend)
+GPU_ENCODER = "openclip_vit_b32"  # onnxruntime backend, CUDA execution provider, on the GPU node
+TRT_ENCODER = "openclip_vit_b32_trt"  # onnxruntime backend, TensorRT execution provider, on the GPU node
+PREPROCESS = "preprocess_jpeg"  # encoded image -> normalised pixels (python backend)
+ENSEMBLE = "openclip_vit_b32_jpeg"  # PREPROCESS then the flavour's encoder: what a JPEG payload is sent to
+
+ENCODERS = {"cpu": (CPU_ENCODER,), "gpu": (GPU_ENCODER, TRT_ENCODER)}  # per staging flavour
