@@ -31,6 +31,7 @@ from pathlib import Path
 from servelab.config import REPO_ROOT, Settings
 from servelab.fileio import atomic_write, file_digest
 from servelab.triton.models import ENCODERS, PREPROCESS, TRT_ENCODER
+from servelab.triton.tensorrt import ACCELERATOR, profile_shapes
 
 STAGING = REPO_ROOT / "models_staging"
 TARGETS = ("cpu", "gpu")
@@ -90,19 +91,14 @@ def trt_engine_cache(cache: str, onnx_sha256: str) -> str:
 
 
 def _set_trt(cfg, max_batch: int, cache: str, onnx_sha256: str) -> None:
-    input_name = cfg.input[0].name
-    dims = "x".join(str(d) for d in cfg.input[0].dims)
-    opt = max(1, min(32, max_batch // 2))
     values = {
         "trt_engine_cache_path": trt_engine_cache(cache, onnx_sha256),
         "trt_timing_cache_path": cache,  # timing results depend on layers and GPU, not on weights
         "trt_force_sequential_engine_build": "1",  # instances sharing the cache build one after another
-        "trt_profile_min_shapes": f"{input_name}:1x{dims}",
-        "trt_profile_opt_shapes": f"{input_name}:{opt}x{dims}",
-        "trt_profile_max_shapes": f"{input_name}:{max_batch}x{dims}",
+        **profile_shapes(cfg.input[0].name, cfg.input[0].dims, max_batch),
     }
     for acc in cfg.optimization.execution_accelerators.gpu_execution_accelerator:
-        if acc.name == "tensorrt":
+        if acc.name == ACCELERATOR:
             for k, v in values.items():
                 acc.parameters[k] = v
     for w in cfg.model_warmup:
