@@ -15,8 +15,8 @@
 # %% [markdown]
 # # 00 · Provision a GPU node
 #
-# The later notebooks run on this machine's CPU (`target=local`) or against servers on a leased GPU node
-# (`target=gpu`). This notebook gets such a node on **Chameleon Cloud** with python-chi: a lease for one
+# The later notebooks run on this machine's CPU (`place=local`) or against servers on a leased GPU node
+# (`place=node`). This notebook gets such a node on **Chameleon Cloud** with python-chi: a lease for one
 # GPU bare-metal node, a server on it, a floating IP, then Docker and the NVIDIA container toolkit, a clone
 # of this repository, and the compose stacks the lab needs.
 #
@@ -26,11 +26,11 @@
 # (needs `pip install -r requirements-chameleon.txt` and Chameleon credentials in the environment).
 #
 # **Vast.ai** is the documented alternative (`scripts/VASTAI.md`): rent a GPU instance with Docker, publish
-# the ports the stacks use, and point `--target gpu` at it.
+# the ports the stacks use, and point `--place node` at it.
 
 # %% tags=["parameters"]
-target = "local"          # local | gpu
-out_dir = "../results/interactive"
+place = ""                # local | node ("": $SERVELAB_PLACE, else local)
+out_dir = ""              # "": results/interactive in this checkout
 dry_run = True
 project = ""              # e.g. CHI-123456 (or SERVELAB_CHI_PROJECT / OS_PROJECT_NAME)
 site = "CHI@UC"
@@ -40,11 +40,16 @@ repo_url = ""             # the git URL the node clones
 stacks = ["04-triton"]
 
 # %%
+from servelab.lab.places import place_defaults
+
+globals().update(place_defaults(globals()))  # "" parameters -> this place's endpoints, model names, out_dir
+
+# %%
 import pandas as pd
 
 from servelab.lab.nb import Step, show_commands
 
-step = Step("00", out_dir, target)
+step = Step("00", out_dir, place)
 
 # %% [markdown]
 # ## The plan
@@ -71,16 +76,17 @@ if dry_run:
 # %% [markdown]
 # ## On the node
 # After bootstrap, check the GPU from inside a container, then bring up a stack (bootstrap does this for
-# `stacks`). From this machine, an SSH tunnel makes the node's ports local so `--target gpu` works here.
+# `stacks`). From this machine, an SSH tunnel makes the node's ports local so `--place node` works here.
 
 # %%
 show_commands("node",
               "nvidia-smi",
-              "docker run --rm --gpus all ubuntu nvidia-smi -L          # the container toolkit works",
+              "docker run --rm --gpus all nvidia/cuda:13.0.2-base-ubuntu24.04 nvidia-smi -L   # the container toolkit works",
               "cd ~/servelab && docker compose -f docker/compose.04-triton.yaml up -d")
 show_commands("here",
-              "ssh -N -L 8000:127.0.0.1:8000 -L 8001:127.0.0.1:8001 -L 8002:127.0.0.1:8002 -L 8080:127.0.0.1:8080 cc@<floating-ip>",
-              "servelab lab run --target gpu --only 04")
+              "ssh -N -L 8000:127.0.0.1:8000 -L 8001:127.0.0.1:8001 -L 8002:127.0.0.1:8002 -L 8080:127.0.0.1:8080 "
+              "-L 8888:127.0.0.1:8888 cc@<floating-ip>",
+              "servelab lab run --place node --only 04")
 
 # %%
 if dry_run:

@@ -48,9 +48,9 @@
 # micro-batcher groups concurrent requests, exactly the idea notebook 04 studies in Triton.
 
 # %% tags=["parameters"]
-target = "local"          # local | gpu
-out_dir = "../results/interactive"
-service_url = "http://127.0.0.1:8002"
+place = ""                # local | node ("": $SERVELAB_PLACE, else local)
+out_dir = ""              # "": results/interactive in this checkout
+service_url = ""          # "": the place's service (local :8002, node :8080)
 service_pid = 0
 batch_sizes = [1, 2]
 duration_s = 0.4
@@ -60,6 +60,11 @@ requests = 2              # > 0: a fixed request count per point (smoke); 0: dur
 n_photos = 12
 
 # %%
+from servelab.lab.places import place_defaults
+
+globals().update(place_defaults(globals()))  # "" parameters -> this place's endpoints, model names, out_dir
+
+# %%
 import numpy as np
 import pandas as pd
 
@@ -67,7 +72,7 @@ from servelab.client import InferenceClient
 from servelab.data import encode, synthetic_photo
 from servelab.lab.nb import Step
 
-step = Step("01", out_dir, target)
+step = Step("01", out_dir, place)
 photos = [encode(synthetic_photo(seed)) for seed in range(n_photos)]  # generated JPEGs, never downloaded
 
 # %% [markdown]
@@ -76,8 +81,7 @@ photos = [encode(synthetic_photo(seed)) for seed in range(n_photos)]  # generate
 # shape header, turns the body into a float32 array and hands it to the micro-batcher:
 
 # %%
-from servelab.bench.report import versus
-from servelab.lab.nb import show_code
+from servelab.lab.nb import compare, show_code
 from servelab.service import app as service_app
 from servelab.service.batcher import MicroBatcher
 
@@ -135,7 +139,7 @@ with InferenceClient(mode="auto", backend="fastapi", url="http://127.0.0.1:9") a
 
 # %%
 from servelab.bench.experiments import batch_sweep, measure_served
-from servelab.lab.targets import attach
+from servelab.lab.places import attach
 
 opts = step.opts(duration_s, warmup_s, repeats, requests)
 local_recs = batch_sweep(step.run, target="in-process", engine="onnx", batches=tuple(batch_sizes), opts=opts)
@@ -153,7 +157,7 @@ for local_rec, service_rec in zip(local_recs, service_recs):
     added = service_rec["latency_p50_ms"] - local_rec["latency_p50_ms"]
     lines.append(f"batch {b}: p50 {local_rec['latency_p50_ms']:.0f} → {service_rec['latency_p50_ms']:.0f} ms "
                  f"({added:+.0f} ms, {100 * added / local_rec['latency_p50_ms']:+.0f} %); throughput "
-                 + versus("in-process", local_rec, "service", service_rec))
+                 + compare(local_rec, service_rec, "in-process", "service"))
 step.answer("; ".join(lines) + ".")
 
 # %% [markdown]

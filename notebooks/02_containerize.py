@@ -29,8 +29,13 @@
 # specification, Dockerfiles for pinned bases, non-root user, health check and existing `COPY` sources.
 
 # %% tags=["parameters"]
-target = "local"          # local | gpu
-out_dir = "../results/interactive"
+place = ""                # local | node ("": $SERVELAB_PLACE, else local)
+out_dir = ""              # "": results/interactive in this checkout
+
+# %%
+from servelab.lab.places import place_defaults
+
+globals().update(place_defaults(globals()))  # "" parameters -> this place's endpoints, model names, out_dir
 
 # %%
 import shutil
@@ -40,7 +45,7 @@ import pandas as pd
 from servelab.lab.nb import Step, run_checks, show_commands
 from servelab.provision import available_stacks, compose_file, stack_ports
 
-step = Step("02", out_dir, target)
+step = Step("02", out_dir, place)
 
 # %% [markdown]
 # ## The stacks and the ports they publish on the node

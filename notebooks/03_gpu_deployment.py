@@ -23,8 +23,8 @@
 # one it lacks, and the CPU engines' throughput, the baseline any GPU deployment must beat.
 
 # %% tags=["parameters"]
-target = "local"          # local | gpu
-out_dir = "../results/interactive"
+place = ""                # local | node ("": $SERVELAB_PLACE, else local)
+out_dir = ""              # "": results/interactive in this checkout
 engines = ["onnx", "onnx-int8"]
 batch_sizes = [1, 2]
 duration_s = 0.4
@@ -33,10 +33,15 @@ repeats = 1
 requests = 2              # > 0: a fixed request count per point (smoke); 0: duration_s windows
 
 # %%
+from servelab.lab.places import place_defaults
+
+globals().update(place_defaults(globals()))  # "" parameters -> this place's endpoints, model names, out_dir
+
+# %%
 from servelab.bench.experiments import engines as engines_experiment
 from servelab.lab.nb import Step, show_commands
 
-step = Step("03", out_dir, target)
+step = Step("03", out_dir, place)
 
 # %% [markdown]
 # ## Every engine on every execution provider
@@ -107,7 +112,7 @@ measured = table[table["available"] != False].dropna(subset=["throughput_img_s"]
 missing = sorted(set(table.loc[table["available"] == False, "provider"]))  # noqa: E712
 if missing:
     step.not_run(f"engines on {', '.join(missing)}", "ONNX Runtime here has no such provider (no GPU on this machine)",
-                 "CPU engines measured; run with --target gpu on the node")
+                 "CPU engines measured; run with --place node on the node")
 best = measured.sort_values("throughput_img_s", ascending=False).iloc[0]
 step.shows(f"The fastest engine here was **{best['engine']}** on **{best['provider']}** at batch {int(best['batch'])}: "
            f"{best['throughput_img_s']:.1f} img/s (p50 {best['latency_p50_ms']:.0f} ms"

@@ -47,11 +47,11 @@
 # of the device idle, and batching fills it — that is where the course's GPU figures come from.
 
 # %% tags=["parameters"]
-target = "local"          # local | gpu
-out_dir = "../results/interactive"
-service_url = "http://127.0.0.1:8002"
-triton_http_url = "http://127.0.0.1:8003"
-triton_model = "openclip_vit_b32_cpu"
+place = ""                # local | node ("": $SERVELAB_PLACE, else local)
+out_dir = ""              # "": results/interactive in this checkout
+service_url = ""          # "": the place's service (local :8002, node :8080)
+triton_http_url = ""      # "": the place's Triton HTTP (local :8003, node :8000)
+triton_model = ""         # "": the place's encoder (openclip_vit_b32_cpu | openclip_vit_b32)
 triton_pid = 0
 batch_sizes = [1, 4]
 concurrency_levels = [1, 4]
@@ -63,11 +63,16 @@ extra_servers = False     # start a torch-engine FastAPI service for the compari
 service_pid = 0
 
 # %%
+from servelab.lab.places import place_defaults
+
+globals().update(place_defaults(globals()))  # "" parameters -> this place's endpoints, model names, out_dir
+
+# %%
 from servelab.bench.experiments import batch_sweep, concurrency_sweep, measure_served
 from servelab.lab.nb import Step
-from servelab.lab.targets import attach
+from servelab.lab.places import attach, in_process_note
 
-step = Step("04", out_dir, target)
+step = Step("04", out_dir, place)
 opts = step.opts(duration_s, warmup_s, repeats, requests)
 triton = attach("triton-http", triton_http_url, payload="tensor", model=triton_model, pid=triton_pid or None)
 cols = ["target", "engine", "batch", "concurrency", "throughput_img_s", "latency_p50_ms", "latency_p99_ms",
@@ -84,8 +89,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from servelab.bench.report import versus
-from servelab.lab.nb import repo_path, show_code
+from servelab.lab.nb import compare, repo_path, show_code
 
 staged = Path(out_dir) / "models"  # the lab run stages its repository here; interactively, the template
 repository = staged if (staged / triton_model).is_dir() else repo_path("models_staging", "cpu")
@@ -163,6 +167,7 @@ step.answer(f"The JSON body was {j['request_bytes'] / 1024:,.0f} KiB against {b[
 
 # %%
 torch_batches = batch_sweep(step.run, target="in-process", engine="torch", batches=tuple(batch_sizes), opts=opts)
+in_process_note(step, place, "cpu", "the in-process PyTorch rows (by batch size)")
 triton_batches = [measure_served(step.run, "04-triton-batch", triton, payload="tensor", batch=b, concurrency=1, opts=opts)
                   for b in batch_sizes]
 by_batch = step.table(step.frame(torch_batches + triton_batches, *cols), "by_batch",
@@ -257,7 +262,7 @@ step.answer(f"At concurrency 1 Triton computed a request in t = {t:.0f} ms and t
             f"{top['server.avg_queue_ms']:.0f} ms queueing and {top['server.avg_compute_infer_ms']:.0f} ms compute per request. "
             f"Triton executed batches of {b_avg:.2f} images on average, so a request waited about ({n}−1)/{b_avg:.2f} ≈ "
             f"{(n - 1) / b_avg:.1f} executions. Throughput: {one['throughput_img_s']:.1f} → {top['throughput_img_s']:.1f} img/s — "
-            + versus(f"c={int(one['concurrency'])}", triton_conc[0], f"c={n}", triton_conc[-1]) + ".")
+            + compare(triton_conc[0], triton_conc[-1], f"c={int(one['concurrency'])}", f"c={n}") + ".")
 
 # %% [markdown]
 # ## Baseline: dynamic batching off
@@ -303,7 +308,7 @@ batching.insert(0, "system", [system for system, _, _ in baseline])
 batching = step.table(batching, "batching_off_on", f"Batching off vs on at concurrency {hi_c} (batch-1 requests)")
 
 # %%
-step.answer(" ".join(f"{baseline[i][0]}: " + versus("batching off", baseline[i][2], "on", baseline[i + 1][2]) + "."
+step.answer(" ".join(f"{baseline[i][0]}: " + compare(baseline[i][2], baseline[i + 1][2], "batching off", "on") + "."
                      for i in range(0, len(baseline), 2))
             + " On two cores a batch of B images takes about B times one image, so collecting them saves little; "
               "on a GPU the same switch is the largest single gain in the source material (see below).")
@@ -334,14 +339,14 @@ checks.best_choice(best_server, by_conc, key="target", metric="throughput_img_s"
 # Triton reads its batching policy from the model's `config.pbtxt`. Write the two stanzas for this model:
 # `dynamic_batching` with preferred batch sizes no larger than the model's `max_batch_size` (read below
 # from the running server) and a queue delay of 2 ms, and an `instance_group` with two instances of the
-# kind this target runs on (`KIND_CPU` here, `KIND_GPU` on the GPU node).
+# kind this place runs on (`KIND_CPU` here, `KIND_GPU` on the GPU node).
 # The check parses your text into Triton's own `ModelConfig` protobuf, as the server would.
 
 # %%
 from servelab.triton.control import get_config
 
 max_batch = int(get_config(triton_http_url, triton_model)["max_batch_size"])
-instance_kind = "KIND_GPU" if target == "gpu" else "KIND_CPU"
+instance_kind = "KIND_GPU" if place == "node" else "KIND_CPU"
 print(f"{triton_model}: max_batch_size {max_batch}; instances of kind {instance_kind}")
 
 # %% tags=["exercise"]
@@ -414,7 +419,7 @@ step.answer(f"In this run one batch-{B} request took {bb[B]:.0f} ms against {bb[
 #   predicts; its first, JSON-encoded Triton numbers (564 ms single-image p50) measured the encoder, not Triton.
 #
 # This repository's own GPU reference results for this notebook will be filed under `reference/` once
-# they have been measured on a GPU node (`servelab lab run --target gpu --only 04`); until then, the GPU
+# they have been measured on a GPU node (`servelab lab run --place node --only 04`); until then, the GPU
 # figures here are the write-ups', not ours.
 
 # %%

@@ -55,10 +55,10 @@
 # images, waiting for company buys little even at low load.
 
 # %% tags=["parameters"]
-target = "local"          # local | gpu
-out_dir = "../results/interactive"
-triton_http_url = "http://127.0.0.1:8003"
-triton_model = "openclip_vit_b32_cpu"
+place = ""                # local | node ("": $SERVELAB_PLACE, else local)
+out_dir = ""              # "": results/interactive in this checkout
+triton_http_url = ""      # "": the place's Triton HTTP (local :8003, node :8000)
+triton_model = ""         # "": the place's encoder (openclip_vit_b32_cpu | openclip_vit_b32)
 service_pid = 0
 triton_pid = 0
 queue_delays_us = [0, 2000]
@@ -71,16 +71,21 @@ repeats = 1
 requests = 2              # > 0: a fixed request count per point (smoke); 0: duration_s windows
 
 # %%
+from servelab.lab.places import place_defaults
+
+globals().update(place_defaults(globals()))  # "" parameters -> this place's endpoints, model names, out_dir
+
+# %%
 import matplotlib.pyplot as plt
 import pandas as pd
 
 from servelab.bench.experiments import measure_served, ort_profile, serialisation_costs
 from servelab.bench.records import memory_snapshot
 from servelab.lab.nb import Step
-from servelab.lab.targets import attach
+from servelab.lab.places import attach, in_process_note, in_process_provider
 from servelab.triton.control import get_config, reconfigure
 
-step = Step("05a", out_dir, target)
+step = Step("05a", out_dir, place)
 opts = step.opts(duration_s, warmup_s, repeats, requests)
 
 # %% [markdown]
@@ -89,7 +94,8 @@ opts = step.opts(duration_s, warmup_s, repeats, requests)
 # of kernel time will matrix multiplications (`MatMul`, `Gemm`, fused variants) take — a third, half, or more?
 
 # %%
-prof = ort_profile(step.run, engine="onnx", batch=8, iterations=profile_runs, quick=bool(requests))[0]
+prof = ort_profile(step.run, engine="onnx", provider=in_process_provider(place), batch=8, iterations=profile_runs, quick=bool(requests))[0]
+in_process_note(step, place, prof.get("provider", "cpu"), "the op-type profile")
 ops = pd.DataFrame({"op_type": list(prof["op_time_ms"]), "kernel_ms": list(prof["op_time_ms"].values())})
 ops["share_pct"] = 100 * ops["kernel_ms"] / ops["kernel_ms"].sum()
 ops = step.table(ops.sort_values("share_pct", ascending=False).round(3), "op_profile",

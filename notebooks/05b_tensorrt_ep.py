@@ -24,21 +24,26 @@
 #   the dynamic batcher never produces a shape that forces a rebuild;
 # - **model warm-up** at load time, so the first user request does not pay for the build.
 #
-# This notebook renders the GPU model repository with `servelab triton stage --target gpu` and checks those
+# This notebook renders the GPU model repository with `servelab triton stage --place node` and checks those
 # settings in the generated `config.pbtxt`. The engine build itself needs a GPU.
 
 # %% tags=["parameters"]
-target = "local"          # local | gpu
-out_dir = "../results/interactive"
+place = ""                # local | node ("": $SERVELAB_PLACE, else local)
+out_dir = ""              # "": results/interactive in this checkout
 trt_max_batch = 64
 trt_cache = "/trt_cache"
+
+# %%
+from servelab.lab.places import place_defaults
+
+globals().update(place_defaults(globals()))  # "" parameters -> this place's endpoints, model names, out_dir
 
 # %%
 from pathlib import Path
 
 from servelab.lab.nb import Step, show_commands
 
-step = Step("05b", out_dir, target)
+step = Step("05b", out_dir, place)
 
 # %% [markdown]
 # ## Render the GPU repository (here) and read the TensorRT model's settings
@@ -101,7 +106,7 @@ show_commands("node",
               "docker compose -f docker/compose.04-triton.yaml restart triton     # second start: cache hit, seconds")
 
 # %%
-if target != "gpu":
+if place != "node":
     step.not_run("TensorRT engine build, cache reuse timing and fp16 throughput",
                  "TensorRT needs an NVIDIA GPU and this machine has none",
                  "the engine-cache configuration was rendered and checked")

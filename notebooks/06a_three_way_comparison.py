@@ -53,12 +53,12 @@
 # queueing and computing (Triton's statistics), and the rest — transport, HTTP handling and decoding.
 
 # %% tags=["parameters"]
-target = "local"          # local | gpu
-out_dir = "../results/interactive"
-service_url = "http://127.0.0.1:8002"
-triton_http_url = "http://127.0.0.1:8003"
-triton_model = "openclip_vit_b32_cpu"
-triton_jpeg_model = "openclip_vit_b32_jpeg"
+place = ""                # local | node ("": $SERVELAB_PLACE, else local)
+out_dir = ""              # "": results/interactive in this checkout
+service_url = ""          # "": the place's service (local :8002, node :8080)
+triton_http_url = ""      # "": the place's Triton HTTP (local :8003, node :8000)
+triton_model = ""         # "": the place's encoder (openclip_vit_b32_cpu | openclip_vit_b32)
+triton_jpeg_model = ""    # "": the JPEG ensemble (openclip_vit_b32_jpeg)
 service_pid = 0
 triton_pid = 0
 concurrency_levels = [1, 2]
@@ -69,12 +69,17 @@ repeats = 1
 requests = 2              # > 0: a fixed request count per point (smoke); 0: duration_s windows
 
 # %%
+from servelab.lab.places import place_defaults
+
+globals().update(place_defaults(globals()))  # "" parameters -> this place's endpoints, model names, out_dir
+
+# %%
 from servelab.bench.experiments import measure_served
 from servelab.bench.targets import served
 from servelab.lab.nb import Step
-from servelab.lab.targets import attach
+from servelab.lab.places import attach
 
-step = Step("06a", out_dir, target)
+step = Step("06a", out_dir, place)
 opts = step.opts(load)
 cols = ["target", "payload", "concurrency", "throughput_img_s", "latency_p50_ms", "latency_p99_ms", "latency_mean_ms",
         "server.avg_batch", "memory.rss_mb", "stable"]
@@ -205,8 +210,6 @@ checks.share(outside_share, breakdown, part="outside_server_ms", whole="client_m
              at={"concurrency": max(concurrency_levels)}, exercise="06a.2", step=step)
 
 # %%
-step.show_plot(plot_server_breakdown(tensor_recs, step.plot_path("server_breakdown")))
-
 # %% [markdown]
 # ## Why they come out this close
 # Each server spends most of a request inside the same `session.run`. With two cores fully used by one

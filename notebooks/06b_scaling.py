@@ -47,10 +47,10 @@
 # (45 % efficiency), because the time went to the network and the batcher, not to the GPUs.
 
 # %% tags=["parameters"]
-target = "local"          # local | gpu
-out_dir = "../results/interactive"
-triton_http_url = "http://127.0.0.1:8003"
-triton_model = "openclip_vit_b32_cpu"
+place = ""                # local | node ("": $SERVELAB_PLACE, else local)
+out_dir = ""              # "": results/interactive in this checkout
+triton_http_url = ""      # "": the place's Triton HTTP (local :8003, node :8000)
+triton_model = ""         # "": the place's encoder (openclip_vit_b32_cpu | openclip_vit_b32)
 triton_pid = 0
 instance_counts = [1, 2]
 concurrency_levels = [1, 2]
@@ -61,14 +61,19 @@ repeats = 1
 requests = 2              # > 0: a fixed request count per point (smoke); 0: duration_s windows
 
 # %%
+from servelab.lab.places import place_defaults
+
+globals().update(place_defaults(globals()))  # "" parameters -> this place's endpoints, model names, out_dir
+
+# %%
 import pandas as pd
 
 from servelab.bench.experiments import cost_table, measure_served
 from servelab.lab.nb import Step, show_commands
-from servelab.lab.targets import attach
+from servelab.lab.places import attach
 from servelab.triton.control import get_config, reconfigure
 
-step = Step("06b", out_dir, target)
+step = Step("06b", out_dir, place)
 opts = step.opts(duration_s, warmup_s, repeats, requests)
 triton = attach("triton-http", triton_http_url, payload="tensor", model=triton_model, pid=triton_pid or None)
 
@@ -151,13 +156,16 @@ step.show_plot(plot_latency_throughput(recs, step.plot_path("latency_vs_throughp
 
 # %% [markdown]
 # ## The multi-GPU half
-# On a node with several GPUs, `docker/compose.06b-multi-gpu.yaml` runs Triton with one instance group per
-# GPU; this notebook then measures it with `--target gpu` and `instance_counts` as instances per GPU.
+# On a node with several GPUs, `docker/compose.06b-multi-gpu.yaml` runs Triton with every GPU: the staged
+# instance group names no GPU, so `count` instances run on each. This notebook then measures it with
+# `--place node`, `instance_counts` being instances per GPU.
 
 # %%
-show_commands("node", "SERVELAB_GPUS=0,1 docker compose -f docker/compose.06b-multi-gpu.yaml up -d",
+show_commands("node", "SERVELAB_INSTANCES=2 docker compose -f docker/compose.00-prepare.yaml run --rm prepare"
+              "   # 2 instances on every GPU Triton sees",
+              "docker compose -f docker/compose.06b-multi-gpu.yaml up -d --build   # Triton with every GPU",
               "nvidia-smi dmon -s u     # both GPUs busy under load")
-if target != "gpu":
+if place != "node":
     step.not_run("multi-GPU scaling (one instance group per GPU)", "this machine has no GPU",
                  "CPU instance-count scaling measured above")
 

@@ -26,13 +26,18 @@
 # Kubernetes API schema for its kind (deserialised with the official Python client's models).
 
 # %% tags=["parameters"]
-target = "local"          # local | gpu
-out_dir = "../results/interactive"
+place = ""                # local | node ("": $SERVELAB_PLACE, else local)
+out_dir = ""              # "": results/interactive in this checkout
+
+# %%
+from servelab.lab.places import place_defaults
+
+globals().update(place_defaults(globals()))  # "" parameters -> this place's endpoints, model names, out_dir
 
 # %%
 from servelab.lab.nb import Step, run_checks, show_commands
 
-step = Step("08", out_dir, target)
+step = Step("08", out_dir, place)
 
 # %% [markdown]
 # ## Validate every manifest and overlay (runs here)

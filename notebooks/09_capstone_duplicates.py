@@ -29,15 +29,20 @@
 # `servelab dedup review ~/Pictures` (nothing is deleted without a way back: files go to a trash folder).
 
 # %% tags=["parameters"]
-target = "local"          # local | gpu
-out_dir = "../results/interactive"
-service_url = "http://127.0.0.1:8002"
-triton_http_url = "http://127.0.0.1:8003"
-triton_grpc_url = "127.0.0.1:8004"
-triton_model = "openclip_vit_b32_cpu"
-triton_jpeg_model = "openclip_vit_b32_jpeg"
+place = ""                # local | node ("": $SERVELAB_PLACE, else local)
+out_dir = ""              # "": results/interactive in this checkout
+service_url = ""          # "": the place's service (local :8002, node :8080)
+triton_http_url = ""      # "": the place's Triton HTTP (local :8003, node :8000)
+triton_grpc_url = ""      # "": the place's Triton gRPC (local :8004, node :8001)
+triton_model = ""         # "": the place's encoder (openclip_vit_b32_cpu | openclip_vit_b32)
+triton_jpeg_model = ""    # "": the JPEG ensemble (openclip_vit_b32_jpeg)
 n_photos = 12
 threshold = 0.92
+
+# %%
+from servelab.lab.places import place_defaults
+
+globals().update(place_defaults(globals()))  # "" parameters -> this place's endpoints, model names, out_dir
 
 # %%
 import time
@@ -48,7 +53,7 @@ import pandas as pd
 from servelab.client import InferenceClient
 from servelab.lab.nb import Step
 
-step = Step("09", out_dir, target)
+step = Step("09", out_dir, place)
 
 # %% [markdown]
 # ## The best served backend in this run's records

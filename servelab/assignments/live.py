@@ -75,7 +75,7 @@ def measure_triton(run, experiment: str, http_url: str, model: str, *, concurren
         from servelab.bench.servers import attach
     except ImportError:  # the bench before its servers module
         from servelab.bench.experiments import measure_served as measure
-        from servelab.lab.targets import attach
+        from servelab.lab.places import attach
     srv = attach("triton-http", http_url, payload="tensor", model=model)
     return measure(run, experiment, srv, payload="tensor", batch=1, concurrency=concurrency, opts=opts, params=params)
 

@@ -1,8 +1,9 @@
-"""The lab: papermill runner, targets, local stack lifecycle, report.
+"""The lab: papermill runner, places, local stack lifecycle, report.
 
-    runner.py      `servelab lab run`: plan (profile, --only, --param, target) → stack → papermill → report
+    runner.py      `servelab lab run`: plan (profile, --only, --param, place) → stack → papermill → report
     params.py      profiles smoke | default | full; `--param key=value` (YAML-typed); per-notebook injection
-    targets.py     local | gpu endpoints; `attach()` points bench measurements at an already running server
+    places.py      where the servers run (local | node): endpoints, model names, a notebook's defaults;
+                   `attach()` points bench measurements at an already running server
     stack.py       the run's loopback stack: export, stage Triton into results/<run-id>/models, service + Triton
     notebooks.py   discovery, `--only` selection, jupytext .py → .ipynb sync (no outputs), kernel registration
     nb.py          `Step`: what a notebook uses to file tagged tables, plots, not-run statements, its finding

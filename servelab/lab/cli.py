@@ -19,7 +19,7 @@ def run(
     profile: str = typer.Option("default", help="smoke (seconds per notebook) | default (~20 min on 2 cores) | full"),
     only: Optional[List[str]] = typer.Option(None, "--only", help="notebook id(s) to run: --only 04, --only 04,05a (repeatable)"),
     param: Optional[List[str]] = typer.Option(None, "--param", "-p", help="key=value for the notebooks' parameters cell (repeatable)"),
-    target: str = typer.Option("local", help="local (embedded stack on loopback) | gpu (compose stacks on the node)"),
+    place: str = typer.Option("local", help="where the servers run: local (embedded stack on loopback) | node (a GPU node running the docker-compose stacks)"),
     run_id: Optional[str] = typer.Option(None, help="results/<run-id>/ (default: timestamp-profile); an existing id is updated"),
     ports: str = typer.Option("auto", help="local stack ports: auto (configured if free, else free) | configured | free"),
     results: Path = typer.Option(None, help="results folder (default ./results)"),
@@ -30,7 +30,7 @@ def run(
     from servelab.lab.runner import RESULTS_DIR
     from servelab.lab.runner import run as do_run
 
-    state = do_run(profile=profile, only=only, params=param, target=target, run_id=run_id, ports=ports,
+    state = do_run(profile=profile, only=only, params=param, place=place, run_id=run_id, ports=ports,
                    results_dir=results or RESULTS_DIR, say=_say, progress_bar=progress_bar, notebook_dir=notebooks)
     ok = sum(e["status"] == "ok" for e in state["notebooks"])
     typer.echo(f"{ok}/{len(state['notebooks'])} notebooks ok -> {state['out_dir']}/report.md (and report.html)")

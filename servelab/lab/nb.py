@@ -3,7 +3,7 @@ plots under this run's folder, tags every table row with the hardware and versio
 run's records, and states plainly what was not run.
 
     from servelab.lab.nb import Step
-    step = Step("04", out_dir, target)
+    step = Step("04", out_dir, place)
     step.table(df, "queue_delay")          # -> tables/04_queue_delay.csv + .md, shown in the notebook
     step.plot(fig, "latency_vs_throughput") # -> plots/04_latency_vs_throughput.png
     step.shows(f"... {x:.1f} img/s ...")   # the 'what this run shows' paragraph, numbers from this run
@@ -71,9 +71,9 @@ def _display_md(text: str) -> None:
 
 
 class Step:
-    def __init__(self, notebook: str, out_dir: str | Path, target: str = "local"):
+    def __init__(self, notebook: str, out_dir: str | Path, place: str = "local"):
         self.id = notebook
-        self.target = target
+        self.place = place
         self.out_dir = Path(out_dir)
         if not self.out_dir.is_absolute():
             self.out_dir = (Path.cwd() / self.out_dir).resolve()
@@ -184,7 +184,7 @@ class Step:
 
     def not_run(self, what: str, why: str, instead: str = "") -> None:
         """Say plainly what this run did not do and why; collected into tables/<id>_not_run."""
-        self._not_run.append({"not run": what, "why": why, "instead": instead, "target": self.target})
+        self._not_run.append({"not run": what, "why": why, "instead": instead, "place": self.place})
         _display_md(f"> **Not run here:** {what} — {why}." + (f" Instead: {instead}." if instead else ""))
         self.table(pd.DataFrame(self._not_run), "not_run", show=False)
 

@@ -92,7 +92,7 @@ def build_markdown(out_dir: Path) -> str:
     entries = run.get("notebooks", [])
     ids = [e["id"] for e in entries]
     lines = [f"# servelab lab report — run `{run.get('run_id', out_dir.name)}`", ""]
-    lines += [f"- profile: `{run.get('profile', '?')}` · target: `{run.get('target', '?')}`",
+    lines += [f"- profile: `{run.get('profile', '?')}` · place: `{run.get('place', '?')}`",
               f"- started {run.get('started', '?')} · finished {run.get('finished') or 'not finished'}",
               f"- weights: {env.get('weights', env.get('weights_label', 'see environment'))}",
               "- every number below was measured in this run; tables carry the hardware and versions they ran on.",

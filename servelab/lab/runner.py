@@ -1,6 +1,6 @@
 """`servelab lab run`: execute the notebooks with papermill into results/<run-id>/ and write the report.
 
-Order of a run: choose notebooks and parameters → (target local) export + stage + start the loopback stack →
+Order of a run: choose notebooks and parameters → (place local) export + stage + start the loopback stack →
 execute each notebook in order (progress on the terminal; each executed notebook is saved cell by cell, so a
 failure leaves it readable) → stop the stack → write report.md/.html — always, also after a failure, which
 stops the run and names the notebook and the failing cell.
@@ -22,7 +22,7 @@ from servelab.config import REPO_ROOT
 from servelab.fileio import atomic_write
 from servelab.lab import notebooks as nbs
 from servelab.lab import params as lab_params
-from servelab.lab.targets import check_target, gpu_endpoints, triton_models
+from servelab.lab.places import check_place, node_endpoints, triton_models
 
 RESULTS_DIR = REPO_ROOT / "results"
 URL_KEYS = {"service_url", "triton_http_url", "triton_grpc_url", "triton_metrics_url", "triton_repository",
@@ -38,7 +38,7 @@ class RunPlan:
     run_id: str
     out_dir: Path
     profile: str
-    target: str
+    place: str
     notebooks: list[Path]
     values: dict[str, Any]
     declared: dict[str, set[str]] = field(default_factory=dict)
@@ -46,7 +46,7 @@ class RunPlan:
 
     @property
     def needs_stack(self) -> bool:
-        return self.target == "local" and any(self.declared[p.stem] & URL_KEYS for p in self.notebooks)
+        return self.place == "local" and any(self.declared[p.stem] & URL_KEYS for p in self.notebooks)
 
 
 def default_run_id(profile: str) -> str:
@@ -54,10 +54,10 @@ def default_run_id(profile: str) -> str:
 
 
 def plan(profile: str = "default", only: list[str] | None = None, params: list[str] | None = None,
-         target: str = "local", run_id: str | None = None, results_dir: Path = RESULTS_DIR,
+         place: str = "local", run_id: str | None = None, results_dir: Path = RESULTS_DIR,
          notebook_dir: Path = nbs.NOTEBOOK_DIR) -> RunPlan:
     """Validate everything the user typed before anything is started."""
-    check_target(target)
+    check_place(place)
     values = lab_params.profile(profile)
     overrides = lab_params.parse_params(params)
     paths = nbs.select(nbs.discover(notebook_dir), only)
@@ -76,11 +76,11 @@ def plan(profile: str = "default", only: list[str] | None = None, params: list[s
     if not run_id.replace("-", "").replace("_", "").replace(".", "").isalnum():
         raise ValueError(f"--run-id {run_id!r}: use letters, digits, '-', '_' or '.'")
     out_dir = (Path(results_dir) / run_id).resolve()
-    values.update(target=target, run_id=run_id, out_dir=str(out_dir), **triton_models(target))
-    if target == "gpu":
-        values.update(gpu_endpoints().as_params())
+    values.update(place=place, run_id=run_id, out_dir=str(out_dir), **triton_models(place))
+    if place == "node":
+        values.update(node_endpoints().as_params())
     values.update(overrides)
-    return RunPlan(run_id=run_id, out_dir=out_dir, profile=profile, target=target, notebooks=paths,
+    return RunPlan(run_id=run_id, out_dir=out_dir, profile=profile, place=place, notebooks=paths,
                    values=values, declared=declared, overrides=overrides)
 
 
@@ -147,7 +147,7 @@ def execute(p: RunPlan, ports: str = "auto", say: Callable[[str], None] = print,
     entries = {e["name"]: e for e in state.get("notebooks", [])}
     for path in p.notebooks:
         entries[path.stem] = {"id": nbs.notebook_id(path), "name": path.stem, "status": "pending"}
-    state.update(run_id=p.run_id, profile=p.profile, target=p.target, out_dir=str(out_dir),
+    state.update(run_id=p.run_id, profile=p.profile, place=p.place, out_dir=str(out_dir),
                  started=dt.datetime.now().isoformat(timespec="seconds"), finished=None,
                  parameters={k: v for k, v in p.values.items() if k not in URL_KEYS})
     state["notebooks"] = sorted(entries.values(), key=lambda e: e["name"])
@@ -155,10 +155,10 @@ def execute(p: RunPlan, ports: str = "auto", say: Callable[[str], None] = print,
     def save():
         _write_json(out_dir / "run.json", state)
 
-    say(f"lab run {p.run_id}: profile {p.profile}, target {p.target}, {len(p.notebooks)} notebook(s) -> {out_dir}")
+    say(f"lab run {p.run_id}: profile {p.profile}, place {p.place}, {len(p.notebooks)} notebook(s) -> {out_dir}")
     save()
     _fingerprint(out_dir, say)
-    if p.target == "gpu":
+    if p.place == "node":
         state["unreachable"] = probe_endpoints(p, say)
     failed: NotebookFailed | None = None
     stopped = "run interrupted"
@@ -213,7 +213,7 @@ PROBES = {"service_url": "/healthz", "triton_http_url": "/v2/health/ready"}
 
 
 def probe_endpoints(p: RunPlan, say: Callable[[str], None]) -> list[str]:
-    """For target=gpu: say up front which servers the selected notebooks need but that do not answer."""
+    """For place=node: say up front which servers the selected notebooks need but that do not answer."""
     from servelab.netutil import wait_http
 
     missing = []
@@ -229,7 +229,7 @@ def probe_endpoints(p: RunPlan, say: Callable[[str], None]) -> list[str]:
 
 @contextlib.contextmanager
 def _stack(p: RunPlan, ports: str, say: Callable[[str], None]):
-    """Parameters the stack contributes: URLs of the loopback servers for local, nothing extra for gpu."""
+    """Parameters the stack contributes: URLs of the loopback servers for local, nothing extra for node."""
     if not p.needs_stack:
         yield {}
         return
@@ -241,9 +241,9 @@ def _stack(p: RunPlan, ports: str, say: Callable[[str], None]):
 
 
 def run(profile: str = "default", only: list[str] | None = None, params: list[str] | None = None,
-        target: str = "local", run_id: str | None = None, ports: str = "auto", results_dir: Path = RESULTS_DIR,
+        place: str = "local", run_id: str | None = None, ports: str = "auto", results_dir: Path = RESULTS_DIR,
         say: Callable[[str], None] = print, progress_bar: bool = True, notebook_dir: Path | None = None) -> dict:
-    p = plan(profile=profile, only=only, params=params, target=target, run_id=run_id, results_dir=results_dir,
+    p = plan(profile=profile, only=only, params=params, place=place, run_id=run_id, results_dir=results_dir,
              notebook_dir=notebook_dir or nbs.NOTEBOOK_DIR)
     return execute(p, ports=ports, say=say, progress_bar=progress_bar)
 

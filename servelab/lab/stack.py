@@ -1,4 +1,4 @@
-"""The local stack for `target=local`: the FastAPI service and the embedded tritonserver on loopback.
+"""The local stack for `place=local`: the FastAPI service and the embedded tritonserver on loopback.
 
 One stack serves every notebook of a run (starting servers per notebook would cost more than the smoke
 notebooks themselves). It is built only from other packages' public pieces: `ensure_exported` (model),
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from servelab.config import TRITON_GRPC_PORT, TRITON_HTTP_PORT, TRITON_METRICS_PORT, Settings
-from servelab.lab.targets import Endpoints
+from servelab.lab.places import Endpoints
 from servelab.netutil import free_port, port_in_use
 
 PORT_POLICIES = ("auto", "configured", "free")

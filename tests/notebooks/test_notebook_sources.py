@@ -44,7 +44,7 @@ def test_out_of_sync_is_detected(tmp_path):
 @pytest.mark.parametrize("py", nbs.discover(), ids=lambda p: p.stem)
 def test_parameters_cell(py):
     declared = nbs.declared_parameters(nbs.ipynb_for(py))
-    assert {"target", "out_dir"} <= declared
+    assert {"place", "out_dir"} <= declared
 
 
 @pytest.mark.parametrize("py", nbs.discover(), ids=lambda p: p.stem)

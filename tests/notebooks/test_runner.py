@@ -13,12 +13,12 @@ pytestmark = pytest.mark.notebooks
 OK = '''# %% tags=["parameters"]
 out_dir = "x"
 duration_s = 1.0
-target = "local"
+place = "local"
 
 # %%
 from pathlib import Path
 Path(out_dir, "tables").mkdir(parents=True, exist_ok=True)
-Path(out_dir, "tables", "{id}_seen.md").write_text(f"| duration_s | target |\\n|---|---|\\n| {{duration_s}} | {{target}} |\\n")
+Path(out_dir, "tables", "{id}_seen.md").write_text(f"| duration_s | place |\\n|---|---|\\n| {{duration_s}} | {{place}} |\\n")
 '''
 
 FAIL = '''# %% tags=["parameters"]
@@ -83,7 +83,7 @@ def test_param_parsing():
 
     assert parse_param("concurrency_levels=[1, 8]") == ("concurrency_levels", [1, 8])
     assert parse_param("threshold=0.9") == ("threshold", 0.9)
-    assert parse_param("target=gpu") == ("target", "gpu")
+    assert parse_param("place=node") == ("place", "node")
     with pytest.raises(ValueError):
         parse_param("no-equals-sign")
 
@@ -99,11 +99,11 @@ def test_only_selects_by_prefix():
     assert [p.name for p in select(paths, ["04,06a"])] == ["04_a.py", "06a_d.py"]
 
 
-def test_gpu_target_points_at_the_node_ports(monkeypatch):
+def test_node_place_points_at_the_node_ports(monkeypatch):
     from servelab.lab.runner import plan
 
-    monkeypatch.setenv("SERVELAB_GPU_HOST", "10.0.0.5")
-    p = plan(profile="smoke", target="gpu", only=["07"])
+    monkeypatch.setenv("SERVELAB_NODE_HOST", "10.0.0.5")
+    p = plan(profile="smoke", place="node", only=["07"])
     assert p.values["triton_http_url"] == "http://10.0.0.5:8000"
     assert p.values["triton_grpc_url"] == "10.0.0.5:8001"
     assert p.values["triton_model"] == "openclip_vit_b32"
@@ -133,12 +133,12 @@ def test_port_policy():
         held.close()
 
 
-def test_gpu_target_without_servers_warns_then_fails_clearly(tmp_path, monkeypatch):
+def test_node_place_without_servers_warns_then_fails_clearly(tmp_path, monkeypatch):
     from servelab.netutil import free_port
 
     for name in ("SERVICE", "TRITON_HTTP", "TRITON_GRPC", "TRITON_METRICS"):
-        monkeypatch.setenv(f"SERVELAB_GPU_{name}_PORT", str(free_port()))  # nothing listens there
-    r = lab_cli("run", "--target", "gpu", "--profile", "smoke", "--only", "07", "--results", str(tmp_path),
+        monkeypatch.setenv(f"SERVELAB_NODE_{name}_PORT", str(free_port()))  # nothing listens there
+    r = lab_cli("run", "--place", "node", "--profile", "smoke", "--only", "07", "--results", str(tmp_path),
                 "--run-id", "g", "--no-progress-bar")
     assert r.returncode == 1
     assert "warning: triton_http_url" in r.stderr and "does not answer" in r.stderr

@@ -1,0 +1,132 @@
+"""Where the lab's servers run — the *place*: `local` (the embedded stack a lab run starts on this machine's
+loopback, or `make serve` + `make triton-up` when working interactively) or `node` (a GPU node running the
+docker-compose stacks in docker/).
+
+The notebooks only ever see URLs and model names. A notebook's parameters cell leaves them empty ("" = this
+place's default); its first code cell calls `place_defaults(globals())`, which fills every empty one for the
+place, so a notebook given only `place=node` (plain papermill, or opened in the node's JupyterLab, where
+SERVELAB_PLACE=node) talks to the node's stacks with the GPU model names and writes to results/interactive.
+For `node`, host and ports come from SERVELAB_NODE_HOST and SERVELAB_NODE_{SERVICE,TRITON_HTTP,TRITON_GRPC,
+TRITON_METRICS}_PORT, default: the ports the compose stacks publish on the node's loopback (reached from the
+node itself, or from here through an SSH tunnel: `ssh -L 8000:127.0.0.1:8000 … cc@<floating-ip>`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+PLACES = ("local", "node")
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    service_url: str
+    triton_http_url: str
+    triton_grpc_url: str  # host:port (gRPC has no scheme)
+    triton_metrics_url: str
+
+    def as_params(self) -> dict:
+        return asdict(self)
+
+
+def local_endpoints() -> Endpoints:
+    """The default loopback ports of `make serve` and `make triton-up` (a lab run passes its own stack's)."""
+    from servelab.config import SERVICE_PORT, TRITON_GRPC_PORT, TRITON_HTTP_PORT, TRITON_METRICS_PORT
+
+    return Endpoints(
+        service_url=f"http://127.0.0.1:{SERVICE_PORT}",
+        triton_http_url=f"http://127.0.0.1:{TRITON_HTTP_PORT}",
+        triton_grpc_url=f"127.0.0.1:{TRITON_GRPC_PORT}",
+        triton_metrics_url=f"http://127.0.0.1:{TRITON_METRICS_PORT}/metrics",
+    )
+
+
+def node_endpoints() -> Endpoints:
+    """Ports published by docker/compose.*.yaml on the node (servelab.provision.NODE_PORTS)."""
+    from servelab.provision import NODE_PORTS
+
+    host = os.environ.get("SERVELAB_NODE_HOST", "127.0.0.1")
+
+    def port(name: str) -> int:
+        raw = os.environ.get(f"SERVELAB_NODE_{name.upper()}_PORT")
+        return int(raw) if raw else NODE_PORTS[name]
+
+    return Endpoints(
+        service_url=f"http://{host}:{port('service')}",
+        triton_http_url=f"http://{host}:{port('triton_http')}",
+        triton_grpc_url=f"{host}:{port('triton_grpc')}",
+        triton_metrics_url=f"http://{host}:{port('triton_metrics')}/metrics",
+    )
+
+
+def check_place(place: str) -> str:
+    if place not in PLACES:
+        raise ValueError(f"place must be one of {', '.join(PLACES)}, got {place!r}")
+    return place
+
+
+def default_place() -> str:
+    """SERVELAB_PLACE (the node's Jupyter containers set `node`), else `local`."""
+    return check_place(os.environ.get("SERVELAB_PLACE") or "local")
+
+
+def triton_models(place: str) -> dict:
+    """The encoder and JPEG-ensemble model names the Triton server at `place` serves."""
+    from servelab.triton.models import CPU_ENCODER, ENSEMBLE, GPU_ENCODER
+
+    return {"triton_model": CPU_ENCODER if place == "local" else GPU_ENCODER, "triton_jpeg_model": ENSEMBLE}
+
+
+def interactive_out_dir() -> Path:
+    """results/interactive of this checkout: writable wherever the notebook runs (here, the node's containers)."""
+    from servelab.lab.runner import RESULTS_DIR
+
+    return Path(RESULTS_DIR) / "interactive"
+
+
+def place_defaults(namespace: dict) -> dict:
+    """Values for the parameters a notebook left empty, for its place: `globals().update(place_defaults(globals()))`.
+
+    Reads `place` ("" = default_place()) and fills `out_dir` and any endpoint or model-name parameter the
+    notebook declares with "" — the ones a run passed explicitly are kept.
+    """
+    place = check_place(namespace.get("place") or default_place())
+    endpoints = local_endpoints() if place == "local" else node_endpoints()
+    values = {"out_dir": str(interactive_out_dir()), **endpoints.as_params(), **triton_models(place)}
+    filled = {k: v for k, v in values.items() if k in namespace and namespace[k] in ("", None)}
+    return {"place": place, **filled}
+
+
+def in_process_provider(place: str) -> str:
+    """The execution provider in-process rows should use at `place`: the node's GPU (CUDA EP) when this kernel
+    can reach it, else the CPU — callers say so with `in_process_note`."""
+    if place != "node":
+        return "cpu"
+    try:
+        import onnxruntime as ort
+
+        return "cuda" if "CUDAExecutionProvider" in ort.get_available_providers() else "cpu"
+    except ImportError:
+        return "cpu"
+
+
+def in_process_note(step, place: str, provider: str, rows: str) -> None:
+    """At place=node, state plainly when in-process rows did not run on the node's GPU."""
+    if place == "node" and provider != "cuda":
+        step.not_run(f"{rows} on the node's GPU",
+                     "this kernel has no CUDA execution provider (it is not the node's GPU container): those rows "
+                     "ran in-process on this machine's CPU, only the servers' rows are the node's",
+                     "run the notebook in the node's JupyterLab (docker/compose.jupyter.yaml)")
+
+
+def attach(backend: str, url: str, *, payload: str = "tensor", engine: str | None = None, pid: int | None = None,
+           model: str | None = None, jpeg_model: str | None = None, stats_url: str | None = None,
+           grpc_url: str | None = None):
+    """A bench server handle (servelab.bench.servers) for a server that is already running (this run's stack,
+    or a node's compose stack). Triton over gRPC needs `stats_url` (its HTTP endpoint: statistics, reloads)."""
+    from servelab.bench.servers import attach as bench_attach
+
+    return bench_attach(backend, url, payload=payload, engine=engine, pid=pid, model=model, jpeg_model=jpeg_model,
+                        http_url=stats_url, grpc_url=grpc_url)
