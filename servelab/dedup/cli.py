@@ -169,10 +169,16 @@ def undo(root: Path = typer.Option(Path("."), "--root", help="photo folder"), ca
 
 @app.command()
 def trash(root: Path = ROOT_ARG, catalog: Optional[Path] = CATALOG_OPT):
-    """List trash batches."""
-    from servelab.dedup.trash import batches
+    """List trash batches (after closing any delete or undo that was killed half-way)."""
+    from servelab.dedup.trash import batches, recover
 
     with _open(root, catalog) as cat:
+        fixed = recover(cat)
+        if fixed["moved"] or fixed["in_place"] or fixed["restored"]:
+            typer.echo(f"recovered an interrupted delete/undo: {fixed['moved']} file(s) confirmed in the trash, "
+                       f"{fixed['in_place'] + fixed['restored']} confirmed at their original paths")
+        for problem in fixed["conflicts"]:
+            typer.echo(f"needs you: {problem}")
         for b in batches(cat):
             typer.echo(f"{b['batch']}: {len(b['files'])} file(s), {b['in_trash']} still in the trash")
             for f in b["files"]:

@@ -29,7 +29,7 @@ from PIL import Image
 from servelab.dedup.catalog import Catalog, OutsideRoot
 from servelab.dedup.group import EXACT_RULE, rule_for
 from servelab.dedup.group import group as find_groups
-from servelab.dedup.trash import TrashError, batches, restore, trash_files
+from servelab.dedup.trash import TrashError, batches, recover, restore, trash_files
 from servelab.model.preprocess import ImageDecodeError, decode_image
 
 PAGE_SIZE = 40
@@ -41,6 +41,7 @@ def create_app(catalog: str | Path, threshold: float | None = None, phash_max: i
                method: str = "auto", cosine_only: bool = False) -> FastAPI:
     """The review app; threshold / phash_max / cosine_only as for `group` (unset: the safe default)."""
     cat = Catalog(catalog)
+    recover(cat)  # close what a killed delete or undo left open before showing anything
     app = FastAPI(title="servelab photo finder", docs_url=None, redoc_url=None, openapi_url=None)
     token = secrets.token_urlsafe(16)
     lock = threading.Lock()  # one catalog connection; keep writes and group recomputation serial

@@ -20,6 +20,7 @@ import imagehash
 from PIL import Image
 
 from servelab.dedup.catalog import STATE_DIR, Catalog
+from servelab.dedup.trash import recover
 from servelab.model.preprocess import ImageDecodeError, decode_image
 
 EXTENSIONS = {".jpg": "JPEG", ".jpeg": "JPEG", ".jpe": "JPEG", ".png": "PNG", ".webp": "WEBP"}
@@ -50,6 +51,7 @@ def scan(root: str | Path, catalog: str | Path | Catalog, progress: bool = False
         raise FileNotFoundError(f"{root}: not a folder")
     cat = catalog if isinstance(catalog, Catalog) else Catalog(catalog, root=root)
     root = cat.root
+    recover(cat)  # a delete or undo killed half-way: put its files on record first, so none looks "missing"
     t0 = time.perf_counter()
     report = ScanReport(root=str(root))
     known = {r["path"]: r for r in cat.db.execute("SELECT id, path, status, kind, reason, size, mtime_ns FROM files")}

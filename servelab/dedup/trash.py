@@ -1,10 +1,17 @@
 """Delete = move into a trash folder, with a JSON-lines manifest; undo moves the files back.
 
-Nothing is ever unlinked. Each deletion is a batch with an id; the manifest line is written (and flushed
-to disk) before the file moves, so even a crash mid-batch leaves a record of where every file went. A file
-is only moved if it is a catalogued, regular file inside the scanned root whose size and mtime still match
-the catalog; undo refuses to overwrite anything that now sits at the original path, and checks the MD5 of
-what it restored.
+Nothing is ever unlinked (except a redundant copy whose original is verified intact). A file is only moved if
+it is a catalogued, regular file inside the scanned root whose size and mtime still match the catalog; undo
+refuses to overwrite anything that now sits at the original path, and checks the MD5 of what it restored.
+
+Every step survives being killed. Each move is bracketed by manifest records, each written and fsynced
+before the next step: `trash` (intent) -> move -> catalog `trashed` -> `moved`; and for undo `restoring` ->
+move back -> catalog `ok` -> `restore`. A file whose last record is an intent (`trash`, `restoring`) was
+interrupted; `recover` (run by every trash command, the scan and the review UI before anything else) looks
+at the disk and closes it: found in the trash -> `moved`, found at its original path -> `in_place` /
+`restore`, with the catalog set to match. A torn last manifest line (killed mid-write) is skipped: its step
+never started. So at any moment every file is either at its original path or in the trash with a manifest
+entry, and undo restores it.
 """
 
 from __future__ import annotations
@@ -30,36 +37,103 @@ def manifest_path(cat: Catalog) -> Path:
 
 
 def _append(cat: Catalog, record: dict) -> None:
+    """Append one record and fsync it; a torn line left by a killed writer is closed off first."""
     path = manifest_path(cat)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(record) + "\n")
+    with open(path, "a+b") as fh:
+        if fh.tell() > 0:
+            fh.seek(-1, os.SEEK_END)
+            if fh.read(1) != b"\n":
+                fh.write(b"\n")
+        fh.write(json.dumps(record).encode() + b"\n")
         fh.flush()
         os.fsync(fh.fileno())
 
 
 def read_manifest(cat: Catalog) -> list[dict]:
+    """The manifest's records, oldest first; a line torn by a kill mid-write is skipped (its step never began)."""
     path = manifest_path(cat)
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    records = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and "op" in rec:
+            records.append(rec)
+    return records
+
+
+AT_ORIGINAL = ("restore", "in_place")  # last ops that leave a file at its original path
+OPEN = ("trash", "restoring")  # intents: the step after them may or may not have happened
 
 
 def batches(cat: Catalog) -> list[dict]:
     """Deletion batches, newest first, each with its files and whether they are still in the trash."""
     out: dict[str, dict] = {}
-    restored = set()
+    last: dict[tuple[str, int], str] = {}
     for rec in read_manifest(cat):
-        if rec["op"] == "trash":
+        if rec["op"] == "trash" and (rec["batch"], rec["file_id"]) not in last:
             b = out.setdefault(rec["batch"], {"batch": rec["batch"], "time": rec["time"], "files": []})
             b["files"].append(rec)
-        elif rec["op"] == "restore":
-            restored.add((rec["batch"], rec["file_id"]))
+        last[(rec["batch"], rec["file_id"])] = rec["op"]
     for b in out.values():
         for f in b["files"]:
-            f["restored"] = (b["batch"], f["file_id"]) in restored
+            f["state"] = last[(b["batch"], f["file_id"])]
+            f["restored"] = f["state"] in AT_ORIGINAL
         b["in_trash"] = sum(not f["restored"] for f in b["files"])
     return sorted(out.values(), key=lambda b: b["time"], reverse=True)
+
+
+def recover(cat: Catalog) -> dict:
+    """Close every step a killed process left open, by what is on disk; returns what it did and what it could not.
+
+    Idempotent and cheap when nothing is open (one manifest read). Conflicts (both copies differ, or neither
+    is there) are reported, never resolved by deleting anything.
+    """
+    done: dict = {"moved": 0, "in_place": 0, "restored": 0, "conflicts": []}
+    for b in batches(cat):
+        for f in b["files"]:
+            if f["state"] not in OPEN:
+                continue
+            try:
+                in_trash, at_original = _trash_path(cat, f), safe_path(cat.root, f["original"])
+            except (TrashError, OutsideRoot) as exc:
+                done["conflicts"].append(f"{f['original']} (batch {b['batch']}): {exc}")
+                continue
+            has_trash, has_original = in_trash.is_file(), os.path.lexists(at_original)
+            original_intact = os.path.isfile(at_original) and _md5(at_original) == f["md5"]
+            if has_trash and original_intact:
+                os.unlink(in_trash)  # an interrupted copy next to a verified original: redundant
+                _prune_empty(in_trash.parent, cat.trash_dir)
+                has_trash = False
+            if has_trash and not has_original:
+                cat.set_status(f["file_id"], "trashed", f"in trash batch {b['batch']}")
+                _append(cat, {"op": "moved", "batch": b["batch"], "file_id": f["file_id"], "time": time.time(),
+                              "recovered": True})
+                done["moved"] += 1
+            elif original_intact and not has_trash:
+                row = cat.file(f["file_id"])
+                if row is not None and row["status"] in ("trashed", "missing"):
+                    cat.set_status(f["file_id"], "ok", None)
+                op = "in_place" if f["state"] == "trash" else "restore"
+                _append(cat, {"op": op, "batch": b["batch"], "file_id": f["file_id"], "time": time.time(),
+                              "recovered": True})
+                done["restored" if op == "restore" else "in_place"] += 1
+            else:
+                where = "in both places with different content" if has_trash else (
+                    "at its original path with different content" if has_original else "in neither place")
+                done["conflicts"].append(f"{f['original']} (batch {b['batch']}) is {where}: left as it is")
+    return done
+
+
+def _trash_path(cat: Catalog, f: dict) -> Path:
+    path = (cat.trash_dir / f["trash"]).resolve()
+    if not path.is_relative_to(cat.trash_dir.resolve()):
+        raise TrashError(f"manifest entry points outside the trash: {f['trash']}")
+    return path
 
 
 def trash_files(cat: Catalog, file_ids, keeper: int | None = None, note: str = "") -> dict:
@@ -67,6 +141,7 @@ def trash_files(cat: Catalog, file_ids, keeper: int | None = None, note: str = "
     ids = [int(i) for i in file_ids]
     if not ids:
         raise TrashError("nothing to delete: no file ids given")
+    recover(cat)
     if keeper is not None and int(keeper) in ids:
         raise TrashError(f"file {keeper} is the keeper; it cannot also be deleted")
     checked = []
@@ -92,15 +167,17 @@ def trash_files(cat: Catalog, file_ids, keeper: int | None = None, note: str = "
         rec = {"op": "trash", "batch": batch, "file_id": row["id"], "original": row["path"],
                "trash": dest.relative_to(cat.trash_dir).as_posix(), "md5": row["md5"], "size": row["size"],
                "keeper": keeper, "note": note, "time": time.time()}
-        _append(cat, rec)
+        _append(cat, rec)  # intent first: a kill from here on is closed by `recover`
         _move(src, dest)
         cat.set_status(row["id"], "trashed", f"in trash batch {batch}")
+        _append(cat, {"op": "moved", "batch": batch, "file_id": row["id"], "time": time.time()})
         moved.append(rec)
     return {"batch": batch, "files": moved}
 
 
 def restore(cat: Catalog, batch: str | None = None) -> dict:
     """Move a batch's files (default: the newest batch still in the trash) back to their original paths."""
+    recover(cat)
     all_batches = batches(cat)
     if batch is None:
         pending = [b for b in all_batches if b["in_trash"]]
@@ -116,9 +193,7 @@ def restore(cat: Catalog, batch: str | None = None) -> dict:
     for f in target["files"]:
         if f["restored"]:
             continue
-        src = (cat.trash_dir / f["trash"]).resolve()
-        if not src.is_relative_to(cat.trash_dir.resolve()):
-            raise TrashError(f"manifest entry points outside the trash: {f['trash']}")
+        src = _trash_path(cat, f)
         dest = cat.root / f["original"]
         try:
             safe_path(cat.root, f["original"])
@@ -128,12 +203,12 @@ def restore(cat: Catalog, batch: str | None = None) -> dict:
             raise TrashError(f"{f['original']} exists again; move it away before undoing (nothing was overwritten)")
         if not src.is_file():
             raise TrashError(f"{f['trash']} is missing from the trash")
-        dest.parent.mkdir(parents=True, exist_ok=True)
+        _append(cat, {"op": "restoring", "batch": target["batch"], "file_id": f["file_id"], "time": time.time()})
         _move(src, dest)
-        if f.get("md5") and file_digest(dest, "md5") != f["md5"]:
+        if f.get("md5") and _md5(dest) != f["md5"]:
             raise TrashError(f"{f['original']} restored but its MD5 differs from the catalog's")
-        _append(cat, {"op": "restore", "batch": target["batch"], "file_id": f["file_id"], "time": time.time()})
         cat.set_status(f["file_id"], "ok", None)
+        _append(cat, {"op": "restore", "batch": target["batch"], "file_id": f["file_id"], "time": time.time()})
         restored.append(f["original"])
         _prune_empty(src.parent, cat.trash_dir)
     return {"batch": target["batch"], "restored": restored}
@@ -149,10 +224,29 @@ def _move(src: Path, dest: Path) -> None:
         if exc.errno != errno.EXDEV:
             raise
         shutil.copy2(src, dest)  # another file system: copy, verify, then remove the source
-        if file_digest(src, "md5") != file_digest(dest, "md5"):
+        if _md5(src) != _md5(dest):
             dest.unlink()
-            raise TrashError(f"copy of {src} to {dest} did not verify; nothing was removed")
+            raise TrashError(f"copy of {src} to {dest} did not verify; nothing was removed") from None
         os.unlink(src)
+    for folder in {dest.parent, src.parent}:  # make the move itself durable, not only the manifest
+        _fsync_dir(folder)
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _md5(path: Path) -> str:
+    return file_digest(path, "md5")
 
 
 def _prune_empty(folder: Path, stop: Path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+import json
 import os
 import shutil
 import subprocess
@@ -108,7 +109,8 @@ def test_choose_keeper_delete_and_undo_in_chromium(review_server, tmp_path):
             in_trash = list(trash.glob(f"*/{name}"))
             assert len(in_trash) == 1 and _md5(in_trash[0]) == before[name]
         manifest = (trash / "manifest.jsonl").read_text().splitlines()
-        assert len(manifest) == 2 and all('"op": "trash"' in ln for ln in manifest)
+        ops = [json.loads(ln)["op"] for ln in manifest]
+        assert ops == ["trash", "moved", "trash", "moved"]  # each move bracketed: intent, then done
 
         page.goto(url + "/trash")
         assert page.locator("section.batch li").count() == 2
