@@ -81,7 +81,8 @@ photos = [encode(synthetic_photo(seed)) for seed in range(n_photos)]  # generate
 # shape header, turns the body into a float32 array and hands it to the micro-batcher:
 
 # %%
-from servelab.lab.nb import compare, show_code
+from servelab.bench.report import versus
+from servelab.lab.nb import show_code
 from servelab.service import app as service_app
 from servelab.service.batcher import MicroBatcher
 
@@ -157,7 +158,7 @@ for local_rec, service_rec in zip(local_recs, service_recs):
     added = service_rec["latency_p50_ms"] - local_rec["latency_p50_ms"]
     lines.append(f"batch {b}: p50 {local_rec['latency_p50_ms']:.0f} → {service_rec['latency_p50_ms']:.0f} ms "
                  f"({added:+.0f} ms, {100 * added / local_rec['latency_p50_ms']:+.0f} %); throughput "
-                 + compare(local_rec, service_rec, "in-process", "service"))
+                 + versus("in-process", local_rec, "service", service_rec))
 step.answer("; ".join(lines) + ".")
 
 # %% [markdown]

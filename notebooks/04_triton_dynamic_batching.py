@@ -89,7 +89,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from servelab.lab.nb import compare, repo_path, show_code
+from servelab.bench.report import versus
+from servelab.lab.nb import repo_path, show_code
 
 staged = Path(out_dir) / "models"  # the lab run stages its repository here; interactively, the template
 repository = staged if (staged / triton_model).is_dir() else repo_path("models_staging", "cpu")
@@ -262,7 +263,7 @@ step.answer(f"At concurrency 1 Triton computed a request in t = {t:.0f} ms and t
             f"{top['server.avg_queue_ms']:.0f} ms queueing and {top['server.avg_compute_infer_ms']:.0f} ms compute per request. "
             f"Triton executed batches of {b_avg:.2f} images on average, so a request waited about ({n}−1)/{b_avg:.2f} ≈ "
             f"{(n - 1) / b_avg:.1f} executions. Throughput: {one['throughput_img_s']:.1f} → {top['throughput_img_s']:.1f} img/s — "
-            + compare(triton_conc[0], triton_conc[-1], f"c={int(one['concurrency'])}", f"c={n}") + ".")
+            + versus(f"c={int(one['concurrency'])}", triton_conc[0], f"c={n}", triton_conc[-1]) + ".")
 
 # %% [markdown]
 # ## Baseline: dynamic batching off
@@ -308,7 +309,7 @@ batching.insert(0, "system", [system for system, _, _ in baseline])
 batching = step.table(batching, "batching_off_on", f"Batching off vs on at concurrency {hi_c} (batch-1 requests)")
 
 # %%
-step.answer(" ".join(f"{baseline[i][0]}: " + compare(baseline[i][2], baseline[i + 1][2], "batching off", "on") + "."
+step.answer(" ".join(f"{baseline[i][0]}: " + versus("batching off", baseline[i][2], "on", baseline[i + 1][2]) + "."
                      for i in range(0, len(baseline), 2))
             + " On two cores a batch of B images takes about B times one image, so collecting them saves little; "
               "on a GPU the same switch is the largest single gain in the source material (see below).")

@@ -210,6 +210,8 @@ checks.share(outside_share, breakdown, part="outside_server_ms", whole="client_m
              at={"concurrency": max(concurrency_levels)}, exercise="06a.2", step=step)
 
 # %%
+step.show_plot(plot_server_breakdown(tensor_recs, step.plot_path("server_breakdown")))
+
 # %% [markdown]
 # ## Why they come out this close
 # Each server spends most of a request inside the same `session.run`. With two cores fully used by one

@@ -15,12 +15,34 @@
 # %% [markdown]
 # # 07 · gRPC vs HTTP
 #
-# Triton speaks both KServe v2 over HTTP/REST and gRPC. With binary tensors on both, the difference is the
-# transport: HTTP/1.1 with a JSON header plus binary body vs HTTP/2 with protobuf framing. This notebook
-# measures both against the same Triton model, by batch size (one client) and by concurrency (batch-1).
+# **After this notebook you can**
+# - call the same Triton model over HTTP/REST and over gRPC with `tritonclient`, and say what each puts on
+#   the wire for one image;
+# - predict when the protocol can matter (bytes and per-request overhead large next to compute) and when it
+#   cannot (compute-bound, on loopback);
+# - compare two protocols without declaring a winner inside the noise.
 #
-# What to look for: at large payloads (big batches) the bytes dominate and the protocols converge; at
-# batch 1 under concurrency, per-request overhead shows.
+# Triton speaks the KServe v2 protocol over both HTTP/REST and gRPC. With binary tensors on both, the
+# difference is the transport: HTTP/1.1 with a JSON header plus a binary body vs HTTP/2 with protobuf
+# framing. This notebook measures both against the same Triton model, by batch size (one client) and by
+# concurrency (batch-1).
+#
+# ```mermaid
+# flowchart LR
+#   C[client<br/>tritonclient] -->|HTTP/1.1 :8003<br/>JSON header + binary tensor| H[HTTP front-end]
+#   C -->|HTTP/2 gRPC :8004<br/>protobuf ModelInferRequest| G[gRPC front-end]
+#   subgraph T[tritonserver]
+#     H --> Q[(scheduler queue)]
+#     G --> Q
+#     Q --> M[encoder model.py<br/>ONNX Runtime]
+#   end
+# ```
+#
+# **Honest framing for this machine.** Both front-ends feed the same scheduler and the same model; only
+# the path to the queue differs. On loopback that path costs well under a millisecond per 602 KB, while a
+# ViT-B/32 on two cores takes tens to hundreds of milliseconds, so expect the two protocols to be
+# indistinguishable here. The source measured them over the internet, where bytes and round trips cost real
+# time; a WAN-like shaped link, where the lab provides it, shows the difference locally.
 
 # %% tags=["parameters"]
 place = ""                # local | node ("": $SERVELAB_PLACE, else local)
@@ -56,12 +78,71 @@ protocols = {
 cols = ["protocol", "batch", "concurrency", "throughput_img_s", "latency_p50_ms", "latency_p99_ms", "server.avg_request_ms"]
 
 # %% [markdown]
+# ## The two raw calls
+# The same image through both clients. The APIs mirror each other: an `InferInput` per tensor, filled by
+# `set_data_from_numpy`, then `infer`. Over HTTP, `binary_data=True` keeps the floats as raw bytes after a
+# JSON header; gRPC always carries them as raw bytes inside a protobuf message.
+
+# %%
+import time
+
+import numpy as np
+import pandas as pd
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from servelab.data import synthetic_photo
+from servelab.bench.report import versus
+from servelab.model.preprocess import preprocess_pil
+
+pixels = preprocess_pil(synthetic_photo(0))[None]  # (1, 3, 224, 224) float32
+http = httpclient.InferenceServerClient(triton_http_url.split("://")[-1])
+grpc = grpcclient.InferenceServerClient(triton_grpc_url.split("://")[-1])
+
+
+def call(client_module, client):
+    inp = client_module.InferInput("pixel_values", list(pixels.shape), "FP32")
+    inp.set_data_from_numpy(pixels)  # HTTP: binary_data=True is the default
+    t0 = time.perf_counter()
+    emb = client.infer(triton_model, inputs=[inp]).as_numpy("embedding")
+    return time.perf_counter() - t0, emb
+
+
+calls = {name: [call(mod, cl) for _ in range(5)] for name, mod, cl in (("http", httpclient, http), ("grpc", grpcclient, grpc))}
+assert np.allclose(calls["http"][0][1], calls["grpc"][0][1], atol=1e-5), "HTTP and gRPC gave different embeddings"
+http_input = httpclient.InferInput("pixel_values", list(pixels.shape), "FP32")
+http_input.set_data_from_numpy(pixels)
+http_body, json_header = httpclient.InferenceServerClient.generate_request_body([http_input])
+request = grpcclient.service_pb2.ModelInferRequest(model_name=triton_model, raw_input_contents=[pixels.tobytes()])
+request.inputs.add(name="pixel_values", datatype="FP32", shape=list(pixels.shape))
+step.table(pd.DataFrame([
+    {"protocol": "http", "request_bytes": len(http_body), "of which header": json_header,
+     "round_trip_ms_median": 1000 * float(np.median([c[0] for c in calls["http"]]))},
+    {"protocol": "grpc", "request_bytes": request.ByteSize(), "of which header": request.ByteSize() - pixels.nbytes,
+     "round_trip_ms_median": 1000 * float(np.median([c[0] for c in calls["grpc"]]))}]).round(1),
+    "raw_calls", "One image, 5 calls each: bytes on the wire and round trip")
+
+# %% [markdown]
 # ## By batch size (one client)
+# **Predict first.** The payload grows with the batch (602 KB per image) while the per-request framing does
+# not. On loopback, at which batch, if any, will gRPC and HTTP throughput differ by more than the spread
+# between measurement windows?
 
 # %%
 recs = [measure_served(step.run, "07-protocol-batch", srv, payload="tensor", batch=b, concurrency=1, opts=opts)
         for b in batch_sizes for srv in protocols.values()]
 by_batch = step.table(step.frame(recs, *cols), "by_batch", "gRPC vs HTTP by batch size (binary tensors, concurrency 1)")
+
+# %%
+def protocol_pairs(records, key):
+    by = {}
+    for r in records:
+        by.setdefault(r[key], {})[r["protocol"]] = r
+    return "; ".join(f"{key} {k}: " + versus("gRPC", v["grpc"], "HTTP", v["http"]) for k, v in sorted(by.items()))
+
+
+recs_batch = recs  # the next measurement cell reuses the name `recs`
+step.answer(protocol_pairs(recs_batch, "batch") + ".")
 
 # %% [markdown]
 # ### Exercise: read the speed-up off the table
@@ -86,11 +167,17 @@ checks.speedup(grpc_over_http, by_batch, key="protocol", fast="grpc", slow="http
 
 # %% [markdown]
 # ## By concurrency (batch-1 requests)
+# **Predict first.** With many clients sending one image each, per-request overhead is paid N times as
+# often. Will either protocol pull ahead at the highest concurrency — or does the single queue in front of
+# the busy CPU set both paces?
 
 # %%
 recs = [measure_served(step.run, "07-protocol-concurrency", srv, payload="tensor", batch=1, concurrency=c, opts=opts)
         for c in concurrency_levels for srv in protocols.values()]
 by_conc = step.table(step.frame(recs, *cols), "by_concurrency", "gRPC vs HTTP by concurrency (batch 1)")
+
+# %%
+step.answer(protocol_pairs(recs, "concurrency") + ".")
 
 # %% [markdown]
 # ### Exercise: the protocol for many small requests
@@ -111,6 +198,38 @@ def lower_tail_protocol(by_conc):
 checks.best_choice(lower_tail_protocol, by_conc, key="protocol", metric="latency_p99_ms", mode="min",
                    at={"concurrency": max(concurrency_levels)}, exercise="07.2", step=step)
 
+# %% [markdown]
+# ## Why the protocol barely matters here
+# A protocol can only save what the transport costs. Per request, HTTP/1.1 sends a short JSON header and the
+# raw tensor; gRPC sends a protobuf message with the same raw bytes; both go through the kernel's loopback
+# at gigabytes per second. The time per request is then compute + queueing + a fraction of a millisecond,
+# so the ratio between protocols is one to within the noise, at every batch and concurrency. Over a real
+# link two things change: the bytes take time (602 KB is 48 ms at 100 Mbit/s), and HTTP/1.1 needs one
+# connection per concurrent request while HTTP/2 multiplexes many streams over one — which helps when
+# connections are costly and hurts when one shared channel becomes the bottleneck.
+
+# %%
+server_ms = by_conc.groupby("protocol")["server.avg_request_ms"].mean()
+client_ms = by_conc.groupby("protocol")["latency_p50_ms"].mean()
+step.answer("Averaged over the concurrency sweep, Triton spent " + ", ".join(
+    f"{server_ms[p]:.0f} ms inside the server per {p} request against {client_ms[p]:.0f} ms p50 at the client"
+    for p in server_ms.index) + ": the transport is the small difference between those two figures, "
+    "and that is all a protocol change could win here.")
+
+# %% [markdown]
+# ## Compared with the source material
+# The **photo-dedup "Step checklist and findings"** ran the same comparison on an A100 SXM4 80 GB rented
+# over the internet, with 602 KB binary tensors: gRPC was 0.86–0.96× HTTP at batch 1 (per-request framing
+# is not the bottleneck), 1.4–1.7× faster from batch 4 up (HTTP/2 framing pays at multi-MB bodies), and
+# under 16 concurrent clients HTTP reached 43.6 img/s against 7.5 img/s for gRPC, whose client shared one
+# channel. Its conclusion matches the mechanism above: the 178 ms of transport per image came from the
+# tensor's size, and only sending JPEGs removed it (notebook 06a). The **"Technical Deep-Dive"** quotes
+# the JSON alternative: 52.5 ms to encode one image with `.tolist()` against 0.01 ms binary (notebook 04
+# measures the served cost of JSON on this machine).
+#
+# This repository's own GPU reference results will be filed under `reference/` once measured on a GPU
+# node (see `SOURCES.md` for the write-ups and their hardware).
+
 # %%
 def ratio(df, key):
     p = df.pivot_table(index=key, columns="protocol", values="throughput_img_s")
@@ -121,8 +240,6 @@ rb, rc = ratio(by_batch, "batch"), ratio(by_conc, "concurrency")
 step.table(rb.rename("grpc_over_http_throughput").reset_index(), "ratio_by_batch", "gRPC ÷ HTTP throughput by batch")
 step.shows(
     f"gRPC ÷ HTTP throughput ranged from {rb.min():.2f} to {rb.max():.2f} across batch sizes {batch_sizes} and from "
-    f"{rc.min():.2f} to {rc.max():.2f} across concurrency {concurrency_levels}; "
-    + ("on this machine the two are within 10 % everywhere — compute, not transport, dominates."
-       if max(abs(rb - 1).max(), abs(rc - 1).max()) < 0.10 else
-       f"the largest gap was at {'batch ' + str(abs(rb - 1).idxmax()) if abs(rb - 1).max() >= abs(rc - 1).max() else 'concurrency ' + str(abs(rc - 1).idxmax())}.")
+    f"{rc.min():.2f} to {rc.max():.2f} across concurrency {concurrency_levels}. By batch: {protocol_pairs(recs_batch, 'batch')}. "
+    f"By concurrency: {protocol_pairs(recs, 'concurrency')}."
 )
