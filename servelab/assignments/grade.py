@@ -4,7 +4,7 @@ Reads the check results each executed notebook carries in its outputs (MIME type
 application/vnd.servelab.check+json, written by the checks), and lists every exercise the notebook holds
 (cells tagged `exercise`), so an exercise whose check never ran — the notebook stopped early, or was never
 executed — is reported as `not run` rather than missing. With `execute=True`, notebooks without outputs are
-first executed by papermill (into <folder>/executed/, the originals untouched).
+first executed (servelab.lab.notebooks.execute, into <folder>/executed/; the originals untouched).
 """
 
 from __future__ import annotations
@@ -53,19 +53,13 @@ def results(nb) -> list[dict]:
     return rows
 
 
-def _execute(src: Path, dst: Path, parameters: dict, cwd: Path | None) -> str | None:
-    """Run one notebook with papermill; returns an error line when it failed (the output is still written)."""
-    import papermill
-
-    from servelab.lab.notebooks import KERNEL, ensure_kernel
+def _execute(src: Path, dst: Path, parameters: dict) -> str | None:
+    """Run one notebook; returns an error line when it failed (the output is still written)."""
+    from servelab.lab.notebooks import declared_parameters, execute
     from servelab.lab.params import for_notebook
 
-    ensure_kernel()
-    declared = set(papermill.inspect_notebook(str(src)).keys())
-    dst.parent.mkdir(parents=True, exist_ok=True)
     try:
-        papermill.execute_notebook(str(src), str(dst), parameters=for_notebook(declared, parameters),
-                                   kernel_name=KERNEL, cwd=str(cwd or src.parent), progress_bar=False)
+        execute(src, dst, for_notebook(declared_parameters(src), parameters))
     except Exception as exc:  # a crashed notebook still has the results of the checks that ran
         return f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
     return None
@@ -102,13 +96,12 @@ def _stack_for(folder: Path, paths: list[Path], execute: bool, parameters: dict 
     if not todo:
         yield params
         return
-    import papermill
-
+    from servelab.lab.notebooks import declared_parameters
     from servelab.lab.runner import URL_KEYS
 
     run_dir = (folder / EXECUTED_DIR / "results").resolve()
     params.setdefault("out_dir", str(run_dir))
-    wants = set().union(*(set(papermill.inspect_notebook(str(p)).keys()) for p in todo)) & URL_KEYS
+    wants = set().union(*(declared_parameters(p) for p in todo)) & URL_KEYS
     if not wants or wants <= set(params) or params.get("target", "local") != "local":
         yield params
         return
@@ -129,7 +122,7 @@ def _grade_one(folder: Path, path: Path, execute: bool, parameters: dict, say) -
     if not _executed(nb) and execute:
         dst = folder / EXECUTED_DIR / rel
         say(f"executing {rel} …")
-        err = _execute(path, dst, dict(parameters or {}), cwd=None)
+        err = _execute(path, dst, dict(parameters or {}))
         nb = nbformat.read(dst, as_version=4)
         note = f"notebook stopped: {err}" if err else ""
     elif not _executed(nb):

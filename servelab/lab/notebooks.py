@@ -1,4 +1,5 @@
-"""The lab's notebooks: discovery, `--only` selection, and keeping `.py` sources and `.ipynb` in sync.
+"""The lab's notebooks: discovery, `--only` selection, keeping `.py` sources and `.ipynb` in sync, and
+executing one with papermill (the lab runner and the assignment grader both run notebooks through `execute`).
 
 The jupytext percent-format `.py` file is the source of truth (reviewable diffs); the `.ipynb` next to it is
 generated from it, committed without outputs, and is what papermill executes.
@@ -99,6 +100,20 @@ def declared_parameters(ipynb: Path) -> set[str]:
     import papermill
 
     return set(papermill.inspect_notebook(str(ipynb)).keys())
+
+
+def execute(src: Path, dst: Path, parameters: dict, *, cwd: Path | None = None, progress_bar: bool = False) -> None:
+    """Run notebook `src` with papermill on the servelab kernel into `dst`, with `parameters` injected (only
+    ones it declares: see servelab.lab.params.for_notebook). `dst` is saved after every cell, so a failure
+    leaves it readable up to the failing cell; the failure is papermill's exception. Runs in `cwd` (default:
+    the notebook's folder)."""
+    import papermill
+
+    ensure_kernel()
+    Path(dst).parent.mkdir(parents=True, exist_ok=True)
+    papermill.execute_notebook(str(src), str(dst), parameters=parameters, kernel_name=KERNEL,
+                               cwd=str(cwd or Path(src).parent), progress_bar=progress_bar,
+                               request_save_on_cell_execute=True, extra_arguments=["--IPKernelApp.log_level=ERROR"])
 
 
 def ensure_kernel(name: str = KERNEL) -> None:
