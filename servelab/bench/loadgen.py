@@ -313,8 +313,8 @@ def _one_window(pool: _Pool, opts: LoadOpts, p50_s: float, since: list[int]) -> 
         now = time.perf_counter()
         if now - w_start > opts.max_window_s:
             break
-        if now >= w_start + length and pool.rec.completed() - n0 >= opts.min_requests:
-            break
+        if (pool.rec.last_end() or 0.0) >= w_start + length and pool.rec.completed() - n0 >= opts.min_requests:
+            break  # the window closes on a completion at or past its length
         time.sleep(min(0.005, max(0.0005, (w_start + length - now) / 4)))
     w_end = pool.rec.last_end() or time.perf_counter()
     if w_end <= w_start:

@@ -82,3 +82,21 @@ def tiny_factory(tiny_triton):
             return work, client.close
         return factory
     return make
+
+
+@pytest.fixture(scope="session")
+def bench_triton(onnx_meta, tmp_path_factory):
+    """The real CPU model in the embedded tritonserver, started the way `servelab bench` starts it."""
+    from servelab.bench.servers import served
+
+    log = tmp_path_factory.mktemp("bench-triton") / "tritonserver.log"
+    with served("triton-http", payload="tensor", log_path=log) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="session")
+def bench_service(service):
+    """The session's real uvicorn service as a bench handle (built by attach, as the lab builds it)."""
+    from servelab.bench.servers import attach
+
+    return attach("fastapi", service.url, payload="tensor", pid=service.proc.pid)

@@ -1,18 +1,119 @@
-"""Experiment plumbing that needs no server: serialisation costs, target verdicts, cost table."""
+"""Every experiment against real servers with tiny parameters (LoadOpts.smoke(): functional, not results), and
+the goals and sentences built from records."""
 
 import pytest
 
-from servelab.bench.experiments import cost_table, serialisation_costs, service_targets, targets_table
+from servelab.bench import experiments as ex
+from servelab.bench.goals import goal_record, goals_table, scaling_efficiency, service_goals
+from servelab.bench.loadgen import LoadOpts
 from servelab.bench.records import Run
+from servelab.bench.report import cost_table, ratio_sentence, versus
+from servelab.bench.servers import served
+
+SMOKE = LoadOpts.smoke()
+
+
+@pytest.fixture
+def run(tmp_path):
+    return Run(run_id="t", root=tmp_path, weights="random-init (seed 0)")
+
+
+def _ok(rec):
+    assert rec["errors"] == 0 and rec["requests"] > 0 and rec["quick"] is True, rec.get("error_examples")
+    assert rec["throughput_min_img_s"] <= rec["throughput_img_s"] <= rec["throughput_max_img_s"]
+    assert rec["stable"] in (True, False)
+
+
+def _ab_ok(recs, label_a, label_b):
+    a, b, r = recs
+    _ok(a), _ok(b)
+    assert r["kind"] == "ab" and (r["a"], r["b"]) == (label_a, label_b)
+    assert r["ratio"] == pytest.approx(a["throughput_img_s"] / b["throughput_img_s"], rel=1e-3)
+    assert r["ratio_min"] <= r["ratio_max"] and r["repeats"] == a["windows_used"] == b["windows_used"] >= 3
+
+
+def test_sweeps_count_what_the_service_counted(run, bench_service):
+    recs = ex.batch_sweep(run, bench_service, batches=(1, 2), opts=SMOKE)
+    recs += ex.concurrency_sweep(run, bench_service, concurrencies=(2,), opts=SMOKE)
+    assert [(r["batch"], r["concurrency"]) for r in recs] == [(1, 1), (2, 1), (1, 2)]
+    for r in recs:
+        _ok(r)
+        assert r["server"]["requests"]["/embed/tensor 200"] == r["sent_total"]  # warm-up and windows, exactly
+        assert r["server"]["images"] == r["sent_total"] * r["batch"]
+
+
+def test_served_vs_raw_is_interleaved(run, bench_service):
+    with served("in-process", engine=bench_service.engine) as raw:
+        recs = ex.served_vs_raw(run, bench_service, raw, concurrency=2, raw_batch=2, opts=SMOKE)
+    _ab_ok(recs, "fastapi c=2", "raw batch 2")
+    assert recs[1]["kind"] == "raw" and recs[1]["batch"] == 2
+    assert "indistinguishable" in ratio_sentence(recs[2]) or "ahead" in ratio_sentence(recs[2])
+
+
+def test_service_payload_jpeg_vs_tensor_and_rate_sweep(run, bench_service):
+    _ab_ok(ex.payload(run, bench_service, concurrency=1, opts=SMOKE), "fastapi jpeg", "fastapi tensor")
+    (rec,) = ex.rate_sweep(run, bench_service, rates=(4,), duration_s=1.0, warmup_s=0.2, max_workers=4, quick=True)
+    assert rec["rate_rps"] == 4.0 and rec["offered"] >= 0 and rec["errors"] == 0
+
+
+@pytest.mark.triton
+def test_triton_experiments_reconfigure_and_restore(run, bench_triton):
+    before = (bench_triton.instances, bench_triton.max_queue_delay_us)
+    grid = ex.queue_delay_grid(run, bench_triton, delays_us=(0, 3000), concurrencies=(2,), opts=SMOKE)
+    assert [r["params"]["max_queue_delay_us"] for r in grid] == [0, 3000]
+    scale = ex.instance_scaling(run, bench_triton, counts=(1, 2), concurrencies=(2,), opts=SMOKE)
+    assert [r["params"]["instances"] for r in scale] == [1, 2]
+    for r in grid + scale:
+        _ok(r)
+        assert r["server"]["requests_ok"] == r["sent_total"]
+    assert (bench_triton.read_state().instances, bench_triton.max_queue_delay_us) == before  # restored
+    (eff,) = scaling_efficiency(run, scale)
+    assert eff["value"] == pytest.approx(scale[1]["throughput_img_s"] / (2 * scale[0]["throughput_img_s"]), rel=1e-3)
+
+
+@pytest.mark.triton
+def test_triton_protocols_and_payloads_are_interleaved(run, bench_triton):
+    _ab_ok(ex.http_vs_grpc(run, bench_triton, concurrencies=(2,), opts=SMOKE), "grpc", "http")
+    recs = ex.payload(run, bench_triton, concurrency=1, opts=SMOKE)
+    _ab_ok(recs[:3], "triton-http jpeg", "triton-http tensor")
+    assert recs[3]["payload"] == "json-lists" and recs[3]["payload_bytes_per_request"] > 3 * 602112
+    _ok(recs[3])
+
+
+@pytest.mark.triton
+def test_triton_benchmark_writes_its_goals(run, bench_triton):
+    recs = ex.triton(run, bench_triton, concurrency=2, opts=SMOKE)
+    goals = {g["goal"]: g for g in goals_table(recs)}
+    assert set(goals) == {"triton-grpc tensor c=2 / offline batch 16", "triton-http tensor c=2 / offline batch 16",
+                          "triton-grpc jpeg / tensor throughput c=2", "triton-http jpeg / tensor throughput c=2"}
+    assert all("quick run: not a result" in g["status"] for g in goals.values())
+
+
+def test_peer_baseline_interleaves_servelab_and_litserve(run, bench_service, tmp_path):
+    with served("litserve", engine="onnx", payload="jpeg", log_path=tmp_path / "litserve.log") as lit:
+        recs = ex.peer_baseline(run, [bench_service.variant(payload="jpeg"), lit], concurrencies=(2,), opts=SMOKE)
+    _ab_ok(recs[:3], "fastapi", "litserve")
+    assert any(g["goal"] == "servelab / LitServe throughput at c=2" for g in goals_table(recs))
+
+
+def test_raw_engines_cold_start_and_profile(run, onnx_meta):
+    (raw,) = ex.raw_engines(run, engines=("onnx",), batches=(1,), opts=SMOKE)
+    _ok(raw)
+    (cold,) = ex.cold_start(run, servers=("fastapi",))
+    assert cold["kind"] == "cold-start" and cold["start_to_ready_s"] > 0 and cold["first_request_ms"] > 0
+    (prof,) = ex.ort_profile(run, batch=1, iterations=1)
+    assert prof["op_time_share"] and abs(sum(prof["op_time_share"].values()) - 1) < 0.01
 
 
 def test_serialisation_bytes_are_exact_and_formats_differ():
-    rows = {r["payload"]: r for r in serialisation_costs(batch=2, repeats=2)}
+    rows = {r["payload"]: r for r in ex.serialisation_costs(batch=2, repeats=2)}
     assert rows["binary-tensor"]["bytes_per_request"] == 2 * 3 * 224 * 224 * 4
     assert rows["json-lists"]["bytes_per_request"] > 3 * rows["binary-tensor"]["bytes_per_request"]
     assert rows["jpeg"]["bytes_per_request"] < rows["binary-tensor"]["bytes_per_request"] / 5
     assert all(r["serialise_p50_ms"] is not None and r["serialise_p50_ms"] >= 0 for r in rows.values())
 
+
+# --- goals and sentences from records --------------------------------------------------------------
 
 def _rec(run, **kw):
     base = dict(kind="load", target="fastapi", backend="fastapi", engine="onnx", batch=1, stable=True,
@@ -21,37 +122,48 @@ def _rec(run, **kw):
     return run.record("service", **base)
 
 
-def test_service_targets_mark_met_and_not_met_honestly(tmp_path):
-    run = Run(run_id="t", root=tmp_path, weights="random-init (seed 0)")
+def test_goals_are_met_not_met_or_undecided_by_their_bands(run):
     recs = [
-        _rec(run, kind="raw", target="in-process", engine="onnx", batch=16, throughput_img_s=30.0, latency_p50_ms=500.0),
-        _rec(run, kind="raw", target="in-process", engine="onnx", batch=1, throughput_img_s=23.0, latency_p50_ms=43.0),
-        _rec(run, concurrency=16, throughput_img_s=29.0, latency_p50_ms=550.0),          # 0.967 >= 0.95: met
-        _rec(run, concurrency=1, throughput_img_s=20.0, latency_p50_ms=48.5, stable=False),  # +5.5 ms: not met
-        _rec(run, kind="raw", target="in-process", engine="torch", batch=16, throughput_img_s=29.0),
+        _rec(run, kind="raw", target="in-process", engine="onnx", batch=1, throughput_img_s=23.0, latency_p50_ms=43.0,
+             latency_p50_min_ms=42.0, latency_p50_max_ms=44.0),
+        _rec(run, concurrency=1, throughput_img_s=20.0, latency_p50_ms=48.5, latency_p50_min_ms=48.0,
+             latency_p50_max_ms=49.0, stable=False),  # +5.5 ms, band +4..+7: not met
+        _rec(run, kind="ab", target="fastapi c=16 / raw batch 16", a="fastapi c=16", b="raw batch 16", ratio=0.96,
+             ratio_min=0.93, ratio_max=0.99),  # straddles 0.95: undecided
+        _rec(run, kind="raw", target="in-process", engine="torch", batch=16, throughput_img_s=29.0,
+             throughput_min_img_s=28.5, throughput_max_img_s=29.5),
         _rec(run, kind="raw", target="in-process", engine="onnx-int8", batch=16, throughput_img_s=76.0,
-             cosine_vs_torch_fp32=0.99984),
+             throughput_min_img_s=75.0, throughput_max_img_s=77.0, cosine_vs_torch_fp32=0.99984),
     ]
-    rows = {r["target"]: r for r in targets_table(service_targets(run, recs))}
-    assert rows["onnx: served c=16 / raw batch 16 throughput"]["status"] == "met"
-    assert rows["onnx: served c=16 / raw batch 16 throughput"]["measured"] == pytest.approx(29 / 30, abs=1e-4)
+    rows = {r["goal"]: r for r in goals_table(service_goals(run, recs))}
+    assert rows["onnx: served c=16 / raw batch 16 throughput"]["status"] == "undecided (band straddles the goal)"
     assert rows["onnx: served c=1 p50 - raw batch 1 p50 (ms)"]["status"] == "not met (inputs not stable)"
-    assert rows["onnx-int8 / torch fp32 throughput (batch 16)"]["status"] == "met"  # 2.62x
+    assert rows["onnx-int8 / torch fp32 throughput (batch 16)"]["status"] == "met"  # 2.54-2.70 all >= 2.5
     assert rows["onnx-int8 min cosine vs torch fp32"]["status"] == "met"
+    quick = goal_record(run, "x", "g", 2.0, ">=", 1.0, inputs=[{"quick": True, "stable": True}])
+    assert goals_table([quick])[0]["status"] == "met (quick run: not a result)"
 
 
-def test_quick_inputs_are_flagged(tmp_path):
-    run = Run(run_id="q", root=tmp_path, weights="w")
-    quick = {"load": {"label": "quick"}}
-    recs = [_rec(run, kind="raw", target="in-process", batch=16, throughput_img_s=30.0, params=quick),
-            _rec(run, concurrency=16, throughput_img_s=10.0, params=quick)]
-    (row,) = targets_table(service_targets(run, recs))
-    assert row["status"] == "not met (quick run: not a result)"
+def test_sentences_never_rank_overlapping_figures():
+    a = {"throughput_img_s": 20.0, "throughput_min_img_s": 19.0, "throughput_max_img_s": 21.0, "stable": True}
+    b = {"throughput_img_s": 20.5, "window_throughput_img_s": [20.2, 20.5, 20.9], "stable": True}
+    c = {"throughput_img_s": 15.0, "throughput_min_img_s": 14.0, "throughput_max_img_s": 16.0, "stable": False}
+    assert "indistinguishable here" in versus("A", a, "B", b)
+    assert versus("A", a, "C", c).startswith("A reached 20.0 img/s (19.0–21.0), above C's 15.0 img/s")
+    assert "C never settled" in versus("A", a, "C", c)
+    assert "not ranked" in versus("A", a, "D", {"throughput_img_s": 5.0})
+    lat = versus("A", {"latency_p50_ms": 50, "latency_p50_min_ms": 49, "latency_p50_max_ms": 52}, "B",
+                 {"latency_p50_ms": 60, "latency_p50_min_ms": 58, "latency_p50_max_ms": 63}, metric="latency_p50_ms",
+                 unit="ms", digits=0)
+    assert lat == "A reached 50 ms (49–52), below B's 60 ms (58–63)"
+    assert "indistinguishable" in ratio_sentence({"ratio": 1.03, "ratio_min": 0.97, "ratio_max": 1.08, "a": "grpc",
+                                                  "b": "http"})
 
 
 def test_cost_table_units_and_math():
-    recs = [{"kind": "load", "experiment": "e", "target": "triton-grpc", "throughput_img_s": 100.0, "batch": 1,
-             "concurrency": 16}, {"kind": "derived", "throughput_img_s": None}]
+    recs = [{"kind": "load", "experiment": "e", "target": "triton-grpc", "throughput_img_s": 100.0,
+             "throughput_min_img_s": 90.0, "throughput_max_img_s": 110.0, "batch": 1, "concurrency": 16},
+            {"kind": "derived", "throughput_img_s": None}]
     (row,) = cost_table(recs, price_per_hour=2.0, currency="EUR")
     assert row["cost_EUR_per_1000_img"] == pytest.approx(2.0 / 360.0, rel=1e-4)
-    assert row["price_EUR_per_hour"] == 2.0
+    assert row["cost_min_EUR_per_1000_img"] < row["cost_EUR_per_1000_img"] < row["cost_max_EUR_per_1000_img"]

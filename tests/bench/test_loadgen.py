@@ -1,5 +1,6 @@
-"""Load generators against real servers: counts equal the server's own counters exactly, and the open loop
-holds a rate the server can hold while reporting backlog (not a fake rate) at one it cannot."""
+"""Load generators: windows sized by the work, interleaved A/B cancelling drift, and, against real servers,
+counts equal to the server's own counters exactly; the open loop holds a rate the server can hold while
+reporting backlog (not a fake rate) at one it cannot."""
 
 import threading
 import time
@@ -7,12 +8,20 @@ import time
 import numpy as np
 import pytest
 
-from servelab.bench.loadgen import client_factory, closed_loop, open_loop, poisson_schedule
+from servelab.bench.loadgen import (
+    LoadOpts,
+    Recorder,
+    client_factory,
+    closed_loop,
+    interleaved,
+    open_loop,
+    poisson_schedule,
+)
 from servelab.bench.records import make_record, validate_record
 
 from .conftest import TINY
 
-QUICK = dict(warmup_s=0.2, window_s=0.4, max_windows=3, tolerance=0.5, progress=False)
+QUICK = LoadOpts(min_requests=5, min_p50s=2, max_windows=3, tolerance=0.5, max_warmup_s=5)
 
 
 def test_closed_loop_counts_are_exact_for_a_plain_callable():
@@ -27,13 +36,83 @@ def test_closed_loop_counts_are_exact_for_a_plain_callable():
             return 2
         return work
 
-    res = closed_loop(factory, 3, **QUICK)
+    res = closed_loop(factory, 3, QUICK)
     assert res.sent_total == res.ok_total == len(calls)
     assert res.images_total == 2 * len(calls)
     assert set(calls) == {0, 1, 2}
     assert res.errors == 0 and res.requests > 0 and res.windows_used >= 1
-    fixed = closed_loop(factory, 2, warmup_s=0.1, requests=25, progress=False)
-    assert fixed.requests == 25 and fixed.images == 50
+    assert res.images == 2 * res.requests
+
+
+def test_windows_are_sized_by_the_work_and_repeat_until_settled():
+    """Each window holds >= min_requests completions and lasts >= min_p50s x p50; a steady load settles in 3."""
+    def factory(i):
+        def work():
+            time.sleep(0.02)
+            return 1
+        return work
+
+    opts = LoadOpts(min_requests=12, min_p50s=10, max_windows=6, tolerance=0.15)
+    res = closed_loop(factory, 2, opts)
+    assert res.stable and res.windows_used == 3 == len(res.windows)
+    for w in res.windows:
+        assert w["requests"] >= 12
+        assert w["requests"] / 2 * 0.02 >= 0.9 * 10 * w["latency_p50_ms"] / 1000  # >= 10 p50s long (2 workers)
+    s = res.summary()
+    assert s["throughput_min_img_s"] <= s["throughput_img_s"] <= s["throughput_max_img_s"]
+    assert s["throughput_img_s"] == pytest.approx(2 / 0.02, rel=0.2)
+    assert s["warmup_measured_s"] >= 0.02  # never shorter than one request
+
+
+def test_a_load_that_never_settles_says_so():
+    n = iter(range(10**9))
+
+    def factory(i):
+        def work():
+            time.sleep(0.004 * (1 + next(n) // 15))  # slows down steadily: no three windows agree
+            return 1
+        return work
+
+    res = closed_loop(factory, 1, LoadOpts(min_requests=5, min_p50s=1, max_windows=4, tolerance=0.02))
+    assert res.stable is False and res.windows_used == 4 == len(res.windows)
+    assert res.summary()["stable"] is False
+
+
+def test_interleaved_ab_cancels_a_drift_that_a_sequential_comparison_does_not():
+    """Both sides slow down over time (a shared machine getting busier); B does twice A's work. Interleaved
+    windows give A/B throughput = 2 within a few percent; A measured first and B after is far off."""
+    t0 = time.perf_counter()
+
+    def slowdown():
+        return 1 + 2.0 * (time.perf_counter() - t0)  # x1 at start, x3 after a second
+
+    def make(cost):
+        def factory(i):
+            def work():
+                time.sleep(cost * slowdown())
+                return 1
+            return work
+        return factory
+
+    opts = LoadOpts(min_requests=4, min_p50s=1, max_windows=6, tolerance=0.1, max_warmup_s=2)
+    ab = interleaved(make(0.002), make(0.004), 1, opts)
+    assert ab.pairs >= 3 and ab.ratio_min <= ab.ratio_max
+    assert ab.ratio == pytest.approx(2.0, rel=0.12)
+    assert ab.a.windows_used == ab.b.windows_used == ab.pairs
+    t0 = time.perf_counter()
+    seq_a = closed_loop(make(0.002), 1, LoadOpts(min_requests=30, min_p50s=1, max_windows=3, tolerance=0.9))
+    seq_b = closed_loop(make(0.004), 1, LoadOpts(min_requests=30, min_p50s=1, max_windows=3, tolerance=0.9))
+    assert seq_a.throughput_img_s / seq_b.throughput_img_s > 2.4  # drift shows up as a wrong ratio
+
+
+def test_recorder_counts_without_building_arrays():
+    rec = Recorder(2)
+    marks = rec.marks()
+    rec.add(0, 1.0, 1.0, 2.0, 3, True)
+    rec.add(1, 1.5, 1.5, 2.5, 1, False, RuntimeError("x"))
+    assert rec.completed(marks) == 2 and rec.workers_done_since(marks) == 2 and rec.last_end() == 2.5
+    arr = rec.since(marks)
+    assert arr.shape == (2, 5) and arr[:, 4].tolist() == [1, 0] and rec.errors == ["RuntimeError: x"]
 
 
 def test_errors_are_counted_not_hidden():
@@ -47,7 +126,7 @@ def test_errors_are_counted_not_hidden():
             return 1
         return work
 
-    res = closed_loop(factory, 2, **QUICK)
+    res = closed_loop(factory, 2, QUICK)
     assert res.errors > 0  # inside the measured windows
     assert res.sent_total - res.ok_total >= res.errors  # and in total, warm-up included
     assert any("boom" in e for e in res.error_examples)
@@ -69,7 +148,7 @@ def test_closed_loop_counts_equal_triton_stats_exactly(tiny_triton, tiny_factory
     from servelab.triton.stats import stats_delta
 
     with stats_delta(tiny_triton.http_url, TINY) as d:
-        res = closed_loop(tiny_factory(protocol), 4, **QUICK)
+        res = closed_loop(tiny_factory(protocol), 4, QUICK)
     s = d.result.summary()
     assert res.errors == 0 and res.sent_total == res.ok_total
     assert s["requests"] == res.ok_total  # every request the generator sent, warm-up included
@@ -89,7 +168,7 @@ def test_open_loop_holds_a_holdable_rate(tiny_triton, tiny_factory):
     s = res.summary()
     assert d.result.requests == res.sent_total == res.ok_total  # exact, open loop too
     assert s["rate_held"] is True and s["backlog"] <= 2 and s["dropped"] == 0
-    expected = ((poisson_schedule(rate, 3.5, seed=3) >= 0.5)).sum()
+    expected = (poisson_schedule(rate, 3.5, seed=3) >= 0.5).sum()
     assert s["offered"] == expected  # the seeded schedule is what was offered
     assert s["throughput_img_s"] == pytest.approx(s["offered_rate_rps"], rel=0.1)
     assert s["throughput_img_s"] == pytest.approx(rate, rel=0.3)  # Poisson count over 3 s: ±3σ ≈ 27 %
@@ -112,15 +191,15 @@ def test_open_loop_reports_backlog_at_an_impossible_rate(tiny_triton, tiny_facto
 
 def test_closed_loop_counts_equal_service_metrics(service):
     """Same exactness against the FastAPI service's own Prometheus counters (real model, real uvicorn)."""
-    from servelab.bench.experiments import sample_tensor
-    from servelab.bench.targets import service_delta, service_metrics
+    from servelab.bench.inputs import sample_tensor
+    from servelab.bench.servers import service_delta, service_metrics
     from servelab.client import InferenceClient
 
     before = service_metrics(service.url)
     res = closed_loop(
         client_factory(lambda: InferenceClient(mode="remote", backend="fastapi", url=service.url, payload="tensor"),
                        tensor=sample_tensor(1)),
-        2, warmup_s=0.0, requests=4, progress=False)
+        2, LoadOpts.smoke())
     d = service_delta(before, service_metrics(service.url))
     assert res.errors == 0
     assert d["requests"].get("/embed/tensor 200") == res.ok_total == res.sent_total
