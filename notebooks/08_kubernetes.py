@@ -15,6 +15,24 @@
 # %% [markdown]
 # # 08 · Kubernetes
 #
+# **After this notebook you can**
+# - read a Deployment for a model server: replicas, resource requests and limits, and the three probes;
+# - say which probe answers which question (started? can take traffic? alive?) and size the startup probe
+#   from a measured cold start;
+# - estimate how many replicas a load needs from a measured per-core throughput and the autoscaler's target.
+#
+# ```mermaid
+# flowchart LR
+#   C[clients] --> SVC[Service servelab<br/>ClusterIP :8002]
+#   subgraph NS[namespace servelab · ResourceQuota]
+#     SVC --> P1[pod 1<br/>ready?] & P2[pod 2<br/>ready?] & PN[pod … 6]
+#     HPA[HorizontalPodAutoscaler<br/>2–6 replicas at 60 % CPU] -.->|scales| DEP[Deployment]
+#     DEP --> P1 & P2 & PN
+#     PDB[PodDisruptionBudget] -.->|keeps pods up<br/>during drains| DEP
+#   end
+#   K[kubelet] -.->|startup /healthz<br/>readiness /readyz<br/>liveness /healthz| P1
+# ```
+#
 # Beyond one machine, the service runs as a Kubernetes **Deployment** behind a **Service**, scaled by a
 # **HorizontalPodAutoscaler** (2–6 replicas at 60 % CPU), protected during node drains by a
 # **PodDisruptionBudget**, and bounded by a **ResourceQuota**. Readiness (`/readyz`: the model is loaded)
@@ -40,11 +58,54 @@ from servelab.lab.nb import Step, run_checks, show_commands
 step = Step("08", out_dir, place)
 
 # %% [markdown]
+# ## The manifests
+# The container part of the Deployment, read from `k8s/base/`: the image (with the model baked in, so a pod
+# needs no volume), the service's settings, resource requests and limits, the three probes and a locked-down
+# security context.
+
+# %%
+from servelab.lab.nb import repo_path, show_code
+
+show_code(repo_path("k8s", "base", "deployment.yaml"), "containers:", "volumes:", lang="yaml")
+
+# %% [markdown]
+# The autoscaler: it compares the pods' average CPU use with 60 % of what they *request* (1 CPU each) and
+# adds or removes replicas between 2 and 6.
+
+# %%
+show_code(repo_path("k8s", "base", "hpa.yaml"), lang="yaml")
+
+# %% [markdown]
 # ## Validate every manifest and overlay (runs here)
 
 # %%
 checks = step.table(run_checks("tests/deploy/test_deploy_k8s.py"), "validation",
-                    "Kubernetes manifests validated against the API schema (no cluster)")
+                    "Kubernetes manifests validated against the API schema (no cluster)", show=False)
+outcomes = checks["outcome"].value_counts().to_dict()
+print(f"{len(checks)} checks: " + ", ".join(f"{n} {k}" for k, n in outcomes.items()) + " (list: tables/08_validation.csv)")
+
+# %% [markdown]
+# ## How many replicas?
+# **Predict first.** Suppose the photo finder's users send 20 images per second in total. Each pod requests
+# one CPU, and the autoscaler adds pods until the average use is 60 % of that. From the throughput the
+# service reached on this machine's cores, how many replicas will the autoscaler settle at?
+
+# %%
+import math
+
+service_points = step.records(kind="load", target="fastapi")
+if len(service_points):
+    best_thr = float(service_points["throughput_img_s"].max())
+    cores = float(step.environment.get("cpu_usable") or step.environment.get("cpu_logical") or 1)
+    per_core = best_thr / cores
+    replicas = math.ceil(20 / (per_core * 1.0 * 0.60))
+    step.answer(f"The service's best point in this run was {best_thr:.1f} img/s on {cores:g} cores, {per_core:.1f} img/s per "
+                f"core. A pod requesting 1 CPU held at 60 % delivers about {per_core * 0.6:.1f} img/s, so 20 img/s needs "
+                f"⌈20 / {per_core * 0.6:.1f}⌉ = {replicas} replicas" + (f" — more than the HPA's maximum of 6: raise it, or "
+                "serve on GPUs." if replicas > 6 else " (within the HPA's 2–6)."))
+else:
+    step.not_run("replica estimate from a measured throughput", "no FastAPI load measurement in this run's records",
+                 "run notebook 01 or 04 in the same run")
 
 # %% [markdown]
 # ## Deploy (on the GPU node, in a kind cluster)
@@ -80,6 +141,13 @@ else:
     cold_start_s = float(measured["start_to_ready_s"])
 print(f"service start -> ready in this run: {cold_start_s:.1f} s")
 
+# %%
+startup = 5 * 36  # periodSeconds × failureThreshold of the Deployment's startupProbe above
+step.answer(f"This run's service needed {cold_start_s:.1f} s to become ready; the Deployment's startup probe allows "
+            f"5 s × 36 = {startup} s ({startup / max(cold_start_s, 0.1):.0f}× that) before liveness may restart the pod. "
+            "Too short, and a slow node restarts pods forever while they load; too long only delays the restart of a "
+            "pod that truly hangs at start-up.")
+
 # %% tags=["exercise"]
 # Exercise 08.1: write the startup, readiness and liveness probes
 def service_probes(cold_start_s):
@@ -100,6 +168,17 @@ def service_probes(cold_start_s):
 from servelab.assignments import checks as assignment_checks  # `checks` above is the validation table
 
 assignment_checks.k8s_probes(service_probes, cold_start_s=cold_start_s, exercise="08.1", step=step)
+
+# %% [markdown]
+# ## Compared with the source material
+# The **photo-dedup "Step checklist and findings"** ends (step 8, still in progress there) by running the
+# CPU inference container in a local kind cluster on a Mac: two pods behind a NodePort, an HPA at 2–6
+# replicas and 60 % CPU with a 3-minute scale-down window, a PodDisruptionBudget and a ResourceQuota — the
+# same objects as `k8s/base` here, which adds the three probes and a GPU overlay. Its scaling lesson carries
+# over: on 4× RTX 4080 one Triton with an
+# instance per GPU reached only 45 % efficiency, and it recommended *horizontal* scaling — several
+# single-GPU replicas behind a load balancer — which is what a Deployment behind a Service is. See
+# `SOURCES.md`; this repository's own GPU reference results will be filed under `reference/` once measured.
 
 # %%
 n_ok = int((checks["outcome"] == "passed").sum())
