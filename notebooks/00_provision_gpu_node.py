@@ -15,6 +15,31 @@
 # %% [markdown]
 # # 00 · Provision a GPU node
 #
+# **After this notebook you can**
+# - reserve a bare-metal GPU node on Chameleon Cloud with python-chi (lease → server → floating IP) and say
+#   what each call does and what it costs;
+# - tell which provisioning steps create billable or scarce resources, and why each one must be idempotent;
+# - bring up a lab stack on the node and reach it from your laptop through an SSH tunnel.
+#
+# ```mermaid
+# flowchart LR
+#   subgraph LAPTOP[your laptop / this machine]
+#     NB[this notebook<br/>python-chi] 
+#     LAB[servelab lab run --place node]
+#   end
+#   subgraph CHI[Chameleon site, e.g. CHI@UC]
+#     L[lease<br/>1 × GPU node, hours] --> S[server<br/>CC-Ubuntu24.04-CUDA]
+#     S --> IP[floating IP]
+#     subgraph NODE[GPU node]
+#       D[Docker + NVIDIA<br/>container toolkit] --> ST[compose stack<br/>Triton :8000-8002, service]
+#     end
+#     S --- NODE
+#   end
+#   NB -->|1 lease, 2 server, 3 IP| L
+#   NB -->|4 ssh: bootstrap| NODE
+#   LAB -->|ssh -L tunnel| ST
+# ```
+#
 # The later notebooks run on this machine's CPU (`place=local`) or against servers on a leased GPU node
 # (`place=node`). This notebook gets such a node on **Chameleon Cloud** with python-chi: a lease for one
 # GPU bare-metal node, a server on it, a floating IP, then Docker and the NVIDIA container toolkit, a clone
@@ -53,6 +78,10 @@ step = Step("00", out_dir, place)
 
 # %% [markdown]
 # ## The plan
+# **Predict first.** Before reading the plan: which steps create something that is billed or scarce (and
+# so must never be created twice), and what should happen when the notebook runs a second time after an
+# interruption halfway through?
+#
 # In a dry run, missing identity fields get obvious example values so the rest can be validated.
 
 # %%
@@ -73,6 +102,31 @@ if dry_run:
                  "dry_run=True: nothing was contacted" + (" (example project, key and repository)" if example else ""),
                  "parameters validated and the plan printed; rerun with dry_run=False and your project")
 
+# %%
+from servelab.provision import make_plan
+
+plan_steps = make_plan(spec).steps  # the same plan, whether or not it was just run
+scarce = [s for s in plan_steps if s.name in ("lease", "server", "floating-ip")]
+step.answer(f"{len(scarce)} of the {len(plan_steps)} steps claim scarce resources: "
+            + "; ".join(f"**{s.name}** — {s.detail}" for s in scarce)
+            + f". Each one looks its resource up by name first and reuses it, so a second run resumes where the "
+              f"first stopped. The lease holds one `{spec.node_type}` for {spec.hours} h: the lab's default profile "
+              "needs well under one of them, and the node is billed (in allocation hours) until the lease ends, "
+              "whether or not it computes.")
+
+# %% [markdown]
+# ## The python-chi calls
+# What `dry_run=False` executes, read from `servelab.provision.chameleon` (python-chi is imported only
+# there, and only when the plan really runs). Compare it with the Chameleon lab's own notebook: the same
+# `lease` → `server.Server(...).submit(idempotent=True)` → `associate_floating_ip()` →
+# `check_connectivity()` sequence, with the lease created in code instead of the Horizon web interface.
+
+# %%
+from servelab.lab.nb import show_code
+from servelab.provision import chameleon
+
+show_code(chameleon.run_plan)
+
 # %% [markdown]
 # ## On the node
 # After bootstrap, check the GPU from inside a container, then bring up a stack (bootstrap does this for
@@ -87,6 +141,18 @@ show_commands("here",
               "ssh -N -L 8000:127.0.0.1:8000 -L 8001:127.0.0.1:8001 -L 8002:127.0.0.1:8002 -L 8080:127.0.0.1:8080 "
               "-L 8888:127.0.0.1:8888 cc@<floating-ip>",
               "servelab lab run --place node --only 04")
+
+# %% [markdown]
+# ## Compared with the source material
+# The **Chameleon lab "System optimizations for serving"** reserves a 3-hour block on a `gpu_p100` node
+# (two NVIDIA P100s) at CHI@TACC through the Horizon web interface, then uses python-chi from a Jupyter
+# server to start a `CC-Ubuntu24.04-CUDA` server, attach a floating IP, and install Docker and the NVIDIA
+# container toolkit — the steps above, automated. The **photo-dedup "Technical Deep-Dive"** rented its GPUs
+# on Vast.ai instead (RTX A4000, A100 SXM4 80 GB, 4× RTX 4080): a container image and a GPU in minutes, no
+# lease, billed by the hour; `scripts/VASTAI.md` describes that route for this lab. See `SOURCES.md`.
+#
+# The GPU reference results of this repository will be measured on such a node and filed under
+# `reference/`; until then every GPU figure in the lab is quoted from the write-ups.
 
 # %%
 if dry_run:
