@@ -2,7 +2,7 @@
 
 Each repeat runs in a fresh process so peak RSS (ru_maxrss) belongs to that run alone; the record gives
 the pair-search + components time, peak RSS of the whole process (data included) and the share of planted
-pairs found. Targets from issue 7: 100k x 512 in < 30 s and < 1 GB on 2 cores.
+pairs found. Goals: 100k x 512 in < 30 s and < 1 GB on 2 cores.
 """
 
 from __future__ import annotations
