@@ -29,241 +29,22 @@ Vast.ai, the documented alternative, is in scripts/VASTAI.md.
 
 from __future__ import annotations
 
-import os
-import re
-import shlex
-from dataclasses import asdict, dataclass, field, fields, replace
-from pathlib import Path
-
-from servelab.config import REPO_ROOT
-
-DOCKER_DIR = REPO_ROOT / "docker"
-BOOTSTRAP = REPO_ROOT / "scripts" / "node_bootstrap.sh"
-
-# Ports the stacks publish on the node's loopback (docker/compose.*.yaml); the lab's target=gpu uses the same.
-NODE_PORTS = {"service": 8080, "triton_http": 8000, "triton_grpc": 8001, "triton_metrics": 8002, "jupyter": 8888}
-
-# Chameleon bare-metal GPU node types commonly available (informational: an unknown type is allowed, since
-# the catalogue changes; the lease request is where Chameleon says whether it exists).
-KNOWN_GPU_NODE_TYPES = ("gpu_rtx_6000", "gpu_a100_pcie", "gpu_a100_nvlink", "gpu_v100", "gpu_v100_nvlink",
-                        "gpu_p100", "gpu_mi100", "compute_gigaio")
-
-ENV = {  # field -> environment variable
-    "project": "SERVELAB_CHI_PROJECT",
-    "site": "SERVELAB_CHI_SITE",
-    "node_type": "SERVELAB_CHI_NODE_TYPE",
-    "lease_name": "SERVELAB_CHI_LEASE",
-    "server_name": "SERVELAB_CHI_SERVER",
-    "key_name": "SERVELAB_CHI_KEY",
-    "private_key": "SERVELAB_CHI_PRIVATE_KEY",
-    "image": "SERVELAB_CHI_IMAGE",
-    "hours": "SERVELAB_CHI_HOURS",
-    "repo_url": "SERVELAB_REPO_URL",
-    "repo_ref": "SERVELAB_REPO_REF",
-    "stacks": "SERVELAB_STACKS",
-    "gpus": "SERVELAB_GPUS",
-}
-
-
-class ProvisionError(RuntimeError):
-    """A cloud step failed; the message names the step and what to do."""
-
-
-@dataclass(frozen=True)
-class NodeSpec:
-    project: str = ""
-    site: str = "CHI@UC"
-    node_type: str = "gpu_rtx_6000"
-    lease_name: str = "servelab-gpu"
-    server_name: str = ""  # default: <lease_name>-node
-    key_name: str = ""
-    private_key: str = ""  # path to the private key for SSH (python-chi's keypair_private_key); optional
-    image: str = "CC-Ubuntu24.04-CUDA"
-    hours: int = 4
-    repo_url: str = ""
-    repo_ref: str = "main"
-    stacks: tuple[str, ...] = ("04-triton",)
-    gpus: str = ""  # e.g. "0,1" for the Triton instance groups; empty = every GPU on the node
-    ssh_user: str = "cc"
-    remote_dir: str = "servelab"
-
-    @classmethod
-    def from_env(cls, **overrides) -> "NodeSpec":
-        values = {}
-        for name, var in ENV.items():
-            raw = os.environ.get(var)
-            if raw:
-                values[name] = raw
-        if "project" not in values and os.environ.get("OS_PROJECT_NAME"):
-            values["project"] = os.environ["OS_PROJECT_NAME"]
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        unknown = set(values) - {f.name for f in fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown provisioning parameter(s): {', '.join(sorted(unknown))}")
-        if "hours" in values:
-            try:
-                values["hours"] = int(values["hours"])
-            except (TypeError, ValueError):
-                raise ValueError(f"hours must be an integer, got {values['hours']!r}") from None
-        if isinstance(values.get("stacks"), str):
-            values["stacks"] = tuple(s.strip() for s in values["stacks"].split(",") if s.strip())
-        elif "stacks" in values:
-            values["stacks"] = tuple(values["stacks"])
-        spec = cls(**values)
-        if not spec.server_name:
-            spec = replace(spec, server_name=f"{spec.lease_name}-node")
-        return spec
-
-    def problems(self) -> list[str]:
-        """Every reason this spec cannot be provisioned (empty list = valid). Touches no network."""
-        p = []
-        if not self.project:
-            p.append("project is required (SERVELAB_CHI_PROJECT or OS_PROJECT_NAME, e.g. CHI-123456)")
-        if not re.fullmatch(r"(CHI|KVM)@[A-Za-z]+", self.site or ""):
-            p.append(f"site {self.site!r} is not a Chameleon site name such as CHI@UC, CHI@TACC, KVM@TACC")
-        if not re.fullmatch(r"[a-z0-9_]+", self.node_type or ""):
-            p.append(f"node_type {self.node_type!r} is not a node type such as gpu_rtx_6000")
-        for name in ("lease_name", "server_name"):
-            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", getattr(self, name) or ""):
-                p.append(f"{name} {getattr(self, name)!r}: use letters, digits, '-', '_', '.' (max 63)")
-        if not self.key_name:
-            p.append("key_name is required: the name of an SSH key pair registered at the site (SERVELAB_CHI_KEY)")
-        if self.private_key and not Path(self.private_key).expanduser().is_file():
-            p.append(f"private_key {self.private_key}: no such file")
-        if not 1 <= int(self.hours) <= 168:
-            p.append(f"hours must be 1..168 (Chameleon leases last at most 7 days), got {self.hours}")
-        if not re.fullmatch(r"(https://|git@|ssh://)\S+", self.repo_url or ""):
-            p.append("repo_url is required: the git URL the node clones (https://… or git@…; SERVELAB_REPO_URL)")
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_./-]*", self.repo_ref or ""):
-            p.append(f"repo_ref {self.repo_ref!r} is not a branch, tag or commit")
-        if self.gpus and not re.fullmatch(r"\d+(,\d+)*", self.gpus):
-            p.append(f"gpus {self.gpus!r}: a comma-separated list of GPU ids such as 0,1")
-        seen: dict[int, str] = {}
-        for stack in self.stacks:
-            if stack not in available_stacks():
-                have = ", ".join(available_stacks())
-                p.append(f"stack {stack!r}: no docker/compose.{stack}.yaml to bring up (have: {have})")
-                continue
-            for port in stack_ports(stack):
-                if port in seen:
-                    p.append(f"stacks {seen[port]!r} and {stack!r} both publish port {port}: bring up one of them")
-                seen.setdefault(port, stack)
-        if not BOOTSTRAP.is_file():
-            p.append(f"{BOOTSTRAP} is missing")
-        return p
-
-    def validate(self) -> "NodeSpec":
-        problems = self.problems()
-        if problems:
-            raise ValueError("invalid provisioning parameters: " + "; ".join(problems))
-        return self
-
-    def as_dict(self) -> dict:
-        d = asdict(self)
-        d["stacks"] = list(self.stacks)
-        return d
-
-
-def compose_file(stack: str) -> Path:
-    return DOCKER_DIR / f"compose.{stack}.yaml"
-
-
-# Compose files that are run one-shot (`docker compose run --rm …`), not brought up as a stack.
-RUN_ONLY = ("00-prepare", "perf-analyzer")
-
-
-def available_stacks() -> list[str]:
-    """Stack names that can be brought up with `docker compose up -d`."""
-    names = sorted(p.name[len("compose."):-len(".yaml")] for p in DOCKER_DIR.glob("compose.*.yaml"))
-    return [n for n in names if n not in RUN_ONLY]
-
-
-def stack_ports(stack: str) -> list[int]:
-    """Node ports a stack occupies: published ports, plus the known listeners of host-network services."""
-    from servelab.provision.compose import load, published_ports
-
-    doc = load(compose_file(stack), env={"JUPYTER_TOKEN": "x"})
-    ports = set(published_ports(doc))
-    if any(s.get("network_mode") == "host" and "jupyter" in name for name, s in doc["services"].items()):
-        ports.add(NODE_PORTS["jupyter"])
-    return sorted(ports)
-
-
-def bootstrap_env(spec: NodeSpec) -> dict[str, str]:
-    """Variables scripts/node_bootstrap.sh reads on the node."""
-    return {
-        "REPO_URL": spec.repo_url,
-        "REPO_REF": spec.repo_ref,
-        "REMOTE_DIR": spec.remote_dir,
-        "STACKS": " ".join(spec.stacks),
-        "SERVELAB_GPUS": spec.gpus,
-    }
-
-
-def bootstrap_command(spec: NodeSpec, script_path: str = "servelab_bootstrap.sh") -> str:
-    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in bootstrap_env(spec).items())
-    return f"env {env} bash {shlex.quote(script_path)}"
-
-
-@dataclass
-class Step:
-    name: str
-    detail: str
-
-
-@dataclass
-class Plan:
-    spec: NodeSpec
-    steps: list[Step] = field(default_factory=list)
-    dry_run: bool = True
-
-    def text(self) -> str:
-        head = "DRY RUN — nothing contacted; " if self.dry_run else ""
-        lines = [f"{head}plan for {self.spec.server_name} ({self.spec.node_type}) at {self.spec.site}, "
-                 f"project {self.spec.project}:"]
-        lines += [f"  {i}. {s.name}: {s.detail}" for i, s in enumerate(self.steps, 1)]
-        return "\n".join(lines)
-
-
-@dataclass
-class Node:
-    spec: NodeSpec
-    floating_ip: str
-    server_id: str = ""
-    lease_id: str = ""
-
-    @property
-    def ssh_command(self) -> str:
-        key = f"-i {shlex.quote(self.spec.private_key)} " if self.spec.private_key else ""
-        return f"ssh {key}{self.spec.ssh_user}@{self.floating_ip}"
-
-    @property
-    def tunnel_command(self) -> str:
-        """One SSH tunnel for every port the stacks publish on the node's loopback."""
-        fwd = " ".join(f"-L {p}:127.0.0.1:{p}" for p in sorted(NODE_PORTS.values()))
-        key = f"-i {shlex.quote(self.spec.private_key)} " if self.spec.private_key else ""
-        return f"ssh -N {key}{fwd} {self.spec.ssh_user}@{self.floating_ip}"
-
-
-def make_plan(spec: NodeSpec, dry_run: bool = True) -> Plan:
-    spec.validate()
-    s = spec
-    steps = [
-        Step("context", f"chi.use_site({s.site!r}); chi.set('project_name', {s.project!r})"),
-        Step("lease", f"reuse lease {s.lease_name!r} if present and not terminated, else create it: 1 x "
-                      f"{s.node_type} for {s.hours} h; wait until ACTIVE"),
-        Step("server", f"submit server {s.server_name!r} (image {s.image}, key pair {s.key_name}) on the lease's "
-                       "node reservation, idempotent; wait until ACTIVE"),
-        Step("floating-ip", "attach a floating IP unless the server has one"),
-        Step("ssh", f"wait until {s.ssh_user}@<floating-ip>:22 answers"),
-        Step("bootstrap", f"upload {BOOTSTRAP.relative_to(REPO_ROOT)} and run: {bootstrap_command(s)}"),
-    ]
-    steps += [Step("prepare", "docker compose -f docker/compose.00-prepare.yaml run --rm prepare "
-                              f"(export + stage the GPU Triton repository; GPUs {s.gpus or 'all'})")]
-    steps += [Step("stack", f"docker compose -f docker/compose.{st}.yaml up -d --build") for st in s.stacks]
-    steps += [Step("use", "ssh tunnel: ssh -N " + " ".join(f"-L {p}:127.0.0.1:{p}" for p in sorted(NODE_PORTS.values()))
-                   + f" {s.ssh_user}@<floating-ip>; then `servelab lab run --target gpu` here")]
-    return Plan(spec=spec, steps=steps, dry_run=dry_run)
+from servelab.provision.chameleon import run_plan
+from servelab.provision.plan import (
+    BOOTSTRAP,
+    ENV,
+    NODE_PORTS,
+    Node,
+    NodeSpec,
+    Plan,
+    ProvisionError,
+    Step,
+    available_stacks,
+    bootstrap_command,
+    compose_file,
+    make_plan,
+    stack_ports,
+)
 
 
 def provision(spec: NodeSpec | None = None, *, dry_run: bool = False, log_fn=print, **overrides):
@@ -274,10 +55,8 @@ def provision(spec: NodeSpec | None = None, *, dry_run: bool = False, log_fn=pri
     plan = make_plan(spec, dry_run=dry_run)
     if dry_run:
         return plan
-    from servelab.provision.chameleon import run_plan
-
     return run_plan(plan, log_fn=log_fn)
 
 
 __all__ = ["NodeSpec", "Plan", "Step", "Node", "ProvisionError", "provision", "make_plan", "NODE_PORTS",
-           "available_stacks", "compose_file", "bootstrap_command", "ENV"]
+           "available_stacks", "compose_file", "bootstrap_command", "stack_ports", "BOOTSTRAP", "ENV"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from servelab.provision import BOOTSTRAP, Node, Plan, ProvisionError, bootstrap_command
+from servelab.provision.plan import BOOTSTRAP, Node, Plan, ProvisionError, bootstrap_command
 
 
 def _chi():
