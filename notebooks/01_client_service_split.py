@@ -53,10 +53,8 @@ out_dir = ""              # "": results/interactive in this checkout
 service_url = ""          # "": the place's service (local :8002, node :8080)
 service_pid = 0
 batch_sizes = [1, 2]
-duration_s = 0.4
-warmup_s = 0.0
-repeats = 1
-requests = 2              # > 0: a fixed request count per point (smoke); 0: duration_s windows
+load = {"min_requests": 2, "min_p50s": 1.0, "max_windows": 3, "tolerance": 0.5, "max_warmup_s": 10.0,
+        "quick": True}    # how each point is measured (servelab.bench LoadOpts); smoke values: not results
 n_photos = 12
 
 # %%
@@ -139,16 +137,23 @@ with InferenceClient(mode="auto", backend="fastapi", url="http://127.0.0.1:9") a
 # relative terms) at the larger batch, where the compute takes longer?
 
 # %%
-from servelab.bench.experiments import batch_sweep, measure_served
+from servelab.bench.experiments import ab
+from servelab.bench.servers import served
 from servelab.lab.places import attach
 
-opts = step.opts(duration_s, warmup_s, repeats, requests)
-local_recs = batch_sweep(step.run, target="in-process", engine="onnx", batches=tuple(batch_sizes), opts=opts)
+opts = step.opts(load)
 service = attach("fastapi", service_url, payload="tensor", pid=service_pid or None)
-service_recs = [measure_served(step.run, "01-service-batch", service, payload="tensor", batch=b, concurrency=1, opts=opts)
-                for b in batch_sizes]
-hop = step.table(step.frame(local_recs + service_recs, "target", "engine", "batch", "throughput_img_s", "latency_p50_ms",
-                            "latency_p99_ms", "memory.rss_mb"), "local_vs_service",
+local_recs, service_recs, hop_ratios = [], [], []
+with served("in-process", engine=service.engine) as local:  # the service's engine, in this process
+    for b in batch_sizes:  # windows of the two sides alternate, so drift on the shared machine cancels
+        s, l, r = ab(step.run, "01-hop", service, local, label_a="service", label_b="in-process", batch_a=b, batch_b=b,
+                     opts=opts)
+        service_recs.append(s)
+        local_recs.append(l)
+        hop_ratios.append(r)
+hop = step.table(step.frame(local_recs + service_recs, "target", "engine", "batch", "throughput_img_s",
+                            "throughput_min_img_s", "throughput_max_img_s", "latency_p50_ms", "latency_p50_min_ms",
+                            "latency_p50_max_ms", "latency_p99_ms", "stable", "memory.rss_mb"), "local_vs_service",
                  "In-process engine vs the FastAPI service, by batch size (concurrency 1)")
 
 # %%
@@ -223,6 +228,43 @@ from servelab.assignments import checks
 
 checks.difference(hop_cost_ms, hop, key="target", a="fastapi", b="in-process", metric="latency_p50_ms",
                   at={"batch": min(batch_sizes)}, exercise="01.1", step=step)
+
+# %% [markdown]
+# ### Exercise: write a route of your own
+# Add `POST /embed-one` to a FastAPI app: the request body is one photo's bytes (`Content-Type: image/jpeg`
+# or `image/png`), the reply is JSON `{"embedding": [512 numbers], "dim": 512}`. A body that is not an image
+# (or is empty) is the client's mistake: answer 400 with a JSON body that says what is wrong — never a 500.
+# `embed_images(list_of_bytes)` runs the engine and raises `ImageDecodeError` on bytes that are not an image;
+# it blocks for a whole inference, so keep it off the event loop, as the micro-batcher does.
+# The check serves your app with uvicorn on a free loopback port and calls it over HTTP.
+
+# %% tags=["exercise"]
+# Exercise 01.2: write a FastAPI route that embeds one uploaded photo
+from fastapi import HTTPException, Request
+from starlette.concurrency import run_in_threadpool
+
+from servelab.model.preprocess import ImageDecodeError
+
+
+def add_embed_route(app, embed_images):
+    """Register POST /embed-one on `app` (see above)."""
+    # BEGIN SOLUTION
+    @app.post("/embed-one")
+    async def embed_one(request: Request):
+        body = await request.body()
+        if not body:
+            raise HTTPException(status_code=400, detail="empty body: send one image's bytes")
+        try:
+            vectors = await run_in_threadpool(embed_images, [body])
+        except ImageDecodeError as exc:
+            raise HTTPException(status_code=400, detail=f"not an image: {exc}") from None
+        return {"embedding": vectors[0].tolist(), "dim": int(vectors.shape[1])}
+    # END SOLUTION
+
+
+# %%
+engine = InferenceClient(mode="local")  # this process's engine: the route you wrote calls it
+checks.fastapi_route(add_embed_route, embed_images=engine.embed_images, photo=photos[0], exercise="01.2", step=step)
 
 # %%
 p50 = hop.pivot_table(index="batch", columns="target", values="latency_p50_ms")

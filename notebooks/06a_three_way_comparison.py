@@ -61,12 +61,11 @@ triton_model = ""         # "": the place's encoder (openclip_vit_b32_cpu | open
 triton_jpeg_model = ""    # "": the JPEG ensemble (openclip_vit_b32_jpeg)
 service_pid = 0
 triton_pid = 0
+triton_repository = "../models"  # the running Triton's model repository (`servelab triton up` serves ../models)
 concurrency_levels = [1, 2]
 extra_servers = False     # start LitServe for the comparison
-duration_s = 0.4
-warmup_s = 0.0
-repeats = 1
-requests = 2              # > 0: a fixed request count per point (smoke); 0: duration_s windows
+load = {"min_requests": 2, "min_p50s": 1.0, "max_windows": 3, "tolerance": 0.5, "max_warmup_s": 10.0,
+        "quick": True}    # how each point is measured (servelab.bench LoadOpts); smoke values: not results
 
 # %%
 from servelab.lab.places import place_defaults
@@ -208,6 +207,40 @@ def outside_share(breakdown):
 # %%
 checks.share(outside_share, breakdown, part="outside_server_ms", whole="client_mean_ms",
              at={"concurrency": max(concurrency_levels)}, exercise="06a.2", step=step)
+
+# %% [markdown]
+# ### Exercise: write a python-backend `execute`
+# Triton's python backend calls `execute(self, requests)` with a *list* of requests — as many as the dynamic
+# batcher collected — and expects a list of responses, one per request, in the same order. Write the
+# `execute` of a small post-processing model that L2-normalises embeddings (what the photo finder does
+# before comparing them): input `embedding` (FP32, `[n, 512]` per request), output `unit_embedding`, each row
+# divided by its own length. In model.py, `np` is numpy and `pb_utils` is `triton_python_backend_utils`:
+# `pb_utils.get_input_tensor_by_name(request, name).as_numpy()`, `pb_utils.Tensor(name, array)`,
+# `pb_utils.InferenceResponse(output_tensors=[...])`.
+# The check puts your function into a model.py, stages it next to the encoder in the running server's
+# repository, loads it, sends six requests at once (so `execute` gets several), and unloads it again.
+
+# %% tags=["exercise"]
+# Exercise 06a.3: write the execute of a python-backend model that L2-normalises embeddings
+import numpy as np  # model.py imports numpy as np and triton_python_backend_utils as pb_utils
+
+
+def execute(self, requests):
+    """One InferenceResponse per request, in order; `unit_embedding` = each `embedding` row / its L2 norm."""
+    # BEGIN SOLUTION
+    responses = []
+    for request in requests:
+        rows = pb_utils.get_input_tensor_by_name(request, "embedding").as_numpy()  # noqa: F821 (model.py's import)
+        unit = (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+        responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("unit_embedding", unit)]))  # noqa: F821
+    return responses
+    # END SOLUTION
+
+
+# %%
+checks.python_backend_execute(execute, triton_http_url=triton_http_url,
+                              repository=triton_repository if target == "local" else None,
+                              exercise="06a.3", step=step)
 
 # %%
 step.show_plot(plot_server_breakdown(tensor_recs, step.plot_path("server_breakdown")))

@@ -53,10 +53,8 @@ triton_model = ""         # "": the place's encoder (openclip_vit_b32_cpu | open
 triton_pid = 0
 batch_sizes = [1, 2]
 concurrency_levels = [1, 2]
-duration_s = 0.4
-warmup_s = 0.0
-repeats = 1
-requests = 2              # > 0: a fixed request count per point (smoke); 0: duration_s windows
+load = {"min_requests": 2, "min_p50s": 1.0, "max_windows": 3, "tolerance": 0.5, "max_warmup_s": 10.0,
+        "quick": True}    # how each point is measured (servelab.bench LoadOpts); smoke values: not results
 
 # %%
 from servelab.lab.places import place_defaults
@@ -69,7 +67,7 @@ from servelab.lab.nb import Step
 from servelab.lab.places import attach
 
 step = Step("07", out_dir, place)
-opts = step.opts(duration_s, warmup_s, repeats, requests)
+opts = step.opts(load)
 protocols = {
     "http": attach("triton-http", triton_http_url, payload="tensor", model=triton_model, pid=triton_pid or None),
     "grpc": attach("triton-grpc", triton_grpc_url, payload="tensor", model=triton_model, pid=triton_pid or None,
@@ -145,31 +143,43 @@ recs_batch = recs  # the next measurement cell reuses the name `recs`
 step.answer(protocol_pairs(recs_batch, "batch") + ".")
 
 # %% [markdown]
-# ### Exercise: read the speed-up off the table
-# With one client sending the largest batches measured, how many times the HTTP throughput did gRPC
-# deliver? (Above 1: gRPC faster; below 1: slower.)
+# ### Exercise: write the gRPC call yourself, for a batch
+# The raw calls above sent one image. Write the function a batch job would use: it gets Triton's gRPC
+# address (`host:port`, no scheme), the model name and a float32 batch `[n, 3, 224, 224]`, and returns the
+# `embedding` output `[n, 512]`. Ask for that output explicitly (`InferRequestedOutput`), so the server
+# sends nothing else. The check calls your function against the running Triton with a batch of 4 and
+# compares every row with what servelab's own client gets.
 
 # %% tags=["exercise"]
-# Exercise 07.1: compute gRPC's throughput relative to HTTP at the largest batch
-def grpc_over_http(by_batch):
-    """throughput_img_s of protocol "grpc" divided by that of "http", at the largest batch in by_batch."""
+# Exercise 07.1: embed a batch over gRPC with tritonclient
+def embed_over_grpc(url, model, pixels):
+    """The `embedding` output for `pixels` (float32 [n, 3, 224, 224]) from `model` at gRPC address `url`,
+    as float32 [n, 512], using tritonclient.grpc (imported above as grpcclient)."""
     # BEGIN SOLUTION
-    largest = by_batch[by_batch["batch"] == by_batch["batch"].max()].set_index("protocol")["throughput_img_s"]
-    return float(largest["grpc"] / largest["http"])
+    grpc_client = grpcclient.InferenceServerClient(url)
+    batch_input = grpcclient.InferInput("pixel_values", list(pixels.shape), "FP32")
+    batch_input.set_data_from_numpy(pixels)
+    wanted = grpcclient.InferRequestedOutput("embedding")
+    return grpc_client.infer(model, inputs=[batch_input], outputs=[wanted]).as_numpy("embedding")
     # END SOLUTION
 
 
 # %%
 from servelab.assignments import checks
 
-checks.speedup(grpc_over_http, by_batch, key="protocol", fast="grpc", slow="http", metric="throughput_img_s",
-               at={"batch": max(batch_sizes)}, exercise="07.1", step=step)
+checks.triton_client_call(embed_over_grpc, triton_http_url=triton_http_url, triton_grpc_url=triton_grpc_url,
+                          model=triton_model, batch=4, exercise="07.1", step=step)
 
 # %% [markdown]
 # ## By concurrency (batch-1 requests)
 # **Predict first.** With many clients sending one image each, per-request overhead is paid N times as
 # often. Will either protocol pull ahead at the highest concurrency — or does the single queue in front of
 # the busy CPU set both paces?
+
+# %%
+# Exercise 07.2 asks you to read this measurement. Write your prediction down first: at the highest
+# concurrency, which protocol keeps p99 latency lower — "http", "grpc", or "tie" (within the measured spread)?
+prediction_07 = None
 
 # %%
 recs = [measure_served(step.run, "07-protocol-concurrency", srv, payload="tensor", batch=1, concurrency=c, opts=opts)
@@ -180,23 +190,29 @@ by_conc = step.table(step.frame(recs, *cols), "by_concurrency", "gRPC vs HTTP by
 step.answer(protocol_pairs(recs, "concurrency") + ".")
 
 # %% [markdown]
-# ### Exercise: the protocol for many small requests
-# A fleet of clients sends single photos concurrently and you care about the tail. Which protocol kept
-# p99 lower at the highest concurrency measured?
+# ### Exercise: the protocol for many small requests — was your prediction right?
+# A fleet of clients sends single photos concurrently and you care about the tail. `bands` holds, per
+# protocol, the p99 at the highest concurrency (`value`) and the band around it this run's window spread
+# gives (`lo`, `hi`). Lower is better; overlapping bands are a tie.
 
 # %% tags=["exercise"]
-# Exercise 07.2: choose the protocol with the lower p99 under concurrency
-def lower_tail_protocol(by_conc):
-    """The `protocol` with the lowest latency_p99_ms at the highest concurrency in by_conc."""
+# Exercise 07.2: read which protocol kept p99 lower under concurrency, ties included
+def lower_tail(bands):
+    """Return "http" or "grpc" when that protocol's p99 band lies wholly below the other's, or "tie" when
+    the bands overlap. `bands`: index = protocol; columns value, lo, hi (milliseconds)."""
     # BEGIN SOLUTION
-    busiest = by_conc[by_conc["concurrency"] == by_conc["concurrency"].max()]
-    return busiest.loc[busiest["latency_p99_ms"].idxmin(), "protocol"]
+    http_band, grpc_band = bands.loc["http"], bands.loc["grpc"]
+    if http_band["lo"] <= grpc_band["hi"] and grpc_band["lo"] <= http_band["hi"]:
+        return "tie"
+    return "http" if http_band["value"] < grpc_band["value"] else "grpc"
     # END SOLUTION
 
 
 # %%
-checks.best_choice(lower_tail_protocol, by_conc, key="protocol", metric="latency_p99_ms", mode="min",
-                   at={"concurrency": max(concurrency_levels)}, exercise="07.2", step=step)
+busiest = step.frame(recs)
+busiest = busiest[busiest["concurrency"] == max(concurrency_levels)]
+checks.outcome(lower_tail, busiest, key="protocol", a="http", b="grpc", metric="latency_p99_ms",
+               higher_is_better=False, prediction=prediction_07, exercise="07.2", step=step)
 
 # %% [markdown]
 # ## Why the protocol barely matters here

@@ -19,6 +19,6 @@ raises only when asked to (`strict=True` or SERVELAB_CHECKS_STRICT=1); an unimpl
 `servelab lab grade` reads executed notebooks into a CSV (servelab.assignments.grade).
 """
 
-from servelab.assignments.result import CheckResult, ExerciseFailed, MIME_TYPE
+from servelab.assignments.result import MIME_TYPE, CheckResult, ExerciseFailed
 
 __all__ = ["CheckResult", "ExerciseFailed", "MIME_TYPE"]

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from servelab.assignments.result import CheckResult, reject, run_check
+from servelab.assignments.result import CheckResult, NotRunHere, reject, run_check
 
 __all__ = [
     "outcome", "live_config", "p99_budget", "triton_client_call", "python_backend_execute", "fastapi_route",
@@ -327,38 +328,14 @@ def trt_accelerator_stanza(answer, *, max_batch: int, cache_path: str, input_nam
     Correct: a `tensorrt` GPU accelerator with FP16, engine cache enabled at `cache_path`, and a profile whose
     min batch is 1 and max batch is max_batch (opt in between), all for input `input_name`."""
 
-    def batch_of(value: str, key: str) -> int:
-        name, _, dims = value.partition(":")
-        if name != input_name or not dims:
-            reject(f"{key} should read '{input_name}:<batch>x3x224x224', got {value!r}")
-        try:
-            return int(dims.split("x", 1)[0])
-        except ValueError:
-            reject(f"{key}: cannot read a batch size from {value!r}")
-
     def judge(text):
+        from servelab.triton.tensorrt import accelerator_params, stanza_rules
+
         cfg = _parse_config(text)
-        accs = [a for a in cfg.optimization.execution_accelerators.gpu_execution_accelerator if a.name == "tensorrt"]
-        if not accs:
-            reject("no gpu_execution_accelerator named \"tensorrt\" under optimization { execution_accelerators }")
-        p = dict(accs[0].parameters)
-        if p.get("precision_mode") != "FP16":
-            reject("precision_mode should make TensorRT use the GPU's fp16 tensor cores")
-        if p.get("trt_engine_cache_enable") != "1":
-            reject("the engine cache is off: every container start would rebuild the engine")
-        if p.get("trt_engine_cache_path") != cache_path:
-            reject(f"trt_engine_cache_path {p.get('trt_engine_cache_path')!r} is not the mounted cache volume")
-        keys = ("trt_profile_min_shapes", "trt_profile_opt_shapes", "trt_profile_max_shapes")
-        missing = [k for k in keys if k not in p]
-        if missing:
-            reject(f"missing {', '.join(missing)}: without a profile the engine fits one shape only")
-        lo, opt, hi = (batch_of(p[k], k) for k in keys)
-        if lo != 1:
-            reject(f"the profile's min batch is {lo}: single-image requests would not fit")
-        if hi != max_batch:
-            reject(f"the profile's max batch is {hi}, but the dynamic batcher can form batches up to max_batch_size ({max_batch})")
-        if not lo <= opt <= hi:
-            reject(f"the opt batch {opt} is outside the profile's [min, max]")
+        for rule in stanza_rules(cfg, max_batch=max_batch, cache_path=cache_path, input_name=input_name):
+            if not rule.ok:
+                reject(rule.hint)
+        opt = accelerator_params(cfg)["trt_profile_opt_shapes"].partition(":")[2].split("x", 1)[0]
         return f"TensorRT fp16 with engine cache at {cache_path}, profile batch 1…{max_batch} (opt {opt})"
 
     return run_check("trt_accelerator_stanza", exercise, answer, (max_batch, cache_path), judge, step, strict)
@@ -527,7 +504,7 @@ def scaling_efficiency(answer, table, *, units_col: str = "instances", throughpu
             col = next((c for c in value.columns if "eff" in str(c).lower()), None)
             if col is None or units_col not in value.columns:
                 reject(f"a DataFrame answer needs columns `{units_col}` and an `efficiency` column")
-            return dict(zip(value[units_col], value[col]))
+            return dict(zip(value[units_col], value[col], strict=True))
         if isinstance(value, pd.Series):
             return value.to_dict()
         if isinstance(value, Mapping):
@@ -535,7 +512,7 @@ def scaling_efficiency(answer, table, *, units_col: str = "instances", throughpu
         if isinstance(value, (list, tuple)):
             if len(value) != len(expected):
                 reject(f"give one efficiency per {units_col} value measured ({len(expected)}), got {len(value)}")
-            return dict(zip(expected, value))
+            return dict(zip(expected, value, strict=True))
         reject(f"answer with {{{units_col}: efficiency}}, got {type(value).__name__}")
 
     def judge(value):
@@ -895,16 +872,18 @@ def p99_budget(answer, *, trials, budget_ms: float, exercise: str, step=None, st
     return run_check("p99_budget", exercise, answer, (trials, budget_ms), judge, step, strict)
 
 
-def triton_client_call(answer, *, triton_http_url: str, model: str, batch: int = 2, exercise: str, step=None,
-                       strict: bool | None = None) -> CheckResult:
-    """answer: fn(url, model, pixels) -> embeddings, written with `tritonclient.http` by hand: an
-    InferenceServerClient for `url` (host:port, no scheme), an InferInput for `pixel_values`, its data set with
-    set_data_from_numpy (binary), an InferRequestedOutput for `embedding`, infer, as_numpy.
+def triton_client_call(answer, *, triton_http_url: str, model: str, triton_grpc_url: str | None = None, batch: int = 2,
+                       exercise: str, step=None, strict: bool | None = None) -> CheckResult:
+    """answer: fn(url, model, pixels) -> embeddings, written by hand with `tritonclient.http` (or, when
+    `triton_grpc_url` is given, `tritonclient.grpc`): an InferenceServerClient for `url` (host:port, no scheme),
+    an InferInput for `pixel_values` with its data set by set_data_from_numpy, an InferRequestedOutput for
+    `embedding`, infer, as_numpy. The function gets the gRPC address when `triton_grpc_url` is given.
 
     Checked by running it against the running Triton with `batch` preprocessed images: the result must be a
-    float32 array of shape (batch, 512) matching, row by row, what servelab's own Triton client gets for the
-    same tensor."""
+    float32 array of shape (batch, 512) matching, row by row, what servelab's own Triton client gets (over
+    HTTP) for the same tensor."""
     from servelab.client import InferenceClient
+    from servelab.triton.control import address
 
     try:
         from servelab.bench.inputs import sample_tensor
@@ -912,7 +891,7 @@ def triton_client_call(answer, *, triton_http_url: str, model: str, batch: int =
         from servelab.bench.experiments import sample_tensor
 
     pixels = sample_tensor(batch, seed=7)
-    host = triton_http_url.split("://", 1)[-1].rstrip("/")
+    host = address(triton_grpc_url or triton_http_url)
     with InferenceClient(mode="remote", backend="triton-http", url=triton_http_url, payload="tensor", model=model) as c:
         expected = np.asarray(c.embed_tensor(pixels), dtype=np.float32)
 
@@ -956,6 +935,7 @@ def python_backend_execute(answer, *, triton_http_url: str, repository, exercise
     concurrent requests of 1–3 rows each arrive together (so `execute` gets several requests at once), and each
     response must hold its own request's rows, normalised. The model is unloaded and removed afterwards."""
     from servelab.assignments.live import NotApplied, model_py, python_model
+    from servelab.triton.control import address
 
     name = "exercise_" + re.sub(r"\W", "_", str(exercise)) + "_l2norm"
 
@@ -969,9 +949,13 @@ def python_backend_execute(answer, *, triton_http_url: str, repository, exercise
         import tritonclient.http as httpclient
         from tritonclient.utils import InferenceServerException
 
+        if not repository or not Path(repository).is_dir():
+            raise NotRunHere(f"the running Triton's model repository ({repository or 'not given'}) is not a folder "
+                             "on this machine (a remote node): run this exercise against the local stack")
+
         rng = np.random.default_rng(3)
         batches = [rng.normal(size=(1 + i % 3, 512)).astype(np.float32) for i in range(6)]
-        host = triton_http_url.split("://", 1)[-1].rstrip("/")
+        host = address(triton_http_url)
         try:
             with python_model(repository, triton_http_url, name, L2NORM_CONFIG.format(name=name), text):
                 client = httpclient.InferenceServerClient(host, concurrency=len(batches), network_timeout=60)
@@ -997,7 +981,7 @@ def python_backend_execute(answer, *, triton_http_url: str, repository, exercise
             if "response" in first.lower() and ("count" in first.lower() or "number" in first.lower()):
                 reject(f"Triton got the wrong number of responses ({first}): return one response per request")
             reject(f"{len(failures)} of {len(batches)} requests failed: {first}")
-        for i, (x, y) in enumerate(zip(batches, outs)):
+        for i, (x, y) in enumerate(zip(batches, outs, strict=True)):
             if y is None or y.shape != x.shape:
                 reject(f"request {i} sent {x.shape[0]} row(s) and got back shape {None if y is None else y.shape}: "
                        f"each response must carry its own request's rows")

@@ -13,8 +13,8 @@ import contextlib
 import csv
 import io
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from servelab.assignments.exercises import HEADER, is_exercise
 from servelab.assignments.result import MIME_TYPE, NOT_RUN, PASS

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from servelab.fileio import atomic_write
 
@@ -25,7 +26,7 @@ STATUSES = (PASS, FAIL, NOT_IMPLEMENTED, ERROR, NOT_RUN)
 class ExerciseFailed(Exception):
     """Raised by a check in strict mode when the answer does not pass; `.result` is the CheckResult."""
 
-    def __init__(self, result: "CheckResult"):
+    def __init__(self, result: CheckResult):
         super().__init__(result.line())
         self.result = result
 
@@ -65,6 +66,11 @@ class _Rejected(Exception):
         self.detail = detail or {}
 
 
+class NotRunHere(Exception):
+    """The check cannot run on this target (e.g. no local model repository on a remote node); the message
+    says why. The result is `not run`, neither a pass nor the student's failure."""
+
+
 def reject(hint: str, detail: dict | None = None) -> None:
     """Fail the check with `hint`; `detail` (numbers the grader keeps, never shown as the answer) is recorded."""
     raise _Rejected(hint, detail)
@@ -101,9 +107,9 @@ def _in_kernel() -> bool:
 def show(result: CheckResult) -> None:
     """One output per check: the PASS/FAIL line as text, and the result as JSON for the grader."""
     if _in_kernel():
-        from IPython.display import display
-
         import html
+
+        from IPython.display import display
 
         colour = "#1a7f37" if result.passed else "#cf222e"
         box = (f'<div style="border-left:4px solid {colour};padding:4px 10px;font-family:monospace">'
@@ -142,6 +148,8 @@ def run_check(name: str, exercise: str, answer: Any, args: tuple, judge: Callabl
             result = CheckResult("", PASS, message, detail=dict(detail))
         except _Rejected as exc:
             result = CheckResult("", FAIL, str(exc), detail=dict(exc.detail))
+        except NotRunHere as exc:
+            result = CheckResult("", NOT_RUN, f"not run here: {exc}")
         except NotImplementedError as exc:  # code run by the check (a served route, a staged model) is a stub
             text = str(exc) or "the exercise code still raises NotImplementedError"
             result = CheckResult("", NOT_IMPLEMENTED, f"not done yet ({text}); replace the `raise` with your code")

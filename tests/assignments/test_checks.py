@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from servelab.assignments import checks
-from servelab.assignments.result import ERROR, FAIL, NOT_IMPLEMENTED, PASS, ExerciseFailed, STRICT_ENV
+from servelab.assignments.result import ERROR, FAIL, NOT_IMPLEMENTED, PASS, STRICT_ENV, ExerciseFailed
 
 
 @pytest.fixture(autouse=True)
@@ -285,7 +285,7 @@ def test_threshold_from_dedup_metrics_rows():
     rows = [{"method": "md5", "setting": "equal", "precision": 1.0, "recall": 0.2}]
     rows += [{"method": "phash", "setting": f"distance <= {d}", "precision": 0.99, "recall": 0.99} for d in (4, 8)]
     rows += [{"method": "embedding", "setting": f"cosine >= {t:.2f}", "precision": p, "recall": r}
-             for t, p, r in zip(EVAL.threshold, EVAL.precision, EVAL.recall)]
+             for t, p, r in zip(EVAL.threshold, EVAL.precision, EVAL.recall, strict=True)]
     assert checks.threshold_for_precision(0.9, rows, target_precision=0.9, exercise="t").passed
     assert not checks.threshold_for_precision(0.95, rows, target_precision=0.9, exercise="t").passed
 

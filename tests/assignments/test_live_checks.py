@@ -14,12 +14,10 @@ from servelab.bench.experiments import LoadOpts
 from servelab.bench.records import Run, load_records
 from servelab.triton.control import get_config
 from servelab.triton.models import CPU_ENCODER
-from servelab.triton.repository import stage
-from servelab.triton.server import EmbeddedTriton
 
 pytestmark = pytest.mark.triton
 
-OPTS = LoadOpts.smoke() if hasattr(LoadOpts, "smoke") else LoadOpts.quick(progress=False)
+OPTS = LoadOpts.smoke(max_windows=1, max_warmup_s=1.0) if hasattr(LoadOpts, "smoke") else LoadOpts.quick(progress=False)
 
 
 @pytest.fixture(autouse=True)
@@ -27,13 +25,9 @@ def _not_strict(monkeypatch):
     monkeypatch.delenv(STRICT_ENV, raising=False)
 
 
-@pytest.fixture(scope="module")
-def triton(onnx_meta, settings, tmp_path_factory):
-    repo = tmp_path_factory.mktemp("assignments-triton") / "models"
-    stage("cpu", repo, instances=1, max_delay_us=2000, settings=settings)
-    log = repo.parent / "tritonserver.log"
-    with EmbeddedTriton(repo, log_path=log, models=[CPU_ENCODER], startup_timeout=240) as srv:
-        yield srv
+@pytest.fixture
+def triton(assignments_triton):
+    return assignments_triton
 
 
 @pytest.fixture

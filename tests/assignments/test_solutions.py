@@ -1,33 +1,70 @@
 """Every exercise of the real notebooks, without running the notebooks: the instructor's exercise cell and its
 check cell execute against synthetic stand-ins for the variables the notebook would have measured (shaped
-like this lab's tables). The solution must PASS; the student version must fail cleanly (`not implemented`)."""
+like this lab's records), and — for the exercises applied live — against a real tritonserver and the real
+engine. The solution must PASS; the student version must fail cleanly (`not implemented`)."""
 
 from __future__ import annotations
 
 import ast
+import hashlib
+import linecache
 
 import jupytext
 import numpy as np
 import pandas as pd
 import pytest
+import tritonclient.grpc as grpcclient
 
 from servelab.assignments import checks
 from servelab.assignments.exercises import find, student_source
+from servelab.assignments.live import Trials
 from servelab.assignments.result import NOT_IMPLEMENTED, PASS, STRICT_ENV
+from servelab.bench.experiments import LoadOpts
+from servelab.client import InferenceClient
+from servelab.lab.nb import Step
 from servelab.lab.notebooks import discover
+from servelab.triton.models import CPU_ENCODER
 
-# variables each exercise's cells use, as the notebook's measuring cells would leave them
+# variables each exercise's cells use, as the notebook's measuring cells would leave them; a function of the
+# live context (a real tritonserver, this test's Step, photos) for the exercises that run the answer for real
 _NAN = float("nan")
+
+
+def _rec(*, windows, **fields) -> dict:
+    """A load record as the bench writes it: mean throughput and its per-window throughputs."""
+    return {"kind": "load", "throughput_img_s": sum(windows) / len(windows), "window_throughput_img_s": windows,
+            "requests": 10, "errors": 0, **fields}
+
+
+def _opts():
+    return LoadOpts.smoke(max_windows=1, max_warmup_s=1.0) if hasattr(LoadOpts, "smoke") else LoadOpts.quick(progress=False)
+
+
+class Live:
+    """Fixtures the live exercises need, requested only when an exercise's bindings ask for them."""
+
+    def __init__(self, request, step):
+        self._request, self.step = request, step
+
+    @property
+    def triton(self):
+        return self._request.getfixturevalue("assignments_triton")
+
+    @property
+    def photos(self):
+        self._request.getfixturevalue("onnx_meta")
+        return self._request.getfixturevalue("photos")
 BINDINGS: dict[str, dict] = {
     "03.1": {"batch_sizes": [1, 4], "table": pd.DataFrame({
         "engine": ["torch", "onnx", "onnx-int8", "torch", "onnx", "onnx-int8", "onnx"],
         "provider": ["cpu"] * 6 + ["cuda"], "available": [True] * 6 + [False], "batch": [1, 1, 1, 4, 4, 4, 4],
         "throughput_img_s": [18.0, 23.0, 54.0, 26.0, 31.0, 70.0, _NAN]})},
     "03.2": {},
-    "04.1": {"concurrency_levels": [1, 4], "by_conc": pd.DataFrame({
-        "target": ["fastapi", "fastapi", "triton-http", "triton-http"], "concurrency": [1, 4, 1, 4],
-        "throughput_img_s": [20.0, 24.0, 19.0, 28.0], "latency_p50_ms": [50.0, 160.0, 52.0, 140.0]})},
-    "04.2": {"max_batch": 16, "instance_kind": "KIND_CPU"},
+    "04.1": {"concurrency_levels": [1, 4], "prediction_04": "triton-http",
+             "service_conc": [_rec(target="fastapi", concurrency=c, windows=w) for c, w in ((1, [19, 21]), (4, [22, 25]))],
+             "triton_conc": [_rec(target="triton-http", concurrency=c, windows=w) for c, w in ((1, [18, 20]), (4, [24, 27]))]},
+    "04.2": lambda ctx: {"max_batch": 32, "instance_kind": "KIND_CPU", "concurrency_levels": [1, 2], "opts": _opts(),
+                         "triton_http_url": ctx.triton.http_url, "triton_model": CPU_ENCODER},
     "05a.1": {"hi_c": 4, "latency_budget_ms": 1.25 * 300.0, "cells": pd.DataFrame({
         "max_queue_delay_us": [0, 0, 2000, 2000, 10000, 10000], "concurrency": [1, 4, 1, 4, 1, 4],
         "throughput_img_s": [19.0, 24.0, 18.0, 28.0, 16.0, 31.0],
@@ -38,9 +75,14 @@ BINDINGS: dict[str, dict] = {
                                      ("jpeg-reencode", 21_000), ("base64-json", 32_100),
                                      ("preprocess+binary", 602_112))])},
     "05b.1": {"trt_max_batch": 64, "trt_cache": "/trt_cache"},
-    "06a.1": {"concurrency_levels": [1, 4], "three_way": pd.DataFrame({
-        "target": ["fastapi", "fastapi", "triton-http", "triton-http", "litserve", "litserve"],
-        "concurrency": [1, 4, 1, 4, 1, 4], "throughput_img_s": [19.0, 25.0, 18.0, 29.0, 20.0, 26.0]})},
+    "06a.1": {"concurrency_levels": [1, 4], "recs": [
+        _rec(target=t, concurrency=c, windows=w) for t, c, w in (
+            ("fastapi", 1, [18, 20]), ("fastapi", 4, [24, 26]), ("triton-http", 1, [17, 19]),
+            ("triton-http", 4, [28, 30]), ("litserve", 1, [19, 21]), ("litserve", 4, [25, 27]))]},
+    "06a.3": lambda ctx: {"target": "local", "triton_http_url": ctx.triton.http_url,
+                          "triton_repository": str(ctx.triton.repository)},
+    "06b.3": lambda ctx: {"concurrency_levels": [1, 2], "trials": Trials(
+        ctx.step.run, ctx.triton.http_url, CPU_ENCODER, _opts(), "t-06b-p99"), "budget_ms": 60_000},
     "06a.2": {"concurrency_levels": [1, 4], "breakdown": pd.DataFrame({
         "concurrency": [1, 4], "client_mean_ms": [60.0, 210.0], "server_request_ms": [48.0, 180.0],
         "outside_server_ms": [12.0, 30.0]})},
@@ -48,15 +90,15 @@ BINDINGS: dict[str, dict] = {
         "instances": [1, 1, 2, 2, 4, 4], "concurrency": [1, 4, 1, 4, 1, 4],
         "throughput_img_s": [18.0, 24.0, 18.5, 30.0, 18.0, 33.0]})},
     "06b.2": {},
-    "07.1": {"batch_sizes": [1, 8], "by_batch": pd.DataFrame({
-        "protocol": ["http", "grpc", "http", "grpc"], "batch": [1, 1, 8, 8], "concurrency": [1, 1, 1, 1],
-        "throughput_img_s": [18.0, 19.0, 26.0, 27.5]})},
-    "07.2": {"concurrency_levels": [1, 4], "by_conc": pd.DataFrame({
-        "protocol": ["http", "grpc", "http", "grpc"], "batch": [1, 1, 1, 1], "concurrency": [1, 1, 4, 4],
-        "latency_p99_ms": [60.0, 58.0, 260.0, 240.0]})},
+    "07.1": lambda ctx: {"triton_http_url": ctx.triton.http_url, "triton_grpc_url": ctx.triton.grpc_url,
+                         "triton_model": CPU_ENCODER, "grpcclient": grpcclient},
+    "07.2": {"concurrency_levels": [1, 4], "prediction_07": "tie", "recs": [
+        {"protocol": p, "batch": 1, "concurrency": c, "latency_p99_ms": v, "spread": 0.1}
+        for p, c, v in (("http", 1, 60.0), ("grpc", 1, 58.0), ("http", 4, 260.0), ("grpc", 4, 240.0))]},
     "01.1": {"batch_sizes": [1, 4], "hop": pd.DataFrame({
         "target": ["in-process", "in-process", "fastapi", "fastapi"], "batch": [1, 4, 1, 4],
         "latency_p50_ms": [42.0, 150.0, 49.5, 171.0]})},
+    "01.2": lambda ctx: {"photos": ctx.photos, "InferenceClient": InferenceClient},
     "02.1": {"cold_start_s": 8.0},
     "08.1": {"cold_start_s": 8.0},
     "09.1": {"evaluation": pd.DataFrame({"threshold": [0.80, 0.85, 0.90, 0.92, 0.95, 0.97, 0.99],
@@ -70,7 +112,8 @@ def _exercises(directory=None):
     for py in discover(directory) if directory else discover():
         nb = jupytext.read(py)
         for e in find(nb, py.name):
-            out.append(pytest.param(nb, e, id=e.id))
+            live = callable(BINDINGS.get(e.id))
+            out.append(pytest.param(nb, e, id=e.id, marks=[pytest.mark.triton] if live else []))
     return out
 
 
@@ -78,12 +121,14 @@ def _run(cells: list[str], env: dict):
     """Exec the cells; the value of the last cell's final expression (the check's result) is returned."""
     value = None
     for src in cells:
+        name = f"<cell {hashlib.sha1(src.encode()).hexdigest()[:12]}>"
+        linecache.cache[name] = (len(src), None, src.splitlines(True), name)  # as IPython does: inspect finds it
         tree = ast.parse(src)
         last = tree.body[-1] if tree.body and isinstance(tree.body[-1], ast.Expr) else None
         if last is not None:
             tree.body = tree.body[:-1]
-        exec(compile(tree, "<cell>", "exec"), env)
-        value = eval(compile(ast.Expression(last.value), "<cell>", "eval"), env) if last is not None else None
+        exec(compile(tree, name, "exec"), env)
+        value = eval(compile(ast.Expression(last.value), name, "eval"), env) if last is not None else None
     return value
 
 
@@ -92,10 +137,13 @@ EXERCISES = _exercises()
 
 @pytest.mark.skipif(not EXERCISES, reason="no exercises in the notebooks yet")
 @pytest.mark.parametrize("nb, exercise", EXERCISES or [pytest.param(None, None, id="none")])
-def test_solution_passes_and_student_version_fails_cleanly(nb, exercise, monkeypatch, capsys):
+def test_solution_passes_and_student_version_fails_cleanly(nb, exercise, monkeypatch, capsys, request, tmp_path):
     monkeypatch.delenv(STRICT_ENV, raising=False)
     assert exercise.id in BINDINGS, f"add synthetic bindings for exercise {exercise.id} ({exercise.check}) to BINDINGS"
-    base = {"checks": checks, "step": None, "pd": pd, "np": np, **BINDINGS[exercise.id]}
+    step = Step(exercise.notebook, tmp_path / "run")
+    bindings = BINDINGS[exercise.id]
+    bindings = bindings(Live(request, step)) if callable(bindings) else bindings
+    base = {"checks": checks, "step": step, "pd": pd, "np": np, **bindings}
     ex_src, check_src = nb.cells[exercise.cell].source, nb.cells[exercise.check_cell].source
 
     result = _run([ex_src, check_src], dict(base))
