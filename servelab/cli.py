@@ -88,6 +88,7 @@ def embed(
 
 
 def _add_groups() -> None:
+    from servelab.assignments.cli import add_commands as add_assignment_commands
     from servelab.bench.cli import app as bench_app
     from servelab.dedup.cli import app as dedup_app
     from servelab.lab.cli import app as lab_app
@@ -96,6 +97,7 @@ def _add_groups() -> None:
     app.add_typer(triton_app, name="triton", help="Embedded tritonserver: stage the repository, up / down / status.")
     app.add_typer(bench_app, name="bench", help="Benchmarks that write result records.")
     app.add_typer(dedup_app, name="dedup", help="Near-duplicate photo finder.")
+    add_assignment_commands(lab_app)
     app.add_typer(lab_app, name="lab", help="Run the notebooks with papermill into result tables.")
 
 

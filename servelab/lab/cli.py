@@ -73,27 +73,3 @@ def report(run_dir: Path = typer.Argument(..., help="results/<run-id>")):
         raise FileNotFoundError(f"{run_dir}: not a lab run folder (no run.json)")
     typer.echo(str(write_report(run_dir)))
 
-
-@app.command()
-def assignments(
-    out: Path = typer.Option(Path("results/assignments"), "--out", help="folder to write student/ and instructor/ into"),
-    only: Optional[List[str]] = typer.Option(None, "--only", help="notebook id(s), e.g. --only 04 (repeatable)"),
-):
-    """Student notebooks (solutions replaced by NotImplementedError) and instructor notebooks, ready to hand out."""
-    from servelab.assignments.cli import assignments as do_assignments
-
-    do_assignments(out=out, only=only)
-
-
-@app.command()
-def grade(
-    folder: Path = typer.Argument(..., help="folder of student notebooks (executed, or use --execute)"),
-    out: Path = typer.Option(Path("grades.csv"), "--out", help="CSV of exercise results per notebook"),
-    execute: bool = typer.Option(False, "--execute", help="execute notebooks that have no outputs first (papermill)"),
-    profile: str = typer.Option("smoke", help="parameters profile for --execute"),
-    param: Optional[List[str]] = typer.Option(None, "--param", "-p", help="key=value for --execute (repeatable)"),
-):
-    """Read (or execute) student notebooks and write each exercise's result to a CSV."""
-    from servelab.assignments.cli import grade as do_grade
-
-    do_grade(folder=folder, out=out, execute=execute, profile=profile, param=param)
