@@ -65,10 +65,8 @@ queue_delays_us = [0, 2000]
 concurrency_levels = [1, 2]
 serialisation_batches = [1, 4]
 profile_runs = 1
-duration_s = 0.4
-warmup_s = 0.0
-repeats = 1
-requests = 2              # > 0: a fixed request count per point (smoke); 0: duration_s windows
+load = {"min_requests": 2, "min_p50s": 1.0, "max_windows": 3, "tolerance": 0.5, "max_warmup_s": 10.0,
+        "quick": True}    # how each point is measured (servelab.bench LoadOpts); smoke values: not results
 
 # %%
 from servelab.lab.places import place_defaults
@@ -79,14 +77,13 @@ globals().update(place_defaults(globals()))  # "" parameters -> this place's end
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from servelab.bench.experiments import measure_served, ort_profile, serialisation_costs
+from servelab.bench.experiments import ort_profile, queue_delay_grid, serialisation
 from servelab.bench.records import memory_snapshot
 from servelab.lab.nb import Step
 from servelab.lab.places import attach, in_process_note, in_process_provider
-from servelab.triton.control import get_config, reconfigure
 
 step = Step("05a", out_dir, place)
-opts = step.opts(duration_s, warmup_s, repeats, requests)
+opts = step.opts(load)
 
 # %% [markdown]
 # ## 1 · Operator profile (ONNX Runtime, fp32, batch 8)
@@ -94,7 +91,7 @@ opts = step.opts(duration_s, warmup_s, repeats, requests)
 # of kernel time will matrix multiplications (`MatMul`, `Gemm`, fused variants) take — a third, half, or more?
 
 # %%
-prof = ort_profile(step.run, engine="onnx", provider=in_process_provider(place), batch=8, iterations=profile_runs, quick=bool(requests))[0]
+prof = ort_profile(step.run, engine="onnx", provider=in_process_provider(place), batch=8, iterations=profile_runs)[0]
 in_process_note(step, place, prof.get("provider", "cpu"), "the op-type profile")
 ops = pd.DataFrame({"op_type": list(prof["op_time_ms"]), "kernel_ms": list(prof["op_time_ms"].values())})
 ops["share_pct"] = 100 * ops["kernel_ms"] / ops["kernel_ms"].sum()
@@ -120,17 +117,11 @@ step.answer(f"Matrix-multiplication operators ({', '.join(ops[ops['op_type'].str
 
 # %%
 triton = attach("triton-http", triton_http_url, payload="tensor", model=triton_model, pid=triton_pid or None)
-original_delay = int(get_config(triton_http_url, triton_model)["dynamic_batching"].get("max_queue_delay_microseconds", 0))
-grid = []
-try:
-    for delay in queue_delays_us:
-        reconfigure(triton_http_url, triton_model, max_queue_delay_us=delay)
-        grid += [measure_served(step.run, "05a-queue-delay", triton, payload="tensor", batch=1, concurrency=c, opts=opts,
-                                params={"max_queue_delay_us": delay}) for c in concurrency_levels]
-finally:
-    reconfigure(triton_http_url, triton_model, max_queue_delay_us=original_delay)
-cells = step.frame(grid, "params.max_queue_delay_us", "concurrency", "throughput_img_s", "latency_p50_ms",
-                   "latency_p99_ms", "server.avg_batch", "server.avg_queue_ms", "server.avg_compute_infer_ms")
+grid = queue_delay_grid(step.run, triton, delays_us=tuple(queue_delays_us), concurrencies=tuple(concurrency_levels),
+                        opts=opts, experiment="05a-queue-delay")  # reloads the model per delay, restores it after
+cells = step.frame(grid, "params.max_queue_delay_us", "concurrency", "throughput_img_s", "throughput_min_img_s",
+                   "throughput_max_img_s", "latency_p50_ms", "latency_p99_ms", "stable", "server.avg_batch",
+                   "server.avg_queue_ms", "server.avg_compute_infer_ms")
 cells = cells.rename(columns={"params.max_queue_delay_us": "max_queue_delay_us"})
 step.table(cells, "queue_delay_grid_long", "Every point of the grid")
 grid_table = step.table(cells.pivot_table(index="max_queue_delay_us", columns="concurrency",
@@ -195,14 +186,13 @@ checks.queue_delay_for_budget(choose_queue_delay, cells, latency_budget_ms, conc
 # take — the same factor, or far more?
 
 # %%
-ser = []
-for b in serialisation_batches:
-    for row in serialisation_costs(b, repeats=3 if requests else 10):
-        ser.append(step.run.record("05a-serialisation", kind="serialisation", target="client", payload=row["payload"],
-                                   batch=b, latency_p50_ms=row["serialise_p50_ms"], latency_p99_ms=row["serialise_p99_ms"],
-                                   bytes_per_request=row["bytes_per_request"], note=row["note"]))
-serialisation = step.table(step.frame(ser, "payload", "batch", "bytes_per_request", "latency_p50_ms", "latency_p99_ms")
-                           .rename(columns={"latency_p50_ms": "serialise_p50_ms", "latency_p99_ms": "serialise_p99_ms"}),
+ser = serialisation(step.run, batches=tuple(serialisation_batches), repeats=3 if load.get("quick") else 10,
+                    experiment="05a-serialisation")
+serialisation = step.table(step.frame(ser, "payload", "batch", "bytes_per_request", "latency_p50_ms",
+                                      "latency_p50_min_ms", "latency_p50_max_ms", "latency_p99_ms", "repeats")
+                           .rename(columns={"latency_p50_ms": "serialise_p50_ms", "latency_p99_ms": "serialise_p99_ms",
+                                            "latency_p50_min_ms": "serialise_min_ms",
+                                            "latency_p50_max_ms": "serialise_max_ms"}),
                            "serialisation", "Wire formats by batch size: bytes and client serialisation time")
 
 # %%
@@ -283,14 +273,14 @@ memory = step.table(pd.DataFrame([
 top = ops.iloc[0]
 hi_c = max(concurrency_levels)
 at_hi = cells[cells["concurrency"] == hi_c].set_index("max_queue_delay_us")
-best_delay = at_hi["throughput_img_s"].idxmax()
+from servelab.bench.report import leader
+
+delay_leader = leader({f"{d} µs": grid_point(d, hi_c) for d in queue_delays_us})
 b_max = max(serialisation_batches)
 s_max = serialisation[serialisation["batch"] == b_max].set_index("payload")
 step.shows(
-    f"**{top['op_type']}** took {top['share_pct']:.0f}% of ONNX Runtime's kernel time. At concurrency {hi_c}, "
-    f"a queue delay of {best_delay} µs gave the most throughput ({at_hi.loc[best_delay, 'throughput_img_s']:.1f} img/s, "
-    f"average executed batch {at_hi.loc[best_delay, 'server.avg_batch']:.1f}) against "
-    f"{at_hi.iloc[0]['throughput_img_s']:.1f} img/s at {at_hi.index[0]} µs. At batch {b_max}, JSON number lists took "
+    f"**{top['op_type']}** took {top['share_pct']:.0f}% of ONNX Runtime's kernel time. Throughput at concurrency "
+    f"{hi_c} by queue delay: {delay_leader}. At batch {b_max}, JSON number lists took "
     f"{s_max.loc['json-lists', 'bytes_per_request'] / s_max.loc['binary-tensor', 'bytes_per_request']:.1f}× the bytes of "
     f"the binary tensor and {s_max.loc['json-lists', 'serialise_p50_ms'] / max(s_max.loc['binary-tensor', 'serialise_p50_ms'], 1e-6):.0f}× "
     f"its serialisation time; the JPEG files were {s_max.loc['binary-tensor', 'bytes_per_request'] / s_max.loc['jpeg', 'bytes_per_request']:.0f}× "
