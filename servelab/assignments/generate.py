@@ -113,6 +113,12 @@ def _readme(rows: list[dict]) -> str:
              "```bash", "# runs here", "servelab lab grade <folder> --out grades.csv",
              "# not executed yet? execute them first (smoke parameters; needs the local stack for 04–09):",
              "servelab lab grade <folder> --execute --out grades.csv", "```", "",
+             "`grades.csv` has one row per exercise: status (pass, fail, not implemented, error, not run), "
+             "`prediction` (for predict-then-measure exercises: whether the prediction the student wrote before "
+             "the measurement held — reported, not graded) and `score` (the open p99-budget assignment: the "
+             "chosen configuration's images per second). Checks grade against the student's own run, so "
+             "results differ between machines; exercises that run code (a route, a model, a client call) or "
+             "load a config need the local stack (Triton and the service) running.", "",
              "| notebook | exercise | title | check |", "|---|---|---|---|"]
     lines += [f"| {r['notebook']} | {r['exercise']} | {r['title']} | `{r['check']}` |" for r in rows]
     return "\n".join(lines) + "\n"

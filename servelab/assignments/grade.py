@@ -20,7 +20,9 @@ from servelab.assignments.exercises import HEADER, is_exercise
 from servelab.assignments.result import MIME_TYPE, NOT_RUN, PASS
 from servelab.fileio import atomic_write
 
-COLUMNS = ["notebook", "exercise", "title", "status", "passed", "message"]
+# prediction: for predict-then-measure exercises, whether the prediction written before the measurement held
+# (held | did not hold | none); score: for the open-ended assignment, the chosen configuration's img/s
+COLUMNS = ["notebook", "exercise", "title", "status", "passed", "prediction", "score", "message"]
 EXECUTED_DIR = "executed"
 
 
@@ -48,9 +50,18 @@ def results(nb) -> list[dict]:
         r = got.get(ex)
         status = r["status"] if r else NOT_RUN
         message = r.get("message", "") if r else "the check cell did not run (the notebook stopped before it, or was not executed)"
+        detail = (r or {}).get("detail") or {}
         rows.append({"exercise": ex, "title": declared.get(ex, ""), "status": status,
-                     "passed": int(status == PASS), "message": message})
+                     "passed": int(status == PASS), "prediction": _prediction(detail),
+                     "score": detail.get("score_img_s", ""), "message": message})
     return rows
+
+
+def _prediction(detail: dict) -> str:
+    if "prediction" not in detail:
+        return ""  # not a predict-then-measure exercise
+    held = detail.get("prediction_held")
+    return "none" if detail.get("prediction") is None else {True: "held", False: "did not hold"}.get(held, "made")
 
 
 def _execute(src: Path, dst: Path, parameters: dict) -> str | None:

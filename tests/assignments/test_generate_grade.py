@@ -140,3 +140,25 @@ def test_cli_errors_are_one_line(tmp_path):
     res = subprocess.run([sys.executable, "-m", "servelab.cli", "lab", "grade", str(tmp_path / "nope")],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 1 and res.stderr.strip().startswith("error:") and "no such folder" in res.stderr
+
+
+def test_grade_sheet_keeps_predictions_and_scores(tmp_path):
+    """The grader reads each check's detail: whether a prediction held, and the open assignment's score."""
+    from servelab.assignments.grade import COLUMNS, results, write_csv
+    from servelab.assignments.result import MIME_TYPE
+
+    def check_output(exercise, detail):
+        return nbformat.v4.new_output("display_data", data={
+            "text/plain": "PASS", MIME_TYPE: {"exercise": exercise, "status": "pass", "message": "ok", "detail": detail}})
+
+    nb = nbformat.v4.new_notebook()
+    for ex, detail in (("1", {"prediction": "tie", "measured": "tie", "prediction_held": True}),
+                       ("2", {"prediction": None}), ("3", {"score_img_s": 31.5}), ("4", {})):
+        cell = nbformat.v4.new_code_cell(f"# Exercise 91.{ex}: t\n# BEGIN SOLUTION\n# END SOLUTION",
+                                         metadata={"tags": ["exercise"]})
+        nb.cells += [cell, nbformat.v4.new_code_cell("checks.x()", outputs=[check_output(f"91.{ex}", detail)])]
+    rows = results(nb)
+    assert [(r["prediction"], r["score"]) for r in rows] == [("held", ""), ("none", ""), ("", 31.5), ("", "")]
+    path = write_csv([{"notebook": "n.ipynb", **r} for r in rows], tmp_path / "grades.csv")
+    got = list(csv.DictReader(path.open()))
+    assert list(got[0]) == COLUMNS and got[2]["score"] == "31.5"
