@@ -189,14 +189,6 @@ class Step:
         self.table(pd.DataFrame(self._not_run), "not_run", show=False)
 
 
-def compare(a: dict, b: dict, name_a: str, name_b: str, unit: str = "img/s") -> str:
-    """One sentence comparing the throughput of two measured points (records or table rows): a ranking only when
-    their window ranges do not overlap, else "indistinguishable here" (servelab.bench.report.versus)."""
-    from servelab.bench.report import versus
-
-    return versus(name_a, a, name_b, b, unit=unit)
-
-
 def run_checks(*paths: str, timeout: float = 300) -> pd.DataFrame:
     """Run the repository's own offline validation tests (e.g. tests/deploy/…) here with pytest and return
     one row per check: name, outcome (passed / failed / skipped) and pytest's message. Reuses the checks the
