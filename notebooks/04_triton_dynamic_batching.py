@@ -213,7 +213,7 @@ print(f"GET {stats_url}\n{stats_before}")
 # Triton. `server.avg_batch` is read from each server's own counters. Both batch: Triton with its dynamic
 # batcher, the FastAPI service with its micro-batcher (notebook 01 shows its loop).
 #
-# **Predict first.** Take Triton's p50 at concurrency 1 as one compute time *t*. Without batching, a new
+# **Predict first.** Call *t* the compute time Triton reports at concurrency 1. Without batching, a new
 # request at concurrency N finds about N−1 requests ahead of it, so its latency is about N·t and throughput
 # stays flat. With batches of B it waits about (N−1)/B executions — but on this CPU an execution of B images
 # lasts about B·t. Which will the run show at the highest concurrency: latency near N·t, or much lower? And
