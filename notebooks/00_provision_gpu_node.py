@@ -110,9 +110,9 @@ scarce = [s for s in plan_steps if s.name in ("lease", "server", "floating-ip")]
 step.answer(f"{len(scarce)} of the {len(plan_steps)} steps claim scarce resources: "
             + "; ".join(f"**{s.name}** — {s.detail}" for s in scarce)
             + f". Each one looks its resource up by name first and reuses it, so a second run resumes where the "
-              f"first stopped. The lease holds one `{spec.node_type}` for {spec.hours} h: the lab's default profile "
-              "needs well under one of them, and the node is billed (in allocation hours) until the lease ends, "
-              "whether or not it computes.")
+              f"first stopped. The lease holds one `{spec.node_type}` for {spec.hours} h, billed in allocation hours until "
+              "it ends whether or not the node computes; the lab's default profile needs well under one hour of it, "
+              "so release the lease when you are done.")
 
 # %% [markdown]
 # ## The python-chi calls
