@@ -156,6 +156,28 @@ hop = step.table(step.frame(local_recs + service_recs, "target", "engine", "batc
                             "latency_p50_max_ms", "latency_p99_ms", "stable", "memory.rss_mb"), "local_vs_service",
                  "In-process engine vs the FastAPI service, by batch size (concurrency 1)")
 
+# %% [markdown]
+# ### Exercise: what does the hop cost?
+# From the table above: how many milliseconds did going through the service add to the median latency of
+# a single-image request, compared with running the engine in this process? (It can come out negative:
+# the service's engine runs in another process, with its own threads.)
+
+# %% tags=["exercise"]
+# Exercise 01.1: compute what the service adds to p50 latency at the smallest batch
+def hop_cost_ms(hop):
+    """latency_p50_ms of target "fastapi" minus that of "in-process", at the smallest batch in `hop` (ms)."""
+    # BEGIN SOLUTION
+    smallest_batch = hop[hop["batch"] == hop["batch"].min()].set_index("target")["latency_p50_ms"]
+    return float(smallest_batch["fastapi"] - smallest_batch["in-process"])
+    # END SOLUTION
+
+
+# %%
+from servelab.assignments import checks
+
+checks.difference(hop_cost_ms, hop, key="target", a="fastapi", b="in-process", metric="latency_p50_ms",
+                  at={"batch": min(batch_sizes)}, exercise="01.1", step=step)
+
 # %%
 lines = []
 for local_rec, service_rec in zip(local_recs, service_recs):
@@ -206,28 +228,6 @@ step.answer(f"The tensor is {tensor_kib / jpeg_kib:.0f}× the size of this run's
 #
 # This repository's own GPU reference results will be filed under `reference/` once they have been
 # measured on a GPU node; see `SOURCES.md` for the write-ups and their hardware.
-
-# %% [markdown]
-# ### Exercise: what does the hop cost?
-# From the table above: how many milliseconds did going through the service add to the median latency of
-# a single-image request, compared with running the engine in this process? (It can come out negative:
-# the service's engine runs in another process, with its own threads.)
-
-# %% tags=["exercise"]
-# Exercise 01.1: compute what the service adds to p50 latency at the smallest batch
-def hop_cost_ms(hop):
-    """latency_p50_ms of target "fastapi" minus that of "in-process", at the smallest batch in `hop` (ms)."""
-    # BEGIN SOLUTION
-    smallest_batch = hop[hop["batch"] == hop["batch"].min()].set_index("target")["latency_p50_ms"]
-    return float(smallest_batch["fastapi"] - smallest_batch["in-process"])
-    # END SOLUTION
-
-
-# %%
-from servelab.assignments import checks
-
-checks.difference(hop_cost_ms, hop, key="target", a="fastapi", b="in-process", metric="latency_p50_ms",
-                  at={"batch": min(batch_sizes)}, exercise="01.1", step=step)
 
 # %% [markdown]
 # ### Exercise: write a route of your own
