@@ -88,19 +88,6 @@ table = step.table(step.frame(recs, "engine", "provider", "available", "batch", 
                               "latency_p99_ms", "cosine_vs_torch_fp32", "note"), "engines",
                    "Engines × execution providers (in-process)")
 
-# %%
-from servelab.bench.report import versus
-
-cpu = {(r["engine"], r["batch"]): r for r in recs if r.get("provider") == "cpu" and r.get("throughput_img_s")}
-b_lo, b_hi = min(batch_sizes), max(batch_sizes)
-lines = [versus(f"{e} batch {b_hi}", cpu[(e, b_hi)], f"{e} batch {b_lo}", cpu[(e, b_lo)])
-         for e in engines if (e, b_lo) in cpu and (e, b_hi) in cpu]
-if ("onnx", b_hi) in cpu and ("onnx-int8", b_hi) in cpu:
-    lines.append(versus(f"onnx-int8 batch {b_hi}", cpu[("onnx-int8", b_hi)], f"onnx batch {b_hi}", cpu[("onnx", b_hi)]))
-absent = sorted({r["provider"] for r in recs if r.get("available") is False})
-step.answer("; ".join(lines) + ". " + (f"Not available in this onnxruntime build: {', '.join(absent)}." if absent else
-                                       "Every provider asked for was available."))
-
 # %% [markdown]
 # ### Exercise: read the table
 # A nightly job embeds a whole photo library on this machine's CPU, in the largest batches measured.
@@ -121,6 +108,19 @@ from servelab.assignments import checks
 
 checks.best_choice(batch_job_engine, table, key="engine", metric="throughput_img_s",
                    at={"provider": "cpu", "batch": max(batch_sizes)}, exercise="03.1", step=step)
+
+# %%
+from servelab.bench.report import versus
+
+cpu = {(r["engine"], r["batch"]): r for r in recs if r.get("provider") == "cpu" and r.get("throughput_img_s")}
+b_lo, b_hi = min(batch_sizes), max(batch_sizes)
+lines = [versus(f"{e} batch {b_hi}", cpu[(e, b_hi)], f"{e} batch {b_lo}", cpu[(e, b_lo)])
+         for e in engines if (e, b_lo) in cpu and (e, b_hi) in cpu]
+if ("onnx", b_hi) in cpu and ("onnx-int8", b_hi) in cpu:
+    lines.append(versus(f"onnx-int8 batch {b_hi}", cpu[("onnx-int8", b_hi)], f"onnx batch {b_hi}", cpu[("onnx", b_hi)]))
+absent = sorted({r["provider"] for r in recs if r.get("available") is False})
+step.answer("; ".join(lines) + ". " + (f"Not available in this onnxruntime build: {', '.join(absent)}." if absent else
+                                       "Every provider asked for was available."))
 
 # %% [markdown]
 # ## On the GPU node
