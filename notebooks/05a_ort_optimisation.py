@@ -129,23 +129,6 @@ grid_table = step.table(cells.pivot_table(index="max_queue_delay_us", columns="c
                         .pipe(lambda d: d.set_axis([f"{a} c={c}" for a, c in d.columns], axis=1)).reset_index(),
                         "queue_delay_grid", "Queue delay × concurrency: throughput (img/s) and p50 (ms)")
 
-# %%
-from servelab.bench.report import versus
-
-
-def grid_point(delay, c):
-    return next(r for r in grid if r["params"]["max_queue_delay_us"] == delay and r["concurrency"] == c)
-
-
-lo_d, hi_d, lo_c, top_c = min(queue_delays_us), max(queue_delays_us), min(concurrency_levels), max(concurrency_levels)
-quiet_lo, quiet_hi = grid_point(lo_d, lo_c), grid_point(hi_d, lo_c)
-busy_lo, busy_hi = grid_point(lo_d, top_c), grid_point(hi_d, top_c)
-step.answer(f"At concurrency {lo_c}, raising the delay from {lo_d} to {hi_d} µs moved p50 from {quiet_lo['latency_p50_ms']:.0f} to "
-            f"{quiet_hi['latency_p50_ms']:.0f} ms (a lone request can wait up to {hi_d / 1000:g} ms for company that never comes). "
-            f"At concurrency {top_c} the average executed batch was {busy_lo['server']['avg_batch'] or 0:.2f} with {lo_d} µs and "
-            f"{busy_hi['server']['avg_batch'] or 0:.2f} with {hi_d} µs; throughput: "
-            + versus(f"{hi_d} µs", busy_hi, f"{lo_d} µs", busy_lo) + ".")
-
 # %% [markdown]
 # ### Exercise: choose the queue delay
 # Your latency budget: at the expected load — the highest concurrency measured — p99 may grow by at most
@@ -177,6 +160,23 @@ def choose_queue_delay(grid, budget_ms):
 checks.queue_delay_for_budget(choose_queue_delay, cells, latency_budget_ms, concurrency=hi_c,
                               exercise="05a.1", step=step)
 
+# %%
+from servelab.bench.report import versus
+
+
+def grid_point(delay, c):
+    return next(r for r in grid if r["params"]["max_queue_delay_us"] == delay and r["concurrency"] == c)
+
+
+lo_d, hi_d, lo_c, top_c = min(queue_delays_us), max(queue_delays_us), min(concurrency_levels), max(concurrency_levels)
+quiet_lo, quiet_hi = grid_point(lo_d, lo_c), grid_point(hi_d, lo_c)
+busy_lo, busy_hi = grid_point(lo_d, top_c), grid_point(hi_d, top_c)
+step.answer(f"At concurrency {lo_c}, raising the delay from {lo_d} to {hi_d} µs moved p50 from {quiet_lo['latency_p50_ms']:.0f} to "
+            f"{quiet_hi['latency_p50_ms']:.0f} ms (a lone request can wait up to {hi_d / 1000:g} ms for company that never comes). "
+            f"At concurrency {top_c} the average executed batch was {busy_lo['server']['avg_batch'] or 0:.2f} with {lo_d} µs and "
+            f"{busy_hi['server']['avg_batch'] or 0:.2f} with {hi_d} µs; throughput: "
+            + versus(f"{hi_d} µs", busy_hi, f"{lo_d} µs", busy_lo) + ".")
+
 # %% [markdown]
 # ## 3 · JSON lists vs binary tensors vs JPEG, by batch size
 # Client-side only: how many bytes each format puts on the wire and how long building the body takes.
@@ -194,17 +194,6 @@ serialisation = step.table(step.frame(ser, "payload", "batch", "bytes_per_reques
                                             "latency_p50_min_ms": "serialise_min_ms",
                                             "latency_p50_max_ms": "serialise_max_ms"}),
                            "serialisation", "Wire formats by batch size: bytes and client serialisation time")
-
-# %%
-sb = serialisation[serialisation["batch"] == max(serialisation_batches)].set_index("payload")
-step.answer(f"At batch {max(serialisation_batches)}, JSON number lists took {sb.loc['json-lists', 'bytes_per_request'] / sb.loc['binary-tensor', 'bytes_per_request']:.1f}× "
-            f"the bytes of the binary tensor but {sb.loc['json-lists', 'serialise_p50_ms'] / max(sb.loc['binary-tensor', 'serialise_p50_ms'], 1e-6):,.0f}× "
-            f"its build time ({sb.loc['json-lists', 'serialise_p50_ms']:.1f} vs {sb.loc['binary-tensor', 'serialise_p50_ms']:.3f} ms): "
-            "binary is one memory copy, JSON formats every float as text. The JPEG files were "
-            f"{sb.loc['binary-tensor', 'bytes_per_request'] / sb.loc['jpeg', 'bytes_per_request']:.0f}× smaller than the tensor — "
-            "but these are small generated photos; a phone's JPEG is several MB, larger than the tensor, unless the "
-            "client resizes first. Building a body is only the client's share: notebook 04 times the served round "
-            "trip of one image in JSON and in binary.")
 
 # %% [markdown]
 # ### Exercise: the cheapest format on the wire
@@ -227,6 +216,17 @@ def smallest_format(serialisation):
 # %%
 checks.smallest_payload(smallest_format, serialisation, batch=max(serialisation_batches), among=wire_formats,
                         exercise="05a.2", step=step)
+
+# %%
+sb = serialisation[serialisation["batch"] == max(serialisation_batches)].set_index("payload")
+step.answer(f"At batch {max(serialisation_batches)}, JSON number lists took {sb.loc['json-lists', 'bytes_per_request'] / sb.loc['binary-tensor', 'bytes_per_request']:.1f}× "
+            f"the bytes of the binary tensor but {sb.loc['json-lists', 'serialise_p50_ms'] / max(sb.loc['binary-tensor', 'serialise_p50_ms'], 1e-6):,.0f}× "
+            f"its build time ({sb.loc['json-lists', 'serialise_p50_ms']:.1f} vs {sb.loc['binary-tensor', 'serialise_p50_ms']:.3f} ms): "
+            "binary is one memory copy, JSON formats every float as text. The JPEG files were "
+            f"{sb.loc['binary-tensor', 'bytes_per_request'] / sb.loc['jpeg', 'bytes_per_request']:.0f}× smaller than the tensor — "
+            "but these are small generated photos; a phone's JPEG is several MB, larger than the tensor, unless the "
+            "client resizes first. Building a body is only the client's share: notebook 04 times the served round "
+            "trip of one image in JSON and in binary.")
 
 # %%
 fig, ax = plt.subplots(1, 2, figsize=(10, 3.5))
