@@ -121,13 +121,6 @@ else:
     step.not_run("LitServe peer baseline", "extra_servers=False (smoke profile)", "FastAPI service and Triton compared")
 three_way = step.table(step.frame(recs, *cols), "three_way", "Three servers, batch-1 JPEG requests")
 
-# %%
-hi = max(concurrency_levels)
-busiest = [r for r in recs if r["concurrency"] == hi]
-pairs = [(a, b) for i, a in enumerate(busiest) for b in busiest[i + 1:]]
-step.answer(f"At concurrency {hi}: " + "; ".join(versus(a["target"], a, b["target"], b) for a, b in pairs) + ". "
-            "Where the ranges overlap the servers are tied on this machine: the shared ONNX Runtime compute sets the pace.")
-
 # %% [markdown]
 # ### Exercise: pick the backend
 # The photo finder sends one JPEG per request from many workers at once. Which server measured above
@@ -150,6 +143,14 @@ checks.best_choice(best_backend, step.frame(recs), key="target", metric="through
                    at={"concurrency": max(concurrency_levels)}, exercise="06a.1", step=step)
 
 # %%
+hi = max(concurrency_levels)
+busiest = [r for r in recs if r["concurrency"] == hi]
+pairs = [(a, b) for i, a in enumerate(busiest) for b in busiest[i + 1:]]
+step.answer(f"At concurrency {hi}: " + "; ".join(versus(a["target"], a, b["target"], b) for a, b in pairs) + ". "
+            "Where the ranges overlap the servers are tied on this machine: the shared ONNX Runtime compute sets the pace."
+            + (f" Measured in alternating windows, {ratio_sentence(peer[-1])}." if peer else ""))
+
+# %%
 from servelab.bench.report import plot_latency_throughput, plot_server_breakdown
 
 step.show_plot(plot_latency_throughput(recs, step.plot_path("three_way")))
@@ -159,6 +160,11 @@ step.show_plot(plot_latency_throughput(recs, step.plot_path("three_way")))
 # Triton reports, per request, the time spent waiting in the scheduler queue and in compute (input copy,
 # inference, output copy). The client's mean latency minus the server's request time is everything
 # outside the server: serialisation, the network stack, HTTP parsing.
+
+# %% [markdown]
+# **Predict first.** On loopback, what share of the client's mean latency will fall *outside* Triton
+# (transport, HTTP parsing, client-side serialisation) — more or less than 10 %? And how will the queueing
+# share change from concurrency 1 to the highest concurrency?
 
 # %%
 tensor_recs = sweep(attach("triton-http", triton_http_url, payload="tensor", model=triton_model, pid=triton_pid or None),
@@ -172,22 +178,6 @@ breakdown = step.table(b.rename(columns={"latency_mean_ms": "client_mean_ms", "s
                        [["concurrency", "client_mean_ms", "server_request_ms", "server_queue_ms", "server_compute_ms",
                          "outside_server_ms"]].round(2), "breakdown",
                        "Client latency vs server queue and compute vs the rest (Triton statistics)")
-
-# %% [markdown]
-# **Predict first.** On loopback, what share of the client's mean latency will fall *outside* Triton
-# (transport, HTTP parsing, client-side serialisation) — more or less than 10 %? And how will the queueing
-# share change from concurrency 1 to the highest concurrency?
-
-# %%
-lo_row, hi_row = breakdown.iloc[0], breakdown.iloc[-1]
-step.answer(f"At concurrency {int(lo_row['concurrency'])} a request's {lo_row['client_mean_ms']:.0f} ms split into "
-            f"{lo_row['server_queue_ms']:.0f} ms queueing, {lo_row['server_compute_ms']:.0f} ms compute and "
-            f"{lo_row['outside_server_ms']:.0f} ms outside the server "
-            f"({100 * lo_row['outside_server_ms'] / lo_row['client_mean_ms']:.0f} %); at concurrency "
-            f"{int(hi_row['concurrency'])}: {hi_row['server_queue_ms']:.0f} ms queueing "
-            f"({100 * hi_row['server_queue_ms'] / hi_row['client_mean_ms']:.0f} % of {hi_row['client_mean_ms']:.0f} ms), "
-            f"{hi_row['server_compute_ms']:.0f} ms compute, {hi_row['outside_server_ms']:.0f} ms outside. "
-            "Loopback makes the outside part small; queueing grows with concurrency because the CPU is already busy.")
 
 # %% [markdown]
 # ### Exercise: how much of the wait is outside the server?
@@ -207,6 +197,17 @@ def outside_share(breakdown):
 # %%
 checks.share(outside_share, breakdown, part="outside_server_ms", whole="client_mean_ms",
              at={"concurrency": max(concurrency_levels)}, exercise="06a.2", step=step)
+
+# %%
+lo_row, hi_row = breakdown.iloc[0], breakdown.iloc[-1]
+step.answer(f"At concurrency {int(lo_row['concurrency'])} a request's {lo_row['client_mean_ms']:.0f} ms split into "
+            f"{lo_row['server_queue_ms']:.0f} ms queueing, {lo_row['server_compute_ms']:.0f} ms compute and "
+            f"{lo_row['outside_server_ms']:.0f} ms outside the server "
+            f"({100 * lo_row['outside_server_ms'] / lo_row['client_mean_ms']:.0f} %); at concurrency "
+            f"{int(hi_row['concurrency'])}: {hi_row['server_queue_ms']:.0f} ms queueing "
+            f"({100 * hi_row['server_queue_ms'] / hi_row['client_mean_ms']:.0f} % of {hi_row['client_mean_ms']:.0f} ms), "
+            f"{hi_row['server_compute_ms']:.0f} ms compute, {hi_row['outside_server_ms']:.0f} ms outside. "
+            "Loopback makes the outside part small; queueing grows with concurrency because the CPU is already busy.")
 
 # %% [markdown]
 # ### Exercise: write a python-backend `execute`
