@@ -141,13 +141,6 @@ else:
     cold_start_s = float(measured["start_to_ready_s"])
 print(f"service start -> ready in this run: {cold_start_s:.1f} s")
 
-# %%
-startup = 5 * 36  # periodSeconds × failureThreshold of the Deployment's startupProbe above
-step.answer(f"This run's service needed {cold_start_s:.1f} s to become ready; the Deployment's startup probe allows "
-            f"5 s × 36 = {startup} s ({startup / max(cold_start_s, 0.1):.0f}× that) before liveness may restart the pod. "
-            "Too short, and a slow node restarts pods forever while they load; too long only delays the restart of a "
-            "pod that truly hangs at start-up.")
-
 # %% tags=["exercise"]
 # Exercise 08.1: write the startup, readiness and liveness probes
 def service_probes(cold_start_s):
@@ -168,6 +161,13 @@ def service_probes(cold_start_s):
 from servelab.assignments import checks as assignment_checks  # `checks` above is the validation table
 
 assignment_checks.k8s_probes(service_probes, cold_start_s=cold_start_s, exercise="08.1", step=step)
+
+# %%
+startup = 5 * 36  # periodSeconds × failureThreshold of the Deployment's startupProbe above
+step.answer(f"This run's service needed {cold_start_s:.1f} s to become ready; the Deployment's startup probe allows "
+            f"5 s × 36 = {startup} s ({startup / max(cold_start_s, 0.1):.0f}× that) before liveness may restart the pod. "
+            "Too short, and a slow node restarts pods forever while they load; too long only delays the restart of a "
+            "pod that truly hangs at start-up.")
 
 # %% [markdown]
 # ## Compared with the source material
