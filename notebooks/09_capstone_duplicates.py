@@ -187,16 +187,6 @@ for t in COSINES:
 evaluation = step.table(pd.DataFrame(pr_rows).round(4), "threshold_eval",
                         f"Pairwise precision and recall by cosine threshold (weights: {embedded.weights})")
 
-# %%
-at_t = evaluation.iloc[(evaluation["threshold"] - threshold).abs().argsort()[:1]].iloc[0]
-full_recall = evaluation[evaluation["recall"] >= 0.999]
-step.answer(f"At the configured threshold {at_t['threshold']:g}: precision {at_t['precision']:.2f}, recall {at_t['recall']:.2f} "
-            f"({int(at_t['pairs_called'])} pairs called duplicates). "
-            + (f"Every true pair is found from {full_recall['threshold'].max():g} down, where precision is "
-               f"{full_recall.sort_values('threshold').iloc[-1]['precision']:.2f}." if len(full_recall) else
-               "No threshold in the grid finds every true pair.")
-            + f" Weights: {embedded.weights}.")
-
 # %% tags=["exercise"]
 # Exercise 09.1: choose the grouping threshold for a target precision
 target_precision = 0.9
@@ -218,6 +208,16 @@ from servelab.assignments import checks
 
 checks.threshold_for_precision(choose_threshold, evaluation, target_precision=target_precision,
                                exercise="09.1", step=step)
+
+# %%
+at_t = evaluation.iloc[(evaluation["threshold"] - threshold).abs().argsort()[:1]].iloc[0]
+full_recall = evaluation[evaluation["recall"] >= 0.999]
+step.answer(f"At the configured threshold {at_t['threshold']:g}: precision {at_t['precision']:.2f}, recall {at_t['recall']:.2f} "
+            f"({int(at_t['pairs_called'])} pairs called duplicates). "
+            + (f"Every true pair is found from {full_recall['threshold'].max():g} down, where precision is "
+               f"{full_recall.sort_values('threshold').iloc[-1]['precision']:.2f}." if len(full_recall) else
+               "No threshold in the grid finds every true pair.")
+            + f" Weights: {embedded.weights}.")
 
 # %% [markdown]
 # ## Why, and compared with the source material
