@@ -168,13 +168,17 @@ def grid_point(delay, c):
     return next(r for r in grid if r["params"]["max_queue_delay_us"] == delay and r["concurrency"] == c)
 
 
+def avg_batch(record):  # Triton's own count; 0 when its statistics could not be read
+    return (record.get("server") or {}).get("avg_batch") or 0
+
+
 lo_d, hi_d, lo_c, top_c = min(queue_delays_us), max(queue_delays_us), min(concurrency_levels), max(concurrency_levels)
 quiet_lo, quiet_hi = grid_point(lo_d, lo_c), grid_point(hi_d, lo_c)
 busy_lo, busy_hi = grid_point(lo_d, top_c), grid_point(hi_d, top_c)
 step.answer(f"At concurrency {lo_c}, raising the delay from {lo_d} to {hi_d} µs moved p50 from {quiet_lo['latency_p50_ms']:.0f} to "
             f"{quiet_hi['latency_p50_ms']:.0f} ms (a lone request can wait up to {hi_d / 1000:g} ms for company that never comes). "
-            f"At concurrency {top_c} the average executed batch was {busy_lo['server']['avg_batch'] or 0:.2f} with {lo_d} µs and "
-            f"{busy_hi['server']['avg_batch'] or 0:.2f} with {hi_d} µs; throughput: "
+            f"At concurrency {top_c} the average executed batch was {avg_batch(busy_lo):.2f} with {lo_d} µs and "
+            f"{avg_batch(busy_hi):.2f} with {hi_d} µs; throughput: "
             + versus(f"{hi_d} µs", busy_hi, f"{lo_d} µs", busy_lo) + ".")
 
 # %% [markdown]
