@@ -142,7 +142,6 @@ def test_reload_with_new_queue_delay_and_instances_takes_effect(triton, triton_r
     before = get_config(triton.http_url, ENCODER)
     old_delay = int(before["dynamic_batching"]["max_queue_delay_microseconds"])
     new_delay = old_delay + 1111
-    served = read_stats(triton.http_url, ENCODER).requests
     cfg = reconfigure(triton.http_url, ENCODER, max_queue_delay_us=new_delay, instances=2, repository=triton_repo)
     try:
         assert int(cfg["dynamic_batching"]["max_queue_delay_microseconds"]) == new_delay
@@ -157,7 +156,6 @@ def test_reload_with_new_queue_delay_and_instances_takes_effect(triton, triton_r
         # same server process: it never restarted
         assert triton.running()
         assert read_stats(triton.http_url, ENCODER).requests >= 1
-        del served
     finally:
         reconfigure(triton.http_url, ENCODER, max_queue_delay_us=old_delay, instances=1, repository=triton_repo)
     assert int(get_config(triton.http_url, ENCODER)["dynamic_batching"]["max_queue_delay_microseconds"]) == old_delay
