@@ -1,0 +1,243 @@
+"""Overload: what a server does with more work than it can finish (`servelab bench overload`).
+
+For each server: measure its capacity (closed loop, batch-1 JPEG requests), then offer open-loop Poisson
+arrivals at 1×, 2×, 4× and 8× that rate. Each level is one record: goodput (images/s answered 200 inside the
+measured span), latency of the accepted requests from their scheduled arrival (so waiting for a free client
+counts), how many were shed (503/429), how many failed otherwise (5xx, no answer), and whether the server
+process survived. The goals, as `derived` records:
+
+  goodput at every overload level  >= 90 % of goodput at capacity
+  p99 of accepted requests         <= 2 × the time to drain a full queue (queue limit ÷ capacity)
+  5xx answers (other than 503)     == 0
+  crashes                          == 0
+
+Servers, all on the same engine and the same requests:
+
+  fastapi                servelab's service with admission control: at most `queue` requests in flight
+                         (reading, decoding, queued, running), 503 + Retry-After before the body is read,
+                         and a per-request deadline
+  fastapi-no-admission   the same service with the in-flight limit and deadline off: every body is read and
+                         decoded, and only then refused when the batcher's `queue`-image queue is full
+  litserve               the peer baseline (LitServe has no queue bound)
+  triton-http            the embedded tritonserver, JPEG ensemble; its dynamic batchers hold at most 64
+                         waiting requests and refuse the rest (default_queue_policy in the CPU model configs)
+
+Clients never retry here: each arrival is one request, so a refusal shows as a refusal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import threading
+from collections import Counter
+from pathlib import Path
+
+from servelab.bench.goals import goal_record
+from servelab.bench.inputs import sample_jpegs
+from servelab.bench.loadgen import LoadOpts, client_factory, closed_loop, open_loop
+from servelab.bench.records import Run, memory_snapshot
+
+SERVERS = ("fastapi", "fastapi-no-admission", "litserve", "triton-http")
+LEVELS = (1, 2, 4, 8)
+EXPERIMENT = "overload"
+TRITON_QUEUE = 64  # max_queue_size in models_staging/cpu (the encoder's and the JPEG preprocessor's)
+
+
+# --- what happened to each request ------------------------------------------------------------------------
+
+def outcome(exc: BaseException | None) -> str:
+    """ok | shed (503/429: refused for lack of capacity) | http_5xx | http_4xx | no_answer."""
+    if exc is None:
+        return "ok"
+    status = getattr(exc, "status", None)
+    if status in (429, 503):
+        return "shed"
+    if isinstance(status, int) and status >= 500:
+        return "http_5xx"
+    if isinstance(status, int) and status >= 400:
+        return "http_4xx"
+    if "queue" in str(exc).lower() and "exceed" in str(exc).lower():  # Triton over gRPC says so in words
+        return "shed"
+    return "no_answer"
+
+
+def counting(factory, tally: Counter, lock: threading.Lock):
+    """Wrap a worker factory so each request's outcome is tallied (the failure is still raised, so the load
+    generator counts it as an error and keeps it out of the accepted latencies)."""
+
+    def wrapped(i: int):
+        work, close = factory(i)
+
+        def counted():
+            try:
+                n = work()
+            except Exception as exc:
+                with lock:
+                    tally[outcome(exc)] += 1
+                raise
+            with lock:
+                tally["ok"] += 1
+            return n
+
+        return counted, close
+
+    return wrapped
+
+
+# --- the servers, configured for overload -------------------------------------------------------------------
+
+@contextlib.contextmanager
+def overload_server(name: str, engine: str, *, queue: int, deadline_s: float, log_dir: Path):
+    """Start `name` configured as described in the module docstring; yields (handle, make_client, settings)."""
+    from servelab.bench.servers import served
+    from servelab.client import InferenceClient
+
+    log_path = log_dir / f"{name}.log"
+    if name in ("fastapi", "fastapi-no-admission"):
+        admission = name == "fastapi"
+        env = {"SERVELAB_MAX_IN_FLIGHT": queue if admission else 0,
+               "SERVELAB_REQUEST_TIMEOUT_S": deadline_s if admission else 0}
+        with served("fastapi", engine, payload="jpeg", max_queue=queue, env=env, log_path=log_path) as srv:
+            yield srv, (lambda: InferenceClient(mode="remote", backend="fastapi", url=srv.url, payload="jpeg",
+                                                retries=0)), \
+                {"admission_control": admission, "max_in_flight": queue if admission else None,
+                 "request_timeout_s": deadline_s if admission else None, "max_queue_images": queue}
+    elif name == "litserve":
+        with served("litserve", engine, payload="jpeg", log_path=log_path) as srv:
+            yield srv, srv.make_client, {"admission_control": False, "queue_bound": None}
+    elif name == "triton-http":
+        with served("triton-http", "onnx", payload="jpeg", log_path=log_path) as srv:
+            encoder_file = _triton_engine(srv, engine)
+            srv = dataclasses.replace(srv, engine=engine, client_options={**srv.client_options, "retries": 0})
+            yield srv, srv.make_client, {"admission_control": True, "max_queue_size": TRITON_QUEUE,
+                                         "queue_policy": "REJECT", "encoder_file": encoder_file}
+    else:
+        raise ValueError(f"server must be one of {', '.join(SERVERS)}, got {name!r}")
+
+
+def _triton_engine(srv, engine: str) -> str:
+    """Point the staged encoder at the engine's ONNX file (the int8 graph for onnx-int8) and reload it."""
+    from servelab.config import Settings
+    from servelab.model.export import ensure_exported
+
+    meta = ensure_exported(Settings.from_env())
+    if engine == "onnx":
+        return Path(meta["path"]).name
+    if engine != "onnx-int8" or not meta.get("int8"):
+        raise ValueError(f"Triton's CPU encoder runs onnx or onnx-int8, not {engine!r}")
+    source = Path(meta["path"]).with_name(meta["int8"]["file"])
+    target = Path(srv.repository) / srv.model / "1" / "model.onnx"
+    tmp = target.with_name(".model.onnx.swap")
+    tmp.unlink(missing_ok=True)
+    os.symlink(source.resolve(), tmp)
+    os.replace(tmp, target)
+    srv.reconfigure(max_queue_delay_us=srv.max_queue_delay_us or 0)  # a reload: the encoder opens the new file
+    return source.name
+
+
+def _alive(pid: int | None) -> bool:
+    import psutil
+
+    try:
+        return pid is None or psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+# --- the experiment -----------------------------------------------------------------------------------------
+
+def overload(run: Run | str | None = None, *, servers: tuple = SERVERS, engine: str = "onnx-int8",
+             levels: tuple = LEVELS, duration_s: float = 10.0, warmup_s: float = 2.0, queue: int = 64,
+             deadline_s: float = 10.0, capacity_concurrency: int = 32, quick: bool = False, seed: int = 0) -> list[dict]:
+    """Capacity, then open-loop levels × capacity, per server; records plus goal records. Returns them all."""
+    run = run if isinstance(run, Run) else Run(run_id=run, name=EXPERIMENT)
+    if quick:
+        duration_s, warmup_s = min(duration_s, 2.0), min(warmup_s, 0.5)
+    opts = LoadOpts.smoke() if quick else LoadOpts(min_requests=20, max_windows=5, max_warmup_s=20.0)
+    jpegs = list(sample_jpegs(1))  # one 640×480 photo per request
+    out: list[dict] = []
+    for name in servers:
+        with overload_server(name, engine, queue=queue, deadline_s=deadline_s, log_dir=run.dir) as (srv, make, conf):
+            cap = closed_loop(client_factory(make, blobs=jpegs), capacity_concurrency, opts,
+                              desc=f"{EXPERIMENT} {name} capacity")
+            capacity = cap.throughput_img_s
+            queue_limit = TRITON_QUEUE if name == "triton-http" else queue
+            drain_s = queue_limit / capacity if capacity else None
+            base = dict(target=name, backend=srv.backend, engine=engine, protocol="http", payload="jpeg", batch=1)
+            params = {**srv.params(), **conf, "queue_limit_for_drain": queue_limit, "drain_s": drain_s,
+                      "capacity_img_s": capacity, "load": opts.as_params()}
+            out.append(run.record(EXPERIMENT, kind="load", concurrency=capacity_concurrency, **base,
+                                  params={**params, "phase": "capacity"}, memory=memory_snapshot(srv.pid),
+                                  **cap.summary()))
+            points = []
+            for level in levels:
+                tally, lock = Counter(), threading.Lock()
+                factory = counting(client_factory(make, blobs=jpegs), tally, lock)
+                before = _safe(srv.snapshot)
+                res = open_loop(factory, level * capacity, duration_s=duration_s, warmup_s=warmup_s,
+                                max_workers=max(64, 4 * queue_limit), seed=seed + level, quick=quick,
+                                desc=f"{EXPERIMENT} {name} {level}x")
+                crashed = not _alive(srv.pid)
+                summary = res.summary()
+                rec = run.record(
+                    EXPERIMENT, kind="load", rate_rps=round(level * capacity, 4), **base,
+                    server=srv.delta(before, _safe(srv.snapshot)) if not crashed else None,
+                    memory=memory_snapshot(srv.pid), params={**params, "phase": "open-loop", "level": level},
+                    goodput_img_s=summary["throughput_img_s"], shed=tally["shed"], http_5xx=tally["http_5xx"],
+                    http_4xx=tally["http_4xx"], no_answer=tally["no_answer"], crashed=crashed,
+                    outcomes_total=dict(tally), **summary)
+                points.append(rec)
+                out.append(rec)
+                if crashed:
+                    break
+            out += overload_goals(run, name, points, drain_s)
+    return out
+
+
+def _safe(fn):
+    try:
+        return fn()
+    except Exception:
+        return None
+
+
+def overload_goals(run: Run, name: str, points: list[dict], drain_s: float | None) -> list[dict]:
+    """The four goals for one server, from its open-loop points (level 1 is the capacity reference)."""
+    out = []
+    at = {r["params"]["level"]: r for r in points}
+    ref = at.get(1)
+    for level, r in sorted(at.items()):
+        if level == 1 or not ref or not ref["goodput_img_s"]:
+            continue
+        lo = (r.get("throughput_min_img_s") or 0) / (ref.get("throughput_max_img_s") or ref["goodput_img_s"])
+        hi = (r.get("throughput_max_img_s") or 0) / (ref.get("throughput_min_img_s") or ref["goodput_img_s"])
+        out.append(goal_record(run, EXPERIMENT, f"{name}: goodput at {level}x capacity / goodput at 1x",
+                               r["goodput_img_s"] / ref["goodput_img_s"], ">=", 0.9, band=(lo, hi), inputs=[r, ref]))
+    p99 = [r["latency_p99_ms"] for r in points if r.get("latency_p99_ms") is not None]
+    if drain_s and p99:
+        worst = max(points, key=lambda r: r.get("latency_p99_ms") or 0)
+        out.append(goal_record(run, EXPERIMENT, f"{name}: worst accepted p99 / time to drain a full queue",
+                               worst["latency_p99_ms"] / 1000 / drain_s, "<=", 2.0, inputs=[worst],
+                               note=f"drain {drain_s:.2f}s; worst at {worst['params']['level']}x"))
+    out.append(goal_record(run, EXPERIMENT, f"{name}: 5xx answers other than 503",
+                           sum(r["http_5xx"] for r in points), "<=", 0, inputs=points))
+    out.append(goal_record(run, EXPERIMENT, f"{name}: crashes", sum(bool(r["crashed"]) for r in points), "<=", 0,
+                           inputs=points))
+    return out
+
+
+def knee_rows(records: list[dict]) -> list[dict]:
+    """One row per server and level: the figures the overload knee is drawn from."""
+    rows = []
+    for r in records:
+        if r.get("experiment") != EXPERIMENT or r.get("kind") != "load" or r["params"].get("phase") != "open-loop":
+            continue
+        p = r["params"]
+        rows.append({"server": r["target"], "level": p["level"], "offered_rps": r["rate_rps"],
+                     "capacity_img_s": round(p["capacity_img_s"], 2), "goodput_img_s": round(r["goodput_img_s"], 2),
+                     "accepted_p50_ms": r["latency_p50_ms"], "accepted_p99_ms": r["latency_p99_ms"],
+                     "shed_503": r["shed"], "http_5xx": r["http_5xx"], "no_answer": r["no_answer"],
+                     "crashed": r["crashed"], "drain_s": None if p["drain_s"] is None else round(p["drain_s"], 2)})
+    return rows
