@@ -48,6 +48,11 @@ triton-down:
 lab: export
 	$(VENV)/bin/servelab lab run $(LAB_ARGS)
 
+# JupyterLab on the notebooks, with the `servelab` kernel (start the servers first: `make serve`, `make triton-up`)
+.PHONY: jupyter
+jupyter: export
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(JUPYTER_ARGS)
+
 test: export browser
 	$(PY) -m pytest $(PYTEST_ARGS)
 
