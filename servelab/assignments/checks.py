@@ -107,34 +107,35 @@ def _kind_name(kind: int) -> str:
 def measured_bands(table, *, key: str, metric: str = "throughput_img_s", at: Mapping | None = None) -> pd.DataFrame:
     """Per value of `key`: the mean `metric` and the band [lo, hi] this run measured around it.
 
-    Where the band comes from, best first: the records' per-window throughputs (`window_throughput_img_s`,
-    min–max over every window of every row); `<metric>_lo` / `<metric>_hi` columns; the records' relative
-    window spread (`spread`, (max−min)/mean of the window throughputs) applied to the metric — in a closed
-    loop latency moves with 1/throughput, so the relative spreads match; and always the min–max over repeated
-    rows. A single row without windows has a band of zero width (`source` says so)."""
+    Each row's band is the bench's own (servelab.bench.report.band: the window min–max of throughput and p50,
+    `<metric>_min` / `<metric>_max` fields, per-window lists); a metric the bench gives no band (a p99) takes
+    the row's relative window spread (`spread`, (max−min)/mean of the window throughputs) — in a closed loop
+    latency moves with 1/throughput, so the relative spreads match. Rows of one key pool their bands. A
+    single row without any of these has a band of zero width (`source` says so)."""
+    from servelab.bench.report import band
+
     df = _where(_frame(table), at)
     out = []
     for k, rows in df.groupby(key, sort=False):
-        vals = pd.to_numeric(rows[metric], errors="coerce").dropna()
-        if vals.empty:
+        vals, los, his, source = [], [], [], "one value (no spread measured)"
+        for _, row in rows.iterrows():
+            if pd.isna(pd.to_numeric(row.get(metric), errors="coerce")):
+                continue
+            v, lo, hi = band(row, metric)
+            if lo == hi and "spread" in row and not pd.isna(pd.to_numeric(row.get("spread"), errors="coerce")):
+                half = float(row["spread"]) / 2 * v
+                lo, hi, source = v - half, v + half, "window spread"
+            elif lo != hi:
+                source = "windows"
+            vals.append(v)
+            los.append(lo)
+            his.append(hi)
+        if not vals:
             continue
-        value, lo, hi, source = float(vals.mean()), float(vals.min()), float(vals.max()), "rows"
-        if metric == "throughput_img_s" and "window_throughput_img_s" in rows:
-            wins = [float(w) for ws in rows["window_throughput_img_s"] if isinstance(ws, (list, tuple)) for w in ws]
-            if len(wins) > 1:
-                lo, hi, source = min(lo, *wins), max(hi, *wins), "windows"
-        if source == "rows" and f"{metric}_lo" in rows and f"{metric}_hi" in rows:
-            lo = min(lo, float(pd.to_numeric(rows[f"{metric}_lo"], errors="coerce").min()))
-            hi = max(hi, float(pd.to_numeric(rows[f"{metric}_hi"], errors="coerce").max()))
-            source = "band columns"
-        if source == "rows" and "spread" in rows:
-            rel = pd.to_numeric(rows["spread"], errors="coerce").dropna()
-            if not rel.empty:
-                half = float(rel.max()) / 2 * value
-                lo, hi, source = min(lo, value - half), max(hi, value + half), "window spread"
-        if source == "rows" and len(vals) == 1:
-            source = "one value (no spread measured)"
-        out.append({key: k, "value": value, "lo": lo, "hi": hi, "source": source})
+        if len(vals) > 1 and source.startswith("one value"):
+            source = "rows"
+        out.append({key: k, "value": sum(vals) / len(vals), "lo": min(los + vals), "hi": max(his + vals),
+                    "source": source})
     return pd.DataFrame(out).set_index(key) if out else pd.DataFrame(columns=["value", "lo", "hi", "source"])
 
 
@@ -750,6 +751,7 @@ def execution_providers(answer, *, want: str, exercise: str, step=None, strict: 
 def _record_row(rec: dict, label: str) -> dict:
     server = rec.get("server") or {}
     return {"config": label, "throughput_img_s": rec.get("throughput_img_s"),
+            "throughput_min_img_s": rec.get("throughput_min_img_s"), "throughput_max_img_s": rec.get("throughput_max_img_s"),
             "window_throughput_img_s": rec.get("window_throughput_img_s"), "latency_p99_ms": rec.get("latency_p99_ms"),
             "avg_batch": server.get("avg_batch"), "errors": rec.get("errors"), "requests": rec.get("requests")}
 

@@ -67,8 +67,7 @@ def test_exercises_follow_the_format(py):
 
 
 def test_handout_from_the_real_notebooks(tmp_path):
-    if not any(find(jupytext.read(p), p.name) for p in SOURCES):
-        pytest.skip("no notebook has exercises yet")
+    assert any(find(jupytext.read(p), p.name) for p in SOURCES), "no notebook has exercises"
     info = build(tmp_path / "handout")
     out = info["out"]
     assert sorted(p.name for p in (out / "student").glob("*.ipynb")) == sorted(info["notebooks"])
@@ -127,3 +126,20 @@ def test_real_student_notebooks_run_to_the_end_and_fail_cleanly(tmp_path):
         last = [c for c in executed.cells if c.cell_type == "code"][-1]
         assert last.get("execution_count"), f"{name}: the last cell did not run"
         assert not any(o.get("output_type") == "error" for c in executed.cells for o in c.get("outputs", []))
+
+
+@pytest.mark.parametrize("py", SOURCES, ids=[p.stem for p in SOURCES])
+def test_parameters_default_to_real_measurements(py):
+    """Opened in JupyterLab, a notebook measures with the default profile's settings; the smoke profile's
+    seconds-long values come from `--profile smoke`, never from the notebook's own defaults."""
+    import ast
+
+    from servelab.lab.params import PROFILES
+
+    cell = next((c for c in jupytext.read(py).cells if "parameters" in (c.metadata.get("tags") or [])), None)
+    if cell is None:
+        pytest.skip(f"{py.name} has no parameters cell")
+    values = {n.targets[0].id: ast.literal_eval(n.value) for n in ast.parse(cell.source).body
+              if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name) and n.targets[0].id in PROFILES["default"]}
+    wrong = {k: v for k, v in values.items() if v != PROFILES["default"][k]}
+    assert not wrong, f"{py.name}: parameters differ from the default profile: {wrong}"
