@@ -52,10 +52,10 @@ place = ""                # local | node ("": $SERVELAB_PLACE, else local)
 out_dir = ""              # "": results/interactive in this checkout
 service_url = ""          # "": the place's service (local :8002, node :8080)
 service_pid = 0
-batch_sizes = [1, 2]
-load = {"min_requests": 2, "min_p50s": 1.0, "max_windows": 3, "tolerance": 0.5, "max_warmup_s": 10.0,
-        "quick": True}    # how each point is measured (servelab.bench LoadOpts); smoke values: not results
-n_photos = 12
+batch_sizes = [1, 4, 16]
+# how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
+load = {"min_requests": 20, "min_p50s": 10.0, "max_windows": 6, "tolerance": 0.1, "quick": False}
+n_photos = 60
 
 # %%
 from servelab.lab.places import place_defaults

@@ -41,12 +41,10 @@
 # %% tags=["parameters"]
 place = ""                # local | node ("": $SERVELAB_PLACE, else local)
 out_dir = ""              # "": results/interactive in this checkout
-engines = ["onnx", "onnx-int8"]
-batch_sizes = [1, 2]
-duration_s = 0.4
-warmup_s = 0.0
-repeats = 1
-requests = 2              # > 0: a fixed request count per point (smoke); 0: duration_s windows
+engines = ["torch", "onnx", "onnx-int8"]
+batch_sizes = [1, 4, 16]
+# how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
+load = {"min_requests": 20, "min_p50s": 10.0, "max_windows": 6, "tolerance": 0.1, "quick": False}
 
 # %%
 from servelab.lab.places import place_defaults
@@ -54,7 +52,7 @@ from servelab.lab.places import place_defaults
 globals().update(place_defaults(globals()))  # "" parameters -> this place's endpoints, model names, out_dir
 
 # %%
-from servelab.bench.experiments import engines as engines_experiment
+from servelab.bench.experiments import raw_engines
 from servelab.lab.nb import Step, show_commands
 
 step = Step("03", out_dir, place)
@@ -82,10 +80,11 @@ show_code(check_active_provider)
 # a bigger batch raise images per second on the CPU? Which rows will say "not available"?
 
 # %%
-recs = engines_experiment(step.run, engines=tuple(engines), providers=("cpu", "cuda", "tensorrt"),
-                          batches=tuple(batch_sizes), opts=step.opts(duration_s, warmup_s, repeats, requests))
-table = step.table(step.frame(recs, "engine", "provider", "available", "batch", "throughput_img_s", "latency_p50_ms",
-                              "latency_p99_ms", "cosine_vs_torch_fp32", "note"), "engines",
+recs = raw_engines(step.run, engines=tuple(engines), providers=("cpu", "cuda", "tensorrt"),
+                   batches=tuple(batch_sizes), opts=step.opts(load))
+table = step.table(step.frame(recs, "engine", "provider", "available", "batch", "throughput_img_s",
+                              "throughput_min_img_s", "throughput_max_img_s", "latency_p50_ms", "latency_p99_ms",
+                              "stable", "cosine_vs_torch_fp32", "note"), "engines",
                    "Engines × execution providers (in-process)")
 
 # %% [markdown]

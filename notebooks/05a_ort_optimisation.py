@@ -61,12 +61,12 @@ triton_http_url = ""      # "": the place's Triton HTTP (local :8003, node :8000
 triton_model = ""         # "": the place's encoder (openclip_vit_b32_cpu | openclip_vit_b32)
 service_pid = 0
 triton_pid = 0
-queue_delays_us = [0, 2000]
-concurrency_levels = [1, 2]
-serialisation_batches = [1, 4]
-profile_runs = 1
-load = {"min_requests": 2, "min_p50s": 1.0, "max_windows": 3, "tolerance": 0.5, "max_warmup_s": 10.0,
-        "quick": True}    # how each point is measured (servelab.bench LoadOpts); smoke values: not results
+queue_delays_us = [0, 4000]
+concurrency_levels = [1, 4, 16]
+serialisation_batches = [1, 4, 16]
+profile_runs = 4
+# how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
+load = {"min_requests": 20, "min_p50s": 10.0, "max_windows": 6, "tolerance": 0.1, "quick": False}
 
 # %%
 from servelab.lab.places import place_defaults

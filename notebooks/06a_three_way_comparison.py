@@ -62,10 +62,10 @@ triton_jpeg_model = ""    # "": the JPEG ensemble (openclip_vit_b32_jpeg)
 service_pid = 0
 triton_pid = 0
 triton_repository = "../models"  # the running Triton's model repository (`servelab triton up` serves ../models)
-concurrency_levels = [1, 2]
-extra_servers = False     # start LitServe for the comparison
-load = {"min_requests": 2, "min_p50s": 1.0, "max_windows": 3, "tolerance": 0.5, "max_warmup_s": 10.0,
-        "quick": True}    # how each point is measured (servelab.bench LoadOpts); smoke values: not results
+concurrency_levels = [1, 4, 16]
+extra_servers = True     # start LitServe for the comparison
+# how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
+load = {"min_requests": 20, "min_p50s": 10.0, "max_windows": 6, "tolerance": 0.1, "quick": False}
 
 # %%
 from servelab.lab.places import place_defaults
@@ -73,20 +73,21 @@ from servelab.lab.places import place_defaults
 globals().update(place_defaults(globals()))  # "" parameters -> this place's endpoints, model names, out_dir
 
 # %%
-from servelab.bench.experiments import measure_served
-from servelab.bench.targets import served
+from servelab.bench.experiments import compare_servers, concurrency_sweep
+from servelab.bench.report import ratio_sentence
+from servelab.bench.servers import served
 from servelab.lab.nb import Step
 from servelab.lab.places import attach
 
 step = Step("06a", out_dir, place)
 opts = step.opts(load)
-cols = ["target", "payload", "concurrency", "throughput_img_s", "latency_p50_ms", "latency_p99_ms", "latency_mean_ms",
-        "server.avg_batch", "memory.rss_mb", "stable"]
+cols = ["target", "payload", "concurrency", "throughput_img_s", "throughput_min_img_s", "throughput_max_img_s",
+        "latency_p50_ms", "latency_p99_ms", "latency_mean_ms", "server.avg_batch", "memory.rss_mb", "stable"]
 
 
 def sweep(srv, payload="jpeg"):
-    return [measure_served(step.run, "06a-three-way", srv, payload=payload, batch=1, concurrency=c, opts=opts)
-            for c in concurrency_levels]
+    return concurrency_sweep(step.run, srv, concurrencies=tuple(concurrency_levels), payload=payload, opts=opts,
+                             experiment="06a-three-way")
 
 
 # %% [markdown]
@@ -111,12 +112,16 @@ show_code(repository / triton_jpeg_model / "config.pbtxt", "name:", lang="protob
 # measurement windows — or will they be indistinguishable? Which overheads could separate them?
 
 # %%
-recs = sweep(attach("fastapi", service_url, payload="jpeg", pid=service_pid or None))
+fastapi = attach("fastapi", service_url, payload="jpeg", pid=service_pid or None)
+recs = sweep(fastapi)
 recs += sweep(attach("triton-http", triton_http_url, payload="jpeg", model=triton_model, jpeg_model=triton_jpeg_model,
                      pid=triton_pid or None))
+peer = []  # servelab ÷ LitServe at the highest concurrency, measured in alternating windows (drift cancels)
 if extra_servers:
-    with served("litserve", engine="onnx", log_path=step.out_dir / "logs" / "litserve.log") as litserve:
+    with served("litserve", engine="onnx", payload="jpeg", log_path=step.out_dir / "logs" / "litserve.log") as litserve:
         recs += sweep(litserve)
+        peer = compare_servers(step.run, fastapi, litserve, concurrencies=(max(concurrency_levels),), payload="jpeg",
+                               opts=opts, experiment="06a-servelab-vs-litserve")
 else:
     step.not_run("LitServe peer baseline", "extra_servers=False (smoke profile)", "FastAPI service and Triton compared")
 three_way = step.table(step.frame(recs, *cols), "three_way", "Three servers, batch-1 JPEG requests")
@@ -240,7 +245,7 @@ def execute(self, requests):
 
 # %%
 checks.python_backend_execute(execute, triton_http_url=triton_http_url,
-                              repository=triton_repository if target == "local" else None,
+                              repository=triton_repository if place == "local" else None,
                               exercise="06a.3", step=step)
 
 # %%

@@ -53,10 +53,10 @@ triton_http_url = ""      # "": the place's Triton HTTP (local :8003, node :8000
 triton_model = ""         # "": the place's encoder (openclip_vit_b32_cpu | openclip_vit_b32)
 triton_pid = 0
 instance_counts = [1, 2]
-concurrency_levels = [1, 2]
+concurrency_levels = [1, 4, 16]
 price_per_hour = 0.50     # USD per hour for the machine serving (set your own: cloud list price, lease cost)
-load = {"min_requests": 2, "min_p50s": 1.0, "max_windows": 3, "tolerance": 0.5, "max_warmup_s": 10.0,
-        "quick": True}    # how each point is measured (servelab.bench LoadOpts); smoke values: not results
+# how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
+load = {"min_requests": 20, "min_p50s": 10.0, "max_windows": 6, "tolerance": 0.1, "quick": False}
 
 # %%
 from servelab.lab.places import place_defaults
@@ -66,10 +66,10 @@ globals().update(place_defaults(globals()))  # "" parameters -> this place's end
 # %%
 import pandas as pd
 
-from servelab.bench.experiments import cost_table, measure_served
+from servelab.bench.experiments import instance_scaling
+from servelab.bench.report import cost_table
 from servelab.lab.nb import Step, show_commands
 from servelab.lab.places import attach
-from servelab.triton.control import get_config, reconfigure
 
 step = Step("06b", out_dir, place)
 opts = step.opts(load)
@@ -83,30 +83,11 @@ triton = attach("triton-http", triton_http_url, payload="tensor", model=triton_m
 # instances reach relative to one — about 2×, about 1×, or less than 1×? And what will happen to p50?
 
 # %%
-original = int(get_config(triton_http_url, triton_model)["instance_group"][0]["count"])
-recs = []
-try:
-    for n in instance_counts:
-        reconfigure(triton_http_url, triton_model, instances=n)
-        recs += [measure_served(step.run, "06b-instances", triton, payload="tensor", batch=1, concurrency=c, opts=opts,
-                                params={"instances": n}) for c in concurrency_levels]
-finally:
-    reconfigure(triton_http_url, triton_model, instances=original)
-points = step.frame(recs, "params.instances", "concurrency", "throughput_img_s", "latency_p50_ms", "latency_p99_ms",
-                    "server.avg_batch", "memory.rss_mb").rename(columns={"params.instances": "instances"})
-
-# %%
-from servelab.bench.report import versus
-
-top_c = max(concurrency_levels)
-busy = {r["params"]["instances"]: r for r in recs if r["concurrency"] == top_c}
-n_lo, n_hi = min(busy), max(busy)
-eff = busy[n_hi]["throughput_img_s"] / (n_hi / n_lo * busy[n_lo]["throughput_img_s"])
-step.answer(f"At concurrency {top_c}: {n_lo} instance(s) {busy[n_lo]['throughput_img_s']:.1f} img/s at p50 "
-            f"{busy[n_lo]['latency_p50_ms']:.0f} ms, {n_hi} instances {busy[n_hi]['throughput_img_s']:.1f} img/s at p50 "
-            f"{busy[n_hi]['latency_p50_ms']:.0f} ms — " + versus(f"{n_hi} instances", busy[n_hi], f"{n_lo}", busy[n_lo])
-            + f". Scaling efficiency {eff:.2f}; with {step.environment.get('cpu_usable')} cores already busy at one instance "
-            f"the arithmetic predicts about {n_lo / n_hi:.2f}.")
+recs = instance_scaling(step.run, triton, counts=tuple(instance_counts), concurrencies=tuple(concurrency_levels),
+                        opts=opts, experiment="06b-instances")  # reloads the model per count, restores it after
+points = step.frame(recs, "params.instances", "concurrency", "throughput_img_s", "throughput_min_img_s",
+                    "throughput_max_img_s", "latency_p50_ms", "latency_p99_ms", "stable", "server.avg_batch",
+                    "memory.rss_mb").rename(columns={"params.instances": "instances"})
 
 # %% [markdown]
 # ### Exercise: scaling efficiency
@@ -133,11 +114,26 @@ checks.scaling_efficiency(efficiency_by_instances, points[points["concurrency"] 
                           units_col="instances", exercise="06b.1", step=step)
 
 # %%
+from servelab.bench.report import versus
+
+top_c = max(concurrency_levels)
+busy = {r["params"]["instances"]: r for r in recs if r["concurrency"] == top_c}
+n_lo, n_hi = min(busy), max(busy)
+eff = busy[n_hi]["throughput_img_s"] / (n_hi / n_lo * busy[n_lo]["throughput_img_s"])
+step.answer(f"At concurrency {top_c}: {n_lo} instance(s) {busy[n_lo]['throughput_img_s']:.1f} img/s at p50 "
+            f"{busy[n_lo]['latency_p50_ms']:.0f} ms, {n_hi} instances {busy[n_hi]['throughput_img_s']:.1f} img/s at p50 "
+            f"{busy[n_hi]['latency_p50_ms']:.0f} ms — " + versus(f"{n_hi} instances", busy[n_hi], f"{n_lo}", busy[n_lo])
+            + f". Scaling efficiency {eff:.2f}; with {step.environment.get('cpu_usable')} cores already busy at one instance "
+            f"the arithmetic predicts about {n_lo / n_hi:.2f}.")
+
+# %%
 one = points[points["instances"] == min(instance_counts)].set_index("concurrency")["throughput_img_s"]
 points["efficiency"] = points.apply(lambda r: r["throughput_img_s"] / (r["instances"] / min(instance_counts) * one[r["concurrency"]]),
                                     axis=1)
 cost = pd.DataFrame(cost_table(recs, price_per_hour))
-points[cost.columns[-1]] = cost[cost.columns[-1]].values
+cost_col = "cost_USD_per_1000_img"
+for col in (cost_col, "cost_min_USD_per_1000_img", "cost_max_USD_per_1000_img"):
+    points[col] = cost[col].values
 scaling = step.table(points.round(4), "scaling", f"Throughput, p50, efficiency and cost per 1,000 images at "
                                                  f"{price_per_hour} USD/hour, by instance count and concurrency")
 
@@ -243,11 +239,11 @@ checks.p99_budget(tune, trials=trials, budget_ms=budget_ms, exercise="06b.3", st
 # %%
 hi_c = max(concurrency_levels)
 at_hi = scaling[scaling["concurrency"] == hi_c].set_index("instances")
-n_hi = max(instance_counts)
-cost_col = cost.columns[-1]
+n_hi, n_lo = max(instance_counts), min(instance_counts)
+at = {r["params"]["instances"]: r for r in recs if r["concurrency"] == hi_c}
 step.shows(
-    f"At concurrency {hi_c}, {min(instance_counts)} instance(s) served {at_hi.loc[min(instance_counts), 'throughput_img_s']:.1f} img/s "
-    f"and {n_hi} served {at_hi.loc[n_hi, 'throughput_img_s']:.1f} img/s: a scaling efficiency of "
-    f"{at_hi.loc[n_hi, 'efficiency']:.2f} on {step.environment.get('cpu_usable')} CPU cores. The cheapest point costs "
-    f"{scaling[cost_col].min():.4f} USD per 1,000 images at {price_per_hour} USD/hour."
+    f"At concurrency {hi_c}: " + versus(f"{n_hi} instances", at[n_hi], f"{n_lo} instance(s)", at[n_lo])
+    + f"; a scaling efficiency of {at_hi.loc[n_hi, 'efficiency']:.2f} on {step.environment.get('cpu_usable')} CPU cores. "
+    f"Cost per 1,000 images at {price_per_hour} USD/hour ranged from {scaling[cost_col].min():.4f} to "
+    f"{scaling[cost_col].max():.4f} USD over the points measured."
 )

@@ -51,10 +51,10 @@ triton_http_url = ""      # "": the place's Triton HTTP (local :8003, node :8000
 triton_grpc_url = ""      # "": the place's Triton gRPC (local :8004, node :8001)
 triton_model = ""         # "": the place's encoder (openclip_vit_b32_cpu | openclip_vit_b32)
 triton_pid = 0
-batch_sizes = [1, 2]
-concurrency_levels = [1, 2]
-load = {"min_requests": 2, "min_p50s": 1.0, "max_windows": 3, "tolerance": 0.5, "max_warmup_s": 10.0,
-        "quick": True}    # how each point is measured (servelab.bench LoadOpts); smoke values: not results
+batch_sizes = [1, 4, 16]
+concurrency_levels = [1, 4, 16]
+# how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
+load = {"min_requests": 20, "min_p50s": 10.0, "max_windows": 6, "tolerance": 0.1, "quick": False}
 
 # %%
 from servelab.lab.places import place_defaults
@@ -62,18 +62,23 @@ from servelab.lab.places import place_defaults
 globals().update(place_defaults(globals()))  # "" parameters -> this place's endpoints, model names, out_dir
 
 # %%
-from servelab.bench.experiments import measure_served
+from servelab.bench.experiments import http_vs_grpc
 from servelab.lab.nb import Step
 from servelab.lab.places import attach
 
 step = Step("07", out_dir, place)
 opts = step.opts(load)
-protocols = {
-    "http": attach("triton-http", triton_http_url, payload="tensor", model=triton_model, pid=triton_pid or None),
-    "grpc": attach("triton-grpc", triton_grpc_url, payload="tensor", model=triton_model, pid=triton_pid or None,
-                   stats_url=triton_http_url),
-}
-cols = ["protocol", "batch", "concurrency", "throughput_img_s", "latency_p50_ms", "latency_p99_ms", "server.avg_request_ms"]
+# one Triton, both endpoints: each point below alternates gRPC and HTTP windows, so drift cancels in the ratio
+triton = attach("triton-http", triton_http_url, payload="tensor", model=triton_model, pid=triton_pid or None,
+                grpc_url=triton_grpc_url)
+cols = ["protocol", "batch", "concurrency", "throughput_img_s", "throughput_min_img_s", "throughput_max_img_s",
+        "latency_p50_ms", "latency_p99_ms", "stable"]
+ratio_cols = ["batch", "concurrency", "ratio", "ratio_min", "ratio_max", "stable"]
+
+
+def sides(records):
+    """The measured points of interleaved A/B records (without the ratio records)."""
+    return [r for r in records if r["kind"] == "load"]
 
 # %% [markdown]
 # ## The two raw calls
@@ -127,8 +132,9 @@ step.table(pd.DataFrame([
 # between measurement windows?
 
 # %%
-recs = [measure_served(step.run, "07-protocol-batch", srv, payload="tensor", batch=b, concurrency=1, opts=opts)
-        for b in batch_sizes for srv in protocols.values()]
+ab_batch = http_vs_grpc(step.run, triton, batches=tuple(batch_sizes), concurrencies=(1,), opts=opts,
+                        experiment="07-protocol-batch")
+recs = sides(ab_batch)
 by_batch = step.table(step.frame(recs, *cols), "by_batch", "gRPC vs HTTP by batch size (binary tensors, concurrency 1)")
 
 # %%
@@ -182,8 +188,9 @@ checks.triton_client_call(embed_over_grpc, triton_http_url=triton_http_url, trit
 prediction_07 = None
 
 # %%
-recs = [measure_served(step.run, "07-protocol-concurrency", srv, payload="tensor", batch=1, concurrency=c, opts=opts)
-        for c in concurrency_levels for srv in protocols.values()]
+ab_conc = http_vs_grpc(step.run, triton, batches=(1,), concurrencies=tuple(concurrency_levels), opts=opts,
+                       experiment="07-protocol-concurrency")
+recs = sides(ab_conc)
 by_conc = step.table(step.frame(recs, *cols), "by_concurrency", "gRPC vs HTTP by concurrency (batch 1)")
 
 # %%
@@ -247,15 +254,15 @@ step.answer("Averaged over the concurrency sweep, Triton spent " + ", ".join(
 # node (see `SOURCES.md` for the write-ups and their hardware).
 
 # %%
-def ratio(df, key):
-    p = df.pivot_table(index=key, columns="protocol", values="throughput_img_s")
-    return (p["grpc"] / p["http"]).round(3)
+from servelab.bench.report import ratio_sentence
 
-
-rb, rc = ratio(by_batch, "batch"), ratio(by_conc, "concurrency")
-step.table(rb.rename("grpc_over_http_throughput").reset_index(), "ratio_by_batch", "gRPC ÷ HTTP throughput by batch")
+ratios = [r for r in ab_batch + ab_conc if r["kind"] == "ab"]
+step.table(step.frame(ratios, *ratio_cols), "ratios",
+           "gRPC ÷ HTTP throughput, interleaved windows (min–max over the window pairs)")
+rb = [r["ratio"] for r in ab_batch if r["kind"] == "ab"]
+rc = [r["ratio"] for r in ab_conc if r["kind"] == "ab"]
 step.shows(
-    f"gRPC ÷ HTTP throughput ranged from {rb.min():.2f} to {rb.max():.2f} across batch sizes {batch_sizes} and from "
-    f"{rc.min():.2f} to {rc.max():.2f} across concurrency {concurrency_levels}. By batch: {protocol_pairs(recs_batch, 'batch')}. "
-    f"By concurrency: {protocol_pairs(recs, 'concurrency')}."
+    f"gRPC ÷ HTTP throughput ranged from {min(rb):.2f} to {max(rb):.2f} across batch sizes {batch_sizes} and from "
+    f"{min(rc):.2f} to {max(rc):.2f} across concurrency {concurrency_levels}. "
+    + " ".join(f"At batch {r['batch']}, concurrency {r['concurrency']}: {ratio_sentence(r)}." for r in ratios)
 )

@@ -52,7 +52,7 @@ triton_http_url = ""      # "": the place's Triton HTTP (local :8003, node :8000
 triton_grpc_url = ""      # "": the place's Triton gRPC (local :8004, node :8001)
 triton_model = ""         # "": the place's encoder (openclip_vit_b32_cpu | openclip_vit_b32)
 triton_jpeg_model = ""    # "": the JPEG ensemble (openclip_vit_b32_jpeg)
-n_photos = 12
+n_photos = 60
 threshold = 0.92
 
 # %%
