@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from servelab.netutil import free_port
-from servelab.process import ManagedProcess
+from servelab.managed_process import ManagedProcess
 
 
 class LitServeProcess(ManagedProcess):

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from servelab.netutil import free_port
-from servelab.process import ManagedProcess
+from servelab.managed_process import ManagedProcess
 
 
 class ServiceProcess(ManagedProcess):

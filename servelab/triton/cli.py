@@ -73,7 +73,7 @@ def up(
     timeout: float = typer.Option(300.0, help="seconds to wait for readiness"),
 ):
     """Start the bundled tritonserver in the background on 127.0.0.1 and wait until its models are ready."""
-    from servelab.process import pid_alive
+    from servelab.managed_process import pid_alive
     from servelab.triton.server import EmbeddedTriton
 
     state = _read_state()
@@ -102,7 +102,7 @@ def _states(state: dict) -> dict:
 @app.command()
 def down(timeout: float = typer.Option(15.0, help="seconds after SIGTERM before SIGKILL")):
     """Stop the tritonserver started by `servelab triton up`."""
-    from servelab.process import pid_alive, stop_process_group
+    from servelab.managed_process import pid_alive, stop_process_group
 
     state = _read_state()
     if not state:
@@ -127,7 +127,7 @@ def _is_tritonserver(pid: int) -> bool:
 @app.command()
 def status():
     """Is the servelab tritonserver running, and which models are ready? (exit 1 when not running)"""
-    from servelab.process import pid_alive
+    from servelab.managed_process import pid_alive
 
     state = _read_state()
     if not state:
@@ -164,7 +164,7 @@ def stats(
     url: Optional[str] = typer.Option(None, help="Triton HTTP URL (default: the running server's)"),
 ):
     """Print a model's cumulative server-side statistics (requests, batches, queue/compute times)."""
-    from servelab.triton.stats import read_stats
+    from servelab.triton.server_stats import read_stats
 
     state = _read_state() or {}
     url = url or state.get("http_url") or f"http://127.0.0.1:{TRITON_HTTP_PORT}"

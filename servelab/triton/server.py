@@ -13,8 +13,8 @@ A port given as None is a free port (tests, notebooks); `servelab triton up` pas
 (8003/8004/8005). `start()` waits until every loaded model is ready (--strict-readiness) and raises
 TritonStartError — one line — when a port is taken, the binary or python backend is missing, or a model
 fails to load (quoting Triton's own reason from the log). `stop()` sends SIGTERM, then SIGKILL to the server's
-process group after `stop_timeout` (servelab.process.ManagedProcess). The server runs in its own session, so
-one that is never stopped outlives this Python (the CLI's `up`); `servelab.process.stop_process_group(pid)`
+process group after `stop_timeout` (servelab.managed_process.ManagedProcess). The server runs in its own session, so
+one that is never stopped outlives this Python (the CLI's `up`); `servelab.managed_process.stop_process_group(pid)`
 stops it later.
 
 How the bundled server is made to run: a backend folder `python/` with links to
@@ -34,7 +34,7 @@ from pathlib import Path
 
 from servelab.config import REPO_ROOT
 from servelab.netutil import free_port
-from servelab.process import ManagedProcess
+from servelab.managed_process import ManagedProcess
 
 HOST = "127.0.0.1"
 

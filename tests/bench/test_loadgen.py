@@ -145,7 +145,7 @@ def test_poisson_schedule_rate_and_seed():
 @pytest.mark.triton
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_closed_loop_counts_equal_triton_stats_exactly(tiny_triton, tiny_factory, protocol):
-    from servelab.triton.stats import stats_delta
+    from servelab.triton.server_stats import stats_delta
 
     with stats_delta(tiny_triton.http_url, TINY) as d:
         res = closed_loop(tiny_factory(protocol), 4, QUICK)
@@ -159,7 +159,7 @@ def test_closed_loop_counts_equal_triton_stats_exactly(tiny_triton, tiny_factory
 
 @pytest.mark.triton
 def test_open_loop_holds_a_holdable_rate(tiny_triton, tiny_factory):
-    from servelab.triton.stats import stats_delta
+    from servelab.triton.server_stats import stats_delta
 
     rate, duration = 40.0, 3.0
     with stats_delta(tiny_triton.http_url, TINY) as d:

@@ -16,7 +16,7 @@ from servelab.model.export import parity_batch
 from servelab.model.preprocess import preprocess_batch
 from servelab.netutil import free_port
 from servelab.triton.control import get_config, reconfigure
-from servelab.triton.stats import read_metrics, read_stats, stats_delta
+from servelab.triton.server_stats import read_metrics, read_stats, stats_delta
 
 pytestmark = pytest.mark.triton
 

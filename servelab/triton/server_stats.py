@@ -1,6 +1,6 @@
 """Server-side numbers from Triton: per-model statistics and Prometheus metrics, as before/after deltas.
 
-    from servelab.triton.stats import read_stats, read_metrics, stats_delta, ModelStats
+    from servelab.triton.server_stats import read_stats, read_metrics, stats_delta, ModelStats
     from servelab.triton.models import CPU_ENCODER
 
     s = read_stats(http_url, CPU_ENCODER)                 # ModelStats (cumulative since load)
