@@ -5,15 +5,18 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.servelab-installed
+TEST_STAMP := $(VENV)/.servelab-test-installed
 PYTEST_ARGS ?=
 
-.PHONY: help setup export stage lab test test-fast serve triton-up triton-down browser clean
+.PHONY: help setup lock lint export stage lab test test-fast serve triton-up triton-down browser clean
 
 help:
 	@echo "make lab    run the lab: notebooks -> results/<run-id>/ (CPU, no Docker)"
 	@echo "make test   run every test (unit, integration on loopback, notebooks, browser)"
 	@echo "make setup  create $(VENV) and install the pinned CPU lab set"
+	@echo "make lock   re-resolve requirements.lock and regenerate requirements*.txt from pyproject.toml"
 
+# requirements*.txt are generated from requirements.lock (`make lock` after changing pyproject's dependencies).
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --disable-pip-version-check -q -r requirements.txt
@@ -22,6 +25,13 @@ $(STAMP): requirements.txt pyproject.toml
 	touch $@
 
 setup: $(STAMP)
+
+$(TEST_STAMP): $(STAMP) requirements-test.txt
+	$(PIP) install --disable-pip-version-check -q -r requirements-test.txt
+	touch $@
+
+lock:
+	$(PY) scripts/lock.py
 
 # Headless Chromium for the review-UI tests (Debian packages; Playwright's own browser download fails offline).
 browser:
@@ -53,10 +63,13 @@ lab: export
 jupyter: export
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(JUPYTER_ARGS)
 
-test: export browser
+lint: $(TEST_STAMP)
+	$(VENV)/bin/ruff check .
+
+test: export browser lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-fast: export
+test-fast: export lint
 	$(PY) -m pytest -m "not notebooks and not browser" $(PYTEST_ARGS)
 
 clean:

@@ -10,9 +10,35 @@ import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
-# Default loopback ports (DESIGN.md): service 8002, Triton HTTP 8003, gRPC 8004, metrics 8005, review UI 8000.
+
+def _checkout() -> Path | None:
+    """The course repository this package runs from (an editable install or PYTHONPATH), else None."""
+    root = Path(__file__).resolve().parent.parent
+    return root if (root / "pyproject.toml").is_file() and (root / "notebooks").is_dir() else None
+
+
+# The clone of the course repository, when servelab runs from one: its notebooks, docker/ and scripts/ live
+# there, not in the installed package.
+CHECKOUT = _checkout()
+
+
+def workspace() -> Path:
+    """Where servelab keeps what it makes (artifacts/, models/, results/, build/): SERVELAB_HOME, else the
+    course checkout it runs from, else the current directory."""
+    home = os.environ.get("SERVELAB_HOME")
+    return Path(home) if home else (CHECKOUT or Path.cwd())
+
+
+def results_dir() -> Path:
+    """The one results folder (SERVELAB_RESULTS, else <workspace>/results): bench runs and lab runs share it."""
+    configured = os.environ.get("SERVELAB_RESULTS")
+    return Path(configured) if configured else workspace() / "results"
+
+
+REPO_ROOT = CHECKOUT or workspace()  # being replaced by CHECKOUT / workspace() at each use
+
+# Default loopback ports: service 8002, Triton HTTP 8003, gRPC 8004, metrics 8005, review UI 8000.
 SERVICE_PORT = 8002
 TRITON_HTTP_PORT = 8003
 TRITON_GRPC_PORT = 8004
@@ -40,7 +66,7 @@ class Settings:
     pretrained: str | None = None  # open_clip tag, e.g. laion2b_s34b_b79k (needs internet)
     checkpoint: str | None = None  # local checkpoint file
     seed: int = 0  # random-init seed when neither of the above is set
-    artifacts: Path = field(default_factory=lambda: REPO_ROOT / "artifacts")
+    artifacts: Path = field(default_factory=lambda: workspace() / "artifacts")
     # engine
     engine: str = "onnx"
     provider: str = "cpu"

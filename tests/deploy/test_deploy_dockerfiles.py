@@ -112,30 +112,6 @@ def test_entrypoint_is_executable_and_model_never_in_context():
         assert ignored(path), f".dockerignore should exclude {path}"
 
 
-def _pins(path: Path) -> dict[str, str]:
-    pins = {}
-    for line in path.read_text().splitlines():
-        line = line.split("#")[0].strip()
-        if line:
-            m = re.match(r"([A-Za-z0-9_.-]+)(\[[^\]]*\])?\s*(.*)", line)
-            pins[m.group(1).lower().replace("_", "-")] = m.group(3)
-    return pins
-
-
-@pytest.mark.parametrize("name", ["requirements-gpu.txt", "docker/requirements-service.txt",
-                                  "docker/requirements-export.txt", "requirements-chameleon.txt"])
-def test_image_requirements_pinned_and_agree_with_the_lab_set(name):
-    lab = _pins(REPO_ROOT / "requirements.txt")
-    pins = _pins(REPO_ROOT / name)
-    for pkg, spec in pins.items():
-        assert spec.startswith("=="), f"{name}: {pkg} is not pinned"
-        if lab.get(pkg):
-            assert spec == lab[pkg], f"{name}: {pkg}{spec} differs from requirements.txt {pkg}{lab[pkg]}"
-    if name == "requirements-gpu.txt":
-        assert "onnxruntime" not in pins and "onnxruntime-gpu" in pins  # never both in one environment
-        assert pins["onnxruntime-gpu"] == lab["onnxruntime"] and pins["torch"] == lab["torch"]
-
-
 def test_preflight_refuses_missing_or_mismatched_export(tmp_path, onnx_meta):
     script = REPO_ROOT / "docker" / "preflight.py"
     base = {k: v for k, v in os.environ.items() if not k.startswith("SERVELAB_")}
