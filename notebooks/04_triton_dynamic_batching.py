@@ -265,7 +265,8 @@ n, t = int(top["concurrency"]), float(one["server.avg_compute_infer_ms"])
 rest = float(one["latency_p50_ms"]) - t  # client, HTTP and copies around the compute
 b_avg = float(top["server.avg_batch"] or 1)
 step.answer(f"At concurrency 1 Triton computed a request in t = {t:.0f} ms and the client saw {one['latency_p50_ms']:.0f} ms. "
-            f"At concurrency {n}, queueing without batching predicts about {n} × {t:.0f} + {rest:.0f} = {n * t + rest:.0f} ms; "
+            f"At concurrency {n}, queueing without batching predicts about {n} × {t:.0f} {'+' if rest >= 0 else '−'} {abs(rest):.0f} "
+            f"= {n * t + rest:.0f} ms; "
             f"the run measured p50 {top['latency_p50_ms']:.0f} ms, of which Triton reports "
             f"{top['server.avg_queue_ms']:.0f} ms queueing and {top['server.avg_compute_infer_ms']:.0f} ms compute per request. "
             f"Triton executed batches of {b_avg:.2f} images on average, so a request waited about ({n}−1)/{b_avg:.2f} ≈ "
@@ -417,7 +418,7 @@ step.answer(f"In this run one batch-{B} request took {bb[B]:.0f} ms against {bb[
             f"{int(bb.index.min())}: each image of the batch cost {per_image_ratio:.2f} of a single image. "
             f"A batching server can therefore raise throughput by at most about {1 / per_image_ratio:.2f}× here; "
             f"the concurrency sweep reached {top['throughput_img_s'] / one['throughput_img_s']:.2f}× its concurrency-1 "
-            "throughput. On the Chameleon lab's P100 the same ratio was about 0.07 (batch 16 in 24 ms vs 19 ms for one "
+            "throughput. On the Chameleon lab's P100 the same ratio was about 0.08 (batch 16 in 24 ms vs 19 ms for one "
             "image), which is why batching multiplies GPU throughput.")
 
 # %% [markdown]
