@@ -155,7 +155,8 @@ def overload(run: Run | str | None = None, *, servers: tuple = SERVERS, engine: 
     run = run if isinstance(run, Run) else Run(run_id=run, name=EXPERIMENT)
     if quick:
         duration_s, warmup_s = min(duration_s, 2.0), min(warmup_s, 0.5)
-    opts = LoadOpts.smoke() if quick else LoadOpts(min_requests=20, max_windows=5, max_warmup_s=20.0)
+    # capacity: windows of 20 answers, not of 10 p50s (at 32 in flight a p50 is seconds long)
+    opts = LoadOpts.smoke() if quick else LoadOpts(min_requests=20, min_p50s=1.0, max_windows=5, max_warmup_s=20.0)
     jpegs = list(sample_jpegs(1))  # one 640×480 photo per request
     out: list[dict] = []
     for name in servers:
@@ -241,3 +242,35 @@ def knee_rows(records: list[dict]) -> list[dict]:
                      "shed_503": r["shed"], "http_5xx": r["http_5xx"], "no_answer": r["no_answer"],
                      "crashed": r["crashed"], "drain_s": None if p["drain_s"] is None else round(p["drain_s"], 2)})
     return rows
+
+
+def plot_knee(records: list[dict], path: Path) -> Path | None:
+    """The overload knee: goodput (left) and accepted p99 (right, log) against offered load, one line per server."""
+    from servelab.bench.report import _plt, _save
+
+    rows = knee_rows(records)
+    if not rows:
+        return None
+    plt = _plt()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for server in dict.fromkeys(r["server"] for r in rows):
+        rs = sorted((r for r in rows if r["server"] == server), key=lambda r: r["level"])
+        x = [r["level"] for r in rs]
+        left.plot(x, [r["goodput_img_s"] for r in rs], "o-", label=server)
+        right.plot(x, [(r["accepted_p99_ms"] or float("nan")) / 1000 for r in rs], "o-", label=server)
+    cap = rows[0]["capacity_img_s"]
+    left.axhline(0.9 * cap, color="grey", ls=":", lw=1, label=f"90 % of capacity ({rows[0]['server']})")
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted({r["level"] for r in rows}), labels=[f"{x}×" for x in sorted({r["level"] for r in rows})])
+        ax.set_xlabel("offered load (× measured capacity)")
+        ax.grid(alpha=0.3)
+    left.set_ylabel("goodput (images/s answered 200)")
+    right.set_ylabel("p99 of accepted requests (s, from arrival)")
+    right.set_yscale("log")
+    left.legend(fontsize=7)
+    fig.suptitle("Overload: open-loop arrivals past capacity")
+    fig.tight_layout()
+    path = _save(fig, path)
+    plt.close(fig)
+    return path
