@@ -27,7 +27,7 @@ def main() -> int:
     settings = Settings.from_env()
     meta = ensure_exported(settings, log_fn=print)
     print(f"prepare: export {meta['path']} (weights: {meta['weights']})")
-    info = stage(target="gpu", instances=instances, max_batch=max_batch, trt_cache="/trt_cache",
+    info = stage("gpu", instances=instances, max_batch=max_batch, trt_cache="/trt_cache",
                  servelab_path="/opt/servelab", settings=settings, log_fn=print)
     print(f"prepare: staged {', '.join(info['models'])} ({instances} instance(s) per GPU Triton sees) "
           f"in {info['repository']}")

@@ -41,7 +41,7 @@
 #   the dynamic batcher never produces a shape that forces a rebuild;
 # - **model warm-up** at load time, so the first user request does not pay for the build.
 #
-# This notebook renders the GPU model repository with `servelab triton stage --place node` and checks those
+# This notebook renders the GPU model repository with `servelab triton stage --flavour gpu` and checks those
 # settings in the generated `config.pbtxt`. The engine build itself needs a GPU.
 
 # %% tags=["parameters"]
@@ -69,9 +69,10 @@ step = Step("05b", out_dir, place)
 # builds could a day of traffic trigger, and what does each cost a user who happens to be in that batch?
 
 # %%
-from servelab.triton.repository import TRT_ENCODER, stage
+from servelab.triton.models import TRT_ENCODER
+from servelab.triton.repository import stage
 
-staged = stage(target="gpu", out=Path(out_dir) / "models_gpu", max_batch=trt_max_batch, trt_cache=trt_cache)
+staged = stage("gpu", out=Path(out_dir) / "models_gpu", max_batch=trt_max_batch, trt_cache=trt_cache)
 trt_config = Path(staged["repository"]) / TRT_ENCODER / "config.pbtxt"
 print(trt_config.read_text())
 

@@ -59,7 +59,7 @@ def local_stack(run_dir: Path, ports: str = "auto", say: Callable[[str], None] =
     say("exporting the model (skipped when artifacts/ is up to date)")
     meta = ensure_exported(settings)
     say(f"model: {meta['path']} (weights: {meta['weights']})")
-    repo = stage(target="cpu", out=Path(run_dir) / "models", settings=settings)["repository"]
+    repo = stage("cpu", out=Path(run_dir) / "models", settings=settings)["repository"]
     say(f"staged the CPU Triton repository in {repo}")
 
     taken: set[int] = set()

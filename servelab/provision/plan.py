@@ -238,5 +238,5 @@ def make_plan(spec: NodeSpec, dry_run: bool = True) -> Plan:
                               f"(export + stage the GPU Triton repository; GPUs {s.gpus or 'all'})")]
     steps += [Step("stack", f"docker compose -f docker/compose.{st}.yaml up -d --build") for st in s.stacks]
     steps += [Step("use", "ssh tunnel: ssh -N " + " ".join(f"-L {p}:127.0.0.1:{p}" for p in sorted(NODE_PORTS.values()))
-                   + f" {s.ssh_user}@<floating-ip>; then `servelab lab run --target gpu` here")]
+                   + f" {s.ssh_user}@<floating-ip>; then `servelab lab run --place node` here")]
     return Plan(spec=spec, steps=steps, dry_run=dry_run)

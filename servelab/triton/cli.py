@@ -38,7 +38,7 @@ def _write_state(state: dict) -> None:
 
 @app.command()
 def stage(
-    target: str = typer.Option("cpu", help="cpu (embedded python-backend server) | gpu (NVIDIA container, onnxruntime backend)"),
+    flavour: str = typer.Option("cpu", help="cpu (embedded python-backend server) | gpu (NVIDIA container, onnxruntime backend)"),
     out: Path = typer.Option(REPO_ROOT / "models", help="live repository to write (replaced atomically)"),
     instances: int = typer.Option(1, help="encoder instances (CPU: count; GPU: count per listed GPU)"),
     max_delay_us: Optional[int] = typer.Option(None, help="dynamic batching max_queue_delay_microseconds (default: template's)"),
@@ -49,12 +49,12 @@ def stage(
     servelab_path: Optional[str] = typer.Option(
         None, help="where the servelab package lives for preprocess_jpeg inside the server (e.g. /opt/servelab in the container; default: this checkout)"),
 ):
-    """Write Triton's live model repository from models_staging/<target> (exports the ONNX model if needed)."""
+    """Write Triton's live model repository from models_staging/<flavour> (exports the ONNX model if needed)."""
     from servelab.triton.repository import stage as do_stage
 
     gpu_list = [int(g) for g in gpus.split(",") if g.strip()] if gpus else None
     try:
-        info = do_stage(target, out, instances=instances, max_delay_us=max_delay_us, max_batch=max_batch,
+        info = do_stage(flavour, out, instances=instances, max_delay_us=max_delay_us, max_batch=max_batch,
                         threads=threads, gpus=gpu_list, trt_cache=trt_cache, servelab_path=servelab_path,
                         log_fn=typer.echo)
     except FileExistsError as exc:
@@ -72,7 +72,10 @@ def up(
     model: Optional[List[str]] = typer.Option(None, help="load only these models (repeatable; default all)"),
     timeout: float = typer.Option(300.0, help="seconds to wait for readiness"),
 ):
-    """Start the bundled tritonserver in the background on 127.0.0.1 and wait until its models are ready."""
+    """Start the bundled tritonserver in the background on 127.0.0.1 and wait until its models are ready.
+
+    With no model repository at --repository yet, it stages the CPU one there first (as `servelab triton stage`
+    with its defaults would), so one command takes a fresh checkout to a running server."""
     from servelab.managed_process import pid_alive
     from servelab.triton.server import EmbeddedTriton
 
@@ -80,6 +83,14 @@ def up(
     if state and pid_alive(state["pid"]):
         raise RuntimeError(f"a tritonserver started by servelab is already running (pid {state['pid']}, "
                            f"HTTP {state['http_url']}); run `servelab triton down` first")
+    if not any(repository.glob("*/config.pbtxt")):
+        from servelab.triton.repository import stage as do_stage
+
+        typer.echo(f"no model repository at {repository}: staging the CPU one there first", err=True)
+        try:
+            do_stage("cpu", repository, log_fn=lambda line: typer.echo(line, err=True))
+        except FileExistsError as exc:
+            raise RuntimeError(str(exc)) from None
     srv = EmbeddedTriton(repository, http_port, grpc_port, metrics_port, log, models=model or None,
                          startup_timeout=timeout)
     srv.start()  # its own session: it keeps running after this command exits

@@ -1,7 +1,7 @@
 """Build Triton's live model repository (models/) from the committed templates in models_staging/.
 
     from servelab.triton.repository import stage, parse_config, write_config
-    info = stage(target="cpu", out="models", instances=1, max_delay_us=2000)   # -> dict (what was written)
+    info = stage("cpu", out="models", instances=1, max_delay_us=2000)          # -> dict (what was written)
     cfg = parse_config("models/openclip_vit_b32_cpu/config.pbtxt")            # -> ModelConfig protobuf
 
 models_staging/cpu holds the set the bundled (CPU-only, python backend) tritonserver loads; models_staging/gpu
@@ -34,7 +34,7 @@ from servelab.triton.models import ENCODERS, PREPROCESS, TRT_ENCODER
 from servelab.triton.tensorrt import ACCELERATOR, profile_shapes
 
 STAGING = REPO_ROOT / "models_staging"
-TARGETS = ("cpu", "gpu")
+FLAVOURS = ("cpu", "gpu")  # which server the repository is for: models_staging/<flavour>
 
 
 def _mc():
@@ -156,7 +156,7 @@ def _swap_models(new: Path, out: Path) -> None:
 
 
 def stage(
-    target: str = "cpu",
+    flavour: str = "cpu",
     out: Path | str | None = None,
     *,
     instances: int = 1,
@@ -169,14 +169,14 @@ def stage(
     settings: Settings | None = None,
     log_fn=None,
 ) -> dict:
-    """Write the live repository for `target` into `out` (default models/). Returns what was written.
+    """Write the live repository of `flavour` (cpu | gpu) into `out` (default models/). Returns what was written.
 
     threads: onnxruntime intra-op threads per CPU instance; default cores // instances (no oversubscription).
     """
     from servelab.model.export import ensure_exported
 
-    if target not in TARGETS:
-        raise ValueError(f"target must be one of {', '.join(TARGETS)}, got {target!r}")
+    if flavour not in FLAVOURS:
+        raise ValueError(f"flavour must be one of {', '.join(FLAVOURS)}, got {flavour!r}")
     if instances < 1:
         raise ValueError(f"--instances must be >= 1, got {instances}")
     if max_delay_us is not None and max_delay_us < 0:
@@ -185,7 +185,7 @@ def stage(
         raise ValueError(f"--max-batch must be >= 1, got {max_batch}")
     settings = settings or Settings.from_env()
     out = Path(out) if out else REPO_ROOT / "models"
-    src_root = STAGING / target
+    src_root = STAGING / flavour
     if not src_root.is_dir():
         raise FileNotFoundError(f"{src_root}: staging templates missing")
     if out.exists():
@@ -217,7 +217,7 @@ def stage(
                 set_param(cfg, "weights", weights)
             if cfg.name == PREPROCESS:
                 set_param(cfg, "servelab_path", servelab_path)
-            if cfg.name in ENCODERS[target]:
+            if cfg.name in ENCODERS[flavour]:
                 set_instances(cfg, instances, gpus)
                 if max_delay_us is not None:
                     cfg.dynamic_batching.max_queue_delay_microseconds = max_delay_us
@@ -225,7 +225,7 @@ def stage(
                     set_param(cfg, "intra_op_threads", threads)
                 if cfg.name == TRT_ENCODER:
                     _set_trt(cfg, cfg.max_batch_size, trt_cache, onnx_sha256)
-                elif target == "gpu" and len(cfg.model_warmup):
+                elif flavour == "gpu" and len(cfg.model_warmup):
                     _set_warmup(cfg, cfg.max_batch_size)
                 how = _link_or_copy(onnx, dst / "1" / "model.onnx")
                 written[cfg.name] = {"onnx": how}
@@ -235,9 +235,9 @@ def stage(
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    info = {"target": target, "repository": str(out), "models": sorted(written), "instances": instances,
+    info = {"flavour": flavour, "repository": str(out), "models": sorted(written), "instances": instances,
             "max_delay_us": max_delay_us, "max_batch": max_batch, "threads": threads, "onnx": str(onnx),
             "weights": weights}
     if log_fn:
-        log_fn(f"staged {target} repository in {out}: {', '.join(info['models'])} (weights: {weights})")
+        log_fn(f"staged {flavour} repository in {out}: {', '.join(info['models'])} (weights: {weights})")
     return info

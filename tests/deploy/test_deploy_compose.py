@@ -182,7 +182,7 @@ def test_gpu_ids_staged_agree_with_the_devices_each_stack_reserves(tmp_path, onn
     from servelab.triton.repository import parse_config, stage
 
     repo = tmp_path / "models"
-    stage(target="gpu", out=repo, instances=2)  # what compose.00-prepare.yaml runs
+    stage("gpu", out=repo, instances=2)  # what compose.00-prepare.yaml runs
     named = {int(g) for cfg in (parse_config(p) for p in repo.glob("*/config.pbtxt"))
              for group in cfg.instance_group for g in group.gpus}
     for name in TRITON_STACKS:
@@ -269,7 +269,7 @@ def test_triton_stacks(name, gpu_trt_cache_path):
     pub = {p: s for p, s in published_ports(doc).items() if s == "triton"}
     assert sorted(pub) == [NODE_PORTS["triton_http"], NODE_PORTS["triton_grpc"], NODE_PORTS["triton_metrics"]]
     mounts = {v.split(":")[1]: v.split(":")[0] for v in tri["volumes"]}
-    assert mounts["/models"] == "../models"  # the repository `servelab triton stage --target gpu` writes
+    assert mounts["/models"] == "../models"  # the repository `servelab triton stage --flavour gpu` writes
     # the TensorRT engine/timing cache path in the staged config is a named volume in the container
     assert mounts[gpu_trt_cache_path] in doc["volumes"]
     # preprocess_jpeg imports servelab from the path prepare_gpu.py stages into its config

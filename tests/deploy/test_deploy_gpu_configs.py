@@ -1,5 +1,5 @@
 """GPU-node Triton configs (models_staging/gpu, by the Triton engineer) vs what the containers provide, and a
-real `stage(target="gpu")` into a temp folder as the node's prepare step runs it."""
+real `stage("gpu")` into a temp folder as the node's prepare step runs it."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def test_staged_gpu_repository(tmp_path, onnx_meta, gpu_trt_cache_path):
 
     from servelab.triton.repository import parse_config, stage, warmup_batches
 
-    info = stage(target="gpu", out=tmp_path / "models", instances=2, trt_cache="/trt_cache",
+    info = stage("gpu", out=tmp_path / "models", instances=2, trt_cache="/trt_cache",
                  servelab_path="/opt/servelab")
     assert EXPECTED_GPU_MODELS <= set(info["models"])
     repo = tmp_path / "models"
@@ -84,7 +84,7 @@ def test_explicit_gpu_list_is_kept(tmp_path, onnx_meta):
     """A bare tritonserver that sees every GPU (scripts/VASTAI.md) may still name GPUs explicitly."""
     from servelab.triton.repository import parse_config, stage
 
-    stage(target="gpu", out=tmp_path / "models", gpus=[0, 1])
+    stage("gpu", out=tmp_path / "models", gpus=[0, 1])
     cfg = parse_config(tmp_path / "models" / "openclip_vit_b32" / "config.pbtxt")
     assert [(g.count, list(g.gpus)) for g in cfg.instance_group] == [(1, [0, 1])]
 
@@ -97,13 +97,13 @@ def test_restage_replaces_models_inside_the_mounted_folder(tmp_path, onnx_meta):
     from servelab.triton.repository import parse_config, stage
 
     out = tmp_path / "models"
-    stage(target="gpu", out=out, instances=1)
+    stage("gpu", out=out, instances=1)
     (out / "stale_model").mkdir()
     (out / "stale_model" / "config.pbtxt").write_text('name: "stale_model"\n')
     fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)  # what the container holds: this directory, not its name
     try:
         inode = os.fstat(fd).st_ino
-        stage(target="gpu", out=out, instances=3)
+        stage("gpu", out=out, instances=3)
         seen_through_mount = set(os.listdir(fd))
         assert os.stat(out).st_ino == inode
         assert EXPECTED_GPU_MODELS <= seen_through_mount and "stale_model" not in seen_through_mount
