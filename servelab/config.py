@@ -77,7 +77,8 @@ class Settings:
     max_batch: int = 16
     max_delay_ms: float = 2.0
     max_queue: int = 64  # images waiting; more -> 503 with Retry-After
-    max_in_flight: int = 64  # requests being read, decoded, queued or run; more -> 503 before reading (0 = no limit)
+    max_in_flight: int | None = None  # requests read/decoded/queued/run at once; more -> 503 before reading
+    #                                   (None: same number as max_queue; 0: no limit)
     decode_threads: int = 2  # threads decoding images (the decode pool)
     request_timeout_s: float = 30.0  # a request still queued after this is dropped with 503 (0 = never)
     max_images_per_request: int = 32
@@ -102,7 +103,7 @@ class Settings:
             max_batch=_env("MAX_BATCH", d.max_batch, int),
             max_delay_ms=_env("MAX_DELAY_MS", d.max_delay_ms, float),
             max_queue=_env("MAX_QUEUE", d.max_queue, int),
-            max_in_flight=_env("MAX_IN_FLIGHT", d.max_in_flight, int),
+            max_in_flight=_env("MAX_IN_FLIGHT", None, int),
             decode_threads=_env("DECODE_THREADS", d.decode_threads, int),
             request_timeout_s=_env("REQUEST_TIMEOUT_S", d.request_timeout_s, float),
             max_images_per_request=_env("MAX_IMAGES", d.max_images_per_request, int),
@@ -126,8 +127,13 @@ class Settings:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
         for name in ("max_in_flight", "request_timeout_s"):
-            if getattr(self, name) < 0:
+            if (getattr(self, name) or 0) < 0:
                 raise ValueError(f"{name} must be >= 0 (0 = no limit)")
+
+    @property
+    def in_flight_limit(self) -> int:
+        """Requests admitted at once (0: no limit); defaults to max_queue."""
+        return self.max_queue if self.max_in_flight is None else self.max_in_flight
 
     def with_(self, **changes) -> "Settings":
         return replace(self, **changes)

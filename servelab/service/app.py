@@ -180,7 +180,7 @@ async def info(request: Request):
             "max_batch": s.max_batch,
             "max_delay_ms": s.max_delay_ms,
             "max_queue": s.max_queue,
-            "max_in_flight": s.max_in_flight,
+            "max_in_flight": s.in_flight_limit,
             "decode_threads": s.decode_threads,
             "request_timeout_s": s.request_timeout_s,
             "max_images_per_request": s.max_images_per_request,
@@ -214,7 +214,7 @@ class Service:
         self.settings = settings
         self.limits = codecs.Limits.from_settings(settings)
         self.metrics = Metrics()
-        self.admission = Admission(settings.max_in_flight)
+        self.admission = Admission(settings.in_flight_limit)
         self.decode_pool = ThreadPoolExecutor(settings.decode_threads, thread_name_prefix="decode")
         self.embedder = embedder
         self.ready = False

@@ -7,8 +7,8 @@ import sys
 import time
 from pathlib import Path
 
-from servelab.netutil import free_port
 from servelab.managed_process import ManagedProcess
+from servelab.netutil import free_port
 
 
 class ServiceProcess(ManagedProcess):
