@@ -7,7 +7,6 @@ on the lab): servelab.cli adds these commands to the `lab` group with `add_comma
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -18,7 +17,7 @@ def _say(text: str) -> None:
 
 def assignments(
     out: Path = typer.Option(Path("results/assignments"), "--out", help="folder to write student/ and instructor/ into"),
-    only: Optional[List[str]] = typer.Option(None, "--only", help="notebook id(s), e.g. --only 04 (repeatable)"),
+    only: list[str] | None = typer.Option(None, "--only", help="notebook id(s), e.g. --only 04 (repeatable)"),
 ):
     """Student notebooks (solutions replaced by NotImplementedError) and instructor notebooks, ready to hand out."""
     from servelab.assignments.generate import build
@@ -38,7 +37,7 @@ def grade(
     out: Path = typer.Option(Path("grades.csv"), "--out", help="CSV of exercise results per notebook"),
     execute: bool = typer.Option(False, "--execute", help="execute notebooks that have no outputs first (papermill)"),
     profile: str = typer.Option("smoke", help="parameters profile for --execute"),
-    param: Optional[List[str]] = typer.Option(None, "--param", "-p", help="key=value for --execute (repeatable)"),
+    param: list[str] | None = typer.Option(None, "--param", "-p", help="key=value for --execute (repeatable)"),
 ):
     """Read (or execute) student notebooks and write each exercise's result to a CSV."""
     from servelab.assignments.grade import grade as do_grade

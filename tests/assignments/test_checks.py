@@ -423,3 +423,12 @@ def test_outcome_lower_is_better_and_the_prediction_is_reported_not_graded():
     assert r.passed and r.detail["prediction_held"] is True
     assert "no prediction" in checks.outcome("grpc", lat, **kw).message
     assert checks.outcome("http", lat, **kw).status == FAIL
+
+
+def test_queue_delay_within_the_spread_of_the_best_is_a_tie():
+    windows = {0: [24.0, 28.0], 2000: [27.0, 31.0], 10000: [30.0, 32.0]}  # 0 µs overlaps 2000 µs's band
+    grid = GRID.assign(window_throughput_img_s=[windows[d] if c == 8 else [t, t] for d, c, t in
+                                                zip(GRID.queue_delay_us, GRID.concurrency, GRID.throughput_img_s,
+                                                    strict=True)])
+    assert checks.queue_delay_for_budget(0, grid, 250.0, exercise="t").passed
+    assert not qd(0).passed  # without windows the same numbers are not a tie
