@@ -99,6 +99,37 @@ def test_service_killed_mid_embed_stops_cleanly_and_rerun_finishes(tmp_path, onn
         _rerun_finishes(root, again.url, done, total)
 
 
+def _triton(*args, env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "servelab.cli", "triton", *map(str, args)], env=env,
+                          capture_output=True, text=True, timeout=400)
+
+
+@pytest.mark.triton
+def test_tritonserver_killed_mid_embed_and_up_stages_a_missing_repository(tmp_path, onnx_meta):
+    from servelab.netutil import free_port
+
+    total = 40
+    root = tmp_path / "photos"
+    cat_path = _photos(root, total, 800)
+    env = {**os.environ, "SERVELAB_TRITON_STATE_DIR": str(tmp_path / "state")}
+    http, grpc, metrics = free_port(), free_port(), free_port()
+    opts = ["--repository", tmp_path / "models", "--http-port", http, "--grpc-port", grpc, "--metrics-port", metrics]
+    up = _triton("up", *opts, env=env)  # no repository yet: up stages it, then starts
+    assert up.returncode == 0, up.stderr
+    assert "no model repository at" in up.stderr and (tmp_path / "models").is_dir()
+    state = json.loads(up.stdout)
+    try:
+        assert state["models"] and set(state["models"].values()) == {"READY"}
+        url = f"http://127.0.0.1:{http}"
+        embed = _embed_cli(root, url, "triton-http")
+        done = _kill_mid_run(embed, cat_path, lambda: os.killpg(state["pid"], signal.SIGKILL), total)
+        again = _triton("up", *opts, env=env)  # staged now: starts straight away
+        assert again.returncode == 0 and "no model repository" not in again.stderr, again.stderr
+        _rerun_finishes(root, url, done, total, "triton-http")
+    finally:
+        _triton("down", env=env)
+
+
 KILLER = textwrap.dedent("""
     import json, os, signal, sys
     import servelab.dedup.trash as trash
