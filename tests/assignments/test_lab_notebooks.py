@@ -143,3 +143,20 @@ def test_parameters_default_to_real_measurements(py):
               if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name) and n.targets[0].id in PROFILES["default"]}
     wrong = {k: v for k, v in values.items() if v != PROFILES["default"][k]}
     assert not wrong, f"{py.name}: parameters differ from the default profile: {wrong}"
+
+
+def test_jupyterlab_is_installed_and_sees_the_servelab_kernel():
+    """`make jupyter` opens JupyterLab from this environment; the notebooks' `servelab` kernel is this Python."""
+    import sys
+    from importlib.metadata import version
+
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    from servelab.lab.notebooks import KERNEL, ensure_kernel
+
+    assert version("jupyterlab").startswith("4.")  # JupyterLab 4 renders the lessons' mermaid diagrams
+    assert (Path(sys.executable).parent / "jupyter-lab").exists()
+    ensure_kernel()
+    spec = KernelSpecManager().get_kernel_spec(KERNEL)
+    assert Path(spec.argv[0]).resolve() == Path(sys.executable).resolve()
+    assert all(jupytext.read(p).metadata.get("kernelspec", {}).get("name") == KERNEL for p in SOURCES)
