@@ -22,16 +22,15 @@ def run(
     place: str = typer.Option("local", help="where the servers run: local (embedded stack on loopback) | node (a GPU node running the docker-compose stacks)"),
     run_id: Optional[str] = typer.Option(None, help="results/<run-id>/ (default: timestamp-profile); an existing id is updated"),
     ports: str = typer.Option("auto", help="local stack ports: auto (configured if free, else free) | configured | free"),
-    results: Path = typer.Option(None, help="results folder (default ./results)"),
+    results: Path = typer.Option(None, help="results folder (default: $SERVELAB_RESULTS, else results/)"),
     progress_bar: bool = typer.Option(True, help="papermill's per-cell progress bar"),
     notebooks: Path = typer.Option(None, help="folder of NN_*.py/.ipynb notebooks (default ./notebooks; e.g. generated assignment notebooks)"),
 ):
     """Execute the lab notebooks with papermill into results/<run-id>/ and write report.md/.html."""
-    from servelab.lab.runner import RESULTS_DIR
     from servelab.lab.runner import run as do_run
 
     state = do_run(profile=profile, only=only, params=param, place=place, run_id=run_id, ports=ports,
-                   results_dir=results or RESULTS_DIR, say=_say, progress_bar=progress_bar, notebook_dir=notebooks)
+                   results_dir=results, say=_say, progress_bar=progress_bar, notebook_dir=notebooks)
     ok = sum(e["status"] == "ok" for e in state["notebooks"])
     typer.echo(f"{ok}/{len(state['notebooks'])} notebooks ok -> {state['out_dir']}/report.md (and report.html)")
 
@@ -67,7 +66,7 @@ def sync(check: bool = typer.Option(False, "--check", help="only report notebook
 @app.command()
 def report(run_dir: Path = typer.Argument(..., help="results/<run-id>")):
     """Rewrite report.md/.html of a run from what is on disk."""
-    from servelab.lab.report import write_report
+    from servelab.lab.run_report import write_report
 
     if not (run_dir / "run.json").exists():
         raise FileNotFoundError(f"{run_dir}: not a lab run folder (no run.json)")

@@ -81,9 +81,9 @@ def triton_models(place: str) -> dict:
 
 def interactive_out_dir() -> Path:
     """results/interactive of this checkout: writable wherever the notebook runs (here, the node's containers)."""
-    from servelab.lab.runner import RESULTS_DIR
+    from servelab.config import results_dir
 
-    return Path(RESULTS_DIR) / "interactive"
+    return results_dir() / "interactive"
 
 
 def place_defaults(namespace: dict) -> dict:

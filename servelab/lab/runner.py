@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from servelab.config import REPO_ROOT
+from servelab import config
 from servelab.fileio import atomic_write
 from servelab.lab import notebooks as nbs
 from servelab.lab import params as lab_params
 from servelab.lab.places import check_place, node_endpoints, triton_models
+from servelab.lab.run_report import failed_cell, write_report
 
-RESULTS_DIR = REPO_ROOT / "results"
 URL_KEYS = {"service_url", "triton_http_url", "triton_grpc_url", "triton_metrics_url", "triton_repository",
             "service_pid", "triton_pid"}
 
@@ -54,7 +54,7 @@ def default_run_id(profile: str) -> str:
 
 
 def plan(profile: str = "default", only: list[str] | None = None, params: list[str] | None = None,
-         place: str = "local", run_id: str | None = None, results_dir: Path = RESULTS_DIR,
+         place: str = "local", run_id: str | None = None, results_dir: Path | None = None,
          notebook_dir: Path = nbs.NOTEBOOK_DIR) -> RunPlan:
     """Validate everything the user typed before anything is started."""
     check_place(place)
@@ -75,7 +75,7 @@ def plan(profile: str = "default", only: list[str] | None = None, params: list[s
     run_id = run_id or default_run_id(profile)
     if not run_id.replace("-", "").replace("_", "").replace(".", "").isalnum():
         raise ValueError(f"--run-id {run_id!r}: use letters, digits, '-', '_' or '.'")
-    out_dir = (Path(results_dir) / run_id).resolve()
+    out_dir = (Path(results_dir or config.results_dir()) / run_id).resolve()
     values.update(place=place, run_id=run_id, out_dir=str(out_dir), **triton_models(place))
     if place == "node":
         values.update(node_endpoints().as_params())
@@ -109,15 +109,6 @@ def _failure(exc: Exception) -> dict:
     return {"cell": None, "error": f"{type(exc).__name__}: {exc}".strip()}
 
 
-def _where(entry: dict) -> str:
-    """`cell In [7] (`run = step.table(...)`)` — the execution count Jupyter shows, and the cell's first line."""
-    if entry.get("cell") is None:
-        return "no particular cell (the kernel or papermill failed)"
-    label = f"In [{entry['execution_count']}]" if entry.get("execution_count") else f"#{entry['cell']}"
-    src = entry.get("cell_source")
-    return f"cell {label}" + (f" (`{src}`)" if src else "")
-
-
 def _fingerprint(out_dir: Path, say: Callable[[str], None]) -> dict:
     """The environment fingerprint, written once per run as environment.json."""
     from servelab.fingerprint import environment_fingerprint
@@ -135,10 +126,6 @@ def _fingerprint(out_dir: Path, say: Callable[[str], None]) -> dict:
 def execute(p: RunPlan, ports: str = "auto", say: Callable[[str], None] = print,
             progress_bar: bool = True) -> dict:
     """Run the plan; returns the run state (also in run.json). Raises NotebookFailed after writing the report."""
-    import papermill
-
-    from servelab.lab.report import write_report
-
     nbs.ensure_kernel()
     out_dir = p.out_dir
     for sub in ("notebooks", "tables", "plots", "logs"):
@@ -176,14 +163,11 @@ def execute(p: RunPlan, ports: str = "auto", say: Callable[[str], None] = print,
                 save()
                 t0 = time.monotonic()
                 try:
-                    papermill.execute_notebook(str(ipynb), str(output), parameters=injected,
-                                               kernel_name=nbs.KERNEL, cwd=str(ipynb.parent),
-                                               progress_bar=progress_bar, request_save_on_cell_execute=True,
-                                               extra_arguments=["--IPKernelApp.log_level=ERROR"])
+                    nbs.execute(ipynb, output, injected, progress_bar=progress_bar)
                 except Exception as exc:  # PapermillExecutionError, a dead kernel, …: report any failure
                     entry.update(status="failed", seconds=round(time.monotonic() - t0, 1), **_failure(exc))
                     save()
-                    where = _where(entry)
+                    where = failed_cell(entry)
                     failed = NotebookFailed(f"notebook {path.stem} failed at {where}: {entry['error']} "
                                             f"(executed notebook: {output}; partial report: {out_dir / 'report.md'})")
                     say(f"[{i}/{len(p.notebooks)}] {path.stem} FAILED at {where}: {entry['error']}")
@@ -241,11 +225,11 @@ def _stack(p: RunPlan, ports: str, say: Callable[[str], None]):
 
 
 def run(profile: str = "default", only: list[str] | None = None, params: list[str] | None = None,
-        place: str = "local", run_id: str | None = None, ports: str = "auto", results_dir: Path = RESULTS_DIR,
+        place: str = "local", run_id: str | None = None, ports: str = "auto", results_dir: Path | None = None,
         say: Callable[[str], None] = print, progress_bar: bool = True, notebook_dir: Path | None = None) -> dict:
     p = plan(profile=profile, only=only, params=params, place=place, run_id=run_id, results_dir=results_dir,
              notebook_dir=notebook_dir or nbs.NOTEBOOK_DIR)
     return execute(p, ports=ports, say=say, progress_bar=progress_bar)
 
 
-__all__ = ["run", "plan", "execute", "RunPlan", "NotebookFailed", "RESULTS_DIR"]
+__all__ = ["run", "plan", "execute", "RunPlan", "NotebookFailed"]

@@ -2,7 +2,7 @@
 
 import json
 
-from servelab.lab.report import build_markdown
+from servelab.lab.run_report import build_markdown
 
 
 def test_report_names_links_pinning_and_loadgen_cpu(tmp_path):

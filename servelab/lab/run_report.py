@@ -39,12 +39,19 @@ def _cell(text) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def failed_cell(entry: dict) -> str:
+    """`cell In [7] (`run = step.table(...)`)` — the execution count Jupyter shows, and the cell's first line."""
+    if entry.get("cell") is None:
+        return "no particular cell (the kernel or papermill failed)"
+    label = f"In [{entry['execution_count']}]" if entry.get("execution_count") else f"#{entry['cell']}"
+    src = entry.get("cell_source")
+    return f"cell {label}" + (f" (`{src}`)" if src else "")
+
+
 def _status(e: dict) -> str:
     s = e.get("status", "?")
     if s == "failed":
-        from servelab.lab.runner import _where
-
-        return f"**failed** at {_where(e)}: {e.get('error', '')}"
+        return f"**failed** at {failed_cell(e)}: {e.get('error', '')}"
     return s
 
 
