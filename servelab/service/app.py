@@ -23,6 +23,7 @@ import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from typing import NoReturn
 
 import numpy as np
 from fastapi import APIRouter, Depends, FastAPI, Request
@@ -84,7 +85,7 @@ class Job:
             self.drop(f"spent its {self.svc.settings.request_timeout_s:g}s before reaching the queue")
         return left
 
-    def drop(self, why: str):
+    def drop(self, why: str) -> NoReturn:
         shed("deadline_exceeded", f"request dropped without computing it: {why}", self.svc.admission.drain_s())
 
     async def embed_images(self, blobs: list[bytes]) -> np.ndarray:

@@ -94,8 +94,7 @@ class MicroBatcher:
                 return await item.future
             self._pending.remove(item)
             self._depth -= n
-            raise DeadlineExceeded(f"waited {timeout_s:.1f}s in the queue without reaching the engine; "
-                                   "dropped without computing it") from None
+            raise DeadlineExceeded(f"waited {timeout_s:.1f}s in the queue without reaching the engine") from None
 
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
