@@ -20,7 +20,7 @@ Public Python API (what `servelab dedup …` and the notebooks call):
         restore(cat, res["batch"])                          # undo: back to the original paths
     evaluate(out_dir, client, n_base=24, n_negatives=24, size=320)
                                               # -> {"csv", "markdown", "plot", "summary", "metrics", ...}
-    bench_group(n=100_000, dim=512, out="results")  # grouping benchmark record (servelab.dedup.bench)
+    bench_group(n=100_000, dim=512, out="results")  # grouping benchmark record (servelab.dedup.group_bench)
     create_app(catalog)                       # the review UI (servelab.dedup.review); `servelab dedup review`
 
 The catalog defaults to ROOT/.servelab/catalog.sqlite; that folder (and the trash in it) is never scanned.
@@ -42,7 +42,7 @@ def evaluate(out, client, **kwargs):
 
 
 def bench_group(**kwargs):
-    from servelab.dedup.bench import bench_group as _bench
+    from servelab.dedup.group_bench import bench_group as _bench
 
     return _bench(**kwargs)
 

@@ -215,7 +215,7 @@ def bench_group(n: int = typer.Option(100_000, help="embeddings"),
                 repeats: int = typer.Option(1, help="timed repeats (each in a fresh process)"),
                 out: Path = typer.Option(Path("results"), help="folder for the record JSON")):
     """Benchmark grouping random embeddings (time, peak memory, planted-pair recall); writes a record."""
-    from servelab.dedup.bench import bench_group as run
+    from servelab.dedup.group_bench import bench_group as run
 
     rec = run(n=n, dim=dim, threshold=threshold, planted=planted, method=method, repeats=repeats, out=out)
     typer.echo(json.dumps({k: rec[k] for k in ("experiment", "method", "n", "seconds", "peak_rss_mb",
