@@ -14,12 +14,15 @@ Near-duplicate edges follow a `Rule` (cosine threshold and/or pHash Hamming dist
 "not a duplicate" are dropped. Groups are connected components (union-find) over MD5-equal pairs and the kept
 edges, and each group names the rule that formed it.
 
-Safe defaults (`default_rule`): a deleting tool must not propose wrong deletions by default. On the project's
-own labelled set (`servelab dedup evaluate`: generated photos, each with seven transformed copies, plus
-distinct negatives), the random-init weights give every pair of photos a cosine near 1 — grouping by
-cosine >= 0.92 alone put unrelated photos together (pairwise precision 0.03-0.12) — while pHash distance <= 14
-alone reached precision 1.00 and recall 0.92-0.94 (24 and 8 bases, seeds 0 and 1). So random-init weights
-(and a catalog with no embeddings yet) group by pHash agreement alone. Pretrained CLIP or a checkpoint could
+Safe defaults (`default_rule`): a deleting tool must not propose wrong deletions by default. Evidence, from
+the project's own labelled generator (`servelab.dedup.evaluate.build_set`: generated photos, each with seven
+transformed copies, plus distinct negatives; 320 px; grouped pairwise, a pair called when both land in one
+group) with the offline random-init ViT-B/32 through the ONNX engine: grouping by cosine >= 0.92 alone put
+unrelated photos together (pairwise precision 0.03-0.12 without the shipped sample photo; its cosine does
+not separate photos), while pHash distance <= 14 alone reached precision 1.00 in every run, recall 0.92-0.93
+with 24 bases (seeds 0, 1) and 0.80-0.94 with 8 bases (seeds 0-5). Distance 12 lost recall (0.74-0.90);
+16 and 18 lost precision on some seeds (0.79-0.94). So random-init weights (and a catalog with no
+embeddings yet) group by pHash agreement alone. `servelab dedup evaluate` reports the figures at the defaults. Pretrained CLIP or a checkpoint could
 not be calibrated here (no weights can be downloaded): their default keeps cosine >= 0.92 *and* requires pHash
 agreement, so it is never less safe than the pHash rule. Calibrate with `servelab dedup evaluate` before
 relaxing it (`--cosine-only`).

@@ -23,14 +23,30 @@ def test_evaluate_writes_table_plot_and_states_weights(tmp_path, dedup_client):
     md5 = next(r for r in rows if r["method"] == "md5")
     # MD5 finds exactly the (original, exact copy) pairs and nothing else
     assert (int(md5["tp"]), int(md5["fp"])) == (bases, 0) and float(md5["precision"]) == 1.0
-    assert {r["method"] for r in rows} == {"md5", "phash", "dhash", "embedding"}
+    assert {r["method"] for r in rows} == {"md5", "phash", "dhash", "embedding", "grouping"}
     assert sum(r["method"] == "embedding" for r in rows) >= 5
     ph = [r for r in rows if r["method"] == "phash"]
     assert [int(r["tp"]) for r in ph] == sorted(int(r["tp"]) for r in ph)  # looser distance, more found
     md = open(res["markdown"]).read()
     assert s["weights"] in md and "| method | setting | precision | recall | F1 |" in md
+    d = s["defaults"]
+    assert f"**at the defaults** ({d['rule']['text']}" in md and f"precision **{d['precision']:.3f}**" in md
+    default_row = next(r for r in rows if r["setting"] == f"default: {d['rule']['text']}")
+    assert (default_row["method"], int(default_row["tp"]), int(default_row["fp"])) == ("grouping", d["tp"], d["fp"])
     if is_random_init(s["weights"]):
         assert "NOT a claim about pretrained CLIP" in md
     with Image.open(res["plot"]) as im:
         assert im.format == "PNG" and im.width > 300
     assert not list(out.glob("*.tmp*"))
+
+
+def test_default_grouping_is_precise_on_the_generated_labelled_set(tmp_path, dedup_client):
+    """The default a user gets must not propose wrong deletions: precision >= 0.95 and recall >= 0.8 on the
+    project's own labelled generator, for the weights actually loaded; cosine alone is the counter-example."""
+    res = evaluate(tmp_path / "eval", dedup_client, n_base=8, n_negatives=8, size=320, seed=0)
+    d = res["summary"]["defaults"]
+    assert d["precision"] >= 0.95 and d["recall"] >= 0.8, d
+    assert d["rule"]["phash_max"] is not None  # random-init and uncalibrated weights both require pHash agreement
+    cosine_only = next(r for r in res["metrics"] if r["method"] == "grouping" and r["setting"].endswith("alone"))
+    if is_random_init(res["summary"]["weights"]):
+        assert cosine_only["precision"] < 0.5  # why the default needs pHash: unrelated photos grouped together
