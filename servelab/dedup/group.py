@@ -18,8 +18,8 @@ Safe defaults (`default_rule`): a deleting tool must not propose wrong deletions
 the project's own labelled generator (`servelab.dedup.evaluate.build_set`: generated photos, each with seven
 transformed copies, plus distinct negatives; 320 px; grouped pairwise, a pair called when both land in one
 group) with the offline random-init ViT-B/32 through the ONNX engine: grouping by cosine >= 0.92 alone put
-unrelated photos together (pairwise precision 0.03-0.12 without the shipped sample photo; its cosine does
-not separate photos), while pHash distance <= 14 alone reached precision 1.00 in every run, recall 0.92-0.93
+unrelated photos together (pairwise precision 0.03 and 0.03 with 24 bases, 0.12 and 0.72 with 8 bases at
+seeds 0 and 3: random-init cosine does not separate photos), while pHash distance <= 14 alone reached precision 1.00 in every run, recall 0.92-0.93
 with 24 bases (seeds 0, 1) and 0.80-0.94 with 8 bases (seeds 0-5). Distance 12 lost recall (0.74-0.90);
 16 and 18 lost precision on some seeds (0.79-0.94). So random-init weights (and a catalog with no
 embeddings yet) group by pHash agreement alone. `servelab dedup evaluate` reports the figures at the defaults. Pretrained CLIP or a checkpoint could
