@@ -1,26 +1,35 @@
 #!/usr/bin/env bash
 # Runs ON THE GPU NODE (uploaded and started by servelab.provision, or by hand: `bash node_bootstrap.sh`).
 # Idempotent: installs only what is missing, pulls instead of re-cloning, and `compose up -d` is a no-op for
-# a stack that is already up. Needs: Ubuntu 22.04/24.04 with the NVIDIA driver (Chameleon's CC-*-CUDA images).
+# a stack that is already up. Needs: Ubuntu 22.04/24.04 with NVIDIA driver >= 580 (Chameleon's *-CUDA images).
 #   REPO_URL (required)  git URL to clone          REPO_REF   branch/tag/commit (default main)
 #   REMOTE_DIR           clone folder (~/servelab)   STACKS     compose steps to bring up, e.g. "04-triton"
-#   SERVELAB_GPUS        GPU ids for Triton's instance groups, e.g. 0,1 (default: all)
+#   SERVELAB_INSTANCES   Triton encoder instances per GPU (default 1)
+#   SERVELAB_TRITON_GPU / SERVELAB_SERVICE_GPU   the node's GPU id for Triton / the service (default 0)
+#   SERVELAB_PRETRAINED, SERVELAB_CHECKPOINT, SERVELAB_SEED   the weights every container uses
 #   SKIP_PREPARE=1       do not run the export + stage step
+# Every compose call gets these variables explicitly (`sudo env VAR=… docker …`): sudo's env_reset would drop
+# them, and compose would silently fall back to its defaults.
 set -euo pipefail
 : "${REPO_URL:?set REPO_URL to the git URL of servelab}"
 REPO_REF=${REPO_REF:-main}
 REMOTE_DIR=${REMOTE_DIR:-servelab}
 STACKS=${STACKS:-04-triton}
+DRIVER_FLOOR=580  # CUDA 13.0 (the servelab GPU image, Triton 25.10) needs the R580 driver
+DOCKER_DAEMON_JSON=${DOCKER_DAEMON_JSON:-/etc/docker/daemon.json}
 SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
 say() { printf '[node-bootstrap] %s\n' "$*"; }
 
 command -v nvidia-smi >/dev/null || { say "no nvidia-smi: this image has no NVIDIA driver (use a *-CUDA image)"; exit 1; }
 DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n1)
 say "GPUs: $(nvidia-smi --query-gpu=name --format=csv,noheader | paste -sd, -) (driver $DRIVER)"
-if [ "${DRIVER%%.*}" -lt 580 ]; then
-  say "WARNING: driver $DRIVER < 580; the CUDA 13 images need 580+ (data-center GPUs may run via forward compatibility)"
+if [ "${DRIVER%%.*}" -lt "$DRIVER_FLOOR" ]; then
+  say "driver $DRIVER is older than R$DRIVER_FLOOR, which CUDA 13 (the servelab GPU image and Triton 25.10) needs:"
+  say "use a newer *-CUDA image or install driver >= $DRIVER_FLOOR"
+  exit 1
 fi
 
+restart_docker=0
 if ! command -v docker >/dev/null; then
   say "installing Docker Engine and the compose plugin (Ubuntu packages)"
   $SUDO apt-get update -qq
@@ -37,12 +46,30 @@ if ! dpkg -s nvidia-container-toolkit >/dev/null 2>&1; then
   $SUDO apt-get update -qq
   $SUDO DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nvidia-container-toolkit
   $SUDO nvidia-ctk runtime configure --runtime=docker
+  restart_docker=1
+fi
+# Known toolkit issue (NVIDIA/nvidia-container-toolkit#48): with the systemd cgroup driver, a `systemctl
+# daemon-reload` (any package install does one) takes the GPU devices away from running containers, which then
+# fail with "Failed to initialize NVML: Unknown Error". The Chameleon serving lab's workaround, applied here:
+# Docker's cgroupfs driver (exec-opts in daemon.json, merged, nothing else in the file changed).
+if ! grep -q 'native.cgroupdriver=cgroupfs' "$DOCKER_DAEMON_JSON" 2>/dev/null; then
+  say "Docker: cgroupfs cgroup driver (GPU containers keep NVML across systemd reloads)"
+  $SUDO python3 - "$DOCKER_DAEMON_JSON" <<'PY'
+import json, os, sys
+path = sys.argv[1]
+cfg = json.load(open(path)) if os.path.exists(path) and os.path.getsize(path) else {}
+opts = [o for o in cfg.get("exec-opts", []) if not o.startswith("native.cgroupdriver=")]
+cfg["exec-opts"] = opts + ["native.cgroupdriver=cgroupfs"]
+os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+with open(path + ".tmp", "w") as f:
+    json.dump(cfg, f, indent=2)
+os.replace(path + ".tmp", path)
+PY
+  restart_docker=1
+fi
+if [ "$restart_docker" = 1 ]; then
   $SUDO systemctl restart docker
 fi
-DOCKER="$SUDO docker"
-$DOCKER compose version >/dev/null || { say "docker compose plugin missing"; exit 1; }
-say "GPU inside a container:"
-$DOCKER run --rm --gpus all nvidia/cuda:13.0.2-base-ubuntu24.04 nvidia-smi -L
 
 if [ -d "$REMOTE_DIR/.git" ]; then
   say "updating $REMOTE_DIR to $REPO_REF"
@@ -54,22 +81,32 @@ else
 fi
 cd "$REMOTE_DIR"
 mkdir -p artifacts models results
-SERVELAB_UID=$(id -u)
-SERVELAB_GID=$(id -g)
-export SERVELAB_UID SERVELAB_GID SERVELAB_GPUS="${SERVELAB_GPUS:-}"
 # The node's Jupyter needs a token: one per node, kept outside the clone, readable only by this user.
 TOKEN_FILE="$HOME/.servelab_jupyter_token"
 [ -s "$TOKEN_FILE" ] || (umask 077; head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$TOKEN_FILE")
-export JUPYTER_TOKEN=${JUPYTER_TOKEN:-$(cat "$TOKEN_FILE")}
+
+COMPOSE_ENV=(
+  "SERVELAB_UID=$(id -u)" "SERVELAB_GID=$(id -g)"
+  "JUPYTER_TOKEN=${JUPYTER_TOKEN:-$(cat "$TOKEN_FILE")}"
+  "SERVELAB_INSTANCES=${SERVELAB_INSTANCES:-1}"
+  "SERVELAB_TRITON_GPU=${SERVELAB_TRITON_GPU:-0}" "SERVELAB_SERVICE_GPU=${SERVELAB_SERVICE_GPU:-0}"
+  "SERVELAB_PRETRAINED=${SERVELAB_PRETRAINED:-}" "SERVELAB_CHECKPOINT=${SERVELAB_CHECKPOINT:-}"
+  "SERVELAB_SEED=${SERVELAB_SEED:-0}"
+)
+docker_() { $SUDO env "${COMPOSE_ENV[@]}" docker "$@"; }
+
+docker_ compose version >/dev/null || { say "docker compose plugin missing"; exit 1; }
+say "GPU inside a container:"
+docker_ run --rm --gpus all nvidia/cuda:13.0.2-base-ubuntu24.04 nvidia-smi -L
 
 if [ "${SKIP_PREPARE:-0}" != 1 ]; then
   say "export + stage the GPU Triton repository (docker/compose.00-prepare.yaml)"
-  $DOCKER compose -f docker/compose.00-prepare.yaml run --rm prepare
+  docker_ compose -f docker/compose.00-prepare.yaml run --rm prepare
 fi
 for stack in $STACKS; do
   say "bringing up docker/compose.$stack.yaml"
-  $DOCKER compose -f "docker/compose.$stack.yaml" up -d --build --wait
+  docker_ compose -f "docker/compose.$stack.yaml" up -d --build --wait
 done
-$DOCKER ps --format 'table {{.Names}}\t{{.Status}}\t{{.Ports}}'
+docker_ ps --format 'table {{.Names}}\t{{.Status}}\t{{.Ports}}'
 say "Jupyter token (if the jupyter stack is up): in $TOKEN_FILE"
 say "done. From your machine: ssh -N -L 8000:127.0.0.1:8000 -L 8001:127.0.0.1:8001 -L 8002:127.0.0.1:8002 -L 8080:127.0.0.1:8080 -L 8888:127.0.0.1:8888 $(id -un)@<floating-ip>"

@@ -24,6 +24,31 @@ def _chi():
     return chi
 
 
+def _reason(obj) -> str:
+    """Why a lease or server is not ACTIVE, from what python-chi / Blazar / Nova report (any that is present)."""
+    for attr in ("status_reason", "fault", "degraded"):
+        value = getattr(obj, attr, None)
+        if isinstance(value, dict):
+            value = value.get("message") or value.get("details")
+        if value:
+            return str(value)
+    return "no reason given; see the lease/instance page at the site"
+
+
+def require_active(kind: str, name: str, obj) -> None:
+    """python-chi's wait() returns when the status is ACTIVE *or ERROR*: check which, and stop with the reason."""
+    refresh = getattr(obj, "refresh", None)
+    if callable(refresh):
+        refresh()
+    status = str(getattr(obj, "status", "") or "").upper()
+    if status != "ACTIVE":
+        what = {"lease": "delete the lease (or pick another --lease-name) and retry; a node type with no free "
+                         "node also ends here: try another node type, site or start time",
+                "server": "delete the server (or pick another --server-name) and rerun: the lease is reused"}[kind]
+        raise ProvisionError(f"{kind} {name!r} is {status or 'in an unknown state'}, not ACTIVE: {_reason(obj)}; "
+                             f"{what}")
+
+
 def run_plan(plan: Plan, log_fn=print, ssh_timeout: int = 900) -> Node:
     spec = plan.spec
     chi = _chi()
@@ -39,6 +64,7 @@ def run_plan(plan: Plan, log_fn=print, ssh_timeout: int = 900) -> Node:
         lease = chi.lease.Lease(spec.lease_name, duration=timedelta(hours=spec.hours))
         lease.add_node_reservation(amount=1, node_type=spec.node_type)
         lease.submit(idempotent=True, wait_for_active=True, wait_timeout=1800, show=None)
+        require_active("lease", spec.lease_name, lease)
         if not lease.node_reservations:
             raise ProvisionError(f"lease {spec.lease_name!r} has no node reservation: delete it or pick another name")
         reservation_id = lease.node_reservations[0]["id"]
@@ -48,6 +74,7 @@ def run_plan(plan: Plan, log_fn=print, ssh_timeout: int = 900) -> Node:
         server = chi.server.Server(spec.server_name, reservation_id=reservation_id, image_name=spec.image,
                                    key_name=spec.key_name)
         server = server.submit(idempotent=True, wait_for_active=True, show=None) or server
+        require_active("server", spec.server_name, server)
         log_fn(f"[server] {spec.server_name} active (id {server.id})")
 
         step = "floating-ip"

@@ -19,10 +19,26 @@ BOOTSTRAP = REPO_ROOT / "scripts" / "node_bootstrap.sh"
 # Ports the stacks publish on the node's loopback (docker/compose.*.yaml); the lab's `node` place uses the same.
 NODE_PORTS = {"service": 8080, "triton_http": 8000, "triton_grpc": 8001, "triton_metrics": 8002, "jupyter": 8888}
 
-# Chameleon bare-metal GPU node types commonly available (informational: an unknown type is allowed, since
-# the catalogue changes; the lease request is where Chameleon says whether it exists).
-KNOWN_GPU_NODE_TYPES = ("gpu_rtx_6000", "gpu_a100_pcie", "gpu_a100_nvlink", "gpu_v100", "gpu_v100_nvlink",
-                        "gpu_p100", "gpu_mi100", "compute_gigaio")
+# The NVIDIA driver branch every GPU part of the lab needs: CUDA 13.0 (docker/Dockerfile.gpu, Triton 25.10).
+DRIVER_FLOOR = 580
+
+# CUDA 13 and Triton 25.10 need compute capability >= 7.5 (Turing or newer). Chameleon bare-metal GPU node types
+# that can run the stack: node type -> (GPU, compute capability). Only these are accepted.
+GPU_NODE_TYPES = {
+    "gpu_rtx_6000": ("Quadro RTX 6000", 7.5),
+    "gpu_a100_pcie": ("A100 PCIe", 8.0),
+    "gpu_a100_nvlink": ("A100 SXM4", 8.0),
+}
+# Chameleon GPU node types this stack cannot run on, and why.
+UNSUPPORTED_NODE_TYPES = {
+    "gpu_v100": "V100, compute capability 7.0 (< 7.5)",
+    "gpu_v100_nvlink": "V100, compute capability 7.0 (< 7.5)",
+    "gpu_p100": "P100, compute capability 6.0 (< 7.5)",
+    "gpu_p100_nvlink": "P100, compute capability 6.0 (< 7.5)",
+    "gpu_k80": "K80, compute capability 3.7 (< 7.5)",
+    "gpu_m40": "M40, compute capability 5.2 (< 7.5)",
+    "gpu_mi100": "AMD MI100: no CUDA at all",
+}
 
 ENV = {  # field -> environment variable
     "project": "SERVELAB_CHI_PROJECT",
@@ -37,7 +53,8 @@ ENV = {  # field -> environment variable
     "repo_url": "SERVELAB_REPO_URL",
     "repo_ref": "SERVELAB_REPO_REF",
     "stacks": "SERVELAB_STACKS",
-    "gpus": "SERVELAB_GPUS",
+    "instances": "SERVELAB_INSTANCES",
+    "pretrained": "SERVELAB_PRETRAINED",
 }
 
 
@@ -59,7 +76,8 @@ class NodeSpec:
     repo_url: str = ""
     repo_ref: str = "main"
     stacks: tuple[str, ...] = ("04-triton",)
-    gpus: str = ""  # e.g. "0,1" for the Triton instance groups; empty = every GPU on the node
+    instances: int = 1  # Triton encoder instances per GPU (compose.00-prepare.yaml)
+    pretrained: str = ""  # open_clip pretrained tag for every container on the node; "" = random-init
     ssh_user: str = "cc"
     remote_dir: str = "servelab"
 
@@ -76,11 +94,12 @@ class NodeSpec:
         unknown = set(values) - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(f"unknown provisioning parameter(s): {', '.join(sorted(unknown))}")
-        if "hours" in values:
-            try:
-                values["hours"] = int(values["hours"])
-            except (TypeError, ValueError):
-                raise ValueError(f"hours must be an integer, got {values['hours']!r}") from None
+        for name in ("hours", "instances"):
+            if name in values:
+                try:
+                    values[name] = int(values[name])
+                except (TypeError, ValueError):
+                    raise ValueError(f"{name} must be an integer, got {values[name]!r}") from None
         if isinstance(values.get("stacks"), str):
             values["stacks"] = tuple(s.strip() for s in values["stacks"].split(",") if s.strip())
         elif "stacks" in values:
@@ -95,10 +114,18 @@ class NodeSpec:
         p = []
         if not self.project:
             p.append("project is required (SERVELAB_CHI_PROJECT or OS_PROJECT_NAME, e.g. CHI-123456)")
-        if not re.fullmatch(r"(CHI|KVM)@[A-Za-z]+", self.site or ""):
-            p.append(f"site {self.site!r} is not a Chameleon site name such as CHI@UC, CHI@TACC, KVM@TACC")
-        if not re.fullmatch(r"[a-z0-9_]+", self.node_type or ""):
-            p.append(f"node_type {self.node_type!r} is not a node type such as gpu_rtx_6000")
+        if re.fullmatch(r"KVM@[A-Za-z]+", self.site or ""):
+            p.append(f"site {self.site!r} is a KVM (virtual machine) site: bare-metal GPU node reservations need a "
+                     "CHI@ site such as CHI@UC or CHI@TACC")
+        elif not re.fullmatch(r"CHI@[A-Za-z]+", self.site or ""):
+            p.append(f"site {self.site!r} is not a Chameleon bare-metal site name such as CHI@UC, CHI@TACC")
+        if self.node_type in UNSUPPORTED_NODE_TYPES:
+            p.append(f"node_type {self.node_type!r} cannot run this stack ({UNSUPPORTED_NODE_TYPES[self.node_type]}; "
+                     f"CUDA 13 / Triton 25.10 need compute capability >= 7.5): use one of {', '.join(GPU_NODE_TYPES)}")
+        elif self.node_type not in GPU_NODE_TYPES:
+            p.append(f"node_type {self.node_type!r} is not a GPU node type known to run this stack: use one of "
+                     f"{', '.join(GPU_NODE_TYPES)} (compute capability >= 7.5; add a newer type to "
+                     "servelab.provision.plan.GPU_NODE_TYPES with its GPU)")
         for name in ("lease_name", "server_name"):
             if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", getattr(self, name) or ""):
                 p.append(f"{name} {getattr(self, name)!r}: use letters, digits, '-', '_', '.' (max 63)")
@@ -112,8 +139,10 @@ class NodeSpec:
             p.append("repo_url is required: the git URL the node clones (https://… or git@…; SERVELAB_REPO_URL)")
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_./-]*", self.repo_ref or ""):
             p.append(f"repo_ref {self.repo_ref!r} is not a branch, tag or commit")
-        if self.gpus and not re.fullmatch(r"\d+(,\d+)*", self.gpus):
-            p.append(f"gpus {self.gpus!r}: a comma-separated list of GPU ids such as 0,1")
+        if not 1 <= int(self.instances) <= 16:
+            p.append(f"instances must be 1..16 (Triton encoder instances per GPU), got {self.instances}")
+        if self.pretrained and not re.fullmatch(r"[A-Za-z0-9_.-]+", self.pretrained):
+            p.append(f"pretrained {self.pretrained!r} is not an open_clip pretrained tag such as laion2b_s34b_b79k")
         seen: dict[int, str] = {}
         for stack in self.stacks:
             if stack not in available_stacks():
@@ -172,7 +201,8 @@ def bootstrap_env(spec: NodeSpec) -> dict[str, str]:
         "REPO_REF": spec.repo_ref,
         "REMOTE_DIR": spec.remote_dir,
         "STACKS": " ".join(spec.stacks),
-        "SERVELAB_GPUS": spec.gpus,
+        "SERVELAB_INSTANCES": str(spec.instances),
+        "SERVELAB_PRETRAINED": spec.pretrained,
     }
 
 
@@ -229,14 +259,16 @@ def make_plan(spec: NodeSpec, dry_run: bool = True) -> Plan:
         Step("lease", f"reuse lease {s.lease_name!r} if present and not terminated, else create it: 1 x "
                       f"{s.node_type} for {s.hours} h; wait until ACTIVE"),
         Step("server", f"submit server {s.server_name!r} (image {s.image}, key pair {s.key_name}) on the lease's "
-                       "node reservation, idempotent; wait until ACTIVE"),
+                       "node reservation, idempotent; wait until ACTIVE (a lease or server in ERROR stops here, "
+                       "with its reason)"),
         Step("floating-ip", "attach a floating IP unless the server has one"),
         Step("ssh", f"wait until {s.ssh_user}@<floating-ip>:22 answers"),
         Step("bootstrap", f"upload {BOOTSTRAP.relative_to(REPO_ROOT)} and run: {bootstrap_command(s)}"),
     ]
     steps += [Step("prepare", "docker compose -f docker/compose.00-prepare.yaml run --rm prepare "
-                              f"(export + stage the GPU Triton repository; GPUs {s.gpus or 'all'})")]
-    steps += [Step("stack", f"docker compose -f docker/compose.{st}.yaml up -d --build") for st in s.stacks]
+                              f"(export + stage the GPU Triton repository: {s.instances} instance(s) per GPU, weights "
+                              f"{('pretrained ' + s.pretrained) if s.pretrained else 'random-init'})")]
+    steps += [Step("stack", f"docker compose -f docker/compose.{st}.yaml up -d --build --wait") for st in s.stacks]
     steps += [Step("use", "ssh tunnel: ssh -N " + " ".join(f"-L {p}:127.0.0.1:{p}" for p in sorted(NODE_PORTS.values()))
                    + f" {s.ssh_user}@<floating-ip>; then `servelab lab run --place node` here")]
     return Plan(spec=spec, steps=steps, dry_run=dry_run)

@@ -4,6 +4,7 @@ the node bootstrap script parses; the CLI wrapper answers with one line and exit
 from __future__ import annotations
 
 import importlib.util
+import re
 import os
 import subprocess
 import sys
@@ -19,18 +20,21 @@ GOOD = dict(project="CHI-123456", key_name="lab-key", repo_url="https://example.
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch):
     for var in list(os.environ):
-        if var.startswith(("SERVELAB_CHI_", "SERVELAB_REPO_", "SERVELAB_STACKS", "SERVELAB_GPUS", "OS_PROJECT_NAME")):
+        if var.startswith(("SERVELAB_CHI_", "SERVELAB_REPO_", "SERVELAB_STACKS", "SERVELAB_INSTANCES",
+                           "SERVELAB_PRETRAINED", "OS_PROJECT_NAME")):
             monkeypatch.delenv(var)
 
 
 def test_dry_run_plans_every_step():
-    plan = provision(NodeSpec.from_env(**GOOD, stacks="04-triton,jupyter", gpus="0,1"), dry_run=True)
+    plan = provision(NodeSpec.from_env(**GOOD, stacks="04-triton,jupyter", instances=2,
+                                       pretrained="laion2b_s34b_b79k"), dry_run=True)
     names = [s.name for s in plan.steps]
     assert names[:6] == ["context", "lease", "server", "floating-ip", "ssh", "bootstrap"]
     assert names.count("stack") == 2 and "prepare" in names
     text = plan.text()
     assert text.startswith("DRY RUN") and "CHI-123456" in text and "gpu_rtx_6000" in text
-    assert "docker/compose.04-triton.yaml" in text and "SERVELAB_GPUS=0,1" in text
+    assert "docker/compose.04-triton.yaml" in text and "SERVELAB_INSTANCES=2" in text
+    assert "SERVELAB_PRETRAINED=laion2b_s34b_b79k" in text  # the weights reach the node's containers
     for port in NODE_PORTS.values():
         assert f"-L {port}:127.0.0.1:{port}" in text
 
@@ -73,7 +77,12 @@ def test_parameters_from_environment(monkeypatch):
     (dict(key_name=""), "key_name is required"),
     (dict(repo_url="ftp://x"), "repo_url is required"),
     (dict(hours=500), "hours must be 1..168"),
-    (dict(gpus="0;1"), "gpus '0;1'"),
+    (dict(instances=0), "instances must be 1..16"),
+    (dict(site="KVM@TACC"), "KVM .*bare-metal GPU node reservations need a CHI@ site"),
+    (dict(node_type="gpu_v100"), "cannot run this stack .*compute capability 7.0"),
+    (dict(node_type="gpu_p100"), "cannot run this stack .*compute capability 6.0"),
+    (dict(node_type="gpu_mi100"), "cannot run this stack .*no CUDA"),
+    (dict(node_type="compute_skylake"), "not a GPU node type known to run this stack"),
     (dict(stacks="nope"), "stack 'nope'"),
     (dict(stacks="00-prepare"), "stack '00-prepare'"),
     (dict(stacks="04-triton,06a-all-backends"), "both publish port 8000"),
@@ -136,3 +145,173 @@ def test_shell_scripts_pass_shellcheck():
     scripts = [REPO_ROOT / "scripts" / "node_bootstrap.sh", REPO_ROOT / "docker" / "entrypoint.sh"]
     out = subprocess.run(["shellcheck", *map(str, scripts)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout
+
+
+def test_every_listed_node_type_can_run_the_stack():
+    from servelab.provision.plan import GPU_NODE_TYPES, UNSUPPORTED_NODE_TYPES
+
+    assert NodeSpec().node_type in GPU_NODE_TYPES
+    assert all(cc >= 7.5 for _gpu, cc in GPU_NODE_TYPES.values())
+    assert not set(GPU_NODE_TYPES) & set(UNSUPPORTED_NODE_TYPES)
+    for node_type in GPU_NODE_TYPES:
+        NodeSpec.from_env(**GOOD, node_type=node_type).validate()
+
+
+# --- python-chi: a stand-in package with the same names, to drive run_plan through the cloud's answers ----------
+FAKE_CHI = '''
+import json, os
+STATE = json.loads(os.environ["FAKE_CHI_STATE"])
+def use_site(site): pass
+def set(key, value): pass
+'''
+FAKE_LEASE = '''
+from chi import STATE
+class Lease:
+    def __init__(self, name, duration=None):
+        self.name, self.id = name, "lease-1"
+        self.status, self.status_reason = "PENDING", None
+        self.node_reservations = [{"id": "res-1"}]
+    def add_node_reservation(self, amount, node_type): pass
+    def submit(self, idempotent, wait_for_active, wait_timeout, show):
+        self.status = STATE["lease"]["status"]   # python-chi's wait() returns on ACTIVE or ERROR alike
+        self.status_reason = STATE["lease"].get("reason")
+    def refresh(self): pass
+'''
+FAKE_SERVER = '''
+from chi import STATE
+class Server:
+    def __init__(self, name, reservation_id, image_name, key_name):
+        self.name, self.id, self.status, self.fault = name, "srv-1", "BUILD", None
+    def submit(self, idempotent, wait_for_active, show):
+        self.status, self.fault = STATE["server"]["status"], STATE["server"].get("fault")
+        return self
+    def refresh(self): pass
+    def get_floating_ip(self): return None
+'''
+
+
+def _run_with_fake_chi(tmp_path, state):
+    pkg = tmp_path / "chi"
+    pkg.mkdir(exist_ok=True)
+    (pkg / "__init__.py").write_text(FAKE_CHI)
+    (pkg / "lease.py").write_text(FAKE_LEASE)
+    (pkg / "server.py").write_text(FAKE_SERVER)
+    code = ("from servelab.provision import NodeSpec, ProvisionError, provision\n"
+            f"spec = NodeSpec.from_env(**{GOOD!r})\n"
+            "try:\n    provision(spec, log_fn=lambda *_: None)\nexcept ProvisionError as exc:\n    print(exc)\n")
+    import json
+
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{REPO_ROOT}", "FAKE_CHI_STATE": json.dumps(state)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_lease_in_error_stops_with_its_reason(tmp_path):
+    msg = _run_with_fake_chi(tmp_path, {"lease": {"status": "ERROR", "reason": "Not enough hosts available"},
+                                        "server": {"status": "ACTIVE"}})
+    assert msg.startswith("lease 'servelab-gpu' is ERROR, not ACTIVE: Not enough hosts available"), msg
+
+
+def test_server_in_error_stops_with_its_fault(tmp_path):
+    msg = _run_with_fake_chi(tmp_path, {"lease": {"status": "ACTIVE"},
+                                        "server": {"status": "ERROR", "fault": {"message": "No valid host was found"}}})
+    assert msg.startswith("server 'servelab-gpu-node' is ERROR, not ACTIVE: No valid host was found"), msg
+    assert "the lease is reused" in msg
+
+
+# --- scripts/node_bootstrap.sh against recording stand-ins for sudo, docker, nvidia-smi, … --------------------
+STANDINS = {
+    # sudo with Ubuntu's env_reset: the command runs with a clean environment (PATH and HOME kept)
+    "sudo": '#!/bin/bash\necho "sudo $*" >> "$RECORD"\nexec env -i PATH="$PATH" HOME="$HOME" RECORD="$RECORD" "$@"\n',
+    "docker": '#!/bin/bash\npython3 -c \'import json,os,sys; print(json.dumps({"argv": sys.argv[1:], "env": {k: v '
+              'for k, v in os.environ.items() if k.startswith(("SERVELAB_", "JUPYTER_"))}}))\' "$@" >> "$RECORD.docker"\n',
+    "nvidia-smi": '#!/bin/bash\ncase "$*" in *driver_version*) echo "$FAKE_DRIVER";; *name*) echo "NVIDIA A100-PCIE-40GB";; esac\n',
+    "dpkg": "#!/bin/bash\nexit 0\n",  # the container toolkit is installed
+    "systemctl": '#!/bin/bash\necho "systemctl $*" >> "$RECORD"\n',
+    "id": '#!/bin/bash\ncase "$1" in -u) echo 1000;; -g) echo 1000;; -un) echo cc;; *) echo cc;; esac\n',
+}
+
+
+def _bootstrap(tmp_path, driver="580.95.05", **extra):
+    import json
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, body in STANDINS.items():
+        (bin_dir / name).write_text(body)
+        (bin_dir / name).chmod(0o755)
+    origin = tmp_path / "origin"
+    if not origin.exists():
+        subprocess.run(["git", "init", "-q", "-b", "main", str(origin)], check=True)
+        (origin / "README.md").write_text("x\n")
+        subprocess.run(["git", "-C", str(origin), "add", "README.md"], check=True)
+        subprocess.run(["git", "-C", str(origin), "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x"],
+                       check=True)
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    daemon = tmp_path / "daemon.json"
+    if not daemon.exists():
+        daemon.write_text(json.dumps({"runtimes": {"nvidia": {"path": "nvidia-container-runtime", "args": []}}}))
+    record = tmp_path / "record"
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(home), "RECORD": str(record), "FAKE_DRIVER": driver,
+           "REPO_URL": str(origin), "REMOTE_DIR": str(tmp_path / "clone"), "STACKS": "04-triton jupyter",
+           "DOCKER_DAEMON_JSON": str(daemon), **extra}
+    out = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "node_bootstrap.sh")], env=env, cwd=home,
+                         capture_output=True, text=True, timeout=60)
+    calls = [json.loads(line) for line in (tmp_path / "record.docker").read_text().splitlines()] \
+        if (tmp_path / "record.docker").exists() else []
+    sudo = record.read_text().splitlines() if record.exists() else []
+    return out, calls, sudo, json.loads(daemon.read_text())
+
+
+def test_bootstrap_passes_every_variable_through_sudo(tmp_path):
+    out, calls, sudo, daemon = _bootstrap(tmp_path, SERVELAB_PRETRAINED="laion2b_s34b_b79k", SERVELAB_INSTANCES="2")
+    assert out.returncode == 0, out.stdout + out.stderr
+    compose = [c for c in calls if c["argv"][:1] == ["compose"] and "-f" in c["argv"]]
+    files = [c["argv"][c["argv"].index("-f") + 1] for c in compose]
+    assert files == ["docker/compose.00-prepare.yaml", "docker/compose.04-triton.yaml", "docker/compose.jupyter.yaml"]
+    assert compose[0]["argv"][-3:] == ["run", "--rm", "prepare"]
+    assert all(c["argv"][-4:] == ["up", "-d", "--build", "--wait"] for c in compose[1:])
+    token = (tmp_path / "home" / ".servelab_jupyter_token").read_text()
+    for c in compose:  # what sudo's env_reset would have dropped
+        e = c["env"]
+        assert (e["SERVELAB_UID"], e["SERVELAB_GID"]) == ("1000", "1000"), c
+        assert e["JUPYTER_TOKEN"] == token and len(token) == 32
+        assert e["SERVELAB_PRETRAINED"] == "laion2b_s34b_b79k" and e["SERVELAB_INSTANCES"] == "2"
+    assert not [line for line in sudo if line.startswith("sudo docker")]  # always `sudo env VAR=… docker`
+
+
+def test_bootstrap_applies_the_cgroup_driver_workaround_once(tmp_path):
+    out, _, sudo, daemon = _bootstrap(tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert daemon["exec-opts"] == ["native.cgroupdriver=cgroupfs"]
+    assert daemon["runtimes"]["nvidia"]["path"] == "nvidia-container-runtime"  # the toolkit's entry is kept
+    assert sudo.count("systemctl restart docker") == 1
+    again, _, sudo2, _ = _bootstrap(tmp_path)  # idempotent: the second run changes nothing, restarts nothing
+    assert again.returncode == 0 and sudo2.count("systemctl restart docker") == 1
+
+
+def test_bootstrap_refuses_a_driver_below_the_floor(tmp_path):
+    out, calls, _, _ = _bootstrap(tmp_path, driver="575.57.08")
+    assert out.returncode == 1 and "older than R580" in out.stdout and not calls
+
+
+DRIVER_MENTION = re.compile(r"(?i)(?:driver|R)\s*(?:>=|≥|branch|version)?\s*(\d{3})\b")
+
+
+def test_one_driver_floor_everywhere():
+    """Every place that states the NVIDIA driver the stack needs states the same one."""
+    from servelab.provision.plan import DRIVER_FLOOR
+
+    sources = [*(REPO_ROOT / "docker").glob("*"), *(REPO_ROOT / "scripts").glob("*"), REPO_ROOT / "README.md",
+               *(REPO_ROOT / "k8s").rglob("*.yaml"), *(REPO_ROOT / "notebooks").glob("*.py")]
+    found = {}
+    for src in sources:
+        if src.is_file():
+            for line in src.read_text(errors="replace").splitlines():
+                if "driver" in line.lower():
+                    for n in DRIVER_MENTION.findall(line):
+                        found.setdefault(int(n), []).append(f"{src.name}: {line.strip()[:100]}")
+    assert DRIVER_FLOOR == 580 and DRIVER_FLOOR in found
+    assert set(found) == {DRIVER_FLOOR}, {k: v for k, v in found.items() if k != DRIVER_FLOOR}
