@@ -12,6 +12,8 @@ from typing import List, Optional
 
 import typer
 
+from servelab.config import REVIEW_PORT
+
 app = typer.Typer(no_args_is_help=True)
 
 ROOT_ARG = typer.Argument(Path("."), help="photo folder (the scanned root)")
@@ -124,7 +126,7 @@ def groups(root: Path = ROOT_ARG, catalog: Optional[Path] = CATALOG_OPT,
 @app.command()
 def review(root: Path = ROOT_ARG, catalog: Optional[Path] = CATALOG_OPT,
            host: str = typer.Option("127.0.0.1", help="bind address"),
-           port: int = typer.Option(8000, help="port"),
+           port: int = typer.Option(REVIEW_PORT, help="port"),
            threshold: Optional[float] = THRESHOLD_OPT,
            phash_max: Optional[int] = PHASH_OPT,
            cosine_only: bool = COSINE_ONLY_OPT,

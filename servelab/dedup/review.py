@@ -26,6 +26,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from jinja2 import Environment, PackageLoader
 from PIL import Image
 
+from servelab.config import REVIEW_PORT
 from servelab.dedup.catalog import Catalog, OutsideRoot
 from servelab.dedup.group import EXACT_RULE, rule_for
 from servelab.dedup.group import group as find_groups
@@ -207,7 +208,7 @@ def _render(template: str, **context) -> HTMLResponse:
     return HTMLResponse(TEMPLATES.get_template(template).render(**context))
 
 
-def serve(catalog: str | Path, host: str = "127.0.0.1", port: int = 8000, **kwargs) -> None:
+def serve(catalog: str | Path, host: str = "127.0.0.1", port: int = REVIEW_PORT, **kwargs) -> None:
     import uvicorn
 
     uvicorn.run(create_app(catalog, **kwargs), host=host, port=port, log_level="warning")
