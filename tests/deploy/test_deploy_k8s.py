@@ -87,7 +87,7 @@ def manifests() -> list[tuple[Path, dict]]:
 def test_manifest_matches_the_api_schema(path, obj):
     DEPLOY_NOTES.append("Kubernetes manifests validated by deserialising into the official kubernetes client's models "
                         f"(kubernetes {client.__version__ if hasattr(client, '__version__') else ''}); no cluster here")
-    if path.parent.name == "gpu" and "Deployment" == obj["kind"]:
+    if path.parent.name == "gpu" and obj["kind"] in ("Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget"):
         pytest.skip("a strategic-merge patch, validated merged in test_gpu_overlay_renders_to_valid_objects")
     validate(obj)
 
@@ -104,10 +104,14 @@ def test_validator_rejects_typos_and_missing_required_fields():
 
 
 def smp_merge(base, patch):
-    """Strategic-merge subset: maps merge, lists of maps with `name` merge by name, other values replace."""
+    """Strategic-merge subset: maps merge (a null value deletes the key), lists of maps with `name` merge by
+    name, other values replace."""
     if isinstance(base, dict) and isinstance(patch, dict):
         out = dict(base)
         for k, v in patch.items():
+            if v is None:
+                out.pop(k, None)
+                continue
             out[k] = smp_merge(base[k], v) if k in base else copy.deepcopy(v)
         return out
     if isinstance(base, list) and isinstance(patch, list) and all(isinstance(x, dict) and "name" in x for x in base + patch):
@@ -199,10 +203,90 @@ def test_gpu_overlay_renders_to_valid_objects():
     env = {e["name"]: e["value"] for e in c["env"]}
     assert env["SERVELAB_PROVIDER"] == "cuda" and env["SERVELAB_ENGINE"] == "onnx"  # merged, not replaced
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"  # base probes survive the patch
-    quota = objs["ResourceQuota"]["spec"]["hard"]
-    assert int(quota["requests.nvidia.com/gpu"]) >= objs["HorizontalPodAutoscaler"]["spec"]["maxReplicas"]
     for o in objs.values():
         validate(o)
+
+
+def _gpus_needed(objs) -> dict:
+    """GPUs the overlay needs at its steady state, during a rolling update, and at the HPA's maximum."""
+    dep, hpa = objs["Deployment"], objs["HorizontalPodAutoscaler"]["spec"]
+    per_pod = int(dep["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"])
+    replicas = max(dep["spec"]["replicas"], hpa["minReplicas"])
+    roll = dep["spec"]["strategy"]["rollingUpdate"]
+    return {"steady": replicas * per_pod, "rollout": (replicas + int(roll["maxSurge"])) * per_pod,
+            "max": hpa["maxReplicas"] * per_pod, "max_unavailable": int(roll["maxUnavailable"])}
+
+
+def test_gpu_overlay_rolls_out_on_a_one_gpu_node():
+    """On a node with one GPU every pod the overlay asks for must fit: no second replica, no surge pod waiting
+    forever for a second GPU (which would stall `rollout status`), an HPA that never asks for one, and a PDB
+    that lets a drain evict the single pod. Checked against the base, which needs several GPUs."""
+    objs = _by_kind(build(K8S / "overlays" / "gpu"))
+    need = _gpus_needed(objs)
+    assert need["steady"] <= 1 and need["rollout"] <= 1 and need["max"] <= 1, need
+    assert need["max_unavailable"] >= 1  # with maxSurge 0 the old pod must be allowed to go first
+    pdb, dep = objs["PodDisruptionBudget"]["spec"], objs["Deployment"]["spec"]
+    assert "minAvailable" not in pdb and pdb["maxUnavailable"] >= 1  # one replica: minAvailable 1 blocks drains
+    quota = objs["ResourceQuota"]["spec"]["hard"]
+    assert int(quota["requests.nvidia.com/gpu"]) >= max(need["rollout"], need["max"])
+    base = _by_kind(build(K8S / "base"))  # the same arithmetic says the CPU base would not fit one GPU
+    base_dep = base["Deployment"]["spec"]
+    assert base_dep["replicas"] + int(base_dep["strategy"]["rollingUpdate"]["maxSurge"]) > 1
+    assert dep["selector"] == base_dep["selector"]
+
+
+STANDIN = '#!/bin/bash\necho "$(basename "$0") $*" >> "$RECORD"\n'
+STANDINS = {
+    "docker": STANDIN, "nvidia-ctk": STANDIN, "systemctl": STANDIN,
+    "sudo": '#!/bin/bash\necho "sudo $*" >> "$RECORD"\nexec "$@"\n',
+    "id": "#!/bin/bash\necho 1000\n",
+    "kind": ('#!/bin/bash\necho "kind $*" >> "$RECORD"\n'
+             '[ "$1 $2" = "get clusters" ] && [ -f "$RECORD.cluster" ] && echo servelab\n'
+             '[ "$1 $2" = "create cluster" ] && touch "$RECORD.cluster"\nexit 0\n'),
+    "kubectl": '#!/bin/bash\necho "kubectl $*" >> "$RECORD"\ncase "$*" in *allocatable*) echo 1;; esac\nexit 0\n',
+}
+
+
+def test_kind_gpu_recipe_runs_every_step_in_order(tmp_path):
+    """scripts/kind_gpu_cluster.sh against recording stand-ins: host runtime, cluster, toolkit inside the kind
+    node, device plugin, image, overlay, rollout — in that order, with the names the manifests use."""
+    import subprocess
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in STANDINS.items():
+        (bin_dir / name).write_text(body)
+        (bin_dir / name).chmod(0o755)
+    record = tmp_path / "record"
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "RECORD": str(record), "HOME": str(tmp_path)}
+    for run in (1, 2):  # idempotent: the second run reuses the cluster
+        out = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "kind_gpu_cluster.sh")], cwd=REPO_ROOT, env=env,
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stdout + out.stderr
+    calls = [c for c in record.read_text().splitlines() if not c.startswith("sudo ")]
+    first_run = calls[:calls.index("kubectl -n servelab rollout status deploy/servelab --timeout=15m") + 1]
+
+    def at(prefix):
+        return next(i for i, c in enumerate(first_run) if c.startswith(prefix))
+
+    cluster = yaml.safe_load((K8S / "kind" / "cluster.yaml").read_text())
+    overlay = yaml.safe_load((K8S / "overlays" / "gpu" / "kustomization.yaml").read_text())
+    image = f"servelab:{overlay['images'][0]['newTag']}"
+    order = [at("nvidia-ctk runtime configure --runtime=docker --set-as-default"),
+             at("nvidia-ctk config --set accept-nvidia-visible-devices-as-volume-mounts=true"),
+             at("systemctl restart docker"),
+             at(f"kind create cluster --name {cluster['name']} --config k8s/kind/cluster.yaml"),
+             at(f"docker exec {cluster['name']}-control-plane bash -euc"),
+             at("kubectl apply -f https://raw.githubusercontent.com/NVIDIA/k8s-device-plugin/v"),
+             at(f"kind load docker-image {image} --name {cluster['name']}"),
+             at("kubectl apply -k k8s/overlays/gpu"),
+             at("kubectl -n servelab rollout status deploy/servelab")]
+    assert order == sorted(order), first_run
+    script = (REPO_ROOT / "scripts" / "kind_gpu_cluster.sh").read_text()
+    for inside in ("nvidia-ctk runtime configure --runtime=containerd --set-as-default", "systemctl restart containerd",
+                   "apt-get install -y -qq nvidia-container-toolkit"):
+        assert inside in script  # what runs inside the kind node (one docker exec)
+    assert sum(c.startswith("kind create cluster") for c in calls) == 1
 
 
 def test_kind_cluster_config():
