@@ -262,7 +262,7 @@ step.show_plot(plot_server_breakdown(tensor_recs, step.plot_path("server_breakdo
 # milliseconds and those overheads, and the network, become the whole story.
 
 # %%
-compute_ms = float(hi_row["server_compute_ms"]) / max(float(tensor_recs[-1].get("server.avg_batch") or 1), 1)
+compute_ms = float(hi_row["server_compute_ms"]) / max(float((tensor_recs[-1].get("server") or {}).get("avg_batch") or 1), 1)
 step.answer(f"Triton reported {hi_row['server_compute_ms']:.0f} ms of compute per request at concurrency "
             f"{int(hi_row['concurrency'])}; a perfectly efficient server on these cores would deliver about "
             f"{1000 / max(compute_ms, 1e-9):.1f} img/s if each image cost {compute_ms:.0f} ms. The best server "
