@@ -231,7 +231,7 @@ checks.p99_budget(tune, trials=trials, budget_ms=budget_ms, exercise="06b.3", st
 # - **Chameleon lab "System optimizations for serving"** (2× P100, python backend): two instances on each
 #   GPU raised concurrency-8 throughput from 78.6 to 192.8 inferences/s; four on each *lowered* it to 118.7 —
 #   past the point where copies fill the GPU, they fight over it, as they fight over the cores here. With
-#   the onnxruntime backend two instances on two GPUs reached 1,182/s.
+#   the onnxruntime backend two instances on each GPU reached 1,182/s.
 #
 # This repository's own GPU reference results will be filed under `reference/` once measured on a GPU
 # node (see `SOURCES.md` for the write-ups and their hardware).
