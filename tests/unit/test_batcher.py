@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from servelab.service.batcher import MicroBatcher, QueueFull
+from servelab.service.batcher import DeadlineExceeded, MicroBatcher, QueueFull
 
 
 def _slow_identity(batches: list):
@@ -68,3 +68,30 @@ def test_engine_error_reaches_every_caller():
 
     res = asyncio.run(main())
     assert all(isinstance(r, RuntimeError) and "exploded" in str(r) for r in res)
+
+
+def test_a_request_past_its_timeout_leaves_the_queue_from_any_place_uncomputed():
+    computed: list[float] = []
+
+    def slow(x):
+        computed.extend(x[:, 0, 0, 0].tolist())
+        time.sleep(0.3)
+        return x[:, :, 0, 0]
+
+    async def main():
+        b = MicroBatcher(slow, max_batch=1, max_delay_s=0.0, max_queue=10)
+        b.start()
+        row = [np.full((1, 3, 2, 2), float(i), dtype=np.float32) for i in range(3)]
+        running = asyncio.ensure_future(b.submit(row[0]))
+        await asyncio.sleep(0.05)  # row 0 is in the engine
+        patient = asyncio.ensure_future(b.submit(row[1], timeout_s=5.0))  # queued first
+        hasty = asyncio.ensure_future(b.submit(row[2], timeout_s=0.1))  # queued behind it, gives up first
+        results = await asyncio.gather(running, patient, hasty, return_exceptions=True)
+        depth = b.depth
+        await b.stop()
+        return results, depth
+
+    (r0, r1, r2), depth = asyncio.run(main())
+    assert isinstance(r0, np.ndarray) and isinstance(r1, np.ndarray)
+    assert isinstance(r2, DeadlineExceeded) and "0.1s in the queue" in str(r2)
+    assert computed == [0.0, 1.0] and depth == 0
