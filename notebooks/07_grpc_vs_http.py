@@ -94,8 +94,8 @@ import pandas as pd
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
+from servelab.bench.report import ratio_sentence
 from servelab.data import synthetic_photo
-from servelab.bench.report import versus
 from servelab.model.preprocess import preprocess_pil
 
 pixels = preprocess_pil(synthetic_photo(0))[None]  # (1, 3, 224, 224) float32
@@ -118,7 +118,7 @@ http_input.set_data_from_numpy(pixels)
 http_body, json_header = httpclient.InferenceServerClient.generate_request_body([http_input])
 request = grpcclient.service_pb2.ModelInferRequest(model_name=triton_model, raw_input_contents=[pixels.tobytes()])
 request.inputs.add(name="pixel_values", datatype="FP32", shape=list(pixels.shape))
-step.table(pd.DataFrame([
+raw_calls = step.table(pd.DataFrame([
     {"protocol": "http", "request_bytes": len(http_body), "of which header": json_header,
      "round_trip_ms_median": 1000 * float(np.median([c[0] for c in calls["http"]]))},
     {"protocol": "grpc", "request_bytes": request.ByteSize(), "of which header": request.ByteSize() - pixels.nbytes,
@@ -138,15 +138,12 @@ recs = sides(ab_batch)
 by_batch = step.table(step.frame(recs, *cols), "by_batch", "gRPC vs HTTP by batch size (binary tensors, concurrency 1)")
 
 # %%
-def protocol_pairs(records, key):
-    by = {}
-    for r in records:
-        by.setdefault(r[key], {})[r["protocol"]] = r
-    return "; ".join(f"{key} {k}: " + versus("gRPC", v["grpc"], "HTTP", v["http"]) for k, v in sorted(by.items()))
+def protocol_pairs(ab_records, key):
+    """One sentence per interleaved A/B point: gRPC ÷ HTTP throughput with the range over window pairs."""
+    return "; ".join(f"{key} {r[key]}: {ratio_sentence(r)}" for r in ab_records if r["kind"] == "ab")
 
 
-recs_batch = recs  # the next measurement cell reuses the name `recs`
-step.answer(protocol_pairs(recs_batch, "batch") + ".")
+step.answer(protocol_pairs(ab_batch, "batch") + ".")
 
 # %% [markdown]
 # ### Exercise: write the gRPC call yourself, for a batch
@@ -194,7 +191,7 @@ recs = sides(ab_conc)
 by_conc = step.table(step.frame(recs, *cols), "by_concurrency", "gRPC vs HTTP by concurrency (batch 1)")
 
 # %%
-step.answer(protocol_pairs(recs, "concurrency") + ".")
+step.answer(protocol_pairs(ab_conc, "concurrency") + ".")
 
 # %% [markdown]
 # ### Exercise: the protocol for many small requests — was your prediction right?
@@ -226,7 +223,7 @@ checks.outcome(lower_tail, busiest, key="protocol", a="http", b="grpc", metric="
 # A protocol can only save what the transport costs. Per request, HTTP/1.1 sends a short JSON header and the
 # raw tensor; gRPC sends a protobuf message with the same raw bytes; both go through the kernel's loopback
 # at gigabytes per second. The time per request is then compute + queueing + a fraction of a millisecond,
-# so the ratio between protocols is one to within the noise, at every batch and concurrency. Over a real
+# so expect a gRPC ÷ HTTP ratio of one within the noise at every batch and concurrency. Over a real
 # link two things change: the bytes take time (602 KB is 48 ms at 100 Mbit/s), and HTTP/1.1 needs one
 # connection per concurrent request while HTTP/2 multiplexes many streams over one — which helps when
 # connections are costly and hurts when one shared channel becomes the bottleneck.
