@@ -26,7 +26,7 @@
 # flowchart LR
 #   F[photo folder] --> S[scan<br/>MD5 + size → catalog.sqlite]
 #   S --> E[embed<br/>InferenceClient → chosen backend]
-#   E --> G[group<br/>exact: same MD5<br/>near: cosine ≥ threshold]
+#   E --> G[group<br/>exact: same MD5<br/>near: the default rule<br/>for the loaded weights]
 #   G --> R[review UI<br/>keep / trash, never delete]
 #   REC[(this run's records)] -->|fastest stable served point| E
 # ```
@@ -34,8 +34,8 @@
 # Everything before this notebook measured ways to serve the model. Now use the winner. This notebook
 # reads **this run's records**, picks the served backend that delivered the most images per second, points
 # the photo finder at it, and finds the duplicates in a folder of generated photos: exact copies (MD5) and
-# near-duplicates (re-compressed, resized, cropped, brightened, rotated, re-encoded — cosine similarity of
-# embeddings ≥ `threshold`).
+# near-duplicates (re-compressed, resized, cropped, brightened, rotated, re-encoded — by the finder's safe
+# default for the loaded weights, which always requires perceptual-hash agreement; each group names its rule).
 #
 # The folder is generated with known ground truth, so the groups can be checked. The weights are named in
 # the output: with random-init weights the grouping quality is not a claim about pretrained CLIP.
@@ -129,8 +129,15 @@ scanned = scan(folder, catalog)
 t0 = time.perf_counter()
 embedded = embed(catalog, client, batch_size=16, progress=False)
 embed_s = time.perf_counter() - t0
-groups = group(catalog, threshold=threshold)
+groups = group(catalog)  # the safe default rule for the weights that embedded the catalog
 client.close()
+
+from servelab.dedup import Catalog
+from servelab.dedup.group import rule_for
+
+with Catalog(catalog) as cat:
+    rule = rule_for(cat)
+print(f"near-duplicates by: {rule.describe()} ({rule.source})")
 
 # %%
 base_of = dict(zip(labels["path"], labels["base"]))
@@ -138,10 +145,10 @@ rows = []
 for g in groups:
     paths = [str(Path(m["path"]).relative_to(folder)) if Path(m["path"]).is_absolute() else m["path"] for m in g.members]
     bases = {base_of.get(p, "?") for p in paths}
-    rows.append({"group": g.key, "kind": g.kind, "size": len(paths), "scenes": len(bases),
+    rows.append({"group": g.key, "kind": g.kind, "rule": g.rule, "size": len(paths), "scenes": len(bases),
                  "pure": len(bases) == 1, "members": ", ".join(sorted(paths))[:200]})
 found = step.table(pd.DataFrame(rows) if rows else pd.DataFrame([{"note": "no groups found"}]), "groups",
-                   f"Duplicate groups at cosine ≥ {threshold} (weights: {embedded.weights})")
+                   f"Duplicate groups by the default rule, {rule.describe()} (weights: {embedded.weights})")
 
 # %%
 promised = float(best["throughput_img_s"]) if len(served) else None
@@ -167,7 +174,6 @@ step.answer(f"The finder embedded {embedded.embedded} photos in {embed_s:.1f} s:
 # %%
 import numpy as np
 
-from servelab.dedup import Catalog
 from servelab.dedup.evaluate import COSINES
 
 with Catalog(catalog) as cat:
@@ -238,11 +244,11 @@ pure = int(found["pure"].sum()) if rows else 0
 step.table(pd.DataFrame([{"backend": backend, "payload": payload, "files": len(labels), "embedded": embedded.embedded,
                           "embed_seconds": round(embed_s, 2), "img_per_s": round(embedded.embedded / embed_s, 2) if embed_s else None,
                           "groups_found": len(rows), "pure_groups": pure, "scenes_with_duplicates": truth_groups,
-                          "threshold": threshold, "weights": embedded.weights}]), "summary", "Capstone run")
+                          "rule": rule.describe(), "weights": embedded.weights}]), "summary", "Capstone run")
 step.shows(
     f"Chosen backend: **{backend}** — {why}. It embedded {embedded.embedded} photos in {embed_s:.1f} s "
-    f"({embedded.embedded / max(embed_s, 1e-9):.1f} img/s) and the finder reported {len(rows)} duplicate group(s) at "
-    f"cosine ≥ {threshold}, {pure} of them pure (one scene each), for {truth_groups} scenes that truly have duplicates. "
+    f"({embedded.embedded / max(embed_s, 1e-9):.1f} img/s) and the finder reported {len(rows)} duplicate group(s) by "
+    f"its default rule ({rule.describe()}), {pure} of them pure (one scene each), for {truth_groups} scenes that truly have duplicates. "
     f"Weights: {embedded.weights}" + (" — random-init, so near-duplicate grouping here is not a statement about "
                                       "pretrained CLIP." if "random" in embedded.weights else ".")
 )
