@@ -10,7 +10,6 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -24,7 +23,7 @@ class CliError(Exception):
 
 @app.command()
 def export(
-    artifacts: Optional[Path] = typer.Option(None, help="output folder (default SERVELAB_ARTIFACTS or ./artifacts)"),
+    artifacts: Path | None = typer.Option(None, help="output folder (default SERVELAB_ARTIFACTS or ./artifacts)"),
     int8: bool = typer.Option(True, help="also write the int8 (dynamic quantization) variant"),
     force: bool = typer.Option(False, help="export even if a matching export exists"),
 ):
@@ -45,14 +44,14 @@ def export(
 
 @app.command()
 def serve(
-    host: Optional[str] = typer.Option(None, help="bind address (default 127.0.0.1)"),
-    port: Optional[int] = typer.Option(None, help="port (default 8002)"),
-    engine: Optional[str] = typer.Option(None, help="torch | onnx | onnx-int8"),
-    provider: Optional[str] = typer.Option(None, help="cpu | cuda | tensorrt"),
-    threads: Optional[int] = typer.Option(None, help="engine threads (0 = all cores)"),
-    max_batch: Optional[int] = typer.Option(None, help="micro-batcher max batch size"),
-    max_delay_ms: Optional[float] = typer.Option(None, help="micro-batcher max delay (ms)"),
-    max_queue: Optional[int] = typer.Option(None, help="images allowed to wait before 503"),
+    host: str | None = typer.Option(None, help="bind address (default 127.0.0.1)"),
+    port: int | None = typer.Option(None, help="port (default 8002)"),
+    engine: str | None = typer.Option(None, help="torch | onnx | onnx-int8"),
+    provider: str | None = typer.Option(None, help="cpu | cuda | tensorrt"),
+    threads: int | None = typer.Option(None, help="engine threads (0 = all cores)"),
+    max_batch: int | None = typer.Option(None, help="micro-batcher max batch size"),
+    max_delay_ms: float | None = typer.Option(None, help="micro-batcher max delay (ms)"),
+    max_queue: int | None = typer.Option(None, help="images allowed to wait before 503"),
 ):
     """Run the FastAPI embedding service (settings also from SERVELAB_* env)."""
     from servelab.config import Settings
@@ -65,10 +64,10 @@ def serve(
 
 @app.command()
 def embed(
-    images: List[Path] = typer.Argument(..., help="image files"),
+    images: list[Path] = typer.Argument(..., help="image files"),
     mode: str = typer.Option("auto", help="local | remote | auto"),
     backend: str = typer.Option("fastapi", help="fastapi | triton-http | triton-grpc"),
-    url: Optional[str] = typer.Option(None, help="server URL"),
+    url: str | None = typer.Option(None, help="server URL"),
     payload: str = typer.Option("jpeg", help="jpeg | tensor"),
 ):
     """Embed image files and print one JSON line per image (path, first values, norm)."""
@@ -81,7 +80,7 @@ def embed(
             raise CliError(f"{p}: no such file")
     with InferenceClient(mode=mode, backend=backend, url=url, payload=payload) as client:
         emb = client.embed_paths(images, progress=False)
-        for p, e in zip(images, emb):
+        for p, e in zip(images, emb, strict=True):
             typer.echo(json.dumps({"path": str(p), "dim": len(e), "norm": round(float(np.linalg.norm(e)), 6),
                                    "head": [round(float(x), 5) for x in e[:4]], "mode": client.mode_used,
                                    "weights": client.weights}))

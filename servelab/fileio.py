@@ -11,8 +11,8 @@ import contextlib
 import hashlib
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 
 def _fsync(path: Path | str) -> None:

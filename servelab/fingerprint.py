@@ -106,5 +106,5 @@ def environment_fingerprint(weights: str | None = None) -> dict:
         "git_sha": git_sha(),
         "weights": weights,
         "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
-        "captured": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "captured": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     }

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -17,10 +16,10 @@ def _say(text: str) -> None:
 @app.command()
 def run(
     profile: str = typer.Option("default", help="smoke (seconds per notebook) | default (~20 min on 2 cores) | full"),
-    only: Optional[List[str]] = typer.Option(None, "--only", help="notebook id(s) to run: --only 04, --only 04,05a (repeatable)"),
-    param: Optional[List[str]] = typer.Option(None, "--param", "-p", help="key=value for the notebooks' parameters cell (repeatable)"),
+    only: list[str] | None = typer.Option(None, "--only", help="notebook id(s) to run: --only 04, --only 04,05a (repeatable)"),
+    param: list[str] | None = typer.Option(None, "--param", "-p", help="key=value for the notebooks' parameters cell (repeatable)"),
     place: str = typer.Option("local", help="where the servers run: local (embedded stack on loopback) | node (a GPU node running the docker-compose stacks)"),
-    run_id: Optional[str] = typer.Option(None, help="results/<run-id>/ (default: timestamp-profile); an existing id is updated"),
+    run_id: str | None = typer.Option(None, help="results/<run-id>/ (default: timestamp-profile); an existing id is updated"),
     ports: str = typer.Option("auto", help="local stack ports: auto (configured if free, else free) | configured | free"),
     results: Path = typer.Option(None, help="results folder (default: $SERVELAB_RESULTS, else results/)"),
     progress_bar: bool = typer.Option(True, help="papermill's per-cell progress bar"),

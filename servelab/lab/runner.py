@@ -14,9 +14,10 @@ import contextlib
 import datetime as dt
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from servelab import config
 from servelab.fileio import atomic_write

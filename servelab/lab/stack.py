@@ -8,9 +8,9 @@ notebooks themselves). It is built only from other packages' public pieces: `ens
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 from servelab.config import TRITON_GRPC_PORT, TRITON_HTTP_PORT, TRITON_METRICS_PORT, Settings
 from servelab.lab.places import Endpoints

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -41,12 +40,12 @@ def stage(
     flavour: str = typer.Option("cpu", help="cpu (embedded python-backend server) | gpu (NVIDIA container, onnxruntime backend)"),
     out: Path = typer.Option(REPO_ROOT / "models", help="live repository to write (replaced atomically)"),
     instances: int = typer.Option(1, help="encoder instances (CPU: count; GPU: count per listed GPU)"),
-    max_delay_us: Optional[int] = typer.Option(None, help="dynamic batching max_queue_delay_microseconds (default: template's)"),
-    max_batch: Optional[int] = typer.Option(None, help="max_batch_size of every model (default: template's)"),
-    threads: Optional[int] = typer.Option(None, help="onnxruntime threads per CPU instance (default: cores // instances)"),
+    max_delay_us: int | None = typer.Option(None, help="dynamic batching max_queue_delay_microseconds (default: template's)"),
+    max_batch: int | None = typer.Option(None, help="max_batch_size of every model (default: template's)"),
+    threads: int | None = typer.Option(None, help="onnxruntime threads per CPU instance (default: cores // instances)"),
     gpus: str = typer.Option("", help="GPU ids for the GPU encoders, comma-separated (default: none named = every GPU the server sees)"),
     trt_cache: str = typer.Option("/trt_cache", help="TensorRT engine + timing cache folder (a mounted volume)"),
-    servelab_path: Optional[str] = typer.Option(
+    servelab_path: str | None = typer.Option(
         None, help="where the servelab package lives for preprocess_jpeg inside the server (e.g. /opt/servelab in the container; default: this checkout)"),
 ):
     """Write Triton's live model repository from models_staging/<flavour> (exports the ONNX model if needed)."""
@@ -69,7 +68,7 @@ def up(
     grpc_port: int = typer.Option(TRITON_GRPC_PORT, help="gRPC port"),
     metrics_port: int = typer.Option(TRITON_METRICS_PORT, help="Prometheus metrics port"),
     log: Path = typer.Option(DEFAULT_LOG, help="server log file"),
-    model: Optional[List[str]] = typer.Option(None, help="load only these models (repeatable; default all)"),
+    model: list[str] | None = typer.Option(None, help="load only these models (repeatable; default all)"),
     timeout: float = typer.Option(300.0, help="seconds to wait for readiness"),
 ):
     """Start the bundled tritonserver in the background on 127.0.0.1 and wait until its models are ready.
@@ -152,10 +151,10 @@ def status():
 @app.command()
 def reconfigure(
     model: str = typer.Argument(..., help="model name, e.g. openclip_vit_b32_cpu"),
-    max_delay_us: Optional[int] = typer.Option(None, help="new dynamic batching max_queue_delay_microseconds"),
-    instances: Optional[int] = typer.Option(None, help="new instance count"),
-    url: Optional[str] = typer.Option(None, help="Triton HTTP URL (default: the running server's)"),
-    repository: Optional[Path] = typer.Option(None, help="also write the change to <repository>/<model>/config.pbtxt"),
+    max_delay_us: int | None = typer.Option(None, help="new dynamic batching max_queue_delay_microseconds"),
+    instances: int | None = typer.Option(None, help="new instance count"),
+    url: str | None = typer.Option(None, help="Triton HTTP URL (default: the running server's)"),
+    repository: Path | None = typer.Option(None, help="also write the change to <repository>/<model>/config.pbtxt"),
 ):
     """Change a model's queue delay / instance count and reload it live (no restart)."""
     from servelab.triton.control import reconfigure as do_reconfigure
@@ -172,7 +171,7 @@ def reconfigure(
 @app.command()
 def stats(
     model: str = typer.Argument(CPU_ENCODER, help="model name"),
-    url: Optional[str] = typer.Option(None, help="Triton HTTP URL (default: the running server's)"),
+    url: str | None = typer.Option(None, help="Triton HTTP URL (default: the running server's)"),
 ):
     """Print a model's cumulative server-side statistics (requests, batches, queue/compute times)."""
     from servelab.triton.server_stats import read_stats

@@ -43,12 +43,12 @@ def _mc():
     return model_config_pb2
 
 
-def parse_config(path) -> "object":
+def parse_config(path) -> object:
     """config.pbtxt path -> tritonclient.grpc.model_config_pb2.ModelConfig; ValueError if invalid."""
     return parse_config_text(Path(path).read_text(), where=str(path))
 
 
-def parse_config_text(text: str, where: str = "config") -> "object":
+def parse_config_text(text: str, where: str = "config") -> object:
     from google.protobuf import text_format
 
     try:

@@ -33,8 +33,8 @@ import tempfile
 from pathlib import Path
 
 from servelab.config import REPO_ROOT
-from servelab.netutil import free_port
 from servelab.managed_process import ManagedProcess
+from servelab.netutil import free_port
 
 HOST = "127.0.0.1"
 
@@ -67,7 +67,7 @@ def backend_directory(root: Path | None = None) -> Path:
         "triton_python_backend_utils.py": src / "backends" / "python" / "triton_python_backend_utils.py",
         "triton_python_backend_stub": src / "python_backend_stubs" / ver / "triton_python_backend_stub",
     }
-    for name, path in parts.items():
+    for path in parts.values():
         if not path.exists():
             raise TritonStartError(f"python backend incomplete: {path} missing (Python {ver} stub bundled?)")
     root = Path(root or REPO_ROOT / "build" / "triton" / "backends")

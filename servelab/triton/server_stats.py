@@ -44,7 +44,7 @@ class ModelStats:
     batch_hist: dict = field(default_factory=dict)  # executed batch size -> executions
 
     @classmethod
-    def from_json(cls, model: str, payload: dict) -> "ModelStats":
+    def from_json(cls, model: str, payload: dict) -> ModelStats:
         """Sum the entries of a /v2/models/<m>/stats answer (one per loaded version)."""
         out = cls(model)
         for entry in payload.get("model_stats", []):
@@ -61,7 +61,7 @@ class ModelStats:
                 out.batch_hist[size] = out.batch_hist.get(size, 0) + execs
         return out
 
-    def __sub__(self, other: "ModelStats") -> "ModelStats":
+    def __sub__(self, other: ModelStats) -> ModelStats:
         hist = {k: self.batch_hist.get(k, 0) - other.batch_hist.get(k, 0)
                 for k in set(self.batch_hist) | set(other.batch_hist)}
         return ModelStats(

@@ -37,7 +37,7 @@ def profile_batches(max_batch: int) -> tuple[int, int, int]:
 def profile_shapes(input_name: str, dims, max_batch: int) -> dict[str, str]:
     """{"trt_profile_min_shapes": "pixel_values:1x3x224x224", …} for an input with per-item `dims`."""
     item = "x".join(str(d) for d in dims)
-    return {key: f"{input_name}:{batch}x{item}" for key, batch in zip(PROFILE_KEYS, profile_batches(max_batch))}
+    return {key: f"{input_name}:{batch}x{item}" for key, batch in zip(PROFILE_KEYS, profile_batches(max_batch), strict=True)}
 
 
 def accelerator_params(cfg) -> dict | None:
@@ -64,7 +64,7 @@ def stanza_rules(cfg, *, max_batch: int, cache_path: str | None = None, input_na
     on_volume = (cache == cache_path or cache.startswith(cache_path.rstrip("/") + "/")) if cache_path else cache.startswith("/")
     missing = [k for k in PROFILE_KEYS if k not in p]
     lo, opt, hi = (_batch(p.get(k, ""), input_name) for k in PROFILE_KEYS)
-    unreadable = [k for k, b in zip(PROFILE_KEYS, (lo, opt, hi)) if k in p and b is None]
+    unreadable = [k for k, b in zip(PROFILE_KEYS, (lo, opt, hi), strict=True) if k in p and b is None]
     rules = [
         Rule("TensorRT accelerator configured", ACCELERATOR if present else "none", present,
              "without it ONNX Runtime runs the CUDA EP only",

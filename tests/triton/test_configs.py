@@ -14,7 +14,7 @@ pytestmark = pytest.mark.triton
 TEMPLATES = sorted(STAGING.glob("*/*/config.pbtxt"))
 
 
-def test_templates_exist_for_both_targets():
+def test_templates_exist_for_both_flavours():
     names = {(p.parent.parent.name, p.parent.name) for p in TEMPLATES}
     assert {("cpu", "openclip_vit_b32_cpu"), ("cpu", "preprocess_jpeg"), ("cpu", "openclip_vit_b32_jpeg"),
             ("gpu", "openclip_vit_b32"), ("gpu", "openclip_vit_b32_trt"), ("gpu", "preprocess_jpeg"),
@@ -82,7 +82,7 @@ def test_cpu_stage_sets_instances_delay_threads(onnx_meta, settings, tmp_path):
 
 
 def test_stage_rejects_bad_arguments(settings, tmp_path):
-    with pytest.raises(ValueError, match="target"):
+    with pytest.raises(ValueError, match="flavour"):
         stage("tpu", tmp_path / "m", settings=settings)
     with pytest.raises(ValueError, match="instances"):
         stage("cpu", tmp_path / "m", instances=0, settings=settings)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from servelab.netutil import free_port, port_in_use
 from servelab.managed_process import pid_alive
+from servelab.netutil import free_port, port_in_use
 from servelab.triton.server import EmbeddedTriton, TritonStartError
 
 pytestmark = pytest.mark.triton
