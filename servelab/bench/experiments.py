@@ -67,24 +67,29 @@ def ab(run: Run, experiment: str, a: Served, b: Served, *, label_a: str, label_b
     """Interleaved A/B: windows of A and B alternate in one sequence; writes A's and B's records and an `ab`
     record (kind "ab": A ÷ B throughput, with the min–max of the per-pair ratios and whether they settled).
 
-    Server counters are read around the whole sequence, so a handle shared by A and B (same server, other
-    payload or protocol) gets them for both sides together; they are left out of the side records then.
+    Each side's server counters are read around each of its windows (while both sides are idle) and summed,
+    so a server shared by A and B (same server, other payload or protocol) still gets per-side figures.
     """
     opts = opts or LoadOpts()
     pa, pb = payload_a or a.payload, payload_b or b.payload
     cb = concurrency_b or concurrency_a
-    shared = (a.url, a.pid) == (b.url, b.pid) or getattr(a, "http_url", 1) == getattr(b, "http_url", 2)
-    before = (_safe(a.snapshot), None if shared else _safe(b.snapshot))
+    handles, snaps, deltas = (a, b), [None, None], ([], [])
+
+    def on_window(k: int, phase: str) -> None:
+        if phase == "start":
+            snaps[k] = _safe(handles[k].snapshot)
+        else:
+            deltas[k].append(handles[k].delta(snaps[k], _safe(handles[k].snapshot)))
+
     res = interleaved(a.worker_factory(pa, batch_a), b.worker_factory(pb, batch_b), concurrency_a, opts,
-                      concurrency_b=cb, meters=meters, desc=f"{experiment} {label_a} / {label_b}")
-    after = (_safe(a.snapshot), None if shared else _safe(b.snapshot))
+                      concurrency_b=cb, meters=meters, on_window=on_window, desc=f"{experiment} {label_a} / {label_b}")
     extra = {"ab": {"pairs": res.pairs, "order": "ABBA", "a": label_a, "b": label_b}, **(params or {})}
     ra = run.record(experiment, **_point_fields(
         run, a, payload=pa, batch=batch_a, concurrency=concurrency_a, opts=opts, params={**extra, "side": "a"},
-        stats=None if shared else a.delta(before[0], after[0]), summary=res.a.summary()))
+        stats=merge_deltas(deltas[0]), summary=res.a.summary()))
     rb = run.record(experiment, **_point_fields(
         run, b, payload=pb, batch=batch_b, concurrency=cb, opts=opts, params={**extra, "side": "b"},
-        stats=None if shared else b.delta(before[1], after[1]), summary=res.b.summary()))
+        stats=merge_deltas(deltas[1]), summary=res.b.summary()))
     s = res.summary()
     rr = run.record(experiment, kind="ab", target=f"{label_a} / {label_b}", ratio=s["ratio"],
                     ratio_min=s["ratio_min"], ratio_max=s["ratio_max"], latency_p50_ratio=s["latency_p50_ratio"],
@@ -92,10 +97,33 @@ def ab(run: Run, experiment: str, a: Served, b: Served, *, label_a: str, label_b
                     engine=a.engine if a.engine == b.engine else None,
                     batch=batch_a if batch_a == batch_b else None,
                     concurrency=concurrency_a if concurrency_a == cb else None,
-                    server=a.delta(before[0], after[0]) if shared else None,
                     params={"load": opts.as_params(), **extra},
                     note="throughput A ÷ B, interleaved windows; min–max over the window pairs")
     return [ra, rb, rr]
+
+
+def merge_deltas(deltas: list) -> dict | None:
+    """Sum the server-counter deltas of several windows: counts add up, averages (floats) are weighted by the
+    requests each window served, nested dicts merge the same way."""
+    ds = [d for d in deltas if d]
+    if not ds:
+        return None
+    weights = [d.get("requests_ok") or (d["requests"] if isinstance(d.get("requests"), int) else 0) for d in ds]
+    out = {}
+    for key in dict.fromkeys(k for d in ds for k in d):
+        vals = [d.get(key) for d in ds]
+        present = [v for v in vals if v is not None]
+        if present and all(isinstance(v, dict) for v in present):
+            out[key] = merge_deltas(present)
+        elif present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
+            out[key] = sum(present)
+        elif all(v is None or isinstance(v, (int, float)) for v in vals) and any(isinstance(v, float) for v in vals):
+            pairs = [(v, w) for v, w in zip(vals, weights, strict=True) if v is not None]
+            total = sum(w for _, w in pairs)
+            out[key] = round(sum(v * w for v, w in pairs) / total, 4) if total else (pairs[-1][0] if pairs else None)
+        else:
+            out[key] = vals[-1]
+    return out
 
 
 # --- in-process engines ---------------------------------------------------------------------------

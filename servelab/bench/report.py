@@ -383,7 +383,10 @@ def _fmt_band(v: float, lo: float, hi: float, unit: str, digits: int) -> str:
 
 def _unsettled(*named) -> str:
     names = [n for n, x in named if _stable(x) is False]
-    return f" ({' and '.join(names)} never settled: read with care)" if names else ""
+    text = f" ({' and '.join(names)} never settled: read with care)" if names else ""
+    if any(not isinstance(x, (tuple, list)) and x.get("quick") is True for _, x in named):
+        text += " (smoke run: these numbers are not results)"
+    return text
 
 
 def versus(name_a: str, a, name_b: str, b, *, metric: str = "throughput_img_s", unit: str = "img/s",
@@ -416,6 +419,8 @@ def ratio_sentence(rec, *, what: str = "throughput", digits: int = 2) -> str:
         text += f"; {a if v > 1 else b} ahead"
     if _stable(rec) is False:
         text += " (the pair ratios never settled: read with care)"
+    if rec.get("quick") is True:
+        text += " (smoke run: these numbers are not results)"
     return text
 
 

@@ -204,7 +204,7 @@ class TritonServed(Served):
                                    server=f"triton-{protocol}")
 
     def snapshot(self) -> dict | None:
-        from servelab.triton.stats import read_stats
+        from servelab.triton.server_stats import read_stats
 
         return {m: read_stats(self.http_url, m) for m in dict.fromkeys((self.front_model, self.model))}
 
@@ -378,7 +378,8 @@ def serve_triton(protocol: str = "http", *, payload: str = "tensor", instances: 
                  engine: str = "onnx", log_path: Path | None = None, repository: Path | None = None):
     """Stage a CPU repository into a temporary folder and run the embedded tritonserver on free ports."""
     from servelab.config import Settings
-    from servelab.triton.repository import CPU_ENCODER, ENSEMBLE, stage
+    from servelab.triton.models import CPU_ENCODER, ENSEMBLE
+    from servelab.triton.repository import stage
     from servelab.triton.server import EmbeddedTriton
 
     if engine != "onnx":

@@ -18,7 +18,7 @@ import yaml
 # `max_windows` were measured; `quick` marks a smoke run whose numbers are not results.
 # extra_servers: start servers beyond the run's stack for a comparison (a torch-engine service in 04, the
 # LitServe peer in 06a); the smoke profile skips them to stay at seconds per notebook and says so.
-SMOKE_LOAD = {"min_requests": 2, "min_p50s": 1.0, "max_windows": 3, "tolerance": 0.5, "max_warmup_s": 10.0,
+SMOKE_LOAD = {"min_requests": 1, "min_p50s": 1.0, "max_windows": 3, "tolerance": 0.5, "max_warmup_s": 10.0,
               "quick": True}
 DEFAULT_LOAD = {"min_requests": 20, "min_p50s": 10.0, "max_windows": 6, "tolerance": 0.1, "quick": False}
 FULL_LOAD = {"min_requests": 40, "min_p50s": 10.0, "max_windows": 12, "tolerance": 0.05, "quick": False}
@@ -30,10 +30,10 @@ PROFILES: dict[str, dict[str, Any]] = {
         instance_counts=[1, 2], serialisation_batches=[1, 4], n_photos=12,
         profile_runs=1, extra_servers=False, engines=["onnx", "onnx-int8"],
     ),
-    # about 15 minutes on 2 cores for the whole lab: every point settles or says it did not; at c=16 a window
-    # is ~10 p50s (~8 s here), so the sweeps stop at 16
+    # about 15 minutes on 2 cores for the whole lab: every point settles or says it did not. A window lasts
+    # >= 10 p50s and >= 20 requests (at c=8 or batch 8 about 4-8 s here), so the sweeps have two points each
     "default": dict(
-        load=DEFAULT_LOAD, batch_sizes=[1, 4, 16], concurrency_levels=[1, 4, 16], queue_delays_us=[0, 4000],
+        load=DEFAULT_LOAD, batch_sizes=[1, 8], concurrency_levels=[1, 8], queue_delays_us=[0, 4000],
         instance_counts=[1, 2], serialisation_batches=[1, 4, 16], n_photos=60,
         profile_runs=4, extra_servers=True, engines=["torch", "onnx", "onnx-int8"],
     ),

@@ -54,3 +54,19 @@ def test_engines_quick_records_unavailable_provider(tmp_path, onnx_meta):
     assert cpu and cpu[0]["kind"] == "raw" and cpu[0]["throughput_img_s"] > 0
     assert (tmp_path / "eng" / "tables" / "engines.md").exists()
     assert (tmp_path / "eng" / "environment.json").exists()
+
+
+def test_unknown_server_is_one_line_error(tmp_path):
+    r = _cli(["bench", "concurrency-sweep", "--quick", "--server", "nginx", "--run-id", "x"], tmp_path)
+    assert r.returncode == 1
+    assert r.stderr.strip().startswith("error: server must be one of fastapi, litserve, triton-http")
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_batch_sweep_in_process_prints_ranges_and_smoke_warning(tmp_path, onnx_meta):
+    r = _cli(["bench", "batch-sweep", "--quick", "--batches", "1,2", "--run-id", "bs"], tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "throughput_min_img_s" in r.stdout and "stable" in r.stdout
+    assert "quick run: these numbers check that things run; they are not results" in r.stdout
+    recs = [json.loads(x) for x in (tmp_path / "bs" / "records.jsonl").read_text().splitlines()]
+    assert [(x["target"], x["batch"]) for x in recs] == [("in-process", 1), ("in-process", 2)]
