@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from servelab.netutil import free_port
 from servelab.managed_process import ManagedProcess
+from servelab.netutil import free_port
 
 
 class LitServeProcess(ManagedProcess):

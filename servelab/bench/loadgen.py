@@ -183,7 +183,7 @@ class Recorder:
 
     def workers_done_since(self, marks: list[int]) -> int:
         """How many workers have completed at least one request since `marks`."""
-        return sum(1 for r, m in zip(self.rows, marks) if len(r) > m)
+        return sum(1 for r, m in zip(self.rows, marks, strict=False) if len(r) > m)
 
     def last_end(self) -> float | None:
         ends = [r[-1][2] for r in self.rows if r]
@@ -604,7 +604,7 @@ def open_loop(
     ok = done[done[:, 4] > 0] if done.size else done
     offered = int(((arrivals >= warmup_s) & (arrivals < warmup_s + duration_s)).sum())
     edges = np.linspace(m0, m1, n_windows + 1)
-    windows = [_window_stats(arr, a, b, right_closed=False) for a, b in zip(edges[:-1], edges[1:])]
+    windows = [_window_stats(arr, a, b, right_closed=False) for a, b in zip(edges[:-1], edges[1:], strict=False)]
     thr = [w["throughput_img_s"] for w in windows]
     return LoadResult(
         mode="open", concurrency=None, rate_rps=rate_rps,

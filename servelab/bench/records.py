@@ -78,7 +78,7 @@ def make_record(experiment: str, run_id: str = "", *, kind: str = "load", target
     """A record with every schema field present; unknown measurements stay null."""
     rec = {
         "schema_version": SCHEMA_VERSION, "run_id": run_id, "experiment": experiment, "kind": kind,
-        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "timestamp": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "target": target, "backend": None, "engine": None, "provider": None, "protocol": None, "payload": None,
         "batch": None, "concurrency": None, "rate_rps": None,
         "latency_p50_ms": None, "latency_p95_ms": None, "latency_p99_ms": None, "throughput_img_s": None,

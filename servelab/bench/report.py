@@ -189,7 +189,7 @@ def plot_batch_histogram(records: list[dict], path: Path) -> Path | None:
     cols = min(n, 4)
     rows = math.ceil(n / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False)
-    for ax, r in zip(axes.ravel(), pts):
+    for ax, r in zip(axes.ravel(), pts, strict=False):
         h = r["server"]["batch_histogram"]
         keys = sorted(h, key=lambda k: float(str(k).lstrip("<=").replace("+Inf", "inf")))
         ax.bar([str(k) for k in keys], [h[k] for k in keys])
@@ -222,7 +222,7 @@ def plot_server_breakdown(records: list[dict], path: Path) -> Path | None:
     for key, name in BREAKDOWN:
         vals = [float(r["server"].get(key) or 0.0) for r in pts]
         ax.bar(labels, vals, bottom=bottom, label=name)
-        bottom = [b + v for b, v in zip(bottom, vals)]
+        bottom = [b + v for b, v in zip(bottom, vals, strict=False)]
     ax.set_ylabel("ms per request (server side)")
     ax.tick_params(axis="x", labelsize=6, rotation=60)
     ax.legend(fontsize=7)
@@ -250,9 +250,9 @@ def plot_scaling(records: list[dict], path: Path) -> Path | None:
         rs = sorted(rs, key=lambda r: r["params"]["instances"])
         n = [r["params"]["instances"] for r in rs]
         thr = [r["throughput_img_s"] for r in rs]
-        base = next((t for k, t in zip(n, thr) if k == 1), thr[0] / n[0])
+        base = next((t for k, t in zip(n, thr, strict=False) if k == 1), thr[0] / n[0])
         a1.plot(n, thr, "o-", label=name)
-        a2.plot(n, [t / (k * base) for k, t in zip(n, thr)], "o-", label=name)
+        a2.plot(n, [t / (k * base) for k, t in zip(n, thr, strict=False)], "o-", label=name)
     a1.set_xlabel("instances")
     a1.set_ylabel("throughput (images/s)")
     a2.set_xlabel("instances")

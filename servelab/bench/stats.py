@@ -5,7 +5,7 @@ Kept free of any I/O so the numbers can be checked against known distributions i
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -23,7 +23,7 @@ def latency_summary(latencies_s: Sequence[float]) -> dict:
         return {k: None for k in keys}
     pct = np.percentile(a, PERCENTILES)
     vals = list(pct) + [a.mean(), a.std(ddof=1) if a.size > 1 else 0.0, a.min(), a.max()]
-    return {k: round(float(v), 4) for k, v in zip(keys, vals)}
+    return {k: round(float(v), 4) for k, v in zip(keys, vals, strict=False)}
 
 
 def relative_spread(values: Sequence[float]) -> float | None:
