@@ -1,8 +1,7 @@
 """Run the tritonserver bundled in the nvidia-pytriton wheel on loopback, without Docker and without PyTriton.
 
     from servelab.triton.server import EmbeddedTriton, TritonStartError
-    with EmbeddedTriton(repository="models", http_port=None, grpc_port=None, metrics_port=None,
-                        log_path=None, models=None, startup_timeout=180) as srv:
+    with EmbeddedTriton("models", log_path="triton.log") as srv:        # free loopback ports
         srv.http_url     # "http://127.0.0.1:<port>"   (tritonclient.http wants srv.http_address = "127.0.0.1:<port>")
         srv.grpc_url     # "127.0.0.1:<port>"           (what tritonclient.grpc expects)
         srv.metrics_url  # "http://127.0.0.1:<port>/metrics"
