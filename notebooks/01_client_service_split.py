@@ -52,6 +52,7 @@ place = ""                # local | node ("": $SERVELAB_PLACE, else local)
 out_dir = ""              # "": results/interactive in this checkout
 service_url = ""          # "": the place's service (local :8002, node :8080)
 service_pid = 0
+link = "wan-100mbit-20ms"  # a shaped client-service link measured beside loopback ("": loopback only)
 batch_sizes = [1, 4, 16]
 # how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
 load = {"min_requests": 20, "min_p50s": 10.0, "max_windows": 6, "tolerance": 0.1, "quick": False}
@@ -214,6 +215,61 @@ step.answer(f"The tensor is {tensor_kib / jpeg_kib:.0f}× the size of this run's
             f"{rows[2]['ms on 100 Mbit/s']:.0f} ms, {rows[2]['KiB per image'] / rows[0]['KiB per image']:.0f}× the tensor — "
             "so a client holding full-size photos should resize (or preprocess) before sending, and a server that "
             "accepts JPEGs must cap upload sizes.")
+
+# %% [markdown]
+# ## Measured: the same service across a WAN-like link
+# The arithmetic above, now measured. The service's requests cross a shaped link (`link`: 100 Mbit/s each
+# way, 20 ms round trip) in windows that alternate with plain loopback, once with float32 tensors and once
+# with the JPEGs. The table says how the link was shaped (`params.link_shaping`) and what the load generator,
+# the service and the link itself cost in CPU (% of one core) while they ran.
+#
+# **Predict first.** How many milliseconds should the link add to a batch-1 request's p50, for each payload?
+
+# %%
+from servelab.bench.cpu import CpuMeter
+from servelab.bench.link import link_profile, network_link
+from servelab.bench.report import overlap, ratio_sentence
+
+link_sides, link_ab = [], []
+if link:
+    with network_link("loopback", service) as lo, network_link(link, service) as wan:
+        meters = [CpuMeter(server_pid=service.pid, link_pid=wan.pid)]
+        for payload in ("tensor", "jpeg"):
+            a, b, r = ab(step.run, "01-link", lo.over(service), wan.over(service), label_a="loopback",
+                         label_b=link, payload_a=payload, payload_b=payload, opts=opts, meters=meters)
+            link_sides += [a, b]
+            link_ab.append(r)
+    over_link = step.table(step.frame(link_sides, "params.link", "payload", "payload_bytes_per_request",
+                                      "throughput_img_s", "throughput_min_img_s", "throughput_max_img_s",
+                                      "latency_p50_ms", "latency_p50_min_ms", "latency_p50_max_ms", "stable",
+                                      "loadgen_cpu_pct", "server_cpu_pct", "link_cpu_pct", "params.link_shaping"),
+                           "link", f"The service over loopback and over {link} (batch 1, concurrency 1)")
+else:
+    step.not_run("the service over a shaped link", "link=\"\" (loopback only)", "loopback measured above")
+
+# %%
+if link:
+    prof = link_profile(link)
+    said, expected = [], {}
+    for (lo_rec, wan_rec), r in zip(zip(link_sides[::2], link_sides[1::2], strict=True), link_ab, strict=True):
+        payload, size = wan_rec["payload"], wan_rec["payload_bytes_per_request"]
+        expected[payload] = prof.transfer_ms(size) + prof.rtt_ms
+        why = (f"{prof.transfer_ms(size):.1f} ms to serialise {size / 1000:.0f} kB at {prof.rate_mbit:g} Mbit/s + "
+               f"{prof.rtt_ms:g} ms round trip = {expected[payload]:.0f} ms expected")
+        if overlap(lo_rec, wan_rec, "latency_p50_ms"):
+            said.append(f"{payload}: p50 {lo_rec['latency_p50_ms']:.0f} ms on loopback vs {wan_rec['latency_p50_ms']:.0f} "
+                        f"ms over the link, indistinguishable here (their window ranges overlap; {why} are inside "
+                        f"this run's spread)")
+        else:
+            added = wan_rec["latency_p50_ms"] - lo_rec["latency_p50_ms"]
+            said.append(f"{payload}: p50 {lo_rec['latency_p50_ms']:.0f} → {wan_rec['latency_p50_ms']:.0f} ms "
+                        f"({added:+.0f} ms; {why})")
+        said[-1] += f"; {ratio_sentence(r)}"
+    base = link_sides[0]["latency_p50_ms"]
+    gap = expected["tensor"] - expected["jpeg"]
+    step.answer(f"Over {link}, " + "; ".join(said) + f". Per request the tensor pays {gap:.0f} ms more than the "
+                f"JPEG on this link, {100 * gap / base:.0f} % of this run's loopback p50 ({base:.0f} ms): the "
+                "faster the model, the more the bytes on the wire decide.")
 
 # %% [markdown]
 # ## Compared with the source material
