@@ -42,7 +42,8 @@
 #
 # **Honest framing.** Extra instances help only if there is hardware the first one leaves idle. Here one
 # instance already runs ONNX Runtime on both cores, so a second instance splits the same cores: each runs
-# at about half speed, and they add memory and context switches. Expect an efficiency near 1/n at best.
+# at about half speed, and they add memory and context switches. Total throughput then stays the same at
+# best, which is an efficiency of 1/n.
 # Even on GPUs, one instance per GPU does not scale linearly: the source measured 1.8× on four RTX 4080s
 # (45 % efficiency), because the time went to the network and the batcher, not to the GPUs.
 
