@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from servelab.bench.link import LOOPBACK, link_profile, netem_support, network_link
+from servelab.bench.link import LOOPBACK, link_effect, link_profile, netem_support, network_link
 
 MB = 1_000_000
 
@@ -166,3 +166,14 @@ def test_over_swaps_a_handles_urls_and_labels_its_records(upstream):
         assert min(pings) >= 19.0  # its clients really cross the link
     with network_link("loopback", srv) as link:
         assert link.over(srv).url == upstream and link.over(srv).settings["link"] == "loopback"
+
+
+def test_link_effect_states_measured_beside_expected_and_never_ranks_overlaps():
+    lo = {"latency_p50_ms": 100.0, "latency_p50_min_ms": 98.0, "latency_p50_max_ms": 103.0, "payload": "tensor",
+          "payload_bytes_per_request": 602_112}
+    wan = {**lo, "latency_p50_ms": 170.0, "latency_p50_min_ms": 166.0, "latency_p50_max_ms": 175.0}
+    text = link_effect(lo, wan, "wan-100mbit-20ms")
+    assert text == ("tensor: p50 100 ms on loopback, 170 ms over wan-100mbit-20ms (+70 ms; the link alone should add "
+                    "68 ms: 48.2 ms to serialise 602 kB at 100 Mbit/s + 20 ms round trip)")
+    noisy = {**wan, "latency_p50_ms": 104.0, "latency_p50_min_ms": 90.0, "latency_p50_max_ms": 180.0}
+    assert "indistinguishable here" in link_effect(lo, noisy, "wan-100mbit-20ms", name="JPEG to the service")
