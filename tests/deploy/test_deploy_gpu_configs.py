@@ -28,7 +28,7 @@ def test_prepare_step_uses_the_stage_api_it_calls():
     from servelab.triton.repository import stage
 
     params = inspect.signature(stage).parameters
-    for name in ("target", "instances", "gpus", "max_batch", "trt_cache", "servelab_path", "settings", "log_fn"):
+    for name in ("flavour", "instances", "gpus", "max_batch", "trt_cache", "servelab_path", "settings", "log_fn"):
         assert name in params
 
 
