@@ -157,9 +157,9 @@ checks.execution_providers(providers_for, want="tensorrt", exercise="03.2", step
 # units: on a CPU, a few wide vector units per core — int8 helps when the CPU has VNNI instructions, and a
 # batch helps only as far as it keeps those units fed (two cores are kept busy by one image); on a GPU,
 # thousands of multiply-add units that a single image leaves mostly idle. The **photo-dedup "ONNX Runtime /
-# Triton optimisation report"** measured the same model's batch scaling on a Mac's CPU: 33.4 img/s at batch 1,
-# 49.0 at batch 4, 54.7 at batch 32 — 1.6× for 32× the batch. On its RTX A4000 the ONNX CUDA EP computed a
-# batch in 31.1 ms and the TensorRT EP in 4.7 ms (6.6×), and its "Technical Deep-Dive" found the best
+# Triton optimisation report"** measured the same model's batch scaling on a CPU: 33.4 img/s at batch 1,
+# 49.0 at batch 4, 54.7 at batch 32 — 1.6× for 32× the batch. On its RTX A4000 the GPU compute per request
+# was 31.1 ms with the ONNX CUDA EP and 4.7 ms with the TensorRT EP (6.6×), and its "Technical Deep-Dive" found the best
 # provider depends on the GPU (ONNX CUDA EP on an A100 at 4.4 ms, TensorRT EP on an RTX 4080 at 2.0 ms).
 # See `SOURCES.md`; this repository's own GPU reference results will be filed under `reference/` once
 # measured on a GPU node (`servelab lab run --place node --only 03`).
