@@ -135,7 +135,7 @@ if len(cold) and "start_to_ready_s" in cold and cold["start_to_ready_s"].notna()
 else:
     from servelab.bench.experiments import cold_start
 
-    measured = cold_start(step.run, targets=("fastapi",), quick=True)[0]
+    measured = cold_start(step.run, servers=("fastapi",))[0]
     if measured.get("start_to_ready_s") is None:
         raise RuntimeError(f"could not start a service to time its cold start: {measured.get('note')}")
     cold_start_s = float(measured["start_to_ready_s"])
