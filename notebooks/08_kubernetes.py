@@ -117,7 +117,8 @@ show_commands("node",
               "kubectl apply -k k8s/base",
               "kubectl -n servelab rollout status deploy/servelab",
               "kubectl -n servelab get hpa,pdb,resourcequota",
-              "kubectl -n servelab port-forward svc/servelab 8090:8002   # node port 8002 is Triton metrics")
+              "kubectl -n servelab port-forward svc/servelab 8090:8002   # node port 8002 is Triton metrics",
+              "bash scripts/kind_gpu_cluster.sh   # the GPU overlay: NVIDIA runtime in kind, device plugin, rollout")
 step.not_run("kind cluster, rollout, autoscaling under load", "no Kubernetes cluster (and no Docker engine) here",
              "every manifest validated against the Kubernetes API schema")
 
