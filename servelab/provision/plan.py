@@ -82,7 +82,7 @@ class NodeSpec:
     remote_dir: str = "servelab"
 
     @classmethod
-    def from_env(cls, **overrides) -> "NodeSpec":
+    def from_env(cls, **overrides) -> NodeSpec:
         values = {}
         for name, var in ENV.items():
             raw = os.environ.get(var)
@@ -157,7 +157,7 @@ class NodeSpec:
             p.append(f"{BOOTSTRAP} is missing")
         return p
 
-    def validate(self) -> "NodeSpec":
+    def validate(self) -> NodeSpec:
         problems = self.problems()
         if problems:
             raise ValueError("invalid provisioning parameters: " + "; ".join(problems))

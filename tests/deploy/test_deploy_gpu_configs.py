@@ -6,8 +6,6 @@ from __future__ import annotations
 import inspect
 import re
 
-import pytest
-
 from tests.deploy.conftest import REPO_ROOT
 
 EXPECTED_GPU_MODELS = {"openclip_vit_b32", "openclip_vit_b32_trt", "preprocess_jpeg", "openclip_vit_b32_jpeg"}

@@ -259,7 +259,7 @@ def test_kind_gpu_recipe_runs_every_step_in_order(tmp_path):
         (bin_dir / name).chmod(0o755)
     record = tmp_path / "record"
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "RECORD": str(record), "HOME": str(tmp_path)}
-    for run in (1, 2):  # idempotent: the second run reuses the cluster
+    for _ in (1, 2):  # idempotent: the second run reuses the cluster
         out = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "kind_gpu_cluster.sh")], cwd=REPO_ROOT, env=env,
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stdout + out.stderr

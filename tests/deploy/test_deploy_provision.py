@@ -4,8 +4,8 @@ the node bootstrap script parses; the CLI wrapper answers with one line and exit
 from __future__ import annotations
 
 import importlib.util
-import re
 import os
+import re
 import subprocess
 import sys
 
