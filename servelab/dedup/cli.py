@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -20,14 +19,14 @@ ROOT_ARG = typer.Argument(Path("."), help="photo folder (the scanned root)")
 CATALOG_OPT = typer.Option(None, "--catalog", help="catalog file (default ROOT/.servelab/catalog.sqlite)")
 
 
-def _catalog_path(root: Path, catalog: Optional[Path]) -> Path:
+def _catalog_path(root: Path, catalog: Path | None) -> Path:
     from servelab.dedup.catalog import default_catalog
 
     path = catalog or default_catalog(root)
     return path
 
 
-def _open(root: Path, catalog: Optional[Path]):
+def _open(root: Path, catalog: Path | None):
     from servelab.dedup.catalog import Catalog
 
     path = _catalog_path(root, catalog)
@@ -37,7 +36,7 @@ def _open(root: Path, catalog: Optional[Path]):
 
 
 @app.command()
-def scan(root: Path = ROOT_ARG, catalog: Optional[Path] = CATALOG_OPT,
+def scan(root: Path = ROOT_ARG, catalog: Path | None = CATALOG_OPT,
          progress: bool = typer.Option(True, help="show a progress bar"),
          as_json: bool = typer.Option(False, "--json", help="print the full report as JSON")):
     """Scan ROOT recursively (JPEG/PNG/WebP) into the catalog; unchanged files are skipped."""
@@ -56,7 +55,7 @@ def scan(root: Path = ROOT_ARG, catalog: Optional[Path] = CATALOG_OPT,
 
 
 @app.command()
-def problems(root: Path = ROOT_ARG, catalog: Optional[Path] = CATALOG_OPT,
+def problems(root: Path = ROOT_ARG, catalog: Path | None = CATALOG_OPT,
              as_json: bool = typer.Option(False, "--json")):
     """List files that could not be catalogued, with the reason."""
     with _open(root, catalog) as cat:
@@ -68,12 +67,12 @@ def problems(root: Path = ROOT_ARG, catalog: Optional[Path] = CATALOG_OPT,
 
 
 @app.command()
-def embed(root: Path = ROOT_ARG, catalog: Optional[Path] = CATALOG_OPT,
+def embed(root: Path = ROOT_ARG, catalog: Path | None = CATALOG_OPT,
           mode: str = typer.Option("auto", help="local | remote | auto"),
           backend: str = typer.Option("fastapi", help="fastapi | triton-http | triton-grpc"),
-          url: Optional[str] = typer.Option(None, help="server URL"),
+          url: str | None = typer.Option(None, help="server URL"),
           payload: str = typer.Option("jpeg", help="jpeg | tensor"),
-          engine: Optional[str] = typer.Option(None, help="local engine: torch | onnx | onnx-int8"),
+          engine: str | None = typer.Option(None, help="local engine: torch | onnx | onnx-int8"),
           batch_size: int = typer.Option(16, help="images per request"),
           progress: bool = typer.Option(True, help="show a progress bar")):
     """Embed catalogued photos (resumable: rerun continues where it stopped)."""
@@ -97,9 +96,9 @@ COSINE_ONLY_OPT = typer.Option(False, help="drop the pHash condition (unsafe wit
 
 
 @app.command()
-def groups(root: Path = ROOT_ARG, catalog: Optional[Path] = CATALOG_OPT,
-           threshold: Optional[float] = THRESHOLD_OPT,
-           phash_max: Optional[int] = PHASH_OPT,
+def groups(root: Path = ROOT_ARG, catalog: Path | None = CATALOG_OPT,
+           threshold: float | None = THRESHOLD_OPT,
+           phash_max: int | None = PHASH_OPT,
            cosine_only: bool = COSINE_ONLY_OPT,
            method: str = typer.Option("auto", help="auto | exact | lsh"),
            exact_only: bool = typer.Option(False, help="only byte-identical copies (MD5)"),
@@ -124,11 +123,11 @@ def groups(root: Path = ROOT_ARG, catalog: Optional[Path] = CATALOG_OPT,
 
 
 @app.command()
-def review(root: Path = ROOT_ARG, catalog: Optional[Path] = CATALOG_OPT,
+def review(root: Path = ROOT_ARG, catalog: Path | None = CATALOG_OPT,
            host: str = typer.Option("127.0.0.1", help="bind address"),
            port: int = typer.Option(REVIEW_PORT, help="port"),
-           threshold: Optional[float] = THRESHOLD_OPT,
-           phash_max: Optional[int] = PHASH_OPT,
+           threshold: float | None = THRESHOLD_OPT,
+           phash_max: int | None = PHASH_OPT,
            cosine_only: bool = COSINE_ONLY_OPT,
            method: str = typer.Option("auto", help="auto | exact | lsh")):
     """Open the review UI (FastAPI + HTML) at http://HOST:PORT."""
@@ -146,10 +145,10 @@ def review(root: Path = ROOT_ARG, catalog: Optional[Path] = CATALOG_OPT,
 
 
 @app.command()
-def delete(ids: List[int] = typer.Argument(..., help="catalog ids of the files to move to the trash"),
+def delete(ids: list[int] = typer.Argument(..., help="catalog ids of the files to move to the trash"),
            root: Path = typer.Option(Path("."), "--root", help="photo folder"),
-           catalog: Optional[Path] = CATALOG_OPT,
-           keeper: Optional[int] = typer.Option(None, help="id kept (refused if also listed)")):
+           catalog: Path | None = CATALOG_OPT,
+           keeper: int | None = typer.Option(None, help="id kept (refused if also listed)")):
     """Move files (by catalog id) into the trash; `servelab dedup undo` brings them back."""
     from servelab.dedup.trash import trash_files
 
@@ -159,8 +158,8 @@ def delete(ids: List[int] = typer.Argument(..., help="catalog ids of the files t
 
 
 @app.command()
-def undo(root: Path = typer.Option(Path("."), "--root", help="photo folder"), catalog: Optional[Path] = CATALOG_OPT,
-         batch: Optional[str] = typer.Option(None, help="batch id (default: the newest batch still in the trash)")):
+def undo(root: Path = typer.Option(Path("."), "--root", help="photo folder"), catalog: Path | None = CATALOG_OPT,
+         batch: str | None = typer.Option(None, help="batch id (default: the newest batch still in the trash)")):
     """Restore a trash batch to its original paths."""
     from servelab.dedup.trash import restore
 
@@ -170,7 +169,7 @@ def undo(root: Path = typer.Option(Path("."), "--root", help="photo folder"), ca
 
 
 @app.command()
-def trash(root: Path = ROOT_ARG, catalog: Optional[Path] = CATALOG_OPT):
+def trash(root: Path = ROOT_ARG, catalog: Path | None = CATALOG_OPT):
     """List trash batches (after closing any delete or undo that was killed half-way)."""
     from servelab.dedup.trash import batches, recover
 
@@ -195,9 +194,9 @@ def evaluate(out: Path = typer.Option(Path("results/dedup_eval"), help="output f
              seed: int = typer.Option(0, help="generator seed"),
              mode: str = typer.Option("local", help="client mode: local | remote | auto"),
              backend: str = typer.Option("fastapi", help="fastapi | triton-http | triton-grpc"),
-             url: Optional[str] = typer.Option(None, help="server URL"),
+             url: str | None = typer.Option(None, help="server URL"),
              payload: str = typer.Option("jpeg", help="jpeg | tensor"),
-             engine: Optional[str] = typer.Option(None, help="local engine: torch | onnx | onnx-int8")):
+             engine: str | None = typer.Option(None, help="local engine: torch | onnx | onnx-int8")):
     """Measure duplicate-detection quality on a generated labelled set: CSV + Markdown + PR plot."""
     from servelab.client import InferenceClient
     from servelab.dedup.evaluate import evaluate as do_eval

@@ -86,7 +86,7 @@ def _embed_rows(cat: Catalog, client, rows, weights: str, batch_size: int, repor
         vecs = _embed_batch(client, blobs)
         if vecs is None:  # isolate the bad file(s)
             vecs = []
-            for fid, blob in zip(ids, blobs):
+            for fid, blob in zip(ids, blobs, strict=False):
                 v = _embed_batch(client, [blob], raise_on_error=False)
                 if isinstance(v, str):
                     _fail(cat, fid, weights, f"embedding failed: {v}")
@@ -94,7 +94,7 @@ def _embed_rows(cat: Catalog, client, rows, weights: str, batch_size: int, repor
                 else:
                     vecs.append((fid, v[0]))
         else:
-            vecs = list(zip(ids, vecs))
+            vecs = list(zip(ids, vecs, strict=False))
         with cat.db:  # one transaction per batch: a crash loses at most this batch
             cat.db.executemany("UPDATE files SET embedding=?, embed_weights=?, embed_error=NULL WHERE id=?",
                                [(np.asarray(v, dtype=np.float32).tobytes(), weights, fid) for fid, v in vecs])

@@ -278,7 +278,7 @@ def _plot(path: Path, truth, md5eq, ph, dh, cos, summary) -> Path:
         for pred in score_pred:
             m = _prf(pred, truth)
             pts.append((m["recall"], m["precision"]))
-        return zip(*pts)
+        return zip(*pts, strict=False)
 
     fig, ax = plt.subplots(figsize=(6.4, 4.8), dpi=110)
     r, p = curve([ph <= d for d in range(0, 33)])
@@ -286,7 +286,7 @@ def _plot(path: Path, truth, md5eq, ph, dh, cos, summary) -> Path:
     r, p = curve([dh <= d for d in range(0, 33)])
     ax.plot(r, p, "s-", ms=3, label="dHash (distance 0…32)")
     r, p = curve([cos >= t for t in np.linspace(0.5, 1.0, 51)])
-    ax.plot(r, p, "^-", ms=3, label=f"embedding cosine (0.50…1.00)")
+    ax.plot(r, p, "^-", ms=3, label="embedding cosine (0.50…1.00)")
     m = _prf(md5eq, truth)
     ax.plot([m["recall"]], [m["precision"]], "k*", ms=12, label="MD5 (exact bytes)")
     d = summary["defaults"]

@@ -133,7 +133,7 @@ def _empty():
 
 def _exact_pairs(emb, threshold, block):
     n = len(emb)
-    I, J, S = [], [], []
+    found_i, found_j, found_s = [], [], []
     for a in range(0, n, block):
         xa = emb[a:a + block]
         for b in range(a, n, block):
@@ -141,8 +141,10 @@ def _exact_pairs(emb, threshold, block):
             ii, jj = np.nonzero(sims >= threshold)
             gi, gj = ii + a, jj + b
             keep = gi < gj
-            I.append(gi[keep]); J.append(gj[keep]); S.append(sims[ii[keep], jj[keep]])
-    return np.concatenate(I).astype(np.int64), np.concatenate(J).astype(np.int64), np.concatenate(S).astype(np.float32)
+            found_i.append(gi[keep])
+            found_j.append(gj[keep])
+            found_s.append(sims[ii[keep], jj[keep]])
+    return np.concatenate(found_i).astype(np.int64), np.concatenate(found_j).astype(np.int64), np.concatenate(found_s).astype(np.float32)
 
 
 def lsh_bands(threshold: float, bits: int, recall: float) -> int:
@@ -183,14 +185,16 @@ def _lsh_pairs(emb, threshold, bits, pool, recall, seed):
     if not cand:
         return _empty()
     cand = np.unique(np.concatenate(cand))
-    I, J, S = [], [], []
+    found_i, found_j, found_s = [], [], []
     for s in range(0, len(cand), 65536):  # verify in chunks: exact cosine, bounded memory
         c = cand[s:s + 65536]
         i, j = c // n, c % n
         sims = np.einsum("ij,ij->i", emb[i], emb[j])
         keep = sims >= threshold
-        I.append(i[keep]); J.append(j[keep]); S.append(sims[keep])
-    return np.concatenate(I), np.concatenate(J), np.concatenate(S).astype(np.float32)
+        found_i.append(i[keep])
+        found_j.append(j[keep])
+        found_s.append(sims[keep])
+    return np.concatenate(found_i), np.concatenate(found_j), np.concatenate(found_s).astype(np.float32)
 
 
 def phash_pairs(hashes: list[str], max_distance: int, block: int = 1024) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -200,7 +204,7 @@ def phash_pairs(hashes: list[str], max_distance: int, block: int = 1024) -> tupl
     if n < 2:
         return _empty()
     popcount = np.array([bin(v).count("1") for v in range(256)], dtype=np.uint8)
-    I, J, D = [], [], []
+    found_i, found_j, found_s = [], [], []
     for a in range(0, n, block):
         ha = h[a:a + block]
         for b in range(a, n, block):
@@ -209,8 +213,10 @@ def phash_pairs(hashes: list[str], max_distance: int, block: int = 1024) -> tupl
             ii, jj = np.nonzero(d <= max_distance)
             gi, gj = ii + a, jj + b
             keep = gi < gj
-            I.append(gi[keep]); J.append(gj[keep]); D.append(d[ii[keep], jj[keep]])
-    return np.concatenate(I).astype(np.int64), np.concatenate(J).astype(np.int64), np.concatenate(D).astype(np.float32)
+            found_i.append(gi[keep])
+            found_j.append(gj[keep])
+            found_s.append(d[ii[keep], jj[keep]])
+    return np.concatenate(found_i).astype(np.int64), np.concatenate(found_j).astype(np.int64), np.concatenate(found_s).astype(np.float32)
 
 
 # --- components --------------------------------------------------------------------------------------------
@@ -236,7 +242,7 @@ class UnionFind:
 def components(n: int, i: np.ndarray, j: np.ndarray) -> list[list[int]]:
     """Connected components (size >= 2) of the graph on 0..n-1 with edges (i, j)."""
     uf = UnionFind(n)
-    for a, b in zip(i.tolist(), j.tolist()):
+    for a, b in zip(i.tolist(), j.tolist(), strict=False):
         uf.union(a, b)
     groups: dict[int, list[int]] = {}
     for x in set(i.tolist()) | set(j.tolist()):
@@ -288,7 +294,7 @@ def group(catalog: str | Path | Catalog, threshold: float | None = None, phash_m
         for r in rows:
             by_md5.setdefault(r["md5"], []).append(r["id"])
         for ids in by_md5.values():
-            for a, b in zip(ids, ids[1:]):  # a chain suffices for components
+            for a, b in zip(ids, ids[1:], strict=False):  # a chain suffices for components
                 edges[(a, b)] = {"a": a, "b": b, "cosine": None, "md5_equal": True}
         if near:
             for a, b, s in _near_pairs(cat, rows, weights, rule, method, cache):
@@ -357,12 +363,12 @@ def _near_pairs(cat: Catalog, rows, weights, rule: Rule, method, cache):
     if rule.cosine is None:
         ids = np.array([r["id"] for r in hashed], dtype=np.int64)
         pi, pj, _ = phash_pairs([r["phash"] for r in hashed], rule.phash_max)
-        pairs = [(a, b, None) for a, b in zip(ids[pi].tolist(), ids[pj].tolist())]
+        pairs = [(a, b, None) for a, b in zip(ids[pi].tolist(), ids[pj].tolist(), strict=False)]
     else:
         ids, emb = cat.embeddings(weights)
         if len(ids):
             pi, pj, ps = similar_pairs(emb, rule.cosine, method=method)
-            pairs = list(zip(ids[pi].tolist(), ids[pj].tolist(), ps.tolist()))
+            pairs = list(zip(ids[pi].tolist(), ids[pj].tolist(), ps.tolist(), strict=False))
     if cache is not None:
         cache.update(key=key, ids=set(current), pairs=pairs)
     return pairs

@@ -38,8 +38,8 @@ def _one_run(n, dim, threshold, planted, method, seed, queue):
     i, j, s = similar_pairs(x, threshold, method=method)
     groups = components(n, i, j)
     seconds = time.perf_counter() - t0
-    found = set(zip(i.tolist(), j.tolist()))
-    truth = {(min(p, q), max(p, q)) for p, q in zip(a.tolist(), b.tolist())}
+    found = set(zip(i.tolist(), j.tolist(), strict=False))
+    truth = {(min(p, q), max(p, q)) for p, q in zip(a.tolist(), b.tolist(), strict=False)}
     queue.put({"seconds": seconds, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                "rss_before_mb": base_mb, "pairs": len(found), "groups": len(groups),
                "planted_recall": len(found & truth) / max(1, len(truth))})

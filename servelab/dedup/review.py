@@ -21,10 +21,10 @@ from urllib.parse import quote
 
 from fastapi import FastAPI, Form, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from starlette.exceptions import HTTPException as StarletteHTTPException
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader
 from PIL import Image
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from servelab.config import REVIEW_PORT
 from servelab.dedup.catalog import Catalog, OutsideRoot

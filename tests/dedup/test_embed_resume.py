@@ -59,8 +59,8 @@ def test_interrupted_embedding_resumes_without_recomputing(tmp_path, dedup_clien
     with Catalog(cat_path) as cat:
         ids, emb = cat.embeddings()
         assert len(ids) == 14
-        before = dict(zip(ids_done.tolist(), emb_done))
-        for i, e in zip(ids.tolist(), emb):
+        before = dict(zip(ids_done.tolist(), emb_done, strict=False))
+        for i, e in zip(ids.tolist(), emb, strict=False):
             if i in before:
                 assert np.array_equal(before[i], e)  # finished work untouched
         paths = [cat.file(i)["path"] for i in ids.tolist()]
