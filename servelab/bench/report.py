@@ -83,7 +83,8 @@ def csv_text(rows: list[dict], columns: list[str] | None = None) -> str:
 
 
 def write_tables(records: list[dict], out_dir: Path, price_per_hour: float | None = None) -> list[Path]:
-    """tables/<experiment>.csv|.md for every experiment (+ all.csv, targets.md, cost.csv|md when priced)."""
+    """tables/<experiment>.csv|.md for every experiment (+ all.csv, goals.md, settling.md — which points never
+    settled —, cost.csv|md when priced)."""
     from servelab.bench.goals import goals_table
 
     out_dir = Path(out_dir) / "tables"
@@ -98,6 +99,13 @@ def write_tables(records: list[dict], out_dir: Path, price_per_hour: float | Non
             written.append(p)
     atomic_write(out_dir / "all.csv", csv_text(rows, COLUMNS))
     written.append(out_dir / "all.csv")
+    st = settling_rows(records)
+    if st:
+        n_bad = sum(1 for r in st if r["stable"] is False)
+        atomic_write(out_dir / "settling.md", f"# Settling\n\n{len(st) - n_bad} of {len(st)} measured points settled "
+                     f"(last three windows within the tolerance); these did not:\n\n"
+                     + markdown_table([r for r in st if r["stable"] is False] or [{"point": "(none)"}]))
+        written.append(out_dir / "settling.md")
     t = goals_table(records)
     if t:
         atomic_write(out_dir / "goals.md", markdown_table(t))
@@ -110,6 +118,26 @@ def write_tables(records: list[dict], out_dir: Path, price_per_hour: float | Non
             atomic_write(out_dir / "cost.csv", csv_text(c))
             written += [out_dir / "cost.md", out_dir / "cost.csv"]
     return written
+
+
+def settling_rows(records: list[dict]) -> list[dict]:
+    """One row per measured point (load, raw, A/B ratio): whether it settled, its windows and range."""
+    rows = []
+    for r in records:
+        if r.get("kind") not in ("load", "raw", "ab") or r.get("available") is False:
+            continue
+        p = r.get("params") or {}
+        bits = [r.get("target"), r.get("engine"), r.get("protocol"), r.get("payload")]
+        bits += [f"b={r['batch']}"] if r.get("batch") else []
+        bits += [f"c={r['concurrency']}"] if r.get("concurrency") else []
+        bits += [f"{k}={p[k]}" for k in ("instances", "max_queue_delay_us") if p.get(k) is not None
+                 and str(r.get("target", "")).startswith("triton")]
+        lo, hi = (r.get("ratio_min"), r.get("ratio_max")) if r["kind"] == "ab" else (
+            r.get("throughput_min_img_s"), r.get("throughput_max_img_s"))
+        rows.append({"experiment": r.get("experiment"), "point": " ".join(str(b) for b in bits if b),
+                     "stable": r.get("stable"), "windows": r.get("windows_used") or r.get("repeats"),
+                     "range": f"{lo:.4g}–{hi:.4g}" if lo is not None and hi is not None else ""})
+    return rows
 
 
 # --- plots ------------------------------------------------------------------------------------------
