@@ -113,7 +113,7 @@ def _stack_for(folder: Path, paths: list[Path], execute: bool, parameters: dict 
     run_dir = (folder / EXECUTED_DIR / "results").resolve()
     params.setdefault("out_dir", str(run_dir))
     wants = set().union(*(declared_parameters(p) for p in todo)) & URL_KEYS
-    if not wants or wants <= set(params) or params.get("target", "local") != "local":
+    if not wants or wants <= set(params) or (params.get("place") or "local") != "local":
         yield params
         return
     from servelab.lab.stack import local_stack
