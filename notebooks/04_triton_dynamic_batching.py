@@ -53,8 +53,8 @@ service_url = ""          # "": the place's service (local :8002, node :8080)
 triton_http_url = ""      # "": the place's Triton HTTP (local :8003, node :8000)
 triton_model = ""         # "": the place's encoder (openclip_vit_b32_cpu | openclip_vit_b32)
 triton_pid = 0
-batch_sizes = [1, 4, 16]
-concurrency_levels = [1, 4, 16]
+batch_sizes = [1, 8]
+concurrency_levels = [1, 8]
 # how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
 load = {"min_requests": 20, "min_p50s": 10.0, "max_windows": 6, "tolerance": 0.1, "quick": False}
 extra_servers = True     # start a torch-engine FastAPI service for the comparison (else: this run's onnx service)

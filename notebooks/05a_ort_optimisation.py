@@ -62,7 +62,7 @@ triton_model = ""         # "": the place's encoder (openclip_vit_b32_cpu | open
 service_pid = 0
 triton_pid = 0
 queue_delays_us = [0, 4000]
-concurrency_levels = [1, 4, 16]
+concurrency_levels = [1, 8]
 serialisation_batches = [1, 4, 16]
 profile_runs = 4
 # how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
@@ -124,10 +124,13 @@ cells = step.frame(grid, "params.max_queue_delay_us", "concurrency", "throughput
                    "server.avg_queue_ms", "server.avg_compute_infer_ms")
 cells = cells.rename(columns={"params.max_queue_delay_us": "max_queue_delay_us"})
 step.table(cells, "queue_delay_grid_long", "Every point of the grid")
-grid_table = step.table(cells.pivot_table(index="max_queue_delay_us", columns="concurrency",
-                                          values=["throughput_img_s", "latency_p50_ms"]).round(2)
+grid_table = step.table(cells.assign(stable=cells["stable"].astype(float))
+                        .pivot_table(index="max_queue_delay_us", columns="concurrency",
+                                     values=["throughput_img_s", "throughput_min_img_s", "throughput_max_img_s",
+                                             "latency_p50_ms", "stable"]).round(2)
                         .pipe(lambda d: d.set_axis([f"{a} c={c}" for a, c in d.columns], axis=1)).reset_index(),
-                        "queue_delay_grid", "Queue delay × concurrency: throughput (img/s) and p50 (ms)")
+                        "queue_delay_grid", "Queue delay × concurrency: throughput (img/s, window min–max), p50 (ms) "
+                                            "and whether the point settled (1 = yes)")
 
 # %% [markdown]
 # ### Exercise: choose the queue delay

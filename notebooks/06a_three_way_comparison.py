@@ -61,8 +61,9 @@ triton_model = ""         # "": the place's encoder (openclip_vit_b32_cpu | open
 triton_jpeg_model = ""    # "": the JPEG ensemble (openclip_vit_b32_jpeg)
 service_pid = 0
 triton_pid = 0
+link = "wan-100mbit-20ms"  # a shaped client-server link measured beside loopback ("": loopback only)
 triton_repository = "../models"  # the running Triton's model repository (`servelab triton up` serves ../models)
-concurrency_levels = [1, 4, 16]
+concurrency_levels = [1, 8]
 extra_servers = True     # start LitServe for the comparison
 # how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
 load = {"min_requests": 20, "min_p50s": 10.0, "max_windows": 6, "tolerance": 0.1, "quick": False}
@@ -269,6 +270,42 @@ step.answer(f"Triton reported {hi_row['server_compute_ms']:.0f} ms of compute pe
             f"here delivered {max(r['throughput_img_s'] for r in busiest):.1f} img/s.")
 
 # %% [markdown]
+# ## Measured: JPEGs to the service and tensors to Triton, across a WAN-like link
+# Everything above ran on loopback. Here the two request paths the source material compared over the internet
+# are measured again with the client behind a shaped link (`link`: 100 Mbit/s each way, 20 ms round trip),
+# windows alternating with loopback: one JPEG per request to the FastAPI service, one float32 tensor per
+# request to Triton. `params.link_shaping` says how the link was made; the CPU columns are % of one core.
+#
+# **Predict first.** Which path will the link slow down more, and by roughly how many milliseconds?
+
+# %%
+from servelab.bench.cpu import CpuMeter
+from servelab.bench.experiments import ab
+from servelab.bench.link import link_effect, network_link
+
+triton_tensor = attach("triton-http", triton_http_url, payload="tensor", model=triton_model, pid=triton_pid or None)
+link_sides, link_ab = [], []
+if link:
+    with network_link("loopback", fastapi, triton_tensor) as lo, network_link(link, fastapi, triton_tensor) as wan:
+        for srv in (fastapi, triton_tensor):
+            a, b, r = ab(step.run, "06a-link", lo.over(srv), wan.over(srv), label_a="loopback", label_b=link,
+                         opts=opts, meters=[CpuMeter(server_pid=srv.pid, link_pid=wan.pid)])
+            link_sides += [a, b]
+            link_ab.append(r)
+    step.table(step.frame(link_sides, "target", "payload", "params.link", "payload_bytes_per_request",
+                          "throughput_img_s", "throughput_min_img_s", "throughput_max_img_s", "latency_p50_ms",
+                          "latency_p50_min_ms", "latency_p50_max_ms", "stable", "loadgen_cpu_pct", "server_cpu_pct",
+                          "link_cpu_pct", "params.link_shaping"),
+               "link", f"JPEG to the service and tensor to Triton, over loopback and over {link} (concurrency 1)")
+    step.answer("; ".join(link_effect(lo_rec, wan_rec, link, name=f"{wan_rec['payload']} to {wan_rec['target']}")
+                          + "; " + ratio_sentence(r)
+                          for lo_rec, wan_rec, r in zip(link_sides[::2], link_sides[1::2], link_ab, strict=True))
+                + ". The difference between the two paths is the bytes: on a real network a server fed JPEGs "
+                "gives back most of what a faster tensor path wins inside the server.")
+else:
+    step.not_run("the two paths over a shaped link", 'link="" (loopback only)', "loopback measured above")
+
+# %% [markdown]
 # ## Compared with the source material
 # - **Photo-dedup "Technical Deep-Dive", step 6A** (A100 SXM4 80 GB and RTX 4080, client over the internet):
 #   Triton with the ONNX CUDA EP computed an image in 4.4 ms on the A100 but the client waited 182.9 ms — 91.7 %
@@ -293,3 +330,65 @@ step.shows(
     f"{r['server_queue_ms']:.0f} ms queueing, {r['server_compute_ms']:.0f} ms compute and "
     f"{r['outside_server_ms']:.0f} ms outside the server."
 )
+
+# %% [markdown]
+# ## Past capacity: the overload knee
+# Everything above kept the offered load at or below what the servers can finish. Real traffic does not ask
+# first. Here the clients are **open loop**: requests arrive at a fixed average rate (Poisson), whether or
+# not earlier ones have been answered, at 1×, 2×, 4× and 8× the service's measured capacity. Two copies of
+# the servelab service take the same arrivals:
+#
+# - **with admission control**: it counts the requests in flight (being read, decoded, queued or run) and,
+#   past its limit, answers `503` with `Retry-After` *before reading the body*; a request still queued at
+#   its deadline is dropped instead of computed;
+# - **without**: every body is read and decoded first, and only then refused if the batcher's queue is full.
+#
+# *Goodput* is what matters to users: images per second answered 200. Latency is counted from each
+# request's scheduled arrival, so waiting anywhere counts.
+#
+# **Predict first.** At 8× capacity, what happens to goodput and to the p99 latency of the *accepted*
+# requests, with and without admission control? Does refusing requests lower goodput or raise it?
+
+# %%
+import pandas as pd
+
+from servelab.bench.overload import knee_rows, overload, plot_knee
+
+overload_recs = overload(step.run, servers=("fastapi", "fastapi-no-admission"), engine="onnx-int8",
+                         levels=(1, 4) if opts.quick else (1, 2, 4, 8), duration_s=8.0, quick=opts.quick)
+knee = step.table(pd.DataFrame(knee_rows(overload_recs)), "overload_knee",
+                  "Goodput and accepted latency past capacity, with and without admission control")
+step.show_plot(plot_knee(overload_recs, step.plot_path("overload_knee")))
+
+# %%
+def _at(server, level):
+    return knee[(knee["server"] == server) & (knee["level"] == level)].iloc[0]
+
+
+top = int(knee["level"].max())
+on1, on_top = _at("fastapi", 1), _at("fastapi", top)
+off1, off_top = _at("fastapi-no-admission", 1), _at("fastapi-no-admission", top)
+step.answer(
+    f"With admission control, goodput went from {on1['goodput_img_s']:.1f} img/s at capacity to "
+    f"{on_top['goodput_img_s']:.1f} img/s at {top}× ({100 * on_top['goodput_img_s'] / max(on1['goodput_img_s'], 1e-9):.0f} %), "
+    f"refusing {int(on_top['shed_503'])} requests with 503, and the accepted p99 was {on_top['accepted_p99_ms'] / 1000:.1f} s "
+    f"(a full queue drains in {on_top['drain_s']:.1f} s). Without it, goodput went from {off1['goodput_img_s']:.1f} to "
+    f"{off_top['goodput_img_s']:.1f} img/s ({100 * off_top['goodput_img_s'] / max(off1['goodput_img_s'], 1e-9):.0f} %) "
+    f"with an accepted p99 of {off_top['accepted_p99_ms'] / 1000:.1f} s, {int(off_top['shed_503'])} refused after being "
+    f"decoded and {int(off_top['no_answer'])} never answered in time."
+    + (" (A smoke run: two short levels, so these numbers only show the mechanics.)" if opts.quick else "")
+)
+
+# %% [markdown]
+# ### Why shedding early keeps a server useful
+# A server past capacity will fail some requests whatever it does; the only choice is *which* and *at what
+# cost*. Refusing at the door costs almost nothing — no body read, no decode — so every CPU second still goes
+# to requests that will be answered, and goodput stays near capacity. Because at most `limit` requests are
+# ever inside, an accepted one waits at most about `limit ÷ throughput` (Little's law): the latency of the
+# requests you do serve is bounded, and `Retry-After` tells clients when to come back.
+#
+# Without that gate, every extra request is read and decoded before it can be turned away: that decoding
+# competes with the engine for the same cores, so goodput *falls* as load rises, and the accepted requests
+# wait behind a line that keeps growing — until their answers arrive after the client has given up, computed
+# for nobody. Triton does the same with `max_queue_size` and a `REJECT` queue policy in its dynamic batcher;
+# LitServe has no bound. `servelab bench overload` measures all four side by side.

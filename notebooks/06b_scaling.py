@@ -54,7 +54,7 @@ triton_http_url = ""      # "": the place's Triton HTTP (local :8003, node :8000
 triton_model = ""         # "": the place's encoder (openclip_vit_b32_cpu | openclip_vit_b32)
 triton_pid = 0
 instance_counts = [1, 2]
-concurrency_levels = [1, 4, 16]
+concurrency_levels = [1, 8]
 price_per_hour = 0.50     # USD per hour for the machine serving (set your own: cloud list price, lease cost)
 # how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
 load = {"min_requests": 20, "min_p50s": 10.0, "max_windows": 6, "tolerance": 0.1, "quick": False}

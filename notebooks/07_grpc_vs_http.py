@@ -51,8 +51,9 @@ triton_http_url = ""      # "": the place's Triton HTTP (local :8003, node :8000
 triton_grpc_url = ""      # "": the place's Triton gRPC (local :8004, node :8001)
 triton_model = ""         # "": the place's encoder (openclip_vit_b32_cpu | openclip_vit_b32)
 triton_pid = 0
-batch_sizes = [1, 4, 16]
-concurrency_levels = [1, 4, 16]
+link = "wan-100mbit-20ms"  # a shaped client-server link measured beside loopback ("": loopback only)
+batch_sizes = [1, 8]
+concurrency_levels = [1, 8]
 # how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
 load = {"min_requests": 20, "min_p50s": 10.0, "max_windows": 6, "tolerance": 0.1, "quick": False}
 
@@ -72,7 +73,7 @@ opts = step.opts(load)
 triton = attach("triton-http", triton_http_url, payload="tensor", model=triton_model, pid=triton_pid or None,
                 grpc_url=triton_grpc_url)
 cols = ["protocol", "batch", "concurrency", "throughput_img_s", "throughput_min_img_s", "throughput_max_img_s",
-        "latency_p50_ms", "latency_p99_ms", "stable"]
+        "latency_p50_ms", "latency_p99_ms", "stable", "server.avg_request_ms"]
 ratio_cols = ["batch", "concurrency", "ratio", "ratio_min", "ratio_max", "stable"]
 
 
@@ -235,6 +236,33 @@ step.answer("Averaged over the concurrency sweep, Triton spent " + ", ".join(
     f"{server_ms[p]:.0f} ms inside the server per {p} request against {client_ms[p]:.0f} ms p50 at the client"
     for p in server_ms.index) + ": the transport is the small difference between those two figures, "
     "and that is all a protocol change could win here.")
+
+# %% [markdown]
+# ## Measured: gRPC vs HTTP across a WAN-like link
+# The same interleaved comparison, on loopback and with both protocols crossing a shaped link (`link`:
+# 100 Mbit/s each way, 20 ms round trip), one client sending batches of up to 4 images (2.4 MB of tensor).
+#
+# **Predict first.** Will the link change the gRPC ÷ HTTP ratio, or only make both slower?
+
+# %%
+from servelab.bench.link import link_effect, network_link
+
+link_batch = min(4, max(batch_sizes))
+link_ab = []
+if link:
+    with network_link("loopback", triton) as lo, network_link(link, triton) as wan:
+        for path in (lo, wan):
+            link_ab += http_vs_grpc(step.run, path.over(triton), batches=(link_batch,), concurrencies=(1,), opts=opts,
+                                    experiment="07-link")
+    step.table(step.frame(sides(link_ab), "params.link", *cols, "payload_bytes_per_request", "params.link_shaping"),
+               "by_link", f"gRPC and HTTP over loopback and over {link} (batch {link_batch}, concurrency 1)")
+    lo_ratio, wan_ratio = [r for r in link_ab if r["kind"] == "ab"]
+    points = {(r["params"]["link"], r["protocol"]): r for r in sides(link_ab)}
+    step.answer(f"On loopback {ratio_sentence(lo_ratio)}; over {link} {ratio_sentence(wan_ratio)}. "
+                + "; ".join(link_effect(points["loopback", p], points[link, p], link, name=p.upper())
+                            for p in ("http", "grpc")) + ".")
+else:
+    step.not_run("gRPC vs HTTP over a shaped link", 'link="" (loopback only)', "loopback measured above")
 
 # %% [markdown]
 # ## Compared with the source material

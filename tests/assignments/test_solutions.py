@@ -79,7 +79,7 @@ BINDINGS: dict[str, dict] = {
         _rec(target=t, concurrency=c, windows=w) for t, c, w in (
             ("fastapi", 1, [18, 20]), ("fastapi", 4, [24, 26]), ("triton-http", 1, [17, 19]),
             ("triton-http", 4, [28, 30]), ("litserve", 1, [19, 21]), ("litserve", 4, [25, 27]))]},
-    "06a.3": lambda ctx: {"target": "local", "triton_http_url": ctx.triton.http_url,
+    "06a.3": lambda ctx: {"place": "local", "triton_http_url": ctx.triton.http_url,
                           "triton_repository": str(ctx.triton.repository)},
     "06b.3": lambda ctx: {"concurrency_levels": [1, 2], "trials": Trials(
         ctx.step.run, ctx.triton.http_url, CPU_ENCODER, _opts(), "t-06b-p99"), "budget_ms": 60_000},
