@@ -1,0 +1,89 @@
+"""The shared helpers every writer and every server lifecycle relies on: atomic writes and managed processes."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from servelab.fileio import atomic_path, atomic_write, file_digest
+from servelab.managed_process import ManagedProcess, pid_alive
+from servelab.netutil import free_port
+
+
+def test_atomic_write_replaces_and_leaves_no_temp(tmp_path):
+    path = tmp_path / "sub" / "table.csv"
+    atomic_write(path, "a,b\n")
+    atomic_write(path, b"a,b\n1,2\n")
+    assert path.read_text() == "a,b\n1,2\n"
+    assert [p.name for p in path.parent.iterdir()] == ["table.csv"]
+
+
+def test_a_failed_write_keeps_the_old_file(tmp_path):
+    path = tmp_path / "plot.png"
+    path.write_bytes(b"old")
+    with pytest.raises(RuntimeError), atomic_path(path, suffix=".png") as tmp:
+        tmp.write_bytes(b"half a pl")
+        raise RuntimeError("disk full")
+    assert path.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["plot.png"]
+
+
+def test_file_digest_is_the_hash_of_the_bytes(tmp_path):
+    import hashlib
+
+    path = tmp_path / "f"
+    path.write_bytes(b"servelab" * 1000)
+    assert file_digest(path) == hashlib.sha256(b"servelab" * 1000).hexdigest()
+    assert file_digest(path, "md5") == hashlib.md5(b"servelab" * 1000).hexdigest()
+
+
+SERVER = """
+import http.server, subprocess, sys
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+open(sys.argv[2], "w").write(str(child.pid))
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), http.server.SimpleHTTPRequestHandler).serve_forever()
+"""
+
+
+class Forking(ManagedProcess):
+    """A server with a worker process, like LitServe: stopping it must stop the worker too."""
+
+    name = "forking server"
+
+    def __init__(self, tmp_path, script=SERVER):
+        super().__init__(log_path=tmp_path / "server.log", startup_timeout=30, stop_timeout=5)
+        self.port, self.script, self.child_file = free_port(), script, tmp_path / "child.pid"
+        self.cwd = str(tmp_path)
+
+    @property
+    def ready_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-c", self.script, str(self.port), str(self.child_file)]
+
+    def ports(self):
+        return {"test": (self.port, "--port")}
+
+
+def test_stop_ends_the_whole_process_group(tmp_path):
+    with Forking(tmp_path) as srv:
+        leader, worker = srv.pid, int(srv.child_file.read_text())
+        assert pid_alive(leader) and pid_alive(worker)
+    deadline = time.monotonic() + 5
+    while pid_alive(worker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pid_alive(leader) and not pid_alive(worker)
+
+
+def test_a_server_that_exits_is_one_line_naming_its_log(tmp_path):
+    srv = Forking(tmp_path, script="import sys; print('cannot bind'); sys.exit(3)")
+    with pytest.raises(RuntimeError) as e:
+        srv.start()
+    msg = str(e.value)
+    assert "forking server did not become ready" in msg and "exited with code 3" in msg
+    assert str(tmp_path / "server.log") in msg and "\n" not in msg
+    assert "cannot bind" in (tmp_path / "server.log").read_text()
+    assert not srv.running()
