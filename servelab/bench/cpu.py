@@ -8,7 +8,7 @@ measured windows, in percent of one core:
     loadgen_cpu_pct         the load generator's worker threads (request building, serialisation, parsing)
     client_process_cpu_pct  the whole client process (also client-library helper threads, e.g. gRPC's;
                             for an in-process engine this is the engine's compute)
-    server_cpu_pct          the server process, all its threads (when its pid is known)
+    server_cpu_pct          the server process with its child processes, all threads (when its pid is known)
     link_cpu_pct            the link relay process (when a shaped link is used)
     cpu_cores               cores this process may run on; cpu_pinning: which placement was used
 
@@ -35,14 +35,22 @@ PINNING_ENV = "SERVELAB_CPU_PINNING"
 
 
 def _cpu_s(proc: psutil.Process | None) -> float | None:
-    """User + system CPU seconds of a process with its children; None when it is gone or unreadable."""
+    """User + system CPU seconds of a process and its live descendants (Triton computes in python-backend stub
+    processes, not in tritonserver itself); None when the process is gone or unreadable."""
     if proc is None:
         return None
     try:
-        t = proc.cpu_times()
-        return t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
+        family = [proc, *proc.children(recursive=True)]
     except (psutil.Error, OSError):
         return None
+    total = 0.0
+    for p in family:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except (psutil.Error, OSError):
+            continue
+    return total
 
 
 def _load_threads_s() -> float:
@@ -113,10 +121,18 @@ def _tasks(pid: int) -> list[int]:
         return [pid]
 
 
-def _set(pid: int, cores: set[int]) -> dict[int, set[int]]:
-    """Pin every thread of `pid` to `cores`; returns the old mask of each thread for restoring."""
+def _family(pid: int) -> list[int]:
+    """A process and its descendants (tritonserver's python-backend stubs do the computing)."""
+    try:
+        return [pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))]
+    except psutil.Error:
+        return [pid]
+
+
+def _set(pid: int, cores: set[int], descendants: bool = True) -> dict[int, set[int]]:
+    """Pin every thread of `pid` (and of its descendants) to `cores`; returns each thread's old mask."""
     old = {}
-    for tid in _tasks(pid):
+    for tid in (t for p in (_family(pid) if descendants else [pid]) for t in _tasks(p)):
         try:
             old[tid] = _affinity(tid)
             os.sched_setaffinity(tid, cores)
@@ -166,9 +182,10 @@ def pinned(server_pids, client_cores: int | None = None, enabled: bool = True) -
     else:
         client, server = plan
         try:
-            old.update(_set(os.getpid(), client))
+            old.update(_set(os.getpid(), client, descendants=False))  # what it starts from now on inherits this
             for pid in _pids(server_pids):
-                old.update(_set(pid, server))
+                for tid, mask in _set(pid, server).items():
+                    old.setdefault(tid, mask)
         except Exception:
             _restore(old)
             raise

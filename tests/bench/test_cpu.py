@@ -91,3 +91,32 @@ def test_pinned_says_why_not():
         assert "not pinned" in how and "server" in how
     with pinned(os.getpid(), enabled=False) as how:
         assert how == NOT_PINNED
+
+
+def test_a_servers_child_processes_are_counted_and_pinned():
+    """Triton computes in python-backend stub processes under tritonserver: they count and move with it."""
+    import psutil
+
+    spin = "import time\nt = time.time()\nwhile time.time() - t < 20: pass"
+    code = f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', {spin!r}])\ntime.sleep(20)"
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.time() + 5
+        while not psutil.Process(parent.pid).children() and time.time() < deadline:
+            time.sleep(0.05)
+        child = psutil.Process(parent.pid).children()[0]
+        meter = CpuMeter(server_pid=parent.pid)
+        meter.start()
+        time.sleep(0.5)
+        assert meter.stop()["server_cpu_pct"] >= 2  # the parent only sleeps: this is the child's spinning
+        if hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) >= 2:
+            _, server_cores = plan_cores(parent.pid, client_cores=1)
+            before = os.sched_getaffinity(child.pid)
+            with pinned(parent.pid, client_cores=1):
+                assert os.sched_getaffinity(child.pid) == server_cores
+            assert os.sched_getaffinity(child.pid) == before
+    finally:
+        for p in psutil.Process(parent.pid).children(recursive=True):
+            p.kill()
+        parent.kill()
+        parent.wait()
