@@ -140,7 +140,7 @@ if not engine:
 # %%
 from servelab.bench.experiments import cold_start
 
-cold = cold_start(step.run, targets=("fastapi",), quick=True)[0]
+cold = cold_start(step.run, servers=("fastapi",))[0]
 if not cold.get("available", True) or cold.get("start_to_ready_s") is None:
     raise RuntimeError(f"could not start a service to time its cold start: {cold.get('note')}")
 cold_start_s = float(cold["start_to_ready_s"])

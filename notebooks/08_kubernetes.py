@@ -176,10 +176,10 @@ step.answer(f"This run's service needed {cold_start_s:.1f} s to become ready; th
 # CPU inference container in a local kind cluster on a Mac: two pods behind a NodePort, an HPA at 2–6
 # replicas and 60 % CPU with a 3-minute scale-down window, a PodDisruptionBudget and a ResourceQuota — the
 # same objects as `k8s/base` here, which adds the three probes and a GPU overlay. Its scaling lesson carries
-# over: on 4× RTX 4080 one Triton with an
-# instance per GPU reached only 45 % efficiency, and it recommended *horizontal* scaling — several
-# single-GPU replicas behind a load balancer — which is what a Deployment behind a Service is. See
-# `SOURCES.md`; this repository's own GPU reference results will be filed under `reference/` once measured.
+# over: on 4× RTX 4080 one Triton with an instance per GPU reached only 45 % efficiency, and it recommended
+# *horizontal* scaling — several single-GPU replicas behind a load balancer — which is what a Deployment
+# behind a Service is. See `SOURCES.md`; this repository's own GPU reference results will be filed under
+# `reference/` once measured.
 
 # %%
 n_ok = int((checks["outcome"] == "passed").sum())
