@@ -197,26 +197,18 @@ def _lsh_pairs(emb, threshold, bits, pool, recall, seed):
     return np.concatenate(found_i), np.concatenate(found_j), np.concatenate(found_s).astype(np.float32)
 
 
-def phash_pairs(hashes: list[str], max_distance: int, block: int = 1024) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(i, j, distance) for all i < j whose 64-bit pHashes (hex) differ in <= max_distance bits; blocked, no N x N."""
-    h = np.array([int(x, 16) for x in hashes], dtype=np.uint64)
-    n = len(h)
-    if n < 2:
+def phash_pairs(hashes: list[str], max_distance: int, method: str = "auto") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(i, j, distance) for all i < j whose 64-bit pHashes (hex) differ in <= max_distance bits.
+
+    Each hash becomes a +-1/8 vector of its bits, whose dot product is exactly 1 - 2 * distance / 64, so the
+    same blocked search as for embeddings finds the pairs (BLAS products, no N x N matrix)."""
+    if len(hashes) < 2:
         return _empty()
-    popcount = np.array([bin(v).count("1") for v in range(256)], dtype=np.uint8)
-    found_i, found_j, found_s = [], [], []
-    for a in range(0, n, block):
-        ha = h[a:a + block]
-        for b in range(a, n, block):
-            x = ha[:, None] ^ h[None, b:b + block]
-            d = popcount[x.view(np.uint8)].reshape(x.shape + (8,)).sum(axis=2, dtype=np.uint8)
-            ii, jj = np.nonzero(d <= max_distance)
-            gi, gj = ii + a, jj + b
-            keep = gi < gj
-            found_i.append(gi[keep])
-            found_j.append(gj[keep])
-            found_s.append(d[ii[keep], jj[keep]])
-    return np.concatenate(found_i).astype(np.int64), np.concatenate(found_j).astype(np.int64), np.concatenate(found_s).astype(np.float32)
+    words = np.array([int(x, 16) for x in hashes], dtype=">u8")
+    bits = np.unpackbits(words.view(np.uint8)).reshape(len(hashes), 64)
+    vec = np.where(bits == 1, 0.125, -0.125).astype(np.float32)
+    i, j, cos = similar_pairs(vec, 1.0 - (2 * max_distance + 1) / 64, method=method)
+    return i, j, np.rint((1.0 - cos) * 32).astype(np.float32)
 
 
 # --- components --------------------------------------------------------------------------------------------

@@ -121,3 +121,18 @@ def test_cli_reports_missing_catalog_in_one_line(tmp_path):
     assert proc.returncode == 1
     assert proc.stderr.strip().startswith("error: no catalog at") and len(proc.stderr.strip().splitlines()) == 1
     assert not os.path.exists(default_catalog(tmp_path))
+
+
+def test_phash_pairs_match_brute_force_hamming_distances():
+    from servelab.dedup.group import hamming_hex, phash_pairs
+
+    rng = np.random.default_rng(11)
+    base = rng.integers(0, 2**63, 400, dtype=np.int64).astype(np.uint64)
+    near = [int(b) ^ sum(1 << int(k) for k in rng.choice(64, size=rng.integers(10, 19), replace=False))
+            for b in base[:60]]  # 10..18 bits flipped: on both sides of the limit
+    hashes = [f"{int(h):016x}" for h in base] + [f"{h:016x}" for h in near]
+    i, j, d = phash_pairs(hashes, 14)
+    brute = {(a, b) for a in range(len(hashes)) for b in range(a + 1, len(hashes))
+             if hamming_hex(hashes[a], hashes[b]) <= 14}
+    assert set(zip(i.tolist(), j.tolist(), strict=True)) == brute and len(brute) > 20
+    assert all(hamming_hex(hashes[a], hashes[b]) == k for a, b, k in zip(i.tolist(), j.tolist(), d.tolist(), strict=True))
