@@ -24,12 +24,14 @@ def run(
     results: Path = typer.Option(None, help="results folder (default: $SERVELAB_RESULTS, else results/)"),
     progress_bar: bool = typer.Option(True, help="papermill's per-cell progress bar"),
     notebooks: Path = typer.Option(None, help="folder of NN_*.py/.ipynb notebooks (default ./notebooks; e.g. generated assignment notebooks)"),
+    pin_cores: bool = typer.Option(False, "--pin-cores", help="pin the notebooks (the client) and the local stack's servers to separate cores where the OS allows; the report says which"),
 ):
     """Execute the lab notebooks with papermill into results/<run-id>/ and write report.md/.html."""
     from servelab.lab.runner import run as do_run
 
     state = do_run(profile=profile, only=only, params=param, place=place, run_id=run_id, ports=ports,
-                   results_dir=results, say=_say, progress_bar=progress_bar, notebook_dir=notebooks)
+                   results_dir=results, say=_say, progress_bar=progress_bar, notebook_dir=notebooks,
+                   pin_cores=pin_cores)
     ok = sum(e["status"] == "ok" for e in state["notebooks"])
     typer.echo(f"{ok}/{len(state['notebooks'])} notebooks ok -> {state['out_dir']}/report.md (and report.html)")
 

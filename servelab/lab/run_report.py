@@ -76,10 +76,12 @@ def _conditions(out_dir: Path) -> list[str]:
     if not points:
         return []
     links: dict[str, set] = {}
-    for r in points:
+    for r in (r for r in points if r.get("kind") == "load"):  # an A/B record names its sides, not a link
         p = r.get("params") or {}
         links.setdefault(p.get("link") or "loopback", set()).add(p.get("link_shaping") or "none (loopback)")
-    pinning = sorted({r.get("cpu_pinning") for r in points if r.get("cpu_pinning")})
+    run = _load(out_dir / "run.json", {})
+    pinning = [run["cpu_pinning"]] if run.get("cpu_pinning") else sorted(
+        {r.get("cpu_pinning") for r in points if r.get("cpu_pinning")})
     lines = ["", "## How the client reached the servers", ""]
     lines += [f"- link `{name}`: {', '.join(sorted(how))}" for name, how in sorted(links.items())]
     lines.append(f"- CPU pinning: {'; '.join(pinning) if pinning else 'not recorded'}")

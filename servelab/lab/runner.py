@@ -125,7 +125,7 @@ def _fingerprint(out_dir: Path, say: Callable[[str], None]) -> dict:
 
 
 def execute(p: RunPlan, ports: str = "auto", say: Callable[[str], None] = print,
-            progress_bar: bool = True) -> dict:
+            progress_bar: bool = True, pin_cores: bool = False) -> dict:
     """Run the plan; returns the run state (also in run.json). Raises NotebookFailed after writing the report."""
     nbs.ensure_kernel()
     out_dir = p.out_dir
@@ -151,7 +151,8 @@ def execute(p: RunPlan, ports: str = "auto", say: Callable[[str], None] = print,
     failed: NotebookFailed | None = None
     stopped = "run interrupted"
     try:
-        with _stack(p, ports, say) as stack_params:
+        with _stack(p, ports, say) as stack_params, _pinned(stack_params, pin_cores, say) as pinning:
+            state["cpu_pinning"] = pinning
             values = {**p.values, **stack_params, **p.overrides}
             state["endpoints"] = {k: v for k, v in values.items() if k in URL_KEYS}
             for i, path in enumerate(p.notebooks, 1):
@@ -225,12 +226,27 @@ def _stack(p: RunPlan, ports: str, say: Callable[[str], None]):
                "service_pid": info.pids["service"], "triton_pid": info.pids["triton"]}
 
 
+@contextlib.contextmanager
+def _pinned(stack_params: dict, enabled: bool, say: Callable[[str], None]):
+    """--pin-cores: this process, and so every notebook kernel it starts (the client), on some cores and the local
+    stack's servers on the others, where the OS allows; yields what was done (run.json and the report say it)."""
+    from servelab.bench.cpu import NOT_PINNED, pinned
+
+    if not enabled:
+        yield NOT_PINNED
+        return
+    with pinned([stack_params.get("service_pid"), stack_params.get("triton_pid")]) as how:
+        say(f"CPU pinning: {how}")
+        yield how
+
+
 def run(profile: str = "default", only: list[str] | None = None, params: list[str] | None = None,
         place: str = "local", run_id: str | None = None, ports: str = "auto", results_dir: Path | None = None,
-        say: Callable[[str], None] = print, progress_bar: bool = True, notebook_dir: Path | None = None) -> dict:
+        say: Callable[[str], None] = print, progress_bar: bool = True, notebook_dir: Path | None = None,
+        pin_cores: bool = False) -> dict:
     p = plan(profile=profile, only=only, params=params, place=place, run_id=run_id, results_dir=results_dir,
              notebook_dir=notebook_dir or nbs.NOTEBOOK_DIR)
-    return execute(p, ports=ports, say=say, progress_bar=progress_bar)
+    return execute(p, ports=ports, say=say, progress_bar=progress_bar, pin_cores=pin_cores)
 
 
 __all__ = ["run", "plan", "execute", "RunPlan", "NotebookFailed"]

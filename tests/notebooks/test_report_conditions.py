@@ -21,3 +21,31 @@ def test_report_names_links_pinning_and_loadgen_cpu(tmp_path):
 
 def test_report_without_records_has_no_conditions_section(tmp_path):
     assert "How the client reached the servers" not in build_markdown(tmp_path)
+
+
+def test_run_json_pinning_wins_and_pin_cores_pins_the_stack(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from servelab.lab.runner import _pinned
+
+    (tmp_path / "run.json").write_text(json.dumps({"cpu_pinning": "client on core(s) 0, server on 1"}))
+    (tmp_path / "records.jsonl").write_text(json.dumps({"kind": "load", "params": {}}) + "\n")
+    assert "- CPU pinning: client on core(s) 0, server on 1" in build_markdown(tmp_path)
+
+    said = []
+    with _pinned({}, False, said.append) as how:
+        assert how.startswith("not pinned") and not said
+    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(20)"])
+    try:
+        mine = os.sched_getaffinity(0)
+        with _pinned({"service_pid": server.pid, "triton_pid": 0}, True, said.append) as how:
+            if len(mine) >= 2:
+                assert how.startswith("client on core(s)") and os.sched_getaffinity(server.pid) != mine
+                assert not os.sched_getaffinity(0) & os.sched_getaffinity(server.pid)
+            assert said == [f"CPU pinning: {how}"]
+        assert os.sched_getaffinity(0) == mine
+    finally:
+        server.kill()
+        server.wait()
