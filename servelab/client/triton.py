@@ -1,8 +1,7 @@
 """Triton backends for InferenceClient (`triton-http`, `triton-grpc`): binary tensors or image bytes.
 
     from servelab.client.triton import TritonBackend, TritonInferenceError, TritonUnavailable
-    b = TritonBackend(protocol="http" | "grpc", url=None, timeout=60.0,
-                      model="openclip_vit_b32_cpu", jpeg_model="openclip_vit_b32_jpeg")
+    b = TritonBackend("http" | "grpc", url)    # models default to triton.models CPU_ENCODER / ENSEMBLE
     b.embed_tensor(float32 [N,3,224,224]) -> float32 [N,512]   # FP32 input `pixel_values`, binary (never JSON lists)
     b.embed_encoded([jpeg_bytes, ...])    -> float32 [N,512]   # BYTES input `IMAGE` [N,1] to the ensemble
     b.ready() -> bool                                          # server live AND `model` ready
@@ -32,11 +31,10 @@ import numpy as np
 from servelab.client.base import Backend
 from servelab.client.errors import InferenceError, ServiceUnavailable
 from servelab.config import TRITON_GRPC_PORT, TRITON_HTTP_PORT
+from servelab.triton.models import CPU_ENCODER, ENSEMBLE
 
 DEFAULT_HTTP_URL = f"127.0.0.1:{TRITON_HTTP_PORT}"
 DEFAULT_GRPC_URL = f"127.0.0.1:{TRITON_GRPC_PORT}"
-DEFAULT_MODEL = "openclip_vit_b32_cpu"
-DEFAULT_JPEG_MODEL = "openclip_vit_b32_jpeg"
 INPUT_NAME = "pixel_values"
 OUTPUT_NAME = "embedding"
 JPEG_INPUT_NAME = "IMAGE"
@@ -70,8 +68,8 @@ class TritonBackend(Backend):
         self.address = _strip_scheme(url or env_url or (DEFAULT_HTTP_URL if protocol == "http" else DEFAULT_GRPC_URL))
         self.url = f"http://{self.address}" if protocol == "http" else self.address
         self.timeout = float(timeout)
-        self.model = model or os.environ.get("SERVELAB_TRITON_MODEL") or DEFAULT_MODEL
-        self.jpeg_model = jpeg_model or os.environ.get("SERVELAB_TRITON_JPEG_MODEL") or DEFAULT_JPEG_MODEL
+        self.model = model or os.environ.get("SERVELAB_TRITON_MODEL") or CPU_ENCODER
+        self.jpeg_model = jpeg_model or os.environ.get("SERVELAB_TRITON_JPEG_MODEL") or ENSEMBLE
         self.input_name, self.output_name, self.jpeg_input_name = input_name, output_name, jpeg_input_name
         self._weights: str | None = None
         if protocol == "http":
