@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 FILE = "headlines.json"
-_NUMBER = re.compile(r"(?<![A-Za-z])[-+−]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?")
+_NUMBER = re.compile(r"(?<![\w.])[-+−]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?")
 
 
 def claim(text: str) -> str:

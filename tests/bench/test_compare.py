@@ -24,6 +24,7 @@ def test_claims_mask_numbers_only():
     a = "gRPC ahead by 1.31× (windows 20.1–21.0 vs 15.2–16.0, no overlap) at c=32"
     assert claim(a) == claim("gRPC ahead by 1.27× (windows 19.5–20.2 vs 15.0–15.9, no overlap) at c=32")
     assert claim(a) != claim("gRPC 20.4 vs HTTP 19.9 img/s — indistinguishable here (windows overlap)")
+    assert claim("p50 +86.9 ms at batch 1 in 06a") == "p50 # ms at batch # in 06a"  # names keep their digits
 
 
 def test_compare_two_runs_points_and_headlines(tmp_path):
