@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 FILE = "headlines.json"
-_NUMBER = re.compile(r"(?<![\w.])[-+−]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?")
+_NUMBER = re.compile(r"(?<![\w.])[-+−]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?(?!\w)")
 
 
 def claim(text: str) -> str:
