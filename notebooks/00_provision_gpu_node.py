@@ -72,7 +72,7 @@ globals().update(place_defaults(globals()))  # "" parameters -> this place's end
 # %%
 import pandas as pd
 
-from servelab.lab.nb import Step, show_commands
+from servelab.lab.step import Step, show_commands
 
 step = Step("00", out_dir, place)
 
@@ -122,7 +122,7 @@ step.answer(f"{len(scarce)} of the {len(plan_steps)} steps claim scarce resource
 # `check_connectivity()` sequence, with the lease created in code instead of the Horizon web interface.
 
 # %%
-from servelab.lab.nb import show_code
+from servelab.lab.step import show_code
 from servelab.provision import chameleon
 
 show_code(chameleon.run_plan)

@@ -62,7 +62,7 @@ import shutil
 
 import pandas as pd
 
-from servelab.lab.nb import Step, run_checks, show_commands
+from servelab.lab.step import Step, run_checks, show_commands
 from servelab.provision import available_stacks, compose_file, stack_ports
 
 step = Step("02", out_dir, place)
@@ -75,7 +75,7 @@ step = Step("02", out_dir, place)
 # service's `/healthz`.
 
 # %%
-from servelab.lab.nb import repo_path, show_code
+from servelab.lab.step import repo_path, show_code
 
 show_code(repo_path("docker", "Dockerfile"), lang="dockerfile")
 

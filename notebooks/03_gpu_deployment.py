@@ -53,7 +53,7 @@ globals().update(place_defaults(globals()))  # "" parameters -> this place's end
 
 # %%
 from servelab.bench.experiments import raw_engines
-from servelab.lab.nb import Step, show_commands
+from servelab.lab.step import Step, show_commands
 
 step = Step("03", out_dir, place)
 
@@ -64,7 +64,7 @@ step = Step("03", out_dir, place)
 # active — because ONNX Runtime itself falls back to the next provider in the list *without an error*.
 
 # %%
-from servelab.lab.nb import show_code
+from servelab.lab.step import show_code
 from servelab.model.engines import OrtEmbedder, check_active_provider
 
 show_code(OrtEmbedder.__init__)

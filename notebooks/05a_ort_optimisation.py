@@ -79,7 +79,7 @@ import pandas as pd
 
 from servelab.bench.experiments import ort_profile, queue_delay_grid, serialisation
 from servelab.bench.records import memory_snapshot
-from servelab.lab.nb import Step
+from servelab.lab.step import Step
 from servelab.lab.places import attach, in_process_note, in_process_provider
 
 step = Step("05a", out_dir, place)

@@ -58,7 +58,7 @@ globals().update(place_defaults(globals()))  # "" parameters -> this place's end
 # %%
 from pathlib import Path
 
-from servelab.lab.nb import Step, show_commands
+from servelab.lab.step import Step, show_commands
 
 step = Step("05b", out_dir, place)
 

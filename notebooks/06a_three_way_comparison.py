@@ -77,7 +77,7 @@ globals().update(place_defaults(globals()))  # "" parameters -> this place's end
 from servelab.bench.experiments import compare_servers, concurrency_sweep
 from servelab.bench.report import ratio_sentence
 from servelab.bench.servers import served
-from servelab.lab.nb import Step
+from servelab.lab.step import Step
 from servelab.lab.places import attach
 
 step = Step("06a", out_dir, place)
@@ -100,7 +100,7 @@ def sweep(srv, payload="jpeg"):
 from pathlib import Path
 
 from servelab.bench.report import versus
-from servelab.lab.nb import repo_path, show_code
+from servelab.lab.step import repo_path, show_code
 
 staged = Path(out_dir) / "models"  # the lab run stages its repository here; interactively, the template
 repository = staged if (staged / triton_jpeg_model).is_dir() else repo_path("models_staging", "cpu")

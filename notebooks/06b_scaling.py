@@ -69,7 +69,7 @@ import pandas as pd
 
 from servelab.bench.experiments import instance_scaling
 from servelab.bench.report import cost_table
-from servelab.lab.nb import Step, show_commands
+from servelab.lab.step import Step, show_commands
 from servelab.lab.places import attach
 
 step = Step("06b", out_dir, place)

@@ -64,7 +64,7 @@ globals().update(place_defaults(globals()))  # "" parameters -> this place's end
 
 # %%
 from servelab.bench.experiments import http_vs_grpc
-from servelab.lab.nb import Step
+from servelab.lab.step import Step
 from servelab.lab.places import attach
 
 step = Step("07", out_dir, place)

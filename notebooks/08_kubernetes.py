@@ -53,7 +53,7 @@ from servelab.lab.places import place_defaults
 globals().update(place_defaults(globals()))  # "" parameters -> this place's endpoints, model names, out_dir
 
 # %%
-from servelab.lab.nb import Step, run_checks, show_commands
+from servelab.lab.step import Step, run_checks, show_commands
 
 step = Step("08", out_dir, place)
 
@@ -64,7 +64,7 @@ step = Step("08", out_dir, place)
 # security context.
 
 # %%
-from servelab.lab.nb import repo_path, show_code
+from servelab.lab.step import repo_path, show_code
 
 show_code(repo_path("k8s", "base", "deployment.yaml"), "containers:", "volumes:", lang="yaml")
 

@@ -67,7 +67,7 @@ from pathlib import Path
 import pandas as pd
 
 from servelab.client import InferenceClient
-from servelab.lab.nb import Step
+from servelab.lab.step import Step
 
 step = Step("09", out_dir, place)
 

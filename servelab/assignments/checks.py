@@ -3,7 +3,7 @@
 
 Every check takes `answer` first — a value, or the student's exercise function, which the check calls with
 the inputs listed in its docstring — then the data, then keywords: `exercise="04.1"` (the id the grader
-reports), `step=step` (the notebook's servelab.lab.nb.Step: results are also recorded under its out_dir),
+reports), `step=step` (the notebook's servelab.lab.step.Step: results are also recorded under its out_dir),
 `strict=None` (raise ExerciseFailed on a failure; default from SERVELAB_CHECKS_STRICT). Each returns the
 CheckResult. The expected answer is computed inside the check from the same table the notebook shows, so a
 check passes for whatever this run measured — there is no answer key.

@@ -6,7 +6,7 @@
                    `attach()` points bench measurements at an already running server
     stack.py       the run's loopback stack: export, stage Triton into results/<run-id>/models, service + Triton
     notebooks.py   discovery, `--only` selection, jupytext .py → .ipynb sync (no outputs), executing one
-    nb.py          `Step`: what a notebook uses to file tagged tables, plots, not-run statements, its finding
+    step.py        `Step`: what a notebook uses to file tagged tables, plots, not-run statements, its finding
     run_report.py  report.md / report.html of a run from what is on disk (works after a failure too)
     configcheck.py checks of rendered configs where the hardware is missing (TensorRT EP settings)
     cli.py         the `servelab lab …` commands

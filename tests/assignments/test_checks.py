@@ -65,7 +65,7 @@ def test_function_answers_not_implemented_and_errors():
 
 
 def test_strict_mode_raises_and_records(tmp_path, monkeypatch):
-    class FakeStep:  # what a check uses of servelab.lab.nb.Step
+    class FakeStep:  # what a check uses of servelab.lab.step.Step
         id, out_dir = "04", tmp_path
 
     with pytest.raises(ExerciseFailed) as info:

@@ -21,7 +21,7 @@ from servelab.assignments.live import Trials
 from servelab.assignments.result import NOT_IMPLEMENTED, PASS, STRICT_ENV
 from servelab.bench.experiments import LoadOpts
 from servelab.client import InferenceClient
-from servelab.lab.nb import Step
+from servelab.lab.step import Step
 from servelab.lab.notebooks import discover
 from servelab.triton.models import CPU_ENCODER
 

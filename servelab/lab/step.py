@@ -2,7 +2,7 @@
 plots under this run's folder, tags every table row with the hardware and versions it ran on, reads this
 run's records, and states plainly what was not run.
 
-    from servelab.lab.nb import Step
+    from servelab.lab.step import Step
     step = Step("04", out_dir, place)
     step.table(df, "queue_delay")          # -> tables/04_queue_delay.csv + .md, shown in the notebook
     step.plot(fig, "latency_vs_throughput") # -> plots/04_latency_vs_throughput.png
@@ -14,9 +14,8 @@ Measuring, record keeping and table formatting belong to servelab.bench; this mo
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import warnings
+from pathlib import Path
 
 import pandas as pd
 
