@@ -20,6 +20,8 @@ RUN_ID = typer.Option(None, "--run-id", help="run id under results/ (default: ne
 PRICE = typer.Option(None, "--price-per-hour", help="machine price per hour: adds a cost-per-1,000-images table")
 ENGINE = typer.Option("onnx", help="engine: torch | onnx | onnx-int8")
 SERVER = "fastapi | litserve | triton-http | triton-grpc"
+LINK = typer.Option("loopback", "--link", help="client-server link: loopback, or a shaped one such as "
+                    "wan-100mbit-20ms (100 Mbit/s each way, 20 ms round trip); records name it")
 
 
 def _ints(text: str) -> tuple:
@@ -76,10 +78,18 @@ def _new_run(run_id, name):
     return Run(run_id=run_id, name=name)
 
 
-def _serve(run, server: str, engine: str = "onnx", **kw):
+@contextlib.contextmanager
+def _serve(run, server: str, engine: str = "onnx", link: str = "loopback", **kw):
+    """Start `server` for the measurement; its clients reach it across `link` (servelab.bench.link)."""
+    from servelab.bench.link import network_link
     from servelab.bench.servers import served
 
-    return served(server, engine=engine, log_path=run.dir / f"{server}.log", **kw)
+    with served(server, engine=engine, log_path=run.dir / f"{server}.log", **kw) as srv:
+        if server == "in-process":
+            yield srv
+            return
+        with network_link(link, srv) as path:
+            yield path.over(srv)
 
 
 @app.command()
@@ -140,7 +150,7 @@ def batch_sweep(
     quick: bool = QUICK, tolerance: float = TOLERANCE, max_windows: int = MAX_WINDOWS, run_id: str | None = RUN_ID,
     server: str = typer.Option("in-process", help=f"in-process | {SERVER}"),
     engine: str = ENGINE, batches: str = typer.Option("1,2,4,8,16,32"), payload: str = typer.Option("tensor"),
-    price_per_hour: float | None = PRICE,
+    price_per_hour: float | None = PRICE, link: str = LINK,
 ):
     """Throughput and latency against batch size (one caller)."""
     from servelab.bench import experiments as ex
@@ -150,7 +160,7 @@ def batch_sweep(
     kw = {} if server == "in-process" else {"payload": payload, "max_batch": max(b)}
     if server == "litserve":
         kw.pop("max_batch")
-    with _serve(run, server, engine, **kw) as srv:
+    with _serve(run, server, engine, link=link, **kw) as srv:
         recs = ex.batch_sweep(run, srv, batches=b, payload=payload, opts=opts)
     _finish(run, recs, price_per_hour)
 
@@ -160,13 +170,13 @@ def concurrency_sweep(
     quick: bool = QUICK, tolerance: float = TOLERANCE, max_windows: int = MAX_WINDOWS, run_id: str | None = RUN_ID,
     server: str = typer.Option("fastapi", help=SERVER), engine: str = ENGINE,
     concurrencies: str = typer.Option("1,2,4,8,16,32"), payload: str = typer.Option("tensor"),
-    price_per_hour: float | None = PRICE,
+    price_per_hour: float | None = PRICE, link: str = LINK,
 ):
     """Closed-loop concurrency sweep with batch-1 requests (server-side batching curve)."""
     from servelab.bench import experiments as ex
 
     run, opts = _new_run(run_id, "concurrency-sweep"), _opts(quick, tolerance, max_windows)
-    with _serve(run, server, engine, payload=payload) as srv:
+    with _serve(run, server, engine, link=link, payload=payload) as srv:
         recs = ex.concurrency_sweep(run, srv, concurrencies=_ints(concurrencies), payload=payload, opts=opts)
     _finish(run, recs, price_per_hour)
 
@@ -197,6 +207,7 @@ def rate_sweep(
 def payload(
     quick: bool = QUICK, tolerance: float = TOLERANCE, max_windows: int = MAX_WINDOWS, run_id: str | None = RUN_ID,
     servers: str = typer.Option("fastapi,triton-http"), engine: str = ENGINE, concurrency: int = typer.Option(4),
+    link: str = LINK,
 ):
     """Client serialisation time and bytes per format, then JPEG vs tensor per server, interleaved."""
     from servelab.bench import experiments as ex
@@ -205,7 +216,7 @@ def payload(
     recs = ex.serialisation(run, batches=(1,), repeats=5 if quick else 30, experiment="payload")
     for server in _strs(servers):
         try:
-            with _serve(run, server, engine, payload="tensor") as srv:
+            with _serve(run, server, engine, link=link, payload="tensor") as srv:
                 recs += ex.payload(run, srv, concurrency=concurrency, opts=opts)
         except Exception as exc:
             recs.append(ex.unavailable(run, "payload", server, exc))
@@ -216,12 +227,13 @@ def payload(
 def http_grpc(
     quick: bool = QUICK, tolerance: float = TOLERANCE, max_windows: int = MAX_WINDOWS, run_id: str | None = RUN_ID,
     batches: str = typer.Option("1"), concurrencies: str = typer.Option("1,16"), payload: str = typer.Option("tensor"),
+    link: str = LINK,
 ):
     """Triton over gRPC vs HTTP, same model and payload, interleaved at each point."""
     from servelab.bench import experiments as ex
 
     run, opts = _new_run(run_id, "http-grpc"), _opts(quick, tolerance, max_windows)
-    with _serve(run, "triton-http", payload=payload) as srv:
+    with _serve(run, "triton-http", link=link, payload=payload) as srv:
         recs = ex.http_vs_grpc(run, srv, batches=_ints(batches), concurrencies=_ints(concurrencies), payload=payload,
                                opts=opts)
     _finish(run, recs)
