@@ -264,10 +264,12 @@ step.show_plot(plot_server_breakdown(tensor_recs, step.plot_path("server_breakdo
 
 # %%
 compute_ms = float(hi_row["server_compute_ms"]) / max(float((tensor_recs[-1].get("server") or {}).get("avg_batch") or 1), 1)
+ceiling, best = 1000 / max(compute_ms, 1e-9), max(r["throughput_img_s"] for r in busiest)
 step.answer(f"Triton reported {hi_row['server_compute_ms']:.0f} ms of compute per request at concurrency "
-            f"{int(hi_row['concurrency'])}; a perfectly efficient server on these cores would deliver about "
-            f"{1000 / max(compute_ms, 1e-9):.1f} img/s if each image cost {compute_ms:.0f} ms. The best server "
-            f"here delivered {max(r['throughput_img_s'] for r in busiest):.1f} img/s.")
+            f"{int(hi_row['concurrency'])}, about {compute_ms:.0f} ms per image: compute alone allows about "
+            f"{ceiling:.1f} img/s on these cores. The best server here delivered {best:.1f} img/s"
+            + (f", {100 * best / ceiling:.0f} % of that: the rest went to each server's own overhead." if best < ceiling else
+               " — at or above that figure, so the servers' overheads are lost in this run's noise."))
 
 # %% [markdown]
 # ## Measured: JPEGs to the service and tensors to Triton, across a WAN-like link
