@@ -62,6 +62,7 @@ triton_jpeg_model = ""    # "": the JPEG ensemble (openclip_vit_b32_jpeg)
 service_pid = 0
 triton_pid = 0
 link = "wan-100mbit-20ms"  # a shaped client-server link measured beside loopback ("": loopback only)
+link = "wan-100mbit-20ms"  # a shaped client-server link measured beside loopback ("": loopback only)
 triton_repository = "../models"  # the running Triton's model repository (`servelab triton up` serves ../models)
 concurrency_levels = [1, 8]
 extra_servers = True     # start LitServe for the comparison
@@ -304,6 +305,46 @@ if link:
                           for lo_rec, wan_rec, r in zip(link_sides[::2], link_sides[1::2], link_ab, strict=True))
                 + ". The difference between the two paths is the bytes: on a real network a server fed JPEGs "
                 "gives back most of what a faster tensor path wins inside the server.")
+else:
+    step.not_run("the two paths over a shaped link", 'link="" (loopback only)', "loopback measured above")
+
+# %% [markdown]
+# ## Measured: JPEGs to the service and tensors to Triton, across a WAN-like link
+# Everything above ran on loopback. Here the two request paths the source material compared over the internet
+# are measured again with the client behind a shaped link (`link`: 100 Mbit/s each way, 20 ms round trip),
+# windows alternating with loopback: one JPEG per request to the FastAPI service, one float32 tensor per
+# request to Triton. `params.link_shaping` says how the link was made; the CPU columns are % of one core.
+#
+# **Predict first.** Which path will the link slow down more, and by roughly how many milliseconds?
+
+# %%
+from servelab.bench.cpu import CpuMeter
+from servelab.bench.experiments import ab
+from servelab.bench.link import link_effect, link_profile, network_link
+
+triton_tensor = attach("triton-http", triton_http_url, payload="tensor", model=triton_model, pid=triton_pid or None)
+link_sides, link_ab = [], []
+if link:
+    with network_link("loopback", fastapi, triton_tensor) as lo, network_link(link, fastapi, triton_tensor) as wan:
+        for srv in (fastapi, triton_tensor):
+            a, b, r = ab(step.run, "06a-link", lo.over(srv), wan.over(srv), label_a="loopback", label_b=link,
+                         opts=opts, meters=[CpuMeter(server_pid=srv.pid, link_pid=wan.pid)])
+            link_sides += [a, b]
+            link_ab.append(r)
+    prof = link_profile(link)
+    gap = prof.transfer_ms(link_sides[3]["payload_bytes_per_request"]) - prof.transfer_ms(link_sides[1]["payload_bytes_per_request"])
+    triton_p50 = link_sides[2]["latency_p50_ms"]
+    step.table(step.frame(link_sides, "target", "payload", "params.link", "payload_bytes_per_request",
+                          "throughput_img_s", "throughput_min_img_s", "throughput_max_img_s", "latency_p50_ms",
+                          "latency_p50_min_ms", "latency_p50_max_ms", "stable", "loadgen_cpu_pct", "server_cpu_pct",
+                          "link_cpu_pct", "params.link_shaping"),
+               "link", f"JPEG to the service and tensor to Triton, over loopback and over {link} (concurrency 1)")
+    step.answer("; ".join(link_effect(lo_rec, wan_rec, link, name=f"{wan_rec['payload']} to {wan_rec['target']}")
+                          + "; " + ratio_sentence(r)
+                          for lo_rec, wan_rec, r in zip(link_sides[::2], link_sides[1::2], link_ab, strict=True))
+                + f". Before either server does any work, the tensor path pays {gap:.0f} ms more per request than "
+                f"the JPEG path on this link, {100 * gap / triton_p50:.0f} % of Triton's loopback p50 here "
+                f"({triton_p50:.0f} ms): the faster the server, the more the bytes on the wire decide.")
 else:
     step.not_run("the two paths over a shaped link", 'link="" (loopback only)', "loopback measured above")
 
