@@ -62,7 +62,6 @@ triton_jpeg_model = ""    # "": the JPEG ensemble (openclip_vit_b32_jpeg)
 service_pid = 0
 triton_pid = 0
 link = "wan-100mbit-20ms"  # a shaped client-server link measured beside loopback ("": loopback only)
-link = "wan-100mbit-20ms"  # a shaped client-server link measured beside loopback ("": loopback only)
 triton_repository = "../models"  # the running Triton's model repository (`servelab triton up` serves ../models)
 concurrency_levels = [1, 8]
 extra_servers = True     # start LitServe for the comparison
@@ -271,42 +270,6 @@ step.answer(f"Triton reported {hi_row['server_compute_ms']:.0f} ms of compute pe
             f"{ceiling:.1f} img/s on these cores. The best server here delivered {best:.1f} img/s"
             + (f", {100 * best / ceiling:.0f} % of that: the rest went to each server's own overhead." if best < ceiling else
                " — at or above that figure, so the servers' overheads are lost in this run's noise."))
-
-# %% [markdown]
-# ## Measured: JPEGs to the service and tensors to Triton, across a WAN-like link
-# Everything above ran on loopback. Here the two request paths the source material compared over the internet
-# are measured again with the client behind a shaped link (`link`: 100 Mbit/s each way, 20 ms round trip),
-# windows alternating with loopback: one JPEG per request to the FastAPI service, one float32 tensor per
-# request to Triton. `params.link_shaping` says how the link was made; the CPU columns are % of one core.
-#
-# **Predict first.** Which path will the link slow down more, and by roughly how many milliseconds?
-
-# %%
-from servelab.bench.cpu import CpuMeter
-from servelab.bench.experiments import ab
-from servelab.bench.link import link_effect, network_link
-
-triton_tensor = attach("triton-http", triton_http_url, payload="tensor", model=triton_model, pid=triton_pid or None)
-link_sides, link_ab = [], []
-if link:
-    with network_link("loopback", fastapi, triton_tensor) as lo, network_link(link, fastapi, triton_tensor) as wan:
-        for srv in (fastapi, triton_tensor):
-            a, b, r = ab(step.run, "06a-link", lo.over(srv), wan.over(srv), label_a="loopback", label_b=link,
-                         opts=opts, meters=[CpuMeter(server_pid=srv.pid, link_pid=wan.pid)])
-            link_sides += [a, b]
-            link_ab.append(r)
-    step.table(step.frame(link_sides, "target", "payload", "params.link", "payload_bytes_per_request",
-                          "throughput_img_s", "throughput_min_img_s", "throughput_max_img_s", "latency_p50_ms",
-                          "latency_p50_min_ms", "latency_p50_max_ms", "stable", "loadgen_cpu_pct", "server_cpu_pct",
-                          "link_cpu_pct", "params.link_shaping"),
-               "link", f"JPEG to the service and tensor to Triton, over loopback and over {link} (concurrency 1)")
-    step.answer("; ".join(link_effect(lo_rec, wan_rec, link, name=f"{wan_rec['payload']} to {wan_rec['target']}")
-                          + "; " + ratio_sentence(r)
-                          for lo_rec, wan_rec, r in zip(link_sides[::2], link_sides[1::2], link_ab, strict=True))
-                + ". The difference between the two paths is the bytes: on a real network a server fed JPEGs "
-                "gives back most of what a faster tensor path wins inside the server.")
-else:
-    step.not_run("the two paths over a shaped link", 'link="" (loopback only)', "loopback measured above")
 
 # %% [markdown]
 # ## Measured: JPEGs to the service and tensors to Triton, across a WAN-like link
