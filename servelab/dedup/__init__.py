@@ -18,6 +18,7 @@ Public Python API (what `servelab dedup …` and the notebooks call):
     with Catalog(catalog) as cat:
         res = trash_files(cat, [file_id, ...], keeper=id)   # move to <root>/.servelab/trash + manifest.jsonl
         restore(cat, res["batch"])                          # undo: back to the original paths
+        recover(cat)   # close a delete/undo that was killed half-way (trash commands, scan and the UI call it)
     evaluate(out_dir, client, n_base=24, n_negatives=24, size=320)
                                               # -> {"csv", "markdown", "plot", "summary", "metrics", ...}
     bench_group(n=100_000, dim=512, out="results")  # grouping benchmark record (servelab.dedup.group_bench)
@@ -31,7 +32,7 @@ from servelab.dedup.catalog import Catalog, OutsideRoot, default_catalog, safe_p
 from servelab.dedup.embed import EmbedReport, EmbedStopped, embed
 from servelab.dedup.group import Group, group, similar_pairs
 from servelab.dedup.scan import ScanReport, scan
-from servelab.dedup.trash import TrashError, batches, restore, trash_files
+from servelab.dedup.trash import TrashError, batches, recover, restore, trash_files
 
 
 def evaluate(out, client, **kwargs):
@@ -48,5 +49,5 @@ def bench_group(**kwargs):
 
 
 __all__ = ["Catalog", "OutsideRoot", "default_catalog", "safe_path", "scan", "ScanReport", "embed", "EmbedReport", "EmbedStopped",
-           "group", "Group", "similar_pairs", "trash_files", "restore", "batches", "TrashError", "evaluate",
+           "group", "Group", "similar_pairs", "trash_files", "restore", "recover", "batches", "TrashError", "evaluate",
            "bench_group"]
