@@ -24,6 +24,11 @@
   Report (servelab.bench.report): write_report, cost_table, markdown_table,
     band(x, metric), versus(name_a, a, name_b, b, metric=…, unit=…), ratio_sentence(rec), leader({name: rec})
   Two runs (servelab.bench.compare): compare(run_a, run_b, min_noise=0.02, min_fraction=0.9) -> Comparison
+    (points within noise, headline claims from each run's headlines.json — servelab.bench.headlines)
+  Beside a measurement: the client-server link (servelab.bench.link) and CPU (servelab.bench.cpu)
+    with network_link("loopback" | "wan-100mbit-20ms", srv) as link: measure(run, exp, link.over(srv), …)
+    meters=[CpuMeter(server_pid=srv.pid, link_pid=link.pid)]   # load-generator / client / server / link CPU %
+    with pinned(server_pid): …   # client and server on separate cores where the OS allows
 
 CLI: `servelab bench …` (see `servelab bench --help`): each command starts what it measures in a `with served(…)`.
 """
