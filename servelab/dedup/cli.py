@@ -183,7 +183,8 @@ def trash(root: Path = ROOT_ARG, catalog: Path | None = CATALOG_OPT):
         for b in batches(cat):
             typer.echo(f"{b['batch']}: {len(b['files'])} file(s), {b['in_trash']} still in the trash")
             for f in b["files"]:
-                typer.echo(f"    {'restored ' if f['restored'] else 'in trash '} {f['original']}")
+                where = {"in_place": "never moved", "restore": "restored"}.get(f["state"], "in trash")
+                typer.echo(f"    {where:<11} {f['original']}")
 
 
 @app.command()
