@@ -21,8 +21,8 @@ from servelab.assignments.live import Trials
 from servelab.assignments.result import NOT_IMPLEMENTED, PASS, STRICT_ENV
 from servelab.bench.experiments import LoadOpts
 from servelab.client import InferenceClient
-from servelab.lab.step import Step
 from servelab.lab.notebooks import discover
+from servelab.lab.step import Step
 from servelab.triton.models import CPU_ENCODER
 
 # variables each exercise's cells use, as the notebook's measuring cells would leave them; a function of the
