@@ -140,12 +140,14 @@ with InferenceClient(mode="auto", backend="fastapi", url="http://127.0.0.1:9") a
 # %%
 from servelab.bench.experiments import ab
 from servelab.bench.servers import served
-from servelab.lab.places import attach
+from servelab.lab.places import attach, in_process_note, in_process_provider
 
 opts = step.opts(load)
 service = attach("fastapi", service_url, payload="tensor", pid=service_pid or None)
 local_recs, service_recs, hop_ratios = [], [], []
-with served("in-process", engine=service.engine) as local:  # the service's engine, in this process
+provider = in_process_provider(place)  # at place=node: the node's GPU when this kernel has it
+in_process_note(step, place, provider, "the in-process side of the hop")
+with served("in-process", engine=service.engine, provider=provider) as local:  # the service's engine, here
     for b in batch_sizes:  # windows of the two sides alternate, so drift on the shared machine cancels
         s, l, r = ab(step.run, "01-hop", service, local, label_a="service", label_b="in-process", batch_a=b, batch_b=b,
                      opts=opts)
