@@ -69,7 +69,7 @@ import pandas as pd
 
 from servelab.client import InferenceClient
 from servelab.data import encode, synthetic_photo
-from servelab.lab.nb import Step
+from servelab.lab.step import Step
 
 step = Step("01", out_dir, place)
 photos = [encode(synthetic_photo(seed)) for seed in range(n_photos)]  # generated JPEGs, never downloaded
@@ -81,7 +81,7 @@ photos = [encode(synthetic_photo(seed)) for seed in range(n_photos)]  # generate
 
 # %%
 from servelab.bench.report import versus
-from servelab.lab.nb import show_code
+from servelab.lab.step import show_code
 from servelab.service import app as service_app
 from servelab.service.batcher import MicroBatcher
 
@@ -314,9 +314,13 @@ checks.fastapi_route(add_embed_route, embed_images=engine.embed_images, photo=ph
 # %%
 p50 = hop.pivot_table(index="batch", columns="target", values="latency_p50_ms")
 extra = (p50["fastapi"] - p50["in-process"])
+from servelab.bench.report import ratio_sentence
+
 step.shows(
-    f"Embeddings matched across the split (minimum cosine {cos.min():.6f} over {len(photos)} photos). "
-    f"Going through the service added {extra.iloc[0]:+.1f} ms to the p50 at batch {extra.index[0]} and "
-    f"{extra.iloc[-1]:+.1f} ms at batch {extra.index[-1]} (in-process p50 {p50['in-process'].iloc[0]:.0f} ms → service "
-    f"{p50['fastapi'].iloc[0]:.0f} ms). `auto` mode fell back to {auto.mode_used} when the server was missing."
+    f"Embeddings matched across the split (minimum cosine {cos.min():.6f} over {len(photos)} photos). Median latency, "
+    + "; ".join(f"batch {lr['batch']}: " + versus("service", sr, "in-process", lr, metric="latency_p50_ms", unit="ms",
+                                                  digits=0) for lr, sr in zip(local_recs, service_recs, strict=True))
+    + ". Throughput, measured in alternating windows: "
+    + "; ".join(f"batch {r['batch']}: {ratio_sentence(r)}" for r in hop_ratios)
+    + f". `auto` mode fell back to {auto.mode_used} when the server was missing."
 )

@@ -68,8 +68,8 @@ globals().update(place_defaults(globals()))  # "" parameters -> this place's end
 # %%
 from servelab.bench.experiments import batch_sweep, concurrency_sweep, measure
 from servelab.bench.servers import served
-from servelab.lab.nb import Step
-from servelab.lab.places import attach, in_process_note
+from servelab.lab.step import Step
+from servelab.lab.places import attach, in_process_note, in_process_provider
 
 step = Step("04", out_dir, place)
 opts = step.opts(load)
@@ -89,7 +89,7 @@ from pathlib import Path
 import pandas as pd
 
 from servelab.bench.report import versus
-from servelab.lab.nb import repo_path, show_code
+from servelab.lab.step import repo_path, show_code
 
 staged = Path(out_dir) / "models"  # the lab run stages its repository here; interactively, the template
 repository = staged if (staged / triton_model).is_dir() else repo_path("models_staging", "cpu")
@@ -166,10 +166,11 @@ step.answer(f"The JSON body was {j['request_bytes'] / 1024:,.0f} KiB against {b[
 # flat (a CPU that batch 1 already keeps busy)? And how will the latency of one request grow?
 
 # %%
-with served("in-process", engine="torch") as torch_engine:
+torch_provider = in_process_provider(place, "torch")  # at place=node: the node's GPU when this kernel has it
+with served("in-process", engine="torch", provider=torch_provider) as torch_engine:
     torch_batches = batch_sweep(step.run, torch_engine, batches=tuple(batch_sizes), opts=opts,
                                 experiment="04-torch-batch")
-in_process_note(step, place, "cpu", "the in-process PyTorch rows (by batch size)")
+in_process_note(step, place, torch_provider, "the in-process PyTorch rows (by batch size)")
 triton_batches = batch_sweep(step.run, triton, batches=tuple(batch_sizes), opts=opts, experiment="04-triton-batch")
 by_batch = step.table(step.frame(torch_batches + triton_batches, *cols), "by_batch",
                       "PyTorch (in-process) vs Triton by batch size, concurrency 1")
@@ -443,11 +444,13 @@ step.answer(f"In this run one batch-{B} request took {bb[B]:.0f} ms against {bb[
 t = by_conc[by_conc["target"].str.startswith("triton")].sort_values("concurrency")
 p = by_conc[by_conc["target"] == "fastapi"].sort_values("concurrency")
 lo, hi = t.iloc[0], t.iloc[-1]
+from servelab.bench.report import leader
+
 step.shows(
-    f"Triton went from {lo['throughput_img_s']:.1f} img/s at concurrency {lo['concurrency']} to "
-    f"{hi['throughput_img_s']:.1f} img/s at concurrency {hi['concurrency']}, executing batches of "
-    f"{hi['server.avg_batch']:.1f} images on average there (p50 {lo['latency_p50_ms']:.0f} → {hi['latency_p50_ms']:.0f} ms). "
-    f"The FastAPI service ({p.iloc[-1]['engine']} engine) reached {p.iloc[-1]['throughput_img_s']:.1f} img/s at concurrency {p.iloc[-1]['concurrency']}; "
-    f"in-process PyTorch peaked at {by_batch[by_batch['engine'] == 'torch']['throughput_img_s'].max():.1f} img/s "
-    f"over batch sizes {batch_sizes}."
+    f"Triton throughput: " + versus(f"concurrency {hi['concurrency']}", triton_conc[-1], f"concurrency {lo['concurrency']}",
+                                    triton_conc[0])
+    + f", executing batches of {hi['server.avg_batch']:.1f} images on average at concurrency {hi['concurrency']} "
+    f"(p50 {lo['latency_p50_ms']:.0f} → {hi['latency_p50_ms']:.0f} ms). At concurrency {hi['concurrency']}, "
+    + versus(f"the FastAPI service ({p.iloc[-1]['engine']} engine)", service_conc[-1], "Triton", triton_conc[-1])
+    + ". In-process PyTorch by batch size: " + leader({f"batch {r['batch']}": r for r in torch_batches}) + "."
 )
