@@ -53,6 +53,7 @@ service_url = ""          # "": the place's service (local :8002, node :8080)
 triton_http_url = ""      # "": the place's Triton HTTP (local :8003, node :8000)
 triton_model = ""         # "": the place's encoder (openclip_vit_b32_cpu | openclip_vit_b32)
 triton_pid = 0
+triton_repository = "../models"  # the running Triton's model repository (the lab run passes its staged one)
 batch_sizes = [1, 8]
 concurrency_levels = [1, 8]
 # how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
@@ -91,8 +92,9 @@ import pandas as pd
 from servelab.bench.report import versus
 from servelab.lab.step import repo_path, show_code
 
-staged = Path(out_dir) / "models"  # the lab run stages its repository here; interactively, the template
-repository = staged if (staged / triton_model).is_dir() else repo_path("models_staging", "cpu")
+repository = Path(triton_repository)
+if not (repository / triton_model).is_dir():  # not this machine's Triton (e.g. the node's): read its template
+    repository = repo_path("models_staging", "gpu" if place == "node" else "cpu")
 show_code(repository / triton_model / "config.pbtxt", lang="protobuf")
 
 # %% [markdown]
@@ -101,7 +103,11 @@ show_code(repository / triton_model / "config.pbtxt", lang="protobuf")
 # ONNX Runtime call. That single `session.run` on a bigger array is the whole of what batching buys.
 
 # %%
-show_code(repository / triton_model / "1" / "model.py", "def execute", "def finalize")
+model_py = repository / triton_model / "1" / "model.py"
+if model_py.is_file():
+    show_code(model_py, "def execute", "def finalize")
+else:
+    print(f"{triton_model} has no model.py: it runs on Triton's onnxruntime backend, which batches the same way in C++")
 
 # %% [markdown]
 # ## One request by hand: `tritonclient`, binary vs JSON
