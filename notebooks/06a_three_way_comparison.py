@@ -102,8 +102,9 @@ from pathlib import Path
 from servelab.bench.report import versus
 from servelab.lab.step import repo_path, show_code
 
-staged = Path(out_dir) / "models"  # the lab run stages its repository here; interactively, the template
-repository = staged if (staged / triton_jpeg_model).is_dir() else repo_path("models_staging", "cpu")
+repository = Path(triton_repository)
+if not (repository / triton_jpeg_model).is_dir():  # not this machine's Triton (e.g. the node's): read its template
+    repository = repo_path("models_staging", "gpu" if place == "node" else "cpu")
 show_code(repository / triton_jpeg_model / "config.pbtxt", "name:", lang="protobuf")
 
 # %% [markdown]
