@@ -29,6 +29,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from servelab.triton.models import CPU_ENCODER, ENSEMBLE
+
 SERVERS = ("fastapi", "litserve", "triton-http", "triton-grpc", "in-process")
 
 
@@ -178,8 +180,8 @@ class TritonServed(Served):
 
     http_url: str = ""
     grpc_url: str | None = None
-    model: str = "openclip_vit_b32_cpu"          # the encoder (tensor payload)
-    jpeg_model: str = "openclip_vit_b32_jpeg"    # the ensemble (jpeg payload)
+    model: str = CPU_ENCODER                     # the encoder (tensor payload)
+    jpeg_model: str = ENSEMBLE                   # the ensemble (jpeg payload)
     repository: Path | None = None
     instances: int | None = None
     max_queue_delay_us: int | None = None
@@ -378,7 +380,6 @@ def serve_triton(protocol: str = "http", *, payload: str = "tensor", instances: 
                  engine: str = "onnx", log_path: Path | None = None, repository: Path | None = None):
     """Stage a CPU repository into a temporary folder and run the embedded tritonserver on free ports."""
     from servelab.config import Settings
-    from servelab.triton.models import CPU_ENCODER, ENSEMBLE
     from servelab.triton.repository import stage
     from servelab.triton.server import EmbeddedTriton
 
