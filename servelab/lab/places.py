@@ -99,12 +99,17 @@ def place_defaults(namespace: dict) -> dict:
     return {"place": place, **filled}
 
 
-def in_process_provider(place: str) -> str:
-    """The execution provider in-process rows should use at `place`: the node's GPU (CUDA EP) when this kernel
-    can reach it, else the CPU — callers say so with `in_process_note`."""
+def in_process_provider(place: str, engine: str = "onnx") -> str:
+    """The provider in-process rows of `engine` should use at `place`: the node's GPU ("cuda") when this kernel
+    can reach it (CUDA torch for torch, onnxruntime's CUDA EP otherwise), else "cpu" — callers say so with
+    `in_process_note`."""
     if place != "node":
         return "cpu"
     try:
+        if engine == "torch":
+            import torch
+
+            return "cuda" if torch.cuda.is_available() else "cpu"
         import onnxruntime as ort
 
         return "cuda" if "CUDAExecutionProvider" in ort.get_available_providers() else "cpu"

@@ -98,3 +98,20 @@ def test_every_notebook_derives_its_place_defaults(py):
         assert assigned[name] == '""', f"{py.name}: {name} = {assigned[name]}"
     after = text.split('# %% tags=["parameters"]', 1)[1].split("\n# %%", 2)[1]
     assert "globals().update(place_defaults(globals()))" in after, f"{py.name}: first cell must resolve the place"
+
+
+def test_in_process_rows_at_node_say_when_they_missed_the_gpu(tmp_path):
+    """Here (no CUDA) the node's in-process rows fall back to the CPU, and the notebook's not-run table says so."""
+    from servelab.lab.step import Step
+    from servelab.lab.places import in_process_note, in_process_provider
+
+    assert in_process_provider("local") == "cpu"
+    assert in_process_provider("node") == in_process_provider("node", "torch") == "cpu"  # no GPU on this machine
+    step = Step("98", tmp_path / "run", "node")
+    in_process_note(step, "local", "cpu", "rows")
+    in_process_note(step, "node", "cuda", "rows")
+    assert step._not_run == []
+    in_process_note(step, "node", "cpu", "the op-type profile")
+    [entry] = step._not_run
+    assert entry["not run"] == "the op-type profile on the node's GPU" and "CPU" in entry["why"]
+    assert entry["place"] == "node"
