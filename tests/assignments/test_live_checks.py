@@ -17,7 +17,7 @@ from servelab.triton.models import CPU_ENCODER
 
 pytestmark = pytest.mark.triton
 
-OPTS = LoadOpts.smoke(max_windows=1, max_warmup_s=1.0) if hasattr(LoadOpts, "smoke") else LoadOpts.quick(progress=False)
+OPTS = LoadOpts.smoke(max_windows=2, max_warmup_s=1.0) if hasattr(LoadOpts, "smoke") else LoadOpts.quick(progress=False)
 
 
 @pytest.fixture(autouse=True)

@@ -37,7 +37,7 @@ def _rec(*, windows, **fields) -> dict:
 
 
 def _opts():
-    return LoadOpts.smoke(max_windows=1, max_warmup_s=1.0) if hasattr(LoadOpts, "smoke") else LoadOpts.quick(progress=False)
+    return LoadOpts.smoke(max_windows=2, max_warmup_s=1.0) if hasattr(LoadOpts, "smoke") else LoadOpts.quick(progress=False)
 
 
 class Live:
