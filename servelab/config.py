@@ -7,7 +7,7 @@ defaults. Values are read when `Settings.from_env()` is called, never at import 
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 
@@ -142,9 +142,3 @@ class Settings:
         d = asdict(self)
         d["artifacts"] = str(self.artifacts)
         return d
-
-
-def env_names() -> list[str]:
-    """The environment variable behind each setting (for docs and container files)."""
-    special = {"model_name": "MODEL", "max_images_per_request": "MAX_IMAGES"}
-    return [f"SERVELAB_{special.get(f.name, f.name.upper())}" for f in fields(Settings)]
