@@ -253,8 +253,10 @@ class TritonJsonClient:
     def __init__(self, http_url: str, model: str):
         import tritonclient.http as tc
 
+        from servelab.triton.control import address
+
         self.tc, self.model = tc, model
-        self.client = tc.InferenceServerClient(http_url.replace("http://", ""), concurrency=1)
+        self.client = tc.InferenceServerClient(address(http_url), concurrency=1)
 
     def embed_tensor(self, batch):
         tc = self.tc
