@@ -31,6 +31,7 @@ import numpy as np
 from servelab.client.base import Backend
 from servelab.client.errors import InferenceError, ServiceUnavailable
 from servelab.config import TRITON_GRPC_PORT, TRITON_HTTP_PORT
+from servelab.triton.control import address
 from servelab.triton.models import CPU_ENCODER, ENSEMBLE
 
 DEFAULT_HTTP_URL = f"127.0.0.1:{TRITON_HTTP_PORT}"
@@ -52,10 +53,6 @@ class TritonUnavailable(TritonInferenceError, ServiceUnavailable):
 _UNAVAILABLE_GRPC = ("StatusCode.UNAVAILABLE", "StatusCode.DEADLINE_EXCEEDED")
 
 
-def _strip_scheme(url: str) -> str:
-    return re.sub(r"^[a-z]+://", "", url.strip()).rstrip("/")
-
-
 class TritonBackend(Backend):
     def __init__(self, protocol: str = "http", url: str | None = None, timeout: float = 60.0, *,
                  model: str | None = None, jpeg_model: str | None = None, input_name: str = INPUT_NAME,
@@ -65,7 +62,7 @@ class TritonBackend(Backend):
         self.protocol = protocol
         self.name = f"triton-{protocol}"
         env_url = os.environ.get("SERVELAB_TRITON_URL" if protocol == "http" else "SERVELAB_TRITON_GRPC_URL")
-        self.address = _strip_scheme(url or env_url or (DEFAULT_HTTP_URL if protocol == "http" else DEFAULT_GRPC_URL))
+        self.address = address(url or env_url or (DEFAULT_HTTP_URL if protocol == "http" else DEFAULT_GRPC_URL))
         self.url = f"http://{self.address}" if protocol == "http" else self.address
         self.timeout = float(timeout)
         self.model = model or os.environ.get("SERVELAB_TRITON_MODEL") or CPU_ENCODER

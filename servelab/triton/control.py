@@ -22,8 +22,8 @@ from pathlib import Path
 
 
 def address(url: str) -> str:
-    """"http://127.0.0.1:8003/" -> "127.0.0.1:8003" (tritonclient takes host:port without a scheme)."""
-    return url.split("://", 1)[-1].rstrip("/")
+    """"http://127.0.0.1:8003/" or "grpc://…" -> "127.0.0.1:8003" (tritonclient takes host:port, no scheme)."""
+    return url.strip().split("://", 1)[-1].rstrip("/")
 
 
 @contextlib.contextmanager
