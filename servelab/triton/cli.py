@@ -1,8 +1,9 @@
 """`servelab triton …`: stage the repository, run the embedded server (up / down / status), reconfigure, stats.
 
-`up` starts tritonserver detached (own session), waits until every model is ready, and records pid, ports,
-repository and log in build/triton/server.json (SERVELAB_TRITON_STATE_DIR moves it); `down` reads it and stops the server (SIGTERM, then SIGKILL
-after --timeout). Expected failures print one line (`error: …`) and exit 1 via servelab.cli.main.
+`up` starts tritonserver in its own session (it outlives the command), waits until every model is ready, and
+records pid, ports, repository and log in build/triton/server.json (SERVELAB_TRITON_STATE_DIR moves it); `down`
+reads it and stops the server's process group (SIGTERM, then SIGKILL after --timeout). Expected failures print
+one line (`error: …`) and exit 1 via servelab.cli.main.
 """
 
 from __future__ import annotations
