@@ -44,6 +44,17 @@ def _point_fields(run: Run, srv: Served, *, payload: str, batch: int, concurrenc
     )
 
 
+def _counted(srv: Served, before: dict | None, ok: int, wait_s: float = 2.0) -> dict | None:
+    """The server's counter delta once it has counted the `ok` answers the client got (a server may update its
+    statistics just after sending the response)."""
+    deadline = time.perf_counter() + wait_s
+    while True:
+        d = srv.delta(before, _safe(srv.snapshot))
+        if d is None or (d.get("requests_ok") or 0) >= ok or time.perf_counter() > deadline:
+            return d
+        time.sleep(0.05)
+
+
 def measure(run: Run, experiment: str, srv: Served, *, payload: str | None = None, batch: int = 1,
             concurrency: int = 1, opts: LoadOpts | None = None, params: dict | None = None, meters=(),
             **fields) -> dict:
@@ -54,9 +65,9 @@ def measure(run: Run, experiment: str, srv: Served, *, payload: str | None = Non
     before = _safe(srv.snapshot)
     res = closed_loop(srv.worker_factory(payload, batch), concurrency, opts, meters=meters,
                       desc=f"{experiment} {srv.server} b={batch} c={concurrency}")
-    after = _safe(srv.snapshot)
     return run.record(experiment, **_point_fields(run, srv, payload=payload, batch=batch, concurrency=concurrency,
-                                                  opts=opts, params=params, stats=srv.delta(before, after),
+                                                  opts=opts, params=params,
+                                                  stats=_counted(srv, before, res.ok_total),
                                                   summary=res.summary()), **fields)
 
 
@@ -485,7 +496,7 @@ def triton(run: Run, triton_srv: TritonServed, *, concurrency: int = 16, offline
     for proto in ("grpc", "http"):
         out += payload(run, triton_srv.variant(protocol=proto), concurrency=concurrency, json_lists=False, opts=opts,
                        experiment="triton")
-    return out + triton_goals(run, out)
+    return out + triton_goals(run, out, concurrency=concurrency, offline_batch=offline_batch)
 
 
 def peer_baseline(run: Run, servers: list[Served], *, concurrencies: tuple = (1, 16), payload: str = "jpeg",
