@@ -20,8 +20,8 @@
     and the course benchmarks service, triton, peer_baseline.
 
   Records (servelab.bench.records): Run(run_id, root), RECORD_SCHEMA, validate_record, load_records, records_frame
-  Goals (servelab.bench.goals): goal_record, goals_table, service_goals, triton_goals, peer_goals, scaling_efficiency
-  Report (servelab.bench.report): write_report, cost_table, markdown_table,
+  Goals (servelab.bench.goals): goal_record, service_goals, triton_goals, peer_goals, scaling_efficiency
+  Report (servelab.bench.report): write_report, goals_table, cost_table, settling_rows, markdown_table,
     band(x, metric), versus(name_a, a, name_b, b, metric=…, unit=…), ratio_sentence(rec), leader({name: rec})
   Two runs (servelab.bench.compare): compare(run_a, run_b, min_noise=0.02, min_fraction=0.9) -> Comparison
     (points within noise, headline claims from each run's headlines.json — servelab.bench.headlines)
@@ -68,9 +68,7 @@ def __getattr__(name):  # heavy modules load on first use
         return importlib.import_module(f"servelab.bench.{name}")
     if name in ("served", "attach"):
         return getattr(importlib.import_module("servelab.bench.servers"), name)
-    if name == "goals_table":
-        return importlib.import_module("servelab.bench.goals").goals_table
-    if name in ("write_report", "cost_table", "versus", "ratio_sentence", "leader", "band"):
+    if name in ("write_report", "goals_table", "cost_table", "versus", "ratio_sentence", "leader", "band"):
         return getattr(importlib.import_module("servelab.bench.report"), name)
     if name == "compare":
         return importlib.import_module("servelab.bench.compare").compare

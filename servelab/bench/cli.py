@@ -46,8 +46,7 @@ def _opts(quick: bool, tolerance: float, max_windows: int):
 
 
 def _finish(run, records, price_per_hour=None, columns=None) -> None:
-    from servelab.bench.goals import goals_table
-    from servelab.bench.report import COLUMNS, flat_rows, markdown_table, ratio_sentence, write_report
+    from servelab.bench.report import COLUMNS, flat_rows, goals_table, markdown_table, ratio_sentence, write_report
 
     paths = write_report(run, price_per_hour)
     rows = [r for r in flat_rows(records) if r["kind"] not in ("derived", "ab")]
@@ -336,8 +335,7 @@ def overload(
 ):
     """Open loop past capacity: goodput, accepted p99, 503s, 5xx and crashes per server, with the goals."""
     from servelab.bench import overload as ov
-    from servelab.bench.goals import goals_table
-    from servelab.bench.report import markdown_table
+    from servelab.bench.report import goals_table, markdown_table
 
     run = _new_run(run_id, "overload")
     recs = ov.overload(run, servers=_strs(servers), engine=engine, levels=_ints(levels), duration_s=duration_s,

@@ -3,7 +3,7 @@
 A goal record carries the measured value, its band (from window min–max or the A/B pair ratios), the goal
 (`op` + `threshold`) and a verdict: met / not met, or *undecided* when the band straddles the threshold —
 a verdict never rests on a difference the run cannot resolve. It also says whether its inputs settled
-(`inputs_stable`) and whether they came from a smoke run (`quick`: not a result).
+(`inputs_stable`) and whether they came from a smoke run (`quick`: not a result). Their table: servelab.bench.report.goals_table.
 """
 
 from __future__ import annotations
@@ -39,34 +39,6 @@ def goal_record(run: Run, experiment: str, name: str, value: float | None, op: s
 
 def _is_quick(r: dict) -> bool:
     return bool(r.get("quick")) or (r.get("params") or {}).get("load", {}).get("label") == "quick"
-
-
-def goals_table(records: list[dict]) -> list[dict]:
-    """The goal records as rows: goal, measured (band), required, status (with caveats)."""
-    rows = []
-    for r in records:
-        if r.get("kind") != "derived":
-            continue
-        met, op = r.get("met"), r.get("op")
-        if op is None:
-            status = "info"
-        elif r.get("value") is None:
-            status = "not measured"
-        elif met is None:
-            status = "undecided (band straddles the goal)"
-        else:
-            status = "met" if met else "not met"
-        caveats = []
-        if r.get("inputs_stable") is False:
-            caveats.append("inputs not stable")
-        if r.get("quick"):
-            caveats.append("quick run: not a result")
-        lo, hi = r.get("value_min"), r.get("value_max")
-        rows.append({"goal": r.get("goal") or r.get("target"), "measured": r.get("value"),
-                     "band": f"{lo:.4g}–{hi:.4g}" if lo is not None and hi is not None and lo != hi else "",
-                     "required": f"{op} {r.get('threshold')}" if op else "",
-                     "status": status + (f" ({'; '.join(caveats)})" if caveats else "")})
-    return rows
 
 
 def _find(records, **kv):

@@ -85,8 +85,6 @@ def csv_text(rows: list[dict], columns: list[str] | None = None) -> str:
 def write_tables(records: list[dict], out_dir: Path, price_per_hour: float | None = None) -> list[Path]:
     """tables/<experiment>.csv|.md for every experiment (+ all.csv, goals.md, settling.md — which points never
     settled —, cost.csv|md when priced)."""
-    from servelab.bench.goals import goals_table
-
     out_dir = Path(out_dir) / "tables"
     written = []
     rows = flat_rows(records)
@@ -312,6 +310,36 @@ def write_report(run, price_per_hour: float | None = None) -> list[Path]:
     d = run.dir if hasattr(run, "dir") else resolve_run_dir(run)
     records = load_records(d)
     return write_tables(records, d, price_per_hour) + write_plots(records, d)
+
+
+# --- goals ---------------------------------------------------------------------------------------
+
+def goals_table(records: list[dict]) -> list[dict]:
+    """The goal records as rows: goal, measured (band), required, status (with caveats)."""
+    rows = []
+    for r in records:
+        if r.get("kind") != "derived":
+            continue
+        met, op = r.get("met"), r.get("op")
+        if op is None:
+            status = "info"
+        elif r.get("value") is None:
+            status = "not measured"
+        elif met is None:
+            status = "undecided (band straddles the goal)"
+        else:
+            status = "met" if met else "not met"
+        caveats = []
+        if r.get("inputs_stable") is False:
+            caveats.append("inputs not stable")
+        if r.get("quick"):
+            caveats.append("quick run: not a result")
+        lo, hi = r.get("value_min"), r.get("value_max")
+        rows.append({"goal": r.get("goal") or r.get("target"), "measured": r.get("value"),
+                     "band": f"{lo:.4g}–{hi:.4g}" if lo is not None and hi is not None and lo != hi else "",
+                     "required": f"{op} {r.get('threshold')}" if op else "",
+                     "status": status + (f" ({'; '.join(caveats)})" if caveats else "")})
+    return rows
 
 
 # --- cost -------------------------------------------------------------------------------------------

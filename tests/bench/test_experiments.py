@@ -4,10 +4,10 @@ the goals and sentences built from records."""
 import pytest
 
 from servelab.bench import experiments as ex
-from servelab.bench.goals import goal_record, goals_table, scaling_efficiency, service_goals, triton_goals
+from servelab.bench.goals import goal_record, scaling_efficiency, service_goals, triton_goals
 from servelab.bench.loadgen import LoadOpts
 from servelab.bench.records import Run
-from servelab.bench.report import cost_table, ratio_sentence, versus
+from servelab.bench.report import cost_table, goals_table, ratio_sentence, versus
 from servelab.bench.servers import served
 
 SMOKE = LoadOpts.smoke()
