@@ -130,7 +130,9 @@ with InferenceClient(mode="auto", backend="fastapi", url="http://127.0.0.1:9") a
 
 # %% [markdown]
 # ## What the hop costs: in-process engine vs the service, by batch size
-# Closed loop, one request at a time (concurrency 1), `duration_s` per point after `warmup_s` of warm-up.
+# Closed loop, one request at a time (concurrency 1). Windows of the service and of the in-process engine
+# alternate in one sequence (each window at least 20 requests and 10 median latencies long, repeated until the
+# last three agree), so a change in the machine's load affects both sides alike.
 # The same float32 tensors go to both, so the difference is the hop: serialisation, HTTP, the micro-batcher.
 #
 # **Predict first.** A batch-1 request carries 3×224×224×4 = 602,112 bytes of float32. On loopback, will the
