@@ -24,7 +24,7 @@
 # ```mermaid
 # flowchart LR
 #   subgraph LAPTOP[your laptop / this machine]
-#     NB[this notebook<br/>python-chi] 
+#     NB[this notebook<br/>python-chi]
 #     LAB[servelab lab run --place node]
 #   end
 #   subgraph CHI[Chameleon site, e.g. CHI@UC]

@@ -151,10 +151,10 @@ provider = in_process_provider(place)  # at place=node: the node's GPU when this
 in_process_note(step, place, provider, "the in-process side of the hop")
 with served("in-process", engine=service.engine, provider=provider) as local:  # the service's engine, here
     for b in batch_sizes:  # windows of the two sides alternate, so drift on the shared machine cancels
-        s, l, r = ab(step.run, "01-hop", service, local, label_a="service", label_b="in-process", batch_a=b, batch_b=b,
+        s, loc, r = ab(step.run, "01-hop", service, local, label_a="service", label_b="in-process", batch_a=b, batch_b=b,
                      opts=opts)
         service_recs.append(s)
-        local_recs.append(l)
+        local_recs.append(loc)
         hop_ratios.append(r)
 hop = step.table(step.frame(local_recs + service_recs, "target", "engine", "batch", "throughput_img_s",
                             "throughput_min_img_s", "throughput_max_img_s", "latency_p50_ms", "latency_p50_min_ms",
@@ -185,7 +185,7 @@ checks.difference(hop_cost_ms, hop, key="target", a="fastapi", b="in-process", m
 
 # %%
 lines = []
-for local_rec, service_rec in zip(local_recs, service_recs):
+for local_rec, service_rec in zip(local_recs, service_recs, strict=True):
     b = local_rec["batch"]
     added = service_rec["latency_p50_ms"] - local_rec["latency_p50_ms"]
     lines.append(f"batch {b}: p50 {local_rec['latency_p50_ms']:.0f} → {service_rec['latency_p50_ms']:.0f} ms "

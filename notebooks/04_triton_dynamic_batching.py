@@ -69,8 +69,8 @@ globals().update(place_defaults(globals()))  # "" parameters -> this place's end
 # %%
 from servelab.bench.experiments import batch_sweep, concurrency_sweep, measure
 from servelab.bench.servers import served
-from servelab.lab.step import Step
 from servelab.lab.places import attach, in_process_note, in_process_provider
+from servelab.lab.step import Step
 
 step = Step("04", out_dir, place)
 opts = step.opts(load)
@@ -453,7 +453,7 @@ lo, hi = t.iloc[0], t.iloc[-1]
 from servelab.bench.report import leader
 
 step.shows(
-    f"Triton throughput: " + versus(f"concurrency {hi['concurrency']}", triton_conc[-1], f"concurrency {lo['concurrency']}",
+    "Triton throughput: " + versus(f"concurrency {hi['concurrency']}", triton_conc[-1], f"concurrency {lo['concurrency']}",
                                     triton_conc[0])
     + f", executing batches of {hi['server.avg_batch']:.1f} images on average at concurrency {hi['concurrency']} "
     f"(p50 {lo['latency_p50_ms']:.0f} → {hi['latency_p50_ms']:.0f} ms). At concurrency {hi['concurrency']}, "

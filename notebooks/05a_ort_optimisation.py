@@ -79,8 +79,8 @@ import pandas as pd
 
 from servelab.bench.experiments import ort_profile, queue_delay_grid, serialisation
 from servelab.bench.records import memory_snapshot
-from servelab.lab.step import Step
 from servelab.lab.places import attach, in_process_note, in_process_provider
+from servelab.lab.step import Step
 
 step = Step("05a", out_dir, place)
 opts = step.opts(load)
@@ -240,7 +240,8 @@ fig, ax = plt.subplots(1, 2, figsize=(10, 3.5))
 for name, g in serialisation.groupby("payload"):
     ax[0].plot(g["batch"], g["bytes_per_request"] / 1024, marker="o", label=name)
     ax[1].plot(g["batch"], g["serialise_p50_ms"], marker="o", label=name)
-ax[0].set(xlabel="batch", ylabel="KiB per request", yscale="log"); ax[1].set(xlabel="batch", ylabel="serialise p50 (ms)", yscale="log")
+ax[0].set(xlabel="batch", ylabel="KiB per request", yscale="log")
+ax[1].set(xlabel="batch", ylabel="serialise p50 (ms)", yscale="log")
 ax[1].legend(fontsize=7)
 step.plot(fig, "serialisation")
 

@@ -77,8 +77,8 @@ globals().update(place_defaults(globals()))  # "" parameters -> this place's end
 from servelab.bench.experiments import compare_servers, concurrency_sweep
 from servelab.bench.report import ratio_sentence
 from servelab.bench.servers import served
-from servelab.lab.step import Step
 from servelab.lab.places import attach
+from servelab.lab.step import Step
 
 step = Step("06a", out_dir, place)
 opts = step.opts(load)

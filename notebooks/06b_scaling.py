@@ -69,8 +69,8 @@ import pandas as pd
 
 from servelab.bench.experiments import instance_scaling
 from servelab.bench.report import cost_table
-from servelab.lab.step import Step, show_commands
 from servelab.lab.places import attach
+from servelab.lab.step import Step, show_commands
 
 step = Step("06b", out_dir, place)
 opts = step.opts(load)

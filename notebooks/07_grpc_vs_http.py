@@ -64,8 +64,8 @@ globals().update(place_defaults(globals()))  # "" parameters -> this place's end
 
 # %%
 from servelab.bench.experiments import http_vs_grpc
-from servelab.lab.step import Step
 from servelab.lab.places import attach
+from servelab.lab.step import Step
 
 step = Step("07", out_dir, place)
 opts = step.opts(load)

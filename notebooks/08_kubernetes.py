@@ -101,7 +101,7 @@ if len(service_points):
     replicas = math.ceil(20 / (per_core * 1.0 * 0.60))
     step.answer(f"The service's best point in this run was {best_thr:.1f} img/s on {cores:g} cores, {per_core:.1f} img/s per "
                 f"core. A pod requesting 1 CPU held at 60 % delivers about {per_core * 0.6:.1f} img/s, so 20 img/s needs "
-                f"⌈20 / {per_core * 0.6:.1f}⌉ = {replicas} replicas" + (f" — more than the HPA's maximum of 6: raise it, or "
+                f"⌈20 / {per_core * 0.6:.1f}⌉ = {replicas} replicas" + (" — more than the HPA's maximum of 6: raise it, or "
                 "serve on GPUs." if replicas > 6 else " (within the HPA's 2–6)."))
 else:
     step.not_run("replica estimate from a measured throughput", "no FastAPI load measurement in this run's records",

@@ -140,7 +140,7 @@ with Catalog(catalog) as cat:
 print(f"near-duplicates by: {rule.describe()} ({rule.source})")
 
 # %%
-base_of = dict(zip(labels["path"], labels["base"]))
+base_of = dict(zip(labels["path"], labels["base"], strict=True))
 rows = []
 for g in groups:
     paths = [str(Path(m["path"]).relative_to(folder)) if Path(m["path"]).is_absolute() else m["path"] for m in g.members]

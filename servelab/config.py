@@ -11,7 +11,6 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 
-
 def _checkout() -> Path | None:
     """The course repository this package runs from (an editable install or PYTHONPATH), else None."""
     root = Path(__file__).resolve().parent.parent
@@ -87,7 +86,7 @@ class Settings:
     warmup_iters: int = 2
 
     @classmethod
-    def from_env(cls, **overrides) -> "Settings":
+    def from_env(cls, **overrides) -> Settings:
         d = cls()
         values = dict(
             model_name=_env("MODEL", d.model_name),
@@ -135,7 +134,7 @@ class Settings:
         """Requests admitted at once (0: no limit); defaults to max_queue."""
         return self.max_queue if self.max_in_flight is None else self.max_in_flight
 
-    def with_(self, **changes) -> "Settings":
+    def with_(self, **changes) -> Settings:
         return replace(self, **changes)
 
     def as_dict(self) -> dict:

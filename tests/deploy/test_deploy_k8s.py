@@ -55,7 +55,7 @@ def unknown_fields(original, roundtrip, path="") -> list[str]:
             else:
                 out += unknown_fields(v, roundtrip[k], f"{path}.{k}")
     elif isinstance(original, list):
-        for i, (a, b) in enumerate(zip(original, roundtrip or [])):
+        for i, (a, b) in enumerate(zip(original, roundtrip or [], strict=False)):
             out += unknown_fields(a, b, f"{path}[{i}]")
     return out
 

@@ -102,8 +102,8 @@ def test_every_notebook_derives_its_place_defaults(py):
 
 def test_in_process_rows_at_node_say_when_they_missed_the_gpu(tmp_path):
     """Here (no CUDA) the node's in-process rows fall back to the CPU, and the notebook's not-run table says so."""
-    from servelab.lab.step import Step
     from servelab.lab.places import in_process_note, in_process_provider
+    from servelab.lab.step import Step
 
     assert in_process_provider("local") == "cpu"
     assert in_process_provider("node") == in_process_provider("node", "torch") == "cpu"  # no GPU on this machine

@@ -6,7 +6,6 @@ import asyncio
 import time
 
 import numpy as np
-import pytest
 
 from servelab.service.batcher import DeadlineExceeded, MicroBatcher, QueueFull
 
@@ -31,7 +30,7 @@ def test_results_routed_to_their_callers():
         return reqs, outs
 
     reqs, outs = asyncio.run(main())
-    for r, o in zip(reqs, outs):
+    for r, o in zip(reqs, outs, strict=True):
         assert o.shape == (r.shape[0], 3)
         assert np.all(o == r[0, 0, 0, 0] * 2)
     assert max(batches) > 1  # concurrent callers shared engine calls

@@ -45,7 +45,7 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(
                 f"cannot import servelab.model.preprocess ({exc}); install servelab into the python that runs "
                 "the stub or set the servelab_path parameter (servelab triton stage does)"
-            )
+            ) from exc
         self.limits = {
             "max_bytes": int(params.get("max_bytes") or self.pre.DEFAULT_MAX_BYTES),
             "max_pixels": int(params.get("max_pixels") or self.pre.DEFAULT_MAX_PIXELS),
