@@ -293,19 +293,17 @@ step.answer(f"At concurrency 1 Triton computed a request in t = {t:.0f} ms and t
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2
 
-from servelab.triton.control import get_config, load_model
+from servelab.triton.control import get_config, loaded_with
 
 hi_c = max(concurrency_levels)
 unbatched = json_format.ParseDict(get_config(triton_http_url, triton_model), model_config_pb2.ModelConfig(),
                                   ignore_unknown_fields=True)
 unbatched.ClearField("dynamic_batching")
 print(f"reloading {triton_model} with its own config minus the dynamic_batching stanza")
-try:
-    load_model(triton_http_url, triton_model, json_format.MessageToDict(unbatched, preserving_proto_field_name=True))
+# loaded_with reloads the model with this config, and with the one it had before when the block ends
+with loaded_with(triton_http_url, triton_model, json_format.MessageToDict(unbatched, preserving_proto_field_name=True)):
     triton_off = measure(step.run, "04-batching-off", triton, payload="tensor", batch=1, concurrency=hi_c,
-                                opts=opts, params={"dynamic_batching": False})
-finally:
-    load_model(triton_http_url, triton_model)  # back to the staged config.pbtxt, batching on
+                         opts=opts, params={"dynamic_batching": False})
 baseline = [("triton", "off (no dynamic_batching)", triton_off), ("triton", "on", triton_conc[-1])]
 if extra_servers:
     with served("fastapi", engine=service_conc[-1]["engine"], max_batch=1,

@@ -61,12 +61,9 @@ def config_applied(http_url: str, model: str, fragment, timeout: float = 180.0):
 
 
 def _restore(http_url: str, model: str, original: dict, timeout: float) -> None:
-    from google.protobuf import json_format
+    from servelab.triton.control import config_dict, load_model
 
-    from servelab.triton.control import _normalise, load_model
-
-    cfg = json_format.MessageToDict(_normalise(original), preserving_proto_field_name=True)
-    load_model(http_url, model, cfg, timeout=timeout)
+    load_model(http_url, model, config_dict(original), timeout=timeout)
 
 
 def measure_triton(run, experiment: str, http_url: str, model: str, *, concurrency: int, opts, params: dict) -> dict:

@@ -81,6 +81,26 @@ def _normalise(config: dict):
     return json_format.ParseDict(config, model_config_pb2.ModelConfig(), ignore_unknown_fields=True)
 
 
+def config_dict(config: dict) -> dict:
+    """A config as Triton reports it -> a dict Triton accepts back as a load's config override."""
+    from google.protobuf import json_format
+
+    return json_format.MessageToDict(_normalise(config), preserving_proto_field_name=True)
+
+
+@contextlib.contextmanager
+def loaded_with(http_url: str, model: str, config: dict, timeout: float = 180.0):
+    """`model` reloaded with `config` (a ModelConfig as dict) inside the block, and with the config it had
+    before on exit. Triton keeps a load's config override until a load with another one, so a plain reload
+    without a config would not undo it."""
+    original = config_dict(get_config(http_url, model))
+    try:
+        load_model(http_url, model, config, timeout=timeout)
+        yield get_config(http_url, model)
+    finally:
+        load_model(http_url, model, original, timeout=timeout)
+
+
 def reconfigure(http_url: str, model: str, *, max_queue_delay_us: int | None = None, instances: int | None = None,
                 repository: Path | str | None = None, timeout: float = 180.0) -> dict:
     """Returns the config Triton reports after the reload."""

@@ -161,6 +161,20 @@ def test_reload_with_new_queue_delay_and_instances_takes_effect(triton, triton_r
     assert int(get_config(triton.http_url, ENCODER)["dynamic_batching"]["max_queue_delay_microseconds"]) == old_delay
 
 
+def test_a_config_override_is_undone_on_leaving_loaded_with(triton, batch, reference):
+    # Triton keeps a load's config override until a load with another one: a plain reload would leave the
+    # model unbatched, which is what loaded_with must never do.
+    from servelab.triton.control import config_dict, loaded_with
+
+    unbatched = config_dict(get_config(triton.http_url, ENCODER))
+    del unbatched["dynamic_batching"]
+    with loaded_with(triton.http_url, ENCODER, unbatched) as reported:
+        assert "dynamic_batching" not in reported
+        with _closing(TritonBackend("http", triton.http_url)) as b:
+            assert cos(b.embed_tensor(batch), reference).min() >= 0.9999
+    assert "dynamic_batching" in get_config(triton.http_url, ENCODER)
+
+
 def _jpeg():
     from servelab.data import encode, synthetic_photo
 
