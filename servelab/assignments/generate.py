@@ -62,9 +62,10 @@ def build(out: Path, notebook_dir: Path | None = None, only: list[str] | None = 
     """Write the hand-out folder; returns {"out", "notebooks", "exercises", "skipped"}."""
     from servelab.lab import notebooks as nbs
 
-    sources = nbs.select(nbs.discover(notebook_dir or nbs.NOTEBOOK_DIR), only)
+    notebook_dir = notebook_dir or nbs.notebook_dir()
+    sources = nbs.select(nbs.discover(notebook_dir), only)
     if not sources:
-        raise FileNotFoundError(f"no notebook sources (NN_*.py) in {notebook_dir or nbs.NOTEBOOK_DIR}")
+        raise FileNotFoundError(f"no notebook sources (NN_*.py) in {notebook_dir}")
     found = collect(sources)
     with_ex = {py: ex for py, ex in found.items() if ex}
     if not with_ex:
