@@ -9,8 +9,6 @@ when it was made by this command (it holds exercises.csv).
 
 from __future__ import annotations
 
-import csv
-import io
 import shutil
 import tempfile
 from pathlib import Path
@@ -91,11 +89,10 @@ def build(out: Path, notebook_dir: Path | None = None, only: list[str] | None = 
             _write(student, tmp / "student" / name)
         rows = [{"notebook": py.with_suffix(".ipynb").name, "exercise": e.id, "title": e.title, "check": e.check}
                 for py, exercises in with_ex.items() for e in exercises]
-        buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=["notebook", "exercise", "title", "check"], lineterminator="\n")
-        w.writeheader()
-        w.writerows(rows)
-        (tmp / "exercises.csv").write_text(buf.getvalue())
+        import pandas as pd
+
+        columns = ["notebook", "exercise", "title", "check"]
+        (tmp / "exercises.csv").write_text(pd.DataFrame(rows, columns=columns).to_csv(index=False))
         (tmp / "README.md").write_text(_readme(rows))
         if out.exists():
             shutil.rmtree(out)

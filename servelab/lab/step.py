@@ -219,14 +219,11 @@ def run_checks(*paths: str, timeout: float = 300) -> pd.DataFrame:
 
 def write_table(df: pd.DataFrame, stem: Path, title: str | None = None) -> None:
     """CSV + Markdown next to each other, formatted by the bench package (temp + rename)."""
-    from servelab.bench.report import csv_text, markdown_table
+    from servelab.bench.report import frame_markdown
 
     stem = Path(stem)
-    cols = [str(c) for c in df.columns]
-    rows = [{str(k): (None if isinstance(v, float) and v != v else v) for k, v in r.items()}
-            for r in df.to_dict("records")]
-    atomic_write(stem.with_suffix(".csv"), csv_text(rows, cols))
-    atomic_write(stem.with_suffix(".md"), (f"_{title}_\n\n" if title else "") + markdown_table(rows, cols))
+    atomic_write(stem.with_suffix(".csv"), df.to_csv(index=False))
+    atomic_write(stem.with_suffix(".md"), (f"_{title}_\n\n" if title else "") + frame_markdown(df))
 
 
 def fingerprint_tags(env: dict) -> dict:
