@@ -81,7 +81,7 @@ cols = ["target", "engine", "batch", "concurrency", "throughput_img_s", "through
 # %% [markdown]
 # ## The code Triton runs
 # Triton serves what its **model repository** says. The lab staged this run's repository from
-# `models_staging/cpu`; here is the encoder's `config.pbtxt` as the running server loaded it — name,
+# the templates in `servelab/triton/staging/cpu`; here is the encoder's `config.pbtxt` as the running server loaded it — name,
 # backend, `max_batch_size`, the tensors, the `dynamic_batching` stanza and the `instance_group`:
 
 # %%
@@ -90,11 +90,12 @@ from pathlib import Path
 import pandas as pd
 
 from servelab.bench.report import versus
-from servelab.lab.step import repo_path, show_code
+from servelab.lab.step import show_code
+from servelab.triton.repository import STAGING
 
 repository = Path(triton_repository)
 if not (repository / triton_model).is_dir():  # not this machine's Triton (e.g. the node's): read its template
-    repository = repo_path("models_staging", "gpu" if place == "node" else "cpu")
+    repository = STAGING / ("gpu" if place == "node" else "cpu")
 show_code(repository / triton_model / "config.pbtxt", lang="protobuf")
 
 # %% [markdown]

@@ -159,4 +159,4 @@ else:
 passed, total = int(checks["ok"].sum()), len(checks)
 step.shows(f"{passed} of {total} TensorRT settings in the generated `{TRT_ENCODER}` config are as the deployment "
            f"needs them (profile up to batch {trt_max_batch}, caches under `{trt_cache}`)."
-           + ("" if passed == total else " The failing rows above name what to fix in models_staging/gpu."))
+           + ("" if passed == total else " The failing rows above name what to fix in servelab/triton/staging/gpu."))

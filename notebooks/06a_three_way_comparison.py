@@ -100,11 +100,12 @@ def sweep(srv, payload="jpeg"):
 from pathlib import Path
 
 from servelab.bench.report import versus
-from servelab.lab.step import repo_path, show_code
+from servelab.lab.step import show_code
+from servelab.triton.repository import STAGING
 
 repository = Path(triton_repository)
 if not (repository / triton_jpeg_model).is_dir():  # not this machine's Triton (e.g. the node's): read its template
-    repository = repo_path("models_staging", "gpu" if place == "node" else "cpu")
+    repository = STAGING / ("gpu" if place == "node" else "cpu")
 show_code(repository / triton_jpeg_model / "config.pbtxt", "name:", lang="protobuf")
 
 # %% [markdown]

@@ -86,18 +86,39 @@ def embed(
                                    "weights": client.weights}))
 
 
-def _add_groups() -> None:
-    from servelab.assignments.cli import add_commands as add_assignment_commands
-    from servelab.bench.cli import app as bench_app
-    from servelab.dedup.cli import app as dedup_app
-    from servelab.lab.cli import app as lab_app
-    from servelab.triton.cli import app as triton_app
+# Command groups and the extra each needs beyond the core install (`pip install "servelab[<extra>]"`).
+GROUPS = {
+    "triton": ("servelab.triton.cli", "triton", "Embedded tritonserver: stage the repository, up / down / status."),
+    "bench": ("servelab.bench.cli", "bench", "Benchmarks that write result records."),
+    "dedup": ("servelab.dedup.cli", "dedup", "Near-duplicate photo finder."),
+    "lab": ("servelab.lab.cli", "notebooks", "Run the notebooks with papermill into result tables."),
+}
 
-    app.add_typer(triton_app, name="triton", help="Embedded tritonserver: stage the repository, up / down / status.")
-    app.add_typer(bench_app, name="bench", help="Benchmarks that write result records.")
-    app.add_typer(dedup_app, name="dedup", help="Near-duplicate photo finder.")
-    add_assignment_commands(lab_app)
-    app.add_typer(lab_app, name="lab", help="Run the notebooks with papermill into result tables.")
+
+def _needs_extra(name: str, extra: str, exc: ImportError, help_text: str) -> None:
+    """A stand-in command that says which extra to install, so the rest of the CLI works without it."""
+
+    def explain(ctx: typer.Context) -> None:
+        raise CliError(f"`servelab {name}` needs the {exc.name} package: pip install \"servelab[{extra}]\"")
+
+    app.command(name=name, help=f"(needs the {extra} extra) {help_text}", add_help_option=False,
+                context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(explain)
+
+
+def _add_groups() -> None:
+    import importlib
+
+    for name, (module, extra, help_text) in GROUPS.items():
+        try:
+            group = importlib.import_module(module).app
+            if name == "lab":
+                from servelab.assignments.cli import add_commands as add_assignment_commands
+
+                add_assignment_commands(group)
+        except ImportError as exc:
+            _needs_extra(name, extra, exc, help_text)
+            continue
+        app.add_typer(group, name=name, help=help_text)
 
 
 def main() -> None:

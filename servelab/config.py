@@ -35,7 +35,12 @@ def results_dir() -> Path:
     return Path(configured) if configured else workspace() / "results"
 
 
-REPO_ROOT = CHECKOUT or workspace()  # being replaced by CHECKOUT / workspace() at each use
+def checkout() -> Path:
+    """The course repository, for what only a clone has (notebooks/, docker/, k8s/, scripts/)."""
+    if CHECKOUT is None:
+        raise RuntimeError("this needs the course repository (notebooks/, docker/, k8s/, scripts/), which an "
+                           "installed package does not carry: clone servelab and `pip install -e .` inside it")
+    return CHECKOUT
 
 # Default loopback ports: service 8002, Triton HTTP 8003, gRPC 8004, metrics 8005, review UI 8000.
 SERVICE_PORT = 8002

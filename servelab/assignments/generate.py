@@ -9,8 +9,6 @@ when it was made by this command (it holds exercises.csv).
 
 from __future__ import annotations
 
-import csv
-import io
 import shutil
 import tempfile
 from pathlib import Path
@@ -62,9 +60,10 @@ def build(out: Path, notebook_dir: Path | None = None, only: list[str] | None = 
     """Write the hand-out folder; returns {"out", "notebooks", "exercises", "skipped"}."""
     from servelab.lab import notebooks as nbs
 
-    sources = nbs.select(nbs.discover(notebook_dir or nbs.NOTEBOOK_DIR), only)
+    notebook_dir = notebook_dir or nbs.notebook_dir()
+    sources = nbs.select(nbs.discover(notebook_dir), only)
     if not sources:
-        raise FileNotFoundError(f"no notebook sources (NN_*.py) in {notebook_dir or nbs.NOTEBOOK_DIR}")
+        raise FileNotFoundError(f"no notebook sources (NN_*.py) in {notebook_dir}")
     found = collect(sources)
     with_ex = {py: ex for py, ex in found.items() if ex}
     if not with_ex:
@@ -90,11 +89,10 @@ def build(out: Path, notebook_dir: Path | None = None, only: list[str] | None = 
             _write(student, tmp / "student" / name)
         rows = [{"notebook": py.with_suffix(".ipynb").name, "exercise": e.id, "title": e.title, "check": e.check}
                 for py, exercises in with_ex.items() for e in exercises]
-        buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=["notebook", "exercise", "title", "check"], lineterminator="\n")
-        w.writeheader()
-        w.writerows(rows)
-        (tmp / "exercises.csv").write_text(buf.getvalue())
+        import pandas as pd
+
+        columns = ["notebook", "exercise", "title", "check"]
+        (tmp / "exercises.csv").write_text(pd.DataFrame(rows, columns=columns).to_csv(index=False))
         (tmp / "README.md").write_text(_readme(rows))
         if out.exists():
             shutil.rmtree(out)

@@ -10,8 +10,6 @@ first executed (servelab.lab.notebooks.execute, into <folder>/executed/; the ori
 from __future__ import annotations
 
 import contextlib
-import csv
-import io
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -151,9 +149,7 @@ def _grade_one(folder: Path, path: Path, execute: bool, parameters: dict, say) -
 
 
 def write_csv(rows: list[dict], path: Path) -> Path:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
-    w.writeheader()
-    for r in rows:
-        w.writerow({k: re.sub(r"\s+", " ", str(r.get(k, ""))) for k in COLUMNS})
-    return atomic_write(path, buf.getvalue())
+    import pandas as pd
+
+    one_line = [{k: re.sub(r"\s+", " ", str(r.get(k, ""))) for k in COLUMNS} for r in rows]
+    return atomic_write(path, pd.DataFrame(one_line, columns=COLUMNS).to_csv(index=False))

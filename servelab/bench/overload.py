@@ -44,7 +44,7 @@ from servelab.bench.records import Run, memory_snapshot
 SERVERS = ("fastapi", "fastapi-no-admission", "litserve", "triton-http")
 LEVELS = (1, 2, 4, 8)
 EXPERIMENT = "overload"
-TRITON_QUEUE = 64  # max_queue_size in models_staging/cpu (the encoder's and the JPEG preprocessor's)
+TRITON_QUEUE = 64  # max_queue_size in servelab/triton/staging/cpu (the encoder's and the JPEG preprocessor's)
 
 
 # --- what happened to each request ------------------------------------------------------------------------

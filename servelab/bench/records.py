@@ -13,7 +13,7 @@ import json
 import os
 from pathlib import Path
 
-from servelab.config import REPO_ROOT
+from servelab.config import results_dir
 from servelab.fileio import atomic_write
 from servelab.fingerprint import environment_fingerprint, nvml
 
@@ -116,10 +116,6 @@ def memory_snapshot(pid: int | None = None, label: str | None = None) -> dict:
 
 # --- runs ------------------------------------------------------------------------------------------
 
-def default_results_dir() -> Path:
-    return Path(os.environ.get("SERVELAB_RESULTS", str(REPO_ROOT / "results")))
-
-
 def new_run_id(name: str = "bench") -> str:
     return f"{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}-{name}"
 
@@ -130,7 +126,7 @@ class Run:
     def __init__(self, run_id: str | None = None, root: Path | str | None = None, name: str = "bench",
                  weights: str | None = None):
         self.run_id = run_id or new_run_id(name)
-        self.dir = Path(root or default_results_dir()) / self.run_id
+        self.dir = Path(root or results_dir()) / self.run_id
         self.dir.mkdir(parents=True, exist_ok=True)
         self.records: list[dict] = load_records(self.dir) if (self.dir / "records.jsonl").exists() else []
         env_path = self.dir / "environment.json"
@@ -183,7 +179,7 @@ def resolve_run_dir(run: str | Path, root: Path | str | None = None) -> Path:
         return p.parent
     if p.is_dir():
         return p
-    q = Path(root or default_results_dir()) / str(run)
+    q = Path(root or results_dir()) / str(run)
     if q.is_dir():
         return q
     raise FileNotFoundError(f"no run {run!r}: not a folder, a records.jsonl, or a run id under {q.parent}")

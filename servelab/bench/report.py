@@ -60,26 +60,29 @@ def _fmt(v) -> str:
     return str(v).replace("|", "\\|").replace("\n", " ")
 
 
+def table_frame(rows: list[dict], columns: list[str]):
+    """Rows as a pandas DataFrame with exactly these columns (missing values empty; ints stay ints)."""
+    import pandas as pd
+
+    return pd.DataFrame([{c: r.get(c) for c in columns} for r in rows], columns=columns, dtype=object)
+
+
+def frame_markdown(df) -> str:
+    """A DataFrame as a Markdown (pipe) table, numbers to 4 significant digits."""
+    return df.map(_fmt).to_markdown(index=False, disable_numparse=True) + "\n"
+
+
 def markdown_table(rows: list[dict], columns: list[str] | None = None) -> str:
+    """Records as Markdown; by default only the columns some row fills."""
     if not rows:
         return "(no rows)\n"
     cols = columns or [c for c in rows[0] if any(r.get(c) not in (None, "") for r in rows)]
-    out = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    out += ["| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |" for r in rows]
-    return "\n".join(out) + "\n"
+    return frame_markdown(table_frame(rows, cols))
 
 
 def csv_text(rows: list[dict], columns: list[str] | None = None) -> str:
-    import csv
-    import io
-
-    cols = columns or (list(rows[0]) if rows else [])
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
-    w.writeheader()
-    for r in rows:
-        w.writerow({c: ("" if r.get(c) is None else r.get(c)) for c in cols})
-    return buf.getvalue()
+    """Records as CSV; by default the first row's columns."""
+    return table_frame(rows, columns or (list(rows[0]) if rows else [])).to_csv(index=False)
 
 
 def write_tables(records: list[dict], out_dir: Path, price_per_hour: float | None = None) -> list[Path]:

@@ -13,7 +13,6 @@ Outputs: labels.csv (ground truth), metrics.csv, metrics.md, per_transform.csv, 
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import shutil
@@ -228,11 +227,9 @@ def evaluate(out: str | Path, client, n_base: int = 24, n_negatives: int = 24, s
 
 
 def _csv(rows: list[dict]) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=list(rows[0]))
-    w.writeheader()
-    w.writerows(rows)
-    return buf.getvalue()
+    import pandas as pd
+
+    return pd.DataFrame(rows).to_csv(index=False)
 
 
 def _write(path: Path, text: str) -> Path:

@@ -10,17 +10,21 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from servelab.config import REPO_ROOT
+from servelab.config import checkout
 from servelab.fileio import atomic_write
 
-NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 KERNEL = "servelab"
 
 
-def discover(directory: Path = NOTEBOOK_DIR) -> list[Path]:
+def notebook_dir() -> Path:
+    """The course's notebooks/ folder (they ship with the repository, not with the package)."""
+    return checkout() / "notebooks"
+
+
+def discover(directory: Path | None = None) -> list[Path]:
     """Every `NN*_…` lab notebook in order (00, 01, …, 05a, 05b, …): its `.py` source, or the `.ipynb` alone
     when a folder holds only notebooks (e.g. generated assignment notebooks)."""
-    directory = Path(directory)
+    directory = Path(directory) if directory else notebook_dir()
     stems = {p.stem for p in directory.glob("[0-9][0-9]*_*.py")} | {p.stem for p in directory.glob("[0-9][0-9]*_*.ipynb")}
     return [directory / f"{s}.py" if (directory / f"{s}.py").exists() else directory / f"{s}.ipynb" for s in sorted(stems)]
 

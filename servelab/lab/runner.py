@@ -56,7 +56,7 @@ def default_run_id(profile: str) -> str:
 
 def plan(profile: str = "default", only: list[str] | None = None, params: list[str] | None = None,
          place: str = "local", run_id: str | None = None, results_dir: Path | None = None,
-         notebook_dir: Path = nbs.NOTEBOOK_DIR) -> RunPlan:
+         notebook_dir: Path | None = None) -> RunPlan:
     """Validate everything the user typed before anything is started."""
     check_place(place)
     values = lab_params.profile(profile)
@@ -245,7 +245,7 @@ def run(profile: str = "default", only: list[str] | None = None, params: list[st
         say: Callable[[str], None] = print, progress_bar: bool = True, notebook_dir: Path | None = None,
         pin_cores: bool = False) -> dict:
     p = plan(profile=profile, only=only, params=params, place=place, run_id=run_id, results_dir=results_dir,
-             notebook_dir=notebook_dir or nbs.NOTEBOOK_DIR)
+             notebook_dir=notebook_dir)
     return execute(p, ports=ports, say=say, progress_bar=progress_bar, pin_cores=pin_cores)
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from servelab.config import REPO_ROOT
+from servelab.config import CHECKOUT, checkout
 from servelab.fileio import atomic_write
 
 # tqdm.auto falls back to text bars in a kernel without ipywidgets and warns each time: harmless noise here
@@ -45,7 +45,7 @@ def show_code(source, start: str | None = None, stop: str | None = None, lang: s
 
     if isinstance(source, (str, Path)):
         path = Path(source)
-        text, title = path.read_text(), path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
+        text, title = path.read_text(), path.relative_to(CHECKOUT) if CHECKOUT and path.is_relative_to(CHECKOUT) else path
     else:
         text, title = inspect.getsource(source), f"{source.__module__}.{source.__qualname__}" \
             if hasattr(source, "__qualname__") else source.__name__
@@ -200,7 +200,7 @@ def run_checks(*paths: str, timeout: float = 300) -> pd.DataFrame:
     with tempfile.TemporaryDirectory() as tmp:
         xml = Path(tmp) / "checks.xml"
         proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}",
-                               *paths], cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout)
+                               *paths], cwd=checkout(), capture_output=True, text=True, timeout=timeout)
         if not xml.exists():
             raise RuntimeError(f"pytest {' '.join(paths)} produced no report (exit {proc.returncode}): "
                                f"{(proc.stderr or proc.stdout).strip()[-300:]}")
@@ -219,14 +219,11 @@ def run_checks(*paths: str, timeout: float = 300) -> pd.DataFrame:
 
 def write_table(df: pd.DataFrame, stem: Path, title: str | None = None) -> None:
     """CSV + Markdown next to each other, formatted by the bench package (temp + rename)."""
-    from servelab.bench.report import csv_text, markdown_table
+    from servelab.bench.report import frame_markdown
 
     stem = Path(stem)
-    cols = [str(c) for c in df.columns]
-    rows = [{str(k): (None if isinstance(v, float) and v != v else v) for k, v in r.items()}
-            for r in df.to_dict("records")]
-    atomic_write(stem.with_suffix(".csv"), csv_text(rows, cols))
-    atomic_write(stem.with_suffix(".md"), (f"_{title}_\n\n" if title else "") + markdown_table(rows, cols))
+    atomic_write(stem.with_suffix(".csv"), df.to_csv(index=False))
+    atomic_write(stem.with_suffix(".md"), (f"_{title}_\n\n" if title else "") + frame_markdown(df))
 
 
 def fingerprint_tags(env: dict) -> dict:
@@ -242,4 +239,4 @@ def fingerprint_tags(env: dict) -> dict:
 
 
 def repo_path(*parts: str) -> Path:
-    return REPO_ROOT.joinpath(*parts)
+    return checkout().joinpath(*parts)

@@ -11,10 +11,12 @@ import shlex
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-from servelab.config import REPO_ROOT
+from servelab.config import CHECKOUT, checkout
 
-DOCKER_DIR = REPO_ROOT / "docker"
-BOOTSTRAP = REPO_ROOT / "scripts" / "node_bootstrap.sh"
+# The node's stacks and bootstrap ship with the course repository (an installed package has none of them).
+_ROOT = CHECKOUT or Path.cwd()
+DOCKER_DIR = _ROOT / "docker"
+BOOTSTRAP = _ROOT / "scripts" / "node_bootstrap.sh"
 
 # Ports the stacks publish on the node's loopback (docker/compose.*.yaml); the lab's `node` place uses the same.
 NODE_PORTS = {"service": 8080, "triton_http": 8000, "triton_grpc": 8001, "triton_metrics": 8002, "jupyter": 8888}
@@ -153,7 +155,9 @@ class NodeSpec:
                 if port in seen:
                     p.append(f"stacks {seen[port]!r} and {stack!r} both publish port {port}: bring up one of them")
                 seen.setdefault(port, stack)
-        if not BOOTSTRAP.is_file():
+        if CHECKOUT is None:
+            p.append("provisioning uploads docker/ and scripts/ from the course repository: run it from a clone")
+        elif not BOOTSTRAP.is_file():
             p.append(f"{BOOTSTRAP} is missing")
         return p
 
@@ -263,7 +267,7 @@ def make_plan(spec: NodeSpec, dry_run: bool = True) -> Plan:
                        "with its reason)"),
         Step("floating-ip", "attach a floating IP unless the server has one"),
         Step("ssh", f"wait until {s.ssh_user}@<floating-ip>:22 answers"),
-        Step("bootstrap", f"upload {BOOTSTRAP.relative_to(REPO_ROOT)} and run: {bootstrap_command(s)}"),
+        Step("bootstrap", f"upload {BOOTSTRAP.relative_to(checkout())} and run: {bootstrap_command(s)}"),
     ]
     steps += [Step("prepare", "docker compose -f docker/compose.00-prepare.yaml run --rm prepare "
                               f"(export + stage the GPU Triton repository: {s.instances} instance(s) per GPU, weights "

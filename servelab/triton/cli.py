@@ -14,13 +14,13 @@ from pathlib import Path
 
 import typer
 
-from servelab.config import REPO_ROOT, TRITON_GRPC_PORT, TRITON_HTTP_PORT, TRITON_METRICS_PORT
+from servelab.config import TRITON_GRPC_PORT, TRITON_HTTP_PORT, TRITON_METRICS_PORT, workspace
 from servelab.fileio import atomic_write
 from servelab.triton.models import CPU_ENCODER
 
 app = typer.Typer(no_args_is_help=True)
 
-STATE_DIR = Path(os.environ.get("SERVELAB_TRITON_STATE_DIR") or REPO_ROOT / "build" / "triton")
+STATE_DIR = Path(os.environ.get("SERVELAB_TRITON_STATE_DIR") or workspace() / "build" / "triton")
 STATE_FILE = STATE_DIR / "server.json"
 DEFAULT_LOG = STATE_DIR / "tritonserver.log"
 
@@ -39,7 +39,7 @@ def _write_state(state: dict) -> None:
 @app.command()
 def stage(
     flavour: str = typer.Option("cpu", help="cpu (embedded python-backend server) | gpu (NVIDIA container, onnxruntime backend)"),
-    out: Path = typer.Option(REPO_ROOT / "models", help="live repository to write (replaced atomically)"),
+    out: Path = typer.Option(workspace() / "models", help="live repository to write (replaced atomically)"),
     instances: int = typer.Option(1, help="encoder instances (CPU: count; GPU: count per listed GPU)"),
     max_delay_us: int | None = typer.Option(None, help="dynamic batching max_queue_delay_microseconds (default: template's)"),
     max_batch: int | None = typer.Option(None, help="max_batch_size of every model (default: template's)"),
@@ -47,9 +47,9 @@ def stage(
     gpus: str = typer.Option("", help="GPU ids for the GPU encoders, comma-separated (default: none named = every GPU the server sees)"),
     trt_cache: str = typer.Option("/trt_cache", help="TensorRT engine + timing cache folder (a mounted volume)"),
     servelab_path: str | None = typer.Option(
-        None, help="where the servelab package lives for preprocess_jpeg inside the server (e.g. /opt/servelab in the container; default: this checkout)"),
+        None, help="where the servelab package lives for preprocess_jpeg inside the server (e.g. /opt/servelab in the container; default: the folder this servelab is imported from)"),
 ):
-    """Write Triton's live model repository from models_staging/<flavour> (exports the ONNX model if needed)."""
+    """Write Triton's live model repository from the templates in servelab/triton/staging/<flavour> (exports the ONNX model if needed)."""
     from servelab.triton.repository import stage as do_stage
 
     gpu_list = [int(g) for g in gpus.split(",") if g.strip()] if gpus else None
@@ -64,7 +64,7 @@ def stage(
 
 @app.command()
 def up(
-    repository: Path = typer.Option(REPO_ROOT / "models", help="model repository (servelab triton stage writes it)"),
+    repository: Path = typer.Option(workspace() / "models", help="model repository (servelab triton stage writes it)"),
     http_port: int = typer.Option(TRITON_HTTP_PORT, help="HTTP port"),
     grpc_port: int = typer.Option(TRITON_GRPC_PORT, help="gRPC port"),
     metrics_port: int = typer.Option(TRITON_METRICS_PORT, help="Prometheus metrics port"),

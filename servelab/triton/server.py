@@ -31,7 +31,7 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-from servelab.config import REPO_ROOT
+from servelab.config import workspace
 from servelab.managed_process import ManagedProcess
 from servelab.netutil import free_port
 
@@ -69,7 +69,7 @@ def backend_directory(root: Path | None = None) -> Path:
     for path in parts.values():
         if not path.exists():
             raise TritonStartError(f"python backend incomplete: {path} missing (Python {ver} stub bundled?)")
-    root = Path(root or REPO_ROOT / "build" / "triton" / "backends")
+    root = Path(root or workspace() / "build" / "triton" / "backends")
     pydir = root / "python"
     pydir.mkdir(parents=True, exist_ok=True)
     for name, path in parts.items():
@@ -127,7 +127,7 @@ class EmbeddedTriton(ManagedProcess):
                  grpc_port: int | None = None, metrics_port: int | None = None, log_path: Path | str | None = None,
                  *, models: list[str] | None = None, host: str = HOST, startup_timeout: float = 180.0,
                  stop_timeout: float = 15.0, extra_args: list[str] | None = None, log_verbose: int = 0):
-        self.repository = Path(repository or REPO_ROOT / "models").resolve()
+        self.repository = Path(repository or workspace() / "models").resolve()
         self.http_port = http_port or free_port(host)
         self.grpc_port = grpc_port or free_port(host)
         self.metrics_port = metrics_port or free_port(host)

@@ -15,7 +15,7 @@ from servelab.assignments import checks
 from servelab.assignments.exercises import find, is_exercise, solution_lines, student_notebook
 from servelab.assignments.generate import build
 from servelab.assignments.grade import grade
-from servelab.config import REPO_ROOT
+from servelab.config import CHECKOUT as REPO_ROOT  # the tests run from a clone
 from servelab.lab.notebooks import discover, notebook_id
 
 SOURCES = discover()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import shutil
 import subprocess
 
-from servelab.config import REPO_ROOT
+from servelab.config import CHECKOUT as REPO_ROOT  # the tests run from a clone
+from servelab.triton.repository import STAGING
 
 DEPLOY_NOTES: list[str] = []
 
@@ -37,8 +38,8 @@ import pytest  # noqa: E402
 
 @pytest.fixture(scope="session")
 def gpu_models() -> set[str]:
-    """Model names in models_staging/gpu (Triton's GPU-node repository templates)."""
-    root = REPO_ROOT / "models_staging" / "gpu"
+    """Model names in servelab/triton/staging/gpu (Triton's GPU-node repository templates)."""
+    root = STAGING / "gpu"
     return {p.name for p in root.iterdir() if (p / "config.pbtxt").is_file()}
 
 
@@ -47,7 +48,7 @@ def gpu_trt_cache_path(gpu_models) -> str:
     """The TensorRT cache root in the GPU templates (engines go to <root>/<export sha256>, timing cache here)."""
     from servelab.triton.repository import parse_config
 
-    cfg = parse_config(REPO_ROOT / "models_staging" / "gpu" / "openclip_vit_b32_trt" / "config.pbtxt")
+    cfg = parse_config(STAGING / "gpu" / "openclip_vit_b32_trt" / "config.pbtxt")
     for acc in cfg.optimization.execution_accelerators.gpu_execution_accelerator:
         if acc.name == "tensorrt":
             return acc.parameters["trt_engine_cache_path"]

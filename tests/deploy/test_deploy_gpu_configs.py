@@ -1,4 +1,4 @@
-"""GPU-node Triton configs (models_staging/gpu, by the Triton engineer) vs what the containers provide, and a
+"""GPU-node Triton configs (servelab/triton/staging/gpu, by the Triton engineer) vs what the containers provide, and a
 real `stage("gpu")` into a temp folder as the node's prepare step runs it."""
 
 from __future__ import annotations

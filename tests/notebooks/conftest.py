@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from servelab.config import REPO_ROOT
+from servelab.config import CHECKOUT as REPO_ROOT  # the tests run from a clone
 
 RUN_ID = "pytest-smoke"
 

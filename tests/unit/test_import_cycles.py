@@ -11,12 +11,15 @@ from pathlib import Path
 import servelab
 
 ROOT = Path(servelab.__file__).resolve().parent
+STAGING = ROOT / "triton" / "staging"
 SAME_ROLE = {"cli", "errors", "triton"}  # cli per package; client/service errors; client.triton is a client backend
 
 
 def _modules() -> dict[str, Path]:
     out = {}
     for path in ROOT.rglob("*.py"):
+        if STAGING in path.parents:  # Triton model templates: run by tritonserver, never imported as servelab.*
+            continue
         parts = ["servelab", *path.relative_to(ROOT).with_suffix("").parts]
         out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return out
