@@ -55,7 +55,8 @@ triton-up: stage
 triton-down:
 	$(VENV)/bin/servelab triton down
 
-lab: export
+# The lab also installs the test tools: notebooks 02 and 08 run the repository's offline deploy checks with pytest.
+lab: export $(TEST_STAMP)
 	$(VENV)/bin/servelab lab run $(LAB_ARGS)
 
 # JupyterLab on the notebooks, with the `servelab` kernel (start the servers first: `make serve`, `make triton-up`)

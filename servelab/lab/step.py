@@ -192,11 +192,15 @@ def run_checks(*paths: str, timeout: float = 300) -> pd.DataFrame:
     """Run the repository's own offline validation tests (e.g. tests/deploy/…) here with pytest and return
     one row per check: name, outcome (passed / failed / skipped) and pytest's message. Reuses the checks the
     containers work ships instead of re-implementing them in a notebook."""
+    import importlib.util
     import subprocess
     import sys
     import tempfile
     import xml.etree.ElementTree as ET
 
+    if importlib.util.find_spec("pytest") is None:
+        raise RuntimeError("these checks run with pytest, which is not installed here: "
+                           "pip install -r requirements-test.txt (make lab and make test install it)")
     with tempfile.TemporaryDirectory() as tmp:
         xml = Path(tmp) / "checks.xml"
         proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}",

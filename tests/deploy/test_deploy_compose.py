@@ -248,6 +248,7 @@ def test_cpu_lab_container_runs_anywhere():
     assert lab["platform"] == f"linux/{arch}"
     dockerfile = (DOCKER / "Dockerfile.lab").read_text()
     assert "-r /tmp/requirements.txt" in dockerfile and "COPY requirements.txt" in dockerfile  # the same pins
+    assert "-r /tmp/requirements-test.txt" in dockerfile  # notebooks 02 and 08 run the deploy checks with pytest
     py = re.search(r"^FROM python:(\d+\.\d+)", dockerfile, re.M).group(1)
     assert py == sysconfig.get_python_version(), "pytriton's backend stubs are per Python version"
     readme = (REPO_ROOT / "README.md").read_text()
