@@ -70,11 +70,13 @@ step = Step("05b", out_dir, place)
 
 # %%
 from servelab.triton.models import TRT_ENCODER
-from servelab.triton.repository import stage
+from servelab.triton.repository import config_text, parse_config, stage
 
 staged = stage("gpu", out=Path(out_dir) / "models_gpu", max_batch=trt_max_batch, trt_cache=trt_cache)
 trt_config = Path(staged["repository"]) / TRT_ENCODER / "config.pbtxt"
-print(trt_config.read_text())
+without_stanza = parse_config(trt_config)
+without_stanza.ClearField("optimization")  # exercise 05b.1 asks you to write it: shown in full after the check
+print(config_text(without_stanza) + "\n# optimization { … }  <- the TensorRT stanza: exercise 05b.1 below")
 
 # %% [markdown]
 # ## Check them
@@ -121,6 +123,12 @@ from servelab.assignments import checks as assignment_checks  # `checks` above i
 
 assignment_checks.trt_accelerator_stanza(trt_stanza, max_batch=trt_max_batch, cache_path=trt_cache,
                                          exercise="05b.1", step=step)
+
+# %% [markdown]
+# The staged model's whole config, its TensorRT stanza included — compare it with yours:
+
+# %%
+print(trt_config.read_text())
 
 # %% [markdown]
 # ## On the GPU node
