@@ -156,7 +156,7 @@ with served("in-process", engine=service.engine, provider=provider) as local:  #
         service_recs.append(s)
         local_recs.append(loc)
         hop_ratios.append(r)
-hop = step.table(step.frame(local_recs + service_recs, "target", "engine", "batch", "throughput_img_s",
+hop = step.table(step.frame(local_recs + service_recs, "server", "engine", "batch", "throughput_img_s",
                             "throughput_min_img_s", "throughput_max_img_s", "latency_p50_ms", "latency_p50_min_ms",
                             "latency_p50_max_ms", "latency_p99_ms", "stable", "memory.rss_mb"), "local_vs_service",
                  "In-process engine vs the FastAPI service, by batch size (concurrency 1)")
@@ -170,9 +170,9 @@ hop = step.table(step.frame(local_recs + service_recs, "target", "engine", "batc
 # %% tags=["exercise"]
 # Exercise 01.1: compute what the service adds to p50 latency at the smallest batch
 def hop_cost_ms(hop):
-    """latency_p50_ms of target "fastapi" minus that of "in-process", at the smallest batch in `hop` (ms)."""
+    """latency_p50_ms of server "fastapi" minus that of "in-process", at the smallest batch in `hop` (ms)."""
     # BEGIN SOLUTION
-    smallest_batch = hop[hop["batch"] == hop["batch"].min()].set_index("target")["latency_p50_ms"]
+    smallest_batch = hop[hop["batch"] == hop["batch"].min()].set_index("server")["latency_p50_ms"]
     return float(smallest_batch["fastapi"] - smallest_batch["in-process"])
     # END SOLUTION
 
@@ -180,7 +180,7 @@ def hop_cost_ms(hop):
 # %%
 from servelab.assignments import checks
 
-checks.difference(hop_cost_ms, hop, key="target", a="fastapi", b="in-process", metric="latency_p50_ms",
+checks.difference(hop_cost_ms, hop, key="server", a="fastapi", b="in-process", metric="latency_p50_ms",
                   at={"batch": min(batch_sizes)}, exercise="01.1", step=step)
 
 # %%
@@ -314,7 +314,7 @@ engine = InferenceClient(mode="local")  # this process's engine: the route you w
 checks.fastapi_route(add_embed_route, embed_images=engine.embed_images, photo=photos[0], exercise="01.2", step=step)
 
 # %%
-p50 = hop.pivot_table(index="batch", columns="target", values="latency_p50_ms")
+p50 = hop.pivot_table(index="batch", columns="server", values="latency_p50_ms")
 extra = (p50["fastapi"] - p50["in-process"])
 from servelab.bench.report import ratio_sentence
 

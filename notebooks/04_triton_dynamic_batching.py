@@ -75,8 +75,8 @@ from servelab.lab.step import Step
 step = Step("04", out_dir, place)
 opts = step.opts(load)
 triton = attach("triton-http", triton_http_url, payload="tensor", model=triton_model, pid=triton_pid or None)
-cols = ["target", "engine", "batch", "concurrency", "throughput_img_s", "throughput_min_img_s", "throughput_max_img_s",
-        "latency_p50_ms", "latency_p99_ms", "server.avg_batch", "stable"]
+cols = ["server", "engine", "batch", "concurrency", "throughput_img_s", "throughput_min_img_s", "throughput_max_img_s",
+        "latency_p50_ms", "latency_p99_ms", "server_stats.avg_batch", "stable"]
 
 # %% [markdown]
 # ## The code Triton runs
@@ -218,7 +218,7 @@ print(f"GET {stats_url}\n{stats_before}")
 # %% [markdown]
 # ## Under concurrency: batch-1 requests from N clients
 # PyTorch behind servelab's FastAPI service (started for this measurement with the torch engine) against
-# Triton. `server.avg_batch` is read from each server's own counters. Both batch: Triton with its dynamic
+# Triton. `server_stats.avg_batch` is read from each server's own counters. Both batch: Triton with its dynamic
 # batcher, the FastAPI service with its micro-batcher (notebook 01 shows its loop).
 #
 # **Predict first.** Call *t* the compute time Triton reports at concurrency 1. Without batching, a new
@@ -266,17 +266,17 @@ print(f"this sweep: {images} images in {executions} executions = {images / max(e
       f"executions by batch size: {histogram}")
 
 # %%
-tc = step.frame(triton_conc, "concurrency", "throughput_img_s", "latency_p50_ms", "server.avg_batch",
-                "server.avg_queue_ms", "server.avg_compute_infer_ms").sort_values("concurrency")
+tc = step.frame(triton_conc, "concurrency", "throughput_img_s", "latency_p50_ms", "server_stats.avg_batch",
+                "server_stats.avg_queue_ms", "server_stats.avg_compute_infer_ms").sort_values("concurrency")
 one, top = tc.iloc[0], tc.iloc[-1]
-n, t = int(top["concurrency"]), float(one["server.avg_compute_infer_ms"])
+n, t = int(top["concurrency"]), float(one["server_stats.avg_compute_infer_ms"])
 rest = float(one["latency_p50_ms"]) - t  # client, HTTP and copies around the compute
-b_avg = float(top["server.avg_batch"] or 1)
+b_avg = float(top["server_stats.avg_batch"] or 1)
 step.answer(f"At concurrency 1 Triton computed a request in t = {t:.0f} ms and the client saw {one['latency_p50_ms']:.0f} ms. "
             f"At concurrency {n}, queueing without batching predicts about {n} × {t:.0f} {'+' if rest >= 0 else '−'} {abs(rest):.0f} "
             f"= {n * t + rest:.0f} ms; "
             f"the run measured p50 {top['latency_p50_ms']:.0f} ms, of which Triton reports "
-            f"{top['server.avg_queue_ms']:.0f} ms queueing and {top['server.avg_compute_infer_ms']:.0f} ms compute per request. "
+            f"{top['server_stats.avg_queue_ms']:.0f} ms queueing and {top['server_stats.avg_compute_infer_ms']:.0f} ms compute per request. "
             f"Triton executed batches of {b_avg:.2f} images on average, so a request waited about ({n}−1)/{b_avg:.2f} ≈ "
             f"{(n - 1) / b_avg:.1f} executions. Throughput: {one['throughput_img_s']:.1f} → {top['throughput_img_s']:.1f} img/s — "
             + versus(f"c={int(one['concurrency'])}", triton_conc[0], f"c={n}", triton_conc[-1]) + ".")
@@ -315,7 +315,7 @@ if extra_servers:
 else:
     step.not_run("FastAPI service with max_batch 1", "extra_servers=False (smoke profile)", "Triton's baseline only")
 batching = step.frame([rec for _, _, rec in baseline], "concurrency", "throughput_img_s", "throughput_min_img_s",
-                      "throughput_max_img_s", "latency_p50_ms", "latency_p99_ms", "server.avg_batch", "stable")
+                      "throughput_max_img_s", "latency_p50_ms", "latency_p99_ms", "server_stats.avg_batch", "stable")
 batching.insert(0, "batching", [mode for _, mode, _ in baseline])
 batching.insert(0, "system", [system for system, _, _ in baseline])
 batching = step.table(batching, "batching_off_on", f"Batching off vs on at concurrency {hi_c} (batch-1 requests)")
@@ -337,7 +337,7 @@ step.answer(" ".join(f"{baseline[i][0]}: " + versus("batching off", baseline[i][
 # Exercise 04.1: read the outcome at the highest concurrency, ties included
 def read_outcome(bands):
     """Return "fastapi" or "triton-http" when that server's band lies wholly above the other's, or "tie"
-    when the two bands overlap. `bands`: index = target; columns value, lo, hi (images per second)."""
+    when the two bands overlap. `bands`: index = server; columns value, lo, hi (images per second)."""
     # BEGIN SOLUTION
     service_band, triton_band = bands.loc["fastapi"], bands.loc["triton-http"]
     if service_band["lo"] <= triton_band["hi"] and triton_band["lo"] <= service_band["hi"]:
@@ -351,7 +351,7 @@ from servelab.assignments import checks
 
 loaded = step.frame(service_conc + triton_conc)
 loaded = loaded[loaded["concurrency"] == max(concurrency_levels)]
-checks.outcome(read_outcome, loaded, key="target", a="fastapi", b="triton-http", prediction=prediction_04,
+checks.outcome(read_outcome, loaded, key="server", a="fastapi", b="triton-http", prediction=prediction_04,
                exercise="04.1", step=step)
 
 # %% [markdown]
@@ -446,15 +446,15 @@ step.answer(f"In this run one batch-{B} request took {bb[B]:.0f} ms against {bb[
 # figures here are the write-ups', not ours.
 
 # %%
-t = by_conc[by_conc["target"].str.startswith("triton")].sort_values("concurrency")
-p = by_conc[by_conc["target"] == "fastapi"].sort_values("concurrency")
+t = by_conc[by_conc["server"].str.startswith("triton")].sort_values("concurrency")
+p = by_conc[by_conc["server"] == "fastapi"].sort_values("concurrency")
 lo, hi = t.iloc[0], t.iloc[-1]
 from servelab.bench.report import leader
 
 step.shows(
     "Triton throughput: " + versus(f"concurrency {hi['concurrency']}", triton_conc[-1], f"concurrency {lo['concurrency']}",
                                     triton_conc[0])
-    + f", executing batches of {hi['server.avg_batch']:.1f} images on average at concurrency {hi['concurrency']} "
+    + f", executing batches of {hi['server_stats.avg_batch']:.1f} images on average at concurrency {hi['concurrency']} "
     f"(p50 {lo['latency_p50_ms']:.0f} → {hi['latency_p50_ms']:.0f} ms). At concurrency {hi['concurrency']}, "
     + versus(f"the FastAPI service ({p.iloc[-1]['engine']} engine)", service_conc[-1], "Triton", triton_conc[-1])
     + ". In-process PyTorch by batch size: " + leader({f"batch {r['batch']}": r for r in torch_batches}) + "."

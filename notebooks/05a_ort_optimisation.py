@@ -120,8 +120,8 @@ triton = attach("triton-http", triton_http_url, payload="tensor", model=triton_m
 grid = queue_delay_grid(step.run, triton, delays_us=tuple(queue_delays_us), concurrencies=tuple(concurrency_levels),
                         opts=opts, experiment="05a-queue-delay")  # reloads the model per delay, restores it after
 cells = step.frame(grid, "params.max_queue_delay_us", "concurrency", "throughput_img_s", "throughput_min_img_s",
-                   "throughput_max_img_s", "latency_p50_ms", "latency_p99_ms", "stable", "server.avg_batch",
-                   "server.avg_queue_ms", "server.avg_compute_infer_ms")
+                   "throughput_max_img_s", "latency_p50_ms", "latency_p99_ms", "stable", "server_stats.avg_batch",
+                   "server_stats.avg_queue_ms", "server_stats.avg_compute_infer_ms")
 cells = cells.rename(columns={"params.max_queue_delay_us": "max_queue_delay_us"})
 step.table(cells, "queue_delay_grid_long", "Every point of the grid")
 grid_table = step.table(cells.assign(stable=cells["stable"].astype(float))
@@ -172,7 +172,7 @@ def grid_point(delay, c):
 
 
 def avg_batch(record):  # Triton's own count; 0 when its statistics could not be read
-    return (record.get("server") or {}).get("avg_batch") or 0
+    return (record.get("server_stats") or {}).get("avg_batch") or 0
 
 
 lo_d, hi_d, lo_c, top_c = min(queue_delays_us), max(queue_delays_us), min(concurrency_levels), max(concurrency_levels)

@@ -82,8 +82,8 @@ from servelab.lab.step import Step
 
 step = Step("06a", out_dir, place)
 opts = step.opts(load)
-cols = ["target", "payload", "concurrency", "throughput_img_s", "throughput_min_img_s", "throughput_max_img_s",
-        "latency_p50_ms", "latency_p99_ms", "latency_mean_ms", "server.avg_batch", "memory.rss_mb", "stable"]
+cols = ["server", "payload", "concurrency", "throughput_img_s", "throughput_min_img_s", "throughput_max_img_s",
+        "latency_p50_ms", "latency_p99_ms", "latency_mean_ms", "server_stats.avg_batch", "memory.rss_mb", "stable"]
 
 
 def sweep(srv, payload="jpeg"):
@@ -137,24 +137,24 @@ three_way = step.table(step.frame(recs, *cols), "three_way", "Three servers, bat
 # %% tags=["exercise"]
 # Exercise 06a.1: choose the backend for many concurrent JPEG clients
 def best_backend(three_way):
-    """The `target` with the highest throughput_img_s at the highest concurrency measured."""
+    """The `server` with the highest throughput_img_s at the highest concurrency measured."""
     # BEGIN SOLUTION
     busiest = three_way[three_way["concurrency"] == three_way["concurrency"].max()]
-    return busiest.loc[busiest["throughput_img_s"].idxmax(), "target"]
+    return busiest.loc[busiest["throughput_img_s"].idxmax(), "server"]
     # END SOLUTION
 
 
 # %%
 from servelab.assignments import checks
 
-checks.best_choice(best_backend, step.frame(recs), key="target", metric="throughput_img_s",  # with window spread
+checks.best_choice(best_backend, step.frame(recs), key="server", metric="throughput_img_s",  # with window spread
                    at={"concurrency": max(concurrency_levels)}, exercise="06a.1", step=step)
 
 # %%
 hi = max(concurrency_levels)
 busiest = [r for r in recs if r["concurrency"] == hi]
 pairs = [(a, b) for i, a in enumerate(busiest) for b in busiest[i + 1:]]
-step.answer(f"At concurrency {hi}: " + "; ".join(versus(a["target"], a, b["target"], b) for a, b in pairs) + ". "
+step.answer(f"At concurrency {hi}: " + "; ".join(versus(a["server"], a, b["server"], b) for a, b in pairs) + ". "
             "Where the ranges overlap the servers are tied on this machine: the shared ONNX Runtime compute sets the pace."
             + (f" Measured in alternating windows, {ratio_sentence(peer[-1])}." if peer else ""))
 
@@ -177,12 +177,12 @@ step.show_plot(plot_latency_throughput(recs, step.plot_path("three_way")))
 # %%
 tensor_recs = sweep(attach("triton-http", triton_http_url, payload="tensor", model=triton_model, pid=triton_pid or None),
                     payload="tensor")
-b = step.frame(tensor_recs, "concurrency", "latency_mean_ms", "server.avg_request_ms", "server.avg_queue_ms",
-               "server.avg_compute_input_ms", "server.avg_compute_infer_ms", "server.avg_compute_output_ms")
-b["server_compute_ms"] = b[["server.avg_compute_input_ms", "server.avg_compute_infer_ms", "server.avg_compute_output_ms"]].sum(axis=1)
-b["outside_server_ms"] = b["latency_mean_ms"] - b["server.avg_request_ms"]
-breakdown = step.table(b.rename(columns={"latency_mean_ms": "client_mean_ms", "server.avg_request_ms": "server_request_ms",
-                                         "server.avg_queue_ms": "server_queue_ms"})
+b = step.frame(tensor_recs, "concurrency", "latency_mean_ms", "server_stats.avg_request_ms", "server_stats.avg_queue_ms",
+               "server_stats.avg_compute_input_ms", "server_stats.avg_compute_infer_ms", "server_stats.avg_compute_output_ms")
+b["server_compute_ms"] = b[["server_stats.avg_compute_input_ms", "server_stats.avg_compute_infer_ms", "server_stats.avg_compute_output_ms"]].sum(axis=1)
+b["outside_server_ms"] = b["latency_mean_ms"] - b["server_stats.avg_request_ms"]
+breakdown = step.table(b.rename(columns={"latency_mean_ms": "client_mean_ms", "server_stats.avg_request_ms": "server_request_ms",
+                                         "server_stats.avg_queue_ms": "server_queue_ms"})
                        [["concurrency", "client_mean_ms", "server_request_ms", "server_queue_ms", "server_compute_ms",
                          "outside_server_ms"]].round(2), "breakdown",
                        "Client latency vs server queue and compute vs the rest (Triton statistics)")
@@ -265,7 +265,7 @@ step.show_plot(plot_server_breakdown(tensor_recs, step.plot_path("server_breakdo
 # milliseconds and those overheads, and the network, become the whole story.
 
 # %%
-compute_ms = float(hi_row["server_compute_ms"]) / max(float((tensor_recs[-1].get("server") or {}).get("avg_batch") or 1), 1)
+compute_ms = float(hi_row["server_compute_ms"]) / max(float((tensor_recs[-1].get("server_stats") or {}).get("avg_batch") or 1), 1)
 ceiling, best = 1000 / max(compute_ms, 1e-9), max(r["throughput_img_s"] for r in busiest)
 step.answer(f"Triton reported {hi_row['server_compute_ms']:.0f} ms of compute per request at concurrency "
             f"{int(hi_row['concurrency'])}, about {compute_ms:.0f} ms per image: compute alone allows about "
@@ -299,12 +299,12 @@ if link:
     prof = link_profile(link)
     gap = prof.transfer_ms(link_sides[3]["payload_bytes_per_request"]) - prof.transfer_ms(link_sides[1]["payload_bytes_per_request"])
     triton_p50 = link_sides[2]["latency_p50_ms"]
-    step.table(step.frame(link_sides, "target", "payload", "params.link", "payload_bytes_per_request",
+    step.table(step.frame(link_sides, "server", "payload", "params.link", "payload_bytes_per_request",
                           "throughput_img_s", "throughput_min_img_s", "throughput_max_img_s", "latency_p50_ms",
                           "latency_p50_min_ms", "latency_p50_max_ms", "stable", "loadgen_cpu_pct", "server_cpu_pct",
                           "link_cpu_pct", "params.link_shaping"),
                "link", f"JPEG to the service and tensor to Triton, over loopback and over {link} (concurrency 1)")
-    step.answer("; ".join(link_effect(lo_rec, wan_rec, link, name=f"{wan_rec['payload']} to {wan_rec['target']}")
+    step.answer("; ".join(link_effect(lo_rec, wan_rec, link, name=f"{wan_rec['payload']} to {wan_rec['server']}")
                           + "; " + ratio_sentence(r)
                           for lo_rec, wan_rec, r in zip(link_sides[::2], link_sides[1::2], link_ab, strict=True))
                 + f". Before either server does any work, the tensor path pays {gap:.0f} ms more per request than "
@@ -333,7 +333,7 @@ top = three_way[three_way["concurrency"] == hi_c].sort_values("throughput_img_s"
 r = breakdown[breakdown["concurrency"] == hi_c].iloc[0]
 step.shows(
     f"At concurrency {hi_c}, {len(top)} servers compared: "
-    + "; ".join(versus(a["target"], a, b["target"], b) for a, b in pairs)
+    + "; ".join(versus(a["server"], a, b["server"], b) for a, b in pairs)
     + f". In Triton, a request's {r['client_mean_ms']:.0f} ms (client mean) split into "
     f"{r['server_queue_ms']:.0f} ms queueing, {r['server_compute_ms']:.0f} ms compute and "
     f"{r['outside_server_ms']:.0f} ms outside the server."

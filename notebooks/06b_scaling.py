@@ -87,7 +87,7 @@ triton = attach("triton-http", triton_http_url, payload="tensor", model=triton_m
 recs = instance_scaling(step.run, triton, counts=tuple(instance_counts), concurrencies=tuple(concurrency_levels),
                         opts=opts, experiment="06b-instances")  # reloads the model per count, restores it after
 points = step.frame(recs, "params.instances", "concurrency", "throughput_img_s", "throughput_min_img_s",
-                    "throughput_max_img_s", "latency_p50_ms", "latency_p99_ms", "stable", "server.avg_batch",
+                    "throughput_max_img_s", "latency_p50_ms", "latency_p99_ms", "stable", "server_stats.avg_batch",
                     "memory.rss_mb").rename(columns={"params.instances": "instances"})
 
 # %% [markdown]

@@ -73,7 +73,7 @@ opts = step.opts(load)
 triton = attach("triton-http", triton_http_url, payload="tensor", model=triton_model, pid=triton_pid or None,
                 grpc_url=triton_grpc_url)
 cols = ["protocol", "batch", "concurrency", "throughput_img_s", "throughput_min_img_s", "throughput_max_img_s",
-        "latency_p50_ms", "latency_p99_ms", "stable", "server.avg_request_ms"]
+        "latency_p50_ms", "latency_p99_ms", "stable", "server_stats.avg_request_ms"]
 ratio_cols = ["batch", "concurrency", "ratio", "ratio_min", "ratio_max", "stable"]
 
 
@@ -230,7 +230,7 @@ checks.outcome(lower_tail, busiest, key="protocol", a="http", b="grpc", metric="
 # connections are costly and hurts when one shared channel becomes the bottleneck.
 
 # %%
-server_ms = by_conc.groupby("protocol")["server.avg_request_ms"].mean()
+server_ms = by_conc.groupby("protocol")["server_stats.avg_request_ms"].mean()
 client_ms = by_conc.groupby("protocol")["latency_p50_ms"].mean()
 step.answer("Averaged over the concurrency sweep, Triton spent " + ", ".join(
     f"{server_ms[p]:.0f} ms inside the server per {p} request against {client_ms[p]:.0f} ms p50 at the client"

@@ -93,7 +93,7 @@ print(f"{len(checks)} checks: " + ", ".join(f"{n} {k}" for k, n in outcomes.item
 # %%
 import math
 
-service_points = step.records(kind="load", target="fastapi")
+service_points = step.records(kind="load", server="fastapi")
 if len(service_points):
     best_thr = float(service_points["throughput_img_s"].max())
     cores = float(step.environment.get("cpu_usable") or step.environment.get("cpu_logical") or 1)
@@ -130,7 +130,7 @@ step.not_run("kind cluster, rollout, autoscaling under load", "no Kubernetes clu
 # the model's load time — this run's cold start (measured in notebook 02, or here when 02 did not run):
 
 # %%
-cold = step.records(experiment="cold-start", target="fastapi")
+cold = step.records(experiment="cold-start", server="fastapi")
 if len(cold) and "start_to_ready_s" in cold and cold["start_to_ready_s"].notna().any():
     cold_start_s = float(cold["start_to_ready_s"].dropna().max())
 else:

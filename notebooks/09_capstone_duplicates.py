@@ -79,10 +79,10 @@ step = Step("09", out_dir, place)
 # %%
 served = step.records(kind="load")
 if len(served):
-    served = served[served["target"].isin(["fastapi", "triton-http", "triton-grpc"])
+    served = served[served["server"].isin(["fastapi", "triton-http", "triton-grpc"])
                     & (served.get("params.attached", False) == True)]  # noqa: E712
 served = served.sort_values("throughput_img_s", ascending=False) if len(served) else served
-candidates = step.table(served[["experiment", "target", "payload", "batch", "concurrency", "throughput_img_s",
+candidates = step.table(served[["experiment", "server", "payload", "batch", "concurrency", "throughput_img_s",
                                 "latency_p50_ms"]].head(5) if len(served) else
                         pd.DataFrame([{"note": "no served measurement in this run's records"}]),
                         "candidates", "Fastest served measurements in this run")
@@ -91,7 +91,7 @@ candidates = step.table(served[["experiment", "target", "payload", "batch", "con
 urls = {"fastapi": service_url, "triton-http": triton_http_url, "triton-grpc": triton_grpc_url}
 if len(served):
     best = served.iloc[0]
-    backend, payload = best["target"], best["payload"] or "jpeg"
+    backend, payload = best["server"], best["payload"] or "jpeg"
     why = (f"{backend} ({payload} payload) reached {best['throughput_img_s']:.1f} img/s in `{best['experiment']}` "
            f"at concurrency {int(best['concurrency'])}")
     options = {"model": triton_model, "jpeg_model": triton_jpeg_model} if backend.startswith("triton") else {}

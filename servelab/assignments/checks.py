@@ -752,7 +752,7 @@ def execution_providers(answer, *, want: str, exercise: str, step=None, strict: 
 # --- applied live: the answer goes into the running stack and is measured or called ------------------------------
 
 def _record_row(rec: dict, label: str) -> dict:
-    server = rec.get("server") or {}
+    server = rec.get("server_stats") or {}
     return {"config": label, "throughput_img_s": rec.get("throughput_img_s"),
             "throughput_min_img_s": rec.get("throughput_min_img_s"), "throughput_max_img_s": rec.get("throughput_max_img_s"),
             "window_throughput_img_s": rec.get("window_throughput_img_s"), "latency_p99_ms": rec.get("latency_p99_ms"),

@@ -63,7 +63,7 @@ def _finish(run, records, price_per_hour=None, columns=None) -> None:
         typer.echo(markdown_table(t))
     for r in records:
         if r.get("kind") == "unavailable":
-            typer.echo(f"not available: {r['target']} {r.get('engine') or ''} {r.get('provider') or ''}: {r.get('note')}")
+            typer.echo(f"not available: {r['server']} {r.get('engine') or ''} {r.get('provider') or ''}: {r.get('note')}")
     if any(r.get("quick") for r in records):
         typer.echo("quick run: these numbers check that things run; they are not results")
     typer.echo(f"weights: {run.weights}")
@@ -303,7 +303,7 @@ def ort_profile(
                 for k, v in r["op_time_share"].items()]
         typer.echo(markdown_table(rows[:15]))
         typer.echo(f"nodes by provider: {r['nodes_by_provider']}; CPU-fallback nodes: {r['n_cpu_fallback_nodes']}")
-    _finish(run, recs, columns=["kind", "target", "engine", "provider", "batch", "note"])
+    _finish(run, recs, columns=["kind", "server", "engine", "provider", "batch", "note"])
 
 
 @app.command()

@@ -1,6 +1,6 @@
 """Two runs compared point by point and headline by headline: is the second a reproduction of the first?
 
-Points are matched by what was measured (experiment, target, engine, protocol, payload, batch, concurrency, rate,
+Points are matched by what was measured (experiment, server, engine, protocol, payload, batch, concurrency, rate,
 link, Triton instances / queue delay, A/B side; the k-th repeat of a point in A with the k-th in B). For each metric the
 two runs have (throughput, p50 latency, an interleaved A/B ratio) the difference is *within noise* when the two
 runs' window ranges overlap, or when it is no larger than the larger recorded window spread (at least
@@ -18,7 +18,7 @@ from pathlib import Path
 from servelab.bench.headlines import compare_headlines, load_headlines
 from servelab.bench.records import load_records, resolve_run_dir
 
-KEY = ("experiment", "kind", "target", "backend", "engine", "provider", "protocol", "payload", "batch", "concurrency",
+KEY = ("experiment", "kind", "server", "backend", "engine", "provider", "protocol", "payload", "batch", "concurrency",
        "rate_rps")
 KEY_PARAMS = ("instances", "max_queue_delay_us", "link", "side")
 KINDS = ("load", "raw", "cold-start", "ab")
@@ -71,7 +71,7 @@ def point_key(r: dict) -> tuple:
 
 
 def point_label(r: dict) -> str:
-    bits = [r.get("target"), r.get("engine"), r.get("protocol"), r.get("payload")]
+    bits = [r.get("server"), r.get("engine"), r.get("protocol"), r.get("payload")]
     bits += [f"b={r['batch']}"] if r.get("batch") else []
     bits += [f"c={r['concurrency']}"] if r.get("concurrency") else []
     bits += [f"{r['rate_rps']}/s"] if r.get("rate_rps") else []

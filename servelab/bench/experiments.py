@@ -34,9 +34,9 @@ def _safe(fn):
 def _point_fields(run: Run, srv: Served, *, payload: str, batch: int, concurrency: int, opts: LoadOpts,
                   params: dict | None, stats: dict | None, summary: dict) -> dict:
     return dict(
-        kind="raw" if isinstance(srv, InProcess) else "load", target=srv.server, backend=srv.backend,
+        kind="raw" if isinstance(srv, InProcess) else "load", server=srv.server, backend=srv.backend,
         engine=srv.engine, provider=(srv.params().get("provider") if isinstance(srv, InProcess) else None),
-        protocol=srv.protocol, payload=payload, batch=batch, concurrency=concurrency, server=stats,
+        protocol=srv.protocol, payload=payload, batch=batch, concurrency=concurrency, server_stats=stats,
         memory=memory_snapshot(srv.pid, label=f"{srv.server} server") if srv.pid else
         memory_snapshot(label="this process" + (" (engine in-process)" if isinstance(srv, InProcess) else "")),
         params={**srv.params(), "load": opts.as_params(), **(params or {})},
@@ -102,7 +102,7 @@ def ab(run: Run, experiment: str, a: Served, b: Served, *, label_a: str, label_b
         run, b, payload=pb, batch=batch_b, concurrency=cb, opts=opts, params={**extra, "side": "b"},
         stats=merge_deltas(deltas[1]), summary=res.b.summary()))
     s = res.summary()
-    rr = run.record(experiment, kind="ab", target=f"{label_a} / {label_b}", ratio=s["ratio"],
+    rr = run.record(experiment, kind="ab", server=f"{label_a} / {label_b}", ratio=s["ratio"],
                     ratio_min=s["ratio_min"], ratio_max=s["ratio_max"], latency_p50_ratio=s["latency_p50_ratio"],
                     stable=s["stable"], repeats=s["pairs"], quick=s["quick"], a=label_a, b=label_b,
                     engine=a.engine if a.engine == b.engine else None,
@@ -167,7 +167,7 @@ def raw_engines(run: Run, *, engines: tuple = ENGINES, providers: tuple = ("cpu"
             try:
                 emb = make_embedder(engine, provider, threads)
             except Exception as exc:
-                out.append(run.record(experiment, kind="unavailable", target="in-process", backend="local",
+                out.append(run.record(experiment, kind="unavailable", server="in-process", backend="local",
                                       engine=engine, provider=provider, available=False,
                                       note=f"{type(exc).__name__}: {exc}"[:400]))
                 continue
@@ -212,8 +212,8 @@ def rate_sweep(run: Run, srv: Served, *, rates: tuple = (5, 10, 20, 40), payload
                         desc=f"rate {rate}/s")
         after = _safe(srv.snapshot)
         out.append(run.record(
-            experiment, kind="load", target=srv.server, backend=srv.backend, engine=srv.engine,
-            protocol=srv.protocol, payload=payload, batch=1, rate_rps=float(rate), server=srv.delta(before, after),
+            experiment, kind="load", server=srv.server, backend=srv.backend, engine=srv.engine,
+            protocol=srv.protocol, payload=payload, batch=1, rate_rps=float(rate), server_stats=srv.delta(before, after),
             memory=memory_snapshot(srv.pid, label=f"{srv.server} server"),
             params={**srv.params(), "max_workers": max_workers, "seed": seed, "duration_s": duration_s,
                     "warmup_s": warmup_s, "drop_after_s": drop_after_s}, **res.summary()))
@@ -288,7 +288,7 @@ def serialisation(run: Run, *, batches: tuple = (1,), repeats: int = 20,
     out = []
     for b in batches:
         for row in serialisation_costs(b, repeats=repeats):
-            out.append(run.record(experiment, kind="serialisation", target="client", payload=row["payload"], batch=b,
+            out.append(run.record(experiment, kind="serialisation", server="client", payload=row["payload"], batch=b,
                                   latency_p50_ms=row["serialise_p50_ms"], latency_p99_ms=row["serialise_p99_ms"],
                                   latency_p50_min_ms=row["serialise_min_ms"], latency_p50_max_ms=row["serialise_max_ms"],
                                   bytes_per_request=row["bytes_per_request"], bytes_per_image=row["bytes_per_image"],
@@ -385,7 +385,7 @@ def cold_start(run: Run, *, servers: tuple = ("fastapi", "litserve", "triton-htt
                     first_ms = (time.perf_counter() - t1) * 1000
                     client.close()
                     mem = memory_snapshot(srv.pid, label=f"{server} server")
-                out.append(run.record(experiment, kind="cold-start", target=server, backend=srv.backend,
+                out.append(run.record(experiment, kind="cold-start", server=server, backend=srv.backend,
                                       engine=srv.engine, protocol=srv.protocol, payload="tensor", batch=1,
                                       start_to_ready_s=round(srv.startup_s, 3), first_request_ms=round(first_ms, 2),
                                       latency_p50_ms=round(first_ms, 2), repeats=1, memory=mem,
@@ -399,7 +399,7 @@ def cold_start(run: Run, *, servers: tuple = ("fastapi", "litserve", "triton-htt
 
 def unavailable(run: Run, experiment: str, server: str, exc: Exception, **fields) -> dict:
     """A record saying a step could not run here, and why."""
-    return run.record(experiment, kind="unavailable", target=server, available=False,
+    return run.record(experiment, kind="unavailable", server=server, available=False,
                       note=f"{type(exc).__name__}: {exc}"[:400], **fields)
 
 
@@ -457,7 +457,7 @@ def ort_profile(run: Run, *, engine: str = "onnx", provider: str = "cpu", batch:
     shares = {op: round(ms / total, 4) for op, ms in sorted(by_op.items(), key=lambda kv: -kv[1])}
     cpu_fallback = [n for n, p in node_provider.items() if p == "CPUExecutionProvider"] if provider != "cpu" else []
     return [run.record(
-        experiment, kind="profile", target="in-process", backend="local", engine=engine, provider=provider,
+        experiment, kind="profile", server="in-process", backend="local", engine=engine, provider=provider,
         protocol="inproc", payload="tensor", batch=batch, repeats=iterations,
         op_time_share=shares, op_time_ms={k: round(v, 3) for k, v in by_op.items()},
         nodes_by_provider=by_provider, cpu_fallback_nodes=cpu_fallback[:50], n_cpu_fallback_nodes=len(cpu_fallback),

@@ -28,7 +28,7 @@ def goal_record(run: Run, experiment: str, name: str, value: float | None, op: s
         met = _meets(value, op, threshold)
         if lo is not None and hi is not None and _meets(lo, op, threshold) != _meets(hi, op, threshold):
             met = None  # the band straddles the goal: undecided here
-    return run.record(experiment, kind="derived", target="goal", goal=name,
+    return run.record(experiment, kind="derived", server="goal", goal=name,
                       value=None if value is None else round(float(value), 4),
                       value_min=None if lo is None else round(float(lo), 4),
                       value_max=None if hi is None else round(float(hi), 4),
@@ -77,7 +77,7 @@ def service_goals(run: Run, records: list[dict], *, hi=16, lo=1, big=16, small=1
         r = _ratio(records, f"fastapi c={hi}", f"raw batch {big}", engine=engine)
         out += ratio_goal(run, "service", f"{engine}: served c={hi} / raw batch {big} throughput", r, ">=", 0.95)
         raw_small = _find(records, kind="raw", engine=engine, batch=small)
-        s_lo = _find(records, kind="load", target="fastapi", engine=engine, concurrency=lo)
+        s_lo = _find(records, kind="load", server="fastapi", engine=engine, concurrency=lo)
         if raw_small and s_lo and raw_small["latency_p50_ms"] is not None and s_lo["latency_p50_ms"] is not None:
             band = None
             if None not in (s_lo.get("latency_p50_min_ms"), s_lo.get("latency_p50_max_ms"),

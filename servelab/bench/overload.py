@@ -169,7 +169,7 @@ def overload(run: Run | str | None = None, *, servers: tuple = SERVERS, engine: 
             capacity = cap.throughput_img_s
             queue_limit = TRITON_QUEUE if name == "triton-http" else queue
             drain_s = queue_limit / capacity if capacity else None
-            base = dict(target=name, backend=srv.backend, engine=engine, protocol="http", payload="jpeg", batch=1)
+            base = dict(server=name, backend=srv.backend, engine=engine, protocol="http", payload="jpeg", batch=1)
             params = {**srv.params(), **conf, "queue_limit_for_drain": queue_limit, "drain_s": drain_s,
                       "capacity_img_s": capacity, "load": opts.as_params()}
             out.append(run.record(EXPERIMENT, kind="load", concurrency=capacity_concurrency, **base,
@@ -188,7 +188,7 @@ def overload(run: Run | str | None = None, *, servers: tuple = SERVERS, engine: 
                 summary = res.summary()
                 rec = run.record(
                     EXPERIMENT, kind="load", rate_rps=round(level * capacity, 4), **base,
-                    server=srv.delta(before, _safe(srv.snapshot)) if not crashed else None,
+                    server_stats=srv.delta(before, _safe(srv.snapshot)) if not crashed else None,
                     memory=memory_snapshot(srv.pid), params={**params, "phase": "open-loop", "level": level},
                     goodput_img_s=summary["throughput_img_s"], shed=tally["shed"], http_5xx=tally["http_5xx"],
                     http_4xx=tally["http_4xx"], no_answer=tally["no_answer"], crashed=crashed,
@@ -240,7 +240,7 @@ def knee_rows(records: list[dict]) -> list[dict]:
         if r.get("experiment") != EXPERIMENT or r.get("kind") != "load" or r["params"].get("phase") != "open-loop":
             continue
         p = r["params"]
-        rows.append({"server": r["target"], "level": p["level"], "offered_rps": r["rate_rps"],
+        rows.append({"server": r["server"], "level": p["level"], "offered_rps": r["rate_rps"],
                      "capacity_img_s": round(p["capacity_img_s"], 2), "goodput_img_s": round(r["goodput_img_s"], 2),
                      "accepted_p50_ms": r["latency_p50_ms"], "accepted_p99_ms": r["latency_p99_ms"],
                      "shed_503": r["shed"], "http_5xx": r["http_5xx"], "no_answer": r["no_answer"],

@@ -17,7 +17,7 @@ from servelab.config import results_dir
 from servelab.fileio import atomic_write
 from servelab.fingerprint import environment_fingerprint, nvml
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the server kind is `server` (was `target`), its counters `server_stats` (were `server`)
 KINDS = ("load", "raw", "ab", "serialisation", "cold-start", "profile", "unavailable", "derived")
 
 _num = {"type": ["number", "null"]}
@@ -29,9 +29,9 @@ RECORD_SCHEMA = {
     "title": "servelab benchmark record",
     "type": "object",
     "required": [
-        "schema_version", "run_id", "experiment", "kind", "timestamp", "target", "backend", "engine", "protocol",
+        "schema_version", "run_id", "experiment", "kind", "timestamp", "server", "backend", "engine", "protocol",
         "payload", "batch", "concurrency", "rate_rps", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms",
-        "throughput_img_s", "requests", "errors", "repeats", "stable", "spread", "server", "memory", "weights",
+        "throughput_img_s", "requests", "errors", "repeats", "stable", "spread", "server_stats", "memory", "weights",
         "available", "params",
     ],
     "properties": {
@@ -40,7 +40,7 @@ RECORD_SCHEMA = {
         "experiment": {"type": "string", "minLength": 1},
         "kind": {"enum": list(KINDS)},
         "timestamp": {"type": "string"},
-        "target": {"type": "string"},
+        "server": {"type": "string"},
         "backend": _str, "engine": _str, "provider": _str, "protocol": _str, "payload": _str,
         "batch": {"type": ["integer", "null"], "minimum": 1},
         "concurrency": {"type": ["integer", "null"], "minimum": 1},
@@ -51,7 +51,7 @@ RECORD_SCHEMA = {
         "repeats": _int, "windows_used": _int,
         "stable": {"type": ["boolean", "null"]},
         "spread": _num,
-        "server": {"type": ["object", "null"]},
+        "server_stats": {"type": ["object", "null"]},
         "memory": {
             "type": "object",
             "properties": {"rss_mb": _num, "rss_of": _str, "gpu_mem_mb": _num},
@@ -73,17 +73,17 @@ def validate_record(rec: dict) -> None:
     jsonschema.validate(rec, RECORD_SCHEMA)
 
 
-def make_record(experiment: str, run_id: str = "", *, kind: str = "load", target: str = "", weights: str = "",
+def make_record(experiment: str, run_id: str = "", *, kind: str = "load", server: str = "", weights: str = "",
                 memory: dict | None = None, params: dict | None = None, **fields) -> dict:
     """A record with every schema field present; unknown measurements stay null."""
     rec = {
         "schema_version": SCHEMA_VERSION, "run_id": run_id, "experiment": experiment, "kind": kind,
         "timestamp": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "target": target, "backend": None, "engine": None, "provider": None, "protocol": None, "payload": None,
+        "server": server, "backend": None, "engine": None, "provider": None, "protocol": None, "payload": None,
         "batch": None, "concurrency": None, "rate_rps": None,
         "latency_p50_ms": None, "latency_p95_ms": None, "latency_p99_ms": None, "throughput_img_s": None,
         "requests": None, "errors": 0, "repeats": None, "windows_used": None, "stable": None, "spread": None,
-        "server": None, "memory": memory or {"rss_mb": None, "rss_of": None, "gpu_mem_mb": None},
+        "server_stats": None, "memory": memory or {"rss_mb": None, "rss_of": None, "gpu_mem_mb": None},
         "weights": weights, "available": True, "note": None, "params": params or {},
     }
     rec.update(fields)
@@ -185,6 +185,15 @@ def resolve_run_dir(run: str | Path, root: Path | str | None = None) -> Path:
     raise FileNotFoundError(f"no run {run!r}: not a folder, a records.jsonl, or a run id under {q.parent}")
 
 
+def upgrade_record(rec: dict) -> dict:
+    """A schema-1 record (server kind in `target`, counters in `server`) with today's field names."""
+    if rec.get("schema_version") == 1 and "target" in rec:
+        rec["server_stats"] = rec.pop("server", None)
+        rec["server"] = rec.pop("target")
+        rec["schema_version"] = SCHEMA_VERSION
+    return rec
+
+
 def load_records(run: str | Path, root: Path | str | None = None) -> list[dict]:
     d = resolve_run_dir(run, root)
     path = d / "records.jsonl"
@@ -194,14 +203,14 @@ def load_records(run: str | Path, root: Path | str | None = None) -> list[dict]:
     for n, line in enumerate(path.read_text().splitlines(), 1):
         if line.strip():
             try:
-                out.append(json.loads(line))
+                out.append(upgrade_record(json.loads(line)))
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path}:{n}: not a JSON record ({exc})") from None
     return out
 
 
 def records_frame(records: list[dict]):
-    """Records -> pandas DataFrame (nested server/memory fields flattened as server.*, memory.*)."""
+    """Records -> pandas DataFrame (nested server_stats/memory fields flattened as server_stats.*, memory.*)."""
     import pandas as pd
 
     if not records:

@@ -11,7 +11,7 @@ from pathlib import Path
 from servelab.bench.records import atomic_write, load_records, resolve_run_dir
 
 COLUMNS = [
-    "experiment", "kind", "target", "backend", "engine", "provider", "protocol", "payload", "batch", "concurrency",
+    "experiment", "kind", "server", "backend", "engine", "provider", "protocol", "payload", "batch", "concurrency",
     "rate_rps", "link", "instances", "max_queue_delay_us", "throughput_img_s", "throughput_min_img_s",
     "throughput_max_img_s", "latency_p50_ms", "latency_p50_min_ms", "latency_p50_max_ms", "latency_p95_ms",
     "latency_p99_ms", "errors", "requests", "repeats", "windows_used", "stable", "spread", "quick", "a", "b", "ratio",
@@ -22,20 +22,20 @@ COLUMNS = [
 ]
 
 
-def _server_value(server: dict | None, *names):
-    if not isinstance(server, dict):
+def _server_value(stats: dict | None, *names):
+    if not isinstance(stats, dict):
         return None
     for n in names:
-        if server.get(n) is not None:
-            return server[n]
+        if stats.get(n) is not None:
+            return stats[n]
     return None
 
 
 def flat_rows(records: list[dict]) -> list[dict]:
-    """One flat row per record with the table columns (server/memory fields lifted out)."""
+    """One flat row per record with the table columns (server_stats/memory fields lifted out)."""
     rows = []
     for r in records:
-        s, m = r.get("server"), r.get("memory") or {}
+        s, m = r.get("server_stats"), r.get("memory") or {}
         compute = _server_value(s, "compute_ms", "avg_compute_ms")
         if compute is None and isinstance(s, dict):
             parts = [s.get(k) for k in ("avg_compute_input_ms", "avg_compute_infer_ms", "avg_compute_output_ms")]
@@ -43,7 +43,7 @@ def flat_rows(records: list[dict]) -> list[dict]:
         row = {c: r.get(c) for c in COLUMNS}
         p = r.get("params") or {}
         row["link"] = p.get("link")
-        if r.get("target", "").startswith("triton"):
+        if r.get("server", "").startswith("triton"):
             row.update(instances=p.get("instances"), max_queue_delay_us=p.get("max_queue_delay_us"))
         row.update(server_avg_batch=_server_value(s, "avg_batch", "average_batch", "avg_executed_batch"),
                    server_queue_ms=_server_value(s, "avg_queue_ms", "queue_ms"), server_compute_ms=compute,
@@ -128,11 +128,11 @@ def settling_rows(records: list[dict]) -> list[dict]:
         if r.get("kind") not in ("load", "raw", "ab") or r.get("available") is False:
             continue
         p = r.get("params") or {}
-        bits = [r.get("target"), r.get("engine"), r.get("protocol"), r.get("payload")]
+        bits = [r.get("server"), r.get("engine"), r.get("protocol"), r.get("payload")]
         bits += [f"b={r['batch']}"] if r.get("batch") else []
         bits += [f"c={r['concurrency']}"] if r.get("concurrency") else []
         bits += [f"{k}={p[k]}" for k in ("instances", "max_queue_delay_us") if p.get(k) is not None
-                 and str(r.get("target", "")).startswith("triton")]
+                 and str(r.get("server", "")).startswith("triton")]
         lo, hi = (r.get("ratio_min"), r.get("ratio_max")) if r["kind"] == "ab" else (
             r.get("throughput_min_img_s"), r.get("throughput_max_img_s"))
         rows.append({"experiment": r.get("experiment"), "point": " ".join(str(b) for b in bits if b),
@@ -153,7 +153,7 @@ def _plt():
 
 
 def _label(r: dict) -> str:
-    parts = [r.get("target"), r.get("engine"), r.get("protocol") if str(r.get("target", "")).startswith("triton") else None,
+    parts = [r.get("server"), r.get("engine"), r.get("protocol") if str(r.get("server", "")).startswith("triton") else None,
              r.get("payload")]
     extra = r.get("params", {}).get("max_queue_delay_us")
     if extra is not None:
@@ -174,7 +174,7 @@ def _save(fig, path: Path) -> Path:
 
 
 def plot_latency_throughput(records: list[dict], path: Path) -> Path | None:
-    """p50 (solid) and p99 (dashed) latency against throughput, one curve per target, points labelled c=N."""
+    """p50 (solid) and p99 (dashed) latency against throughput, one curve per server, points labelled c=N."""
     pts = [r for r in records if r.get("kind") == "load" and r.get("throughput_img_s") and r.get("latency_p50_ms")]
     if not pts:
         return None
@@ -210,7 +210,7 @@ def _weights_title(records, title):
 
 def plot_batch_histogram(records: list[dict], path: Path) -> Path | None:
     """Executed batch sizes on the server (servelab /metrics or Triton stats) for each load point."""
-    pts = [r for r in records if isinstance(r.get("server"), dict) and r["server"].get("batch_histogram")]
+    pts = [r for r in records if isinstance(r.get("server_stats"), dict) and r["server_stats"].get("batch_histogram")]
     if not pts:
         return None
     plt = _plt()
@@ -219,7 +219,7 @@ def plot_batch_histogram(records: list[dict], path: Path) -> Path | None:
     rows = math.ceil(n / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False)
     for ax, r in zip(axes.ravel(), pts, strict=False):
-        h = r["server"]["batch_histogram"]
+        h = r["server_stats"]["batch_histogram"]
         keys = sorted(h, key=lambda k: float(str(k).lstrip("<=").replace("+Inf", "inf")))
         ax.bar([str(k) for k in keys], [h[k] for k in keys])
         ax.set_title(f"{_label(r)} c={r.get('concurrency')}", fontsize=8)
@@ -240,8 +240,8 @@ BREAKDOWN = (("avg_queue_ms", "queue"), ("avg_compute_input_ms", "compute input"
 
 def plot_server_breakdown(records: list[dict], path: Path) -> Path | None:
     """Stacked bars of Triton's per-request server time: queue / compute input / infer / output (ms)."""
-    pts = [r for r in records if isinstance(r.get("server"), dict)
-           and any(r["server"].get(k) is not None for k, _ in BREAKDOWN)]
+    pts = [r for r in records if isinstance(r.get("server_stats"), dict)
+           and any(r["server_stats"].get(k) is not None for k, _ in BREAKDOWN)]
     if not pts:
         return None
     plt = _plt()
@@ -249,7 +249,7 @@ def plot_server_breakdown(records: list[dict], path: Path) -> Path | None:
     labels = [f"{_label(r)}\nc={r.get('concurrency')}" for r in pts]
     bottom = [0.0] * len(pts)
     for key, name in BREAKDOWN:
-        vals = [float(r["server"].get(key) or 0.0) for r in pts]
+        vals = [float(r["server_stats"].get(key) or 0.0) for r in pts]
         ax.bar(labels, vals, bottom=bottom, label=name)
         bottom = [b + v for b, v in zip(bottom, vals, strict=False)]
     ax.set_ylabel("ms per request (server side)")
@@ -270,7 +270,7 @@ def plot_scaling(records: list[dict], path: Path) -> Path | None:
     plt = _plt()
     groups: dict[str, list] = {}
     for r in pts:
-        groups.setdefault(f"{r['target']} c={r.get('concurrency')}", []).append(r)
+        groups.setdefault(f"{r['server']} c={r.get('concurrency')}", []).append(r)
     groups = {k: v for k, v in groups.items() if len({r["params"]["instances"] for r in v}) > 1}
     if not groups:  # one instance count only: nothing to scale
         return None
@@ -338,7 +338,7 @@ def goals_table(records: list[dict]) -> list[dict]:
         if r.get("quick"):
             caveats.append("quick run: not a result")
         lo, hi = r.get("value_min"), r.get("value_max")
-        rows.append({"goal": r.get("goal") or r.get("target"), "measured": r.get("value"),
+        rows.append({"goal": r.get("goal") or r.get("server"), "measured": r.get("value"),
                      "band": f"{lo:.4g}–{hi:.4g}" if lo is not None and hi is not None and lo != hi else "",
                      "required": f"{op} {r.get('threshold')}" if op else "",
                      "status": status + (f" ({'; '.join(caveats)})" if caveats else "")})
@@ -358,7 +358,7 @@ def cost_table(records: list[dict], price_per_hour: float, currency: str = "USD"
             c = cost_per_1000(r["throughput_img_s"], price_per_hour)
             lo, hi = cost_per_1000(r.get("throughput_max_img_s"), price_per_hour), cost_per_1000(
                 r.get("throughput_min_img_s"), price_per_hour)
-            rows.append({"experiment": r["experiment"], "target": r["target"], "engine": r.get("engine"),
+            rows.append({"experiment": r["experiment"], "server": r["server"], "engine": r.get("engine"),
                          "payload": r.get("payload"), "batch": r.get("batch"), "concurrency": r.get("concurrency"),
                          "throughput_img_s": r["throughput_img_s"], "stable": r.get("stable"),
                          f"price_{currency}_per_hour": price_per_hour,

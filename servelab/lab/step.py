@@ -162,7 +162,7 @@ class Step:
         if failed:  # a server that never answered: stop here with its error, not later on an empty table
             r = failed[0]
             why = (r.get("error_examples") or ["no error text"])[0]
-            raise RuntimeError(f"{r.get('target')} ({r.get('experiment')}, batch {r.get('batch')}, concurrency "
+            raise RuntimeError(f"{r.get('server')} ({r.get('experiment')}, batch {r.get('batch')}, concurrency "
                                f"{r.get('concurrency')}): all {r.get('errors')} requests failed: {why}")
         df = records_frame(list(records))
         return df.reindex(columns=list(columns)) if columns else df

@@ -210,12 +210,12 @@ def test_speedup():
                           higher_is_better=False, at={"batch": 8}, exercise="t").passed
 
 
-HOP = pd.DataFrame({"target": ["in-process", "fastapi", "in-process", "fastapi"], "batch": [1, 1, 4, 4],
+HOP = pd.DataFrame({"server": ["in-process", "fastapi", "in-process", "fastapi"], "batch": [1, 1, 4, 4],
                     "latency_p50_ms": [42.0, 49.5, 150.0, 171.0]})
 
 
 def test_difference():
-    kw = dict(key="target", a="fastapi", b="in-process", at={"batch": 1}, exercise="t")
+    kw = dict(key="server", a="fastapi", b="in-process", at={"batch": 1}, exercise="t")
     assert checks.difference(7.5, HOP, **kw).passed
     assert checks.difference(lambda t: 49.5 - 42.0, HOP, **kw).passed
     for wrong, why in [(-7.5, "sign is reversed"), (49.5 / 42.0, "ratio"), (21.0, "does not match")]:
@@ -365,7 +365,7 @@ def test_compose_healthcheck():
 # --- measured spread: ties -----------------------------------------------------------------------------------
 
 def _windows(name, values, **kw):
-    return {"target": name, "throughput_img_s": sum(values) / len(values), "window_throughput_img_s": values, **kw}
+    return {"server": name, "throughput_img_s": sum(values) / len(values), "window_throughput_img_s": values, **kw}
 
 
 CLOSE = pd.DataFrame([_windows("fastapi", [20.0, 23.0, 21.0]), _windows("triton-http", [22.0, 24.0, 23.5])])
@@ -373,7 +373,7 @@ APART = pd.DataFrame([_windows("fastapi", [20.0, 21.0, 20.5]), _windows("triton-
 
 
 def test_measured_bands_from_windows_spread_and_rows():
-    b = checks.measured_bands(CLOSE, key="target")
+    b = checks.measured_bands(CLOSE, key="server")
     assert (b.loc["fastapi", "lo"], b.loc["fastapi", "hi"]) == (20.0, 23.0) and b.loc["fastapi", "source"] == "windows"
     lat = pd.DataFrame({"protocol": ["http", "grpc"], "latency_p99_ms": [100.0, 90.0], "spread": [0.2, 0.1]})
     b = checks.measured_bands(lat, key="protocol", metric="latency_p99_ms")
@@ -383,7 +383,7 @@ def test_measured_bands_from_windows_spread_and_rows():
 
 
 def test_best_choice_treats_overlapping_bands_as_ties():
-    kw = dict(key="target", metric="throughput_img_s", exercise="t")
+    kw = dict(key="server", metric="throughput_img_s", exercise="t")
     assert checks.best_choice("fastapi", CLOSE, **kw).passed  # lower mean, but inside triton's band
     assert "tied" in checks.best_choice("fastapi", CLOSE, **kw).message
     r = checks.best_choice("fastapi", APART, **kw)
@@ -403,7 +403,7 @@ def reading(bands):
     (APART, "triton-http", ["tie", "fastapi", "litserve"]),
 ])
 def test_outcome_is_graded_against_the_bands(table, right, wrong):
-    kw = dict(key="target", a="fastapi", b="triton-http", exercise="t")
+    kw = dict(key="server", a="fastapi", b="triton-http", exercise="t")
     assert checks.outcome(reading, table, **kw).passed
     assert checks.outcome(right, table, **kw).passed
     for w in wrong:

@@ -93,7 +93,7 @@ def test_p99_budget_rejects_a_clearly_worse_trial(run):
     recs = []
     trials._baseline = {"throughput_img_s": 10.0, "window_throughput_img_s": [9.0, 11.0], "errors": 0}
     for rate in (10.0, 100.0):  # two trials with well separated windows, written as records (nothing measured)
-        recs.append(run.record("t-p99b", kind="load", target="triton-http", throughput_img_s=rate,
+        recs.append(run.record("t-p99b", kind="load", server="triton-http", throughput_img_s=rate,
                                window_throughput_img_s=[rate * 0.95, rate * 1.05], latency_p99_ms=50.0, requests=10,
                                errors=0, params={"trial": len(recs) + 1, "settings": {}}))
     r = checks.p99_budget(1, trials=trials, budget_ms=1000, exercise="t")

@@ -61,8 +61,8 @@ BINDINGS: dict[str, dict] = {
         "throughput_img_s": [18.0, 23.0, 54.0, 26.0, 31.0, 70.0, _NAN]})},
     "03.2": {},
     "04.1": {"concurrency_levels": [1, 4], "prediction_04": "triton-http",
-             "service_conc": [_rec(target="fastapi", concurrency=c, windows=w) for c, w in ((1, [19, 21]), (4, [22, 25]))],
-             "triton_conc": [_rec(target="triton-http", concurrency=c, windows=w) for c, w in ((1, [18, 20]), (4, [24, 27]))]},
+             "service_conc": [_rec(server="fastapi", concurrency=c, windows=w) for c, w in ((1, [19, 21]), (4, [22, 25]))],
+             "triton_conc": [_rec(server="triton-http", concurrency=c, windows=w) for c, w in ((1, [18, 20]), (4, [24, 27]))]},
     "04.2": lambda ctx: {"max_batch": 32, "instance_kind": "KIND_CPU", "concurrency_levels": [1, 2], "opts": _opts(),
                          "triton_http_url": ctx.triton.http_url, "triton_model": CPU_ENCODER},
     "05a.1": {"hi_c": 4, "latency_budget_ms": 1.25 * 300.0, "cells": pd.DataFrame({
@@ -76,7 +76,7 @@ BINDINGS: dict[str, dict] = {
                                      ("preprocess+binary", 602_112))])},
     "05b.1": {"trt_max_batch": 64, "trt_cache": "/trt_cache"},
     "06a.1": {"concurrency_levels": [1, 4], "recs": [
-        _rec(target=t, concurrency=c, windows=w) for t, c, w in (
+        _rec(server=t, concurrency=c, windows=w) for t, c, w in (
             ("fastapi", 1, [18, 20]), ("fastapi", 4, [24, 26]), ("triton-http", 1, [17, 19]),
             ("triton-http", 4, [28, 30]), ("litserve", 1, [19, 21]), ("litserve", 4, [25, 27]))]},
     "06a.3": lambda ctx: {"place": "local", "triton_http_url": ctx.triton.http_url,
@@ -96,7 +96,7 @@ BINDINGS: dict[str, dict] = {
         {"protocol": p, "batch": 1, "concurrency": c, "latency_p99_ms": v, "spread": 0.1}
         for p, c, v in (("http", 1, 60.0), ("grpc", 1, 58.0), ("http", 4, 260.0), ("grpc", 4, 240.0))]},
     "01.1": {"batch_sizes": [1, 4], "hop": pd.DataFrame({
-        "target": ["in-process", "in-process", "fastapi", "fastapi"], "batch": [1, 4, 1, 4],
+        "server": ["in-process", "in-process", "fastapi", "fastapi"], "batch": [1, 4, 1, 4],
         "latency_p50_ms": [42.0, 150.0, 49.5, 171.0]})},
     "01.2": lambda ctx: {"photos": ctx.photos, "InferenceClient": InferenceClient},
     "02.1": {"cold_start_s": 8.0},

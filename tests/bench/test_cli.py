@@ -18,7 +18,7 @@ def _cli(args, results: Path, timeout=300):
 
 def _synthetic(root, name, thr):
     run = Run(run_id=name, root=root, weights="random-init (seed 0)")
-    run.record("service", kind="load", target="fastapi", engine="onnx", batch=1, concurrency=16,
+    run.record("service", kind="load", server="fastapi", engine="onnx", batch=1, concurrency=16,
                throughput_img_s=thr, latency_p50_ms=500.0, latency_p99_ms=700.0, spread=0.05)
 
 
@@ -69,4 +69,4 @@ def test_batch_sweep_in_process_prints_ranges_and_smoke_warning(tmp_path, onnx_m
     assert "throughput_min_img_s" in r.stdout and "stable" in r.stdout
     assert "quick run: these numbers check that things run; they are not results" in r.stdout
     recs = [json.loads(x) for x in (tmp_path / "bs" / "records.jsonl").read_text().splitlines()]
-    assert [(x["target"], x["batch"]) for x in recs] == [("in-process", 1), ("in-process", 2)]
+    assert [(x["server"], x["batch"]) for x in recs] == [("in-process", 1), ("in-process", 2)]

@@ -11,7 +11,7 @@ def _run(root, name, points, headlines):
     run = Run(run_id=name, root=root, weights="random-init (seed 0)")
     for c, link, windows, p50s in points:
         thr = sum(windows) / len(windows)
-        run.record("07-protocol", kind="load", target="triton-grpc", engine="onnx", protocol="grpc", payload="tensor",
+        run.record("07-protocol", kind="load", server="triton-grpc", engine="onnx", protocol="grpc", payload="tensor",
                    batch=1, concurrency=c, throughput_img_s=thr, latency_p50_ms=sum(p50s) / len(p50s),
                    window_throughput_img_s=windows, window_latency_p50_ms=p50s,
                    spread=(max(windows) - min(windows)) / thr, params={"link": link})
@@ -68,7 +68,7 @@ def test_record_headline_replaces_and_keeps_the_others(tmp_path):
 def test_interleaved_ratio_records_compare_by_their_pair_range(tmp_path):
     for name, value, lo, hi in (("A", 1.30, 1.25, 1.36), ("B", 1.33, 1.28, 1.38), ("C", 1.00, 0.97, 1.03)):
         Run(run_id=name, root=tmp_path, weights="w").record(
-            "07-ab", kind="ab", target="grpc / http", ratio=value, ratio_min=lo, ratio_max=hi, batch=4,
+            "07-ab", kind="ab", server="grpc / http", ratio=value, ratio_min=lo, ratio_max=hi, batch=4,
             concurrency=1)
     assert compare(tmp_path / "A", tmp_path / "B").points[0]["within_noise"]
     far = compare(tmp_path / "A", tmp_path / "C").points[0]

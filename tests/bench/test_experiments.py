@@ -38,8 +38,8 @@ def test_sweeps_count_what_the_service_counted(run, bench_service):
     assert [(r["batch"], r["concurrency"]) for r in recs] == [(1, 1), (2, 1), (1, 2)]
     for r in recs:
         _ok(r)
-        assert r["server"]["requests"]["/embed/tensor 200"] == r["sent_total"]  # warm-up and windows, exactly
-        assert r["server"]["images"] == r["sent_total"] * r["batch"]
+        assert r["server_stats"]["requests"]["/embed/tensor 200"] == r["sent_total"]  # warm-up and windows, exactly
+        assert r["server_stats"]["images"] == r["sent_total"] * r["batch"]
 
 
 def test_served_vs_raw_is_interleaved(run, bench_service):
@@ -65,7 +65,7 @@ def test_triton_experiments_reconfigure_and_restore(run, bench_triton):
     assert [r["params"]["instances"] for r in scale] == [1, 2]
     for r in grid + scale:
         _ok(r)
-        assert r["server"]["requests_ok"] == r["sent_total"]
+        assert r["server_stats"]["requests_ok"] == r["sent_total"]
     assert (bench_triton.read_state().instances, bench_triton.max_queue_delay_us) == before  # restored
     (eff,) = scaling_efficiency(run, scale)
     assert eff["value"] == pytest.approx(scale[1]["throughput_img_s"] / (2 * scale[0]["throughput_img_s"]), rel=1e-3)
@@ -107,7 +107,7 @@ def test_serialisation_bytes_are_exact_and_formats_differ():
 # --- goals and sentences from records --------------------------------------------------------------
 
 def _rec(run, **kw):
-    base = dict(kind="load", target="fastapi", backend="fastapi", engine="onnx", batch=1, stable=True,
+    base = dict(kind="load", server="fastapi", backend="fastapi", engine="onnx", batch=1, stable=True,
                 params={"load": {"label": "full"}})
     base.update(kw)
     return run.record("service", **base)
@@ -115,15 +115,15 @@ def _rec(run, **kw):
 
 def test_goals_are_met_not_met_or_undecided_by_their_bands(run):
     recs = [
-        _rec(run, kind="raw", target="in-process", engine="onnx", batch=1, throughput_img_s=23.0, latency_p50_ms=43.0,
+        _rec(run, kind="raw", server="in-process", engine="onnx", batch=1, throughput_img_s=23.0, latency_p50_ms=43.0,
              latency_p50_min_ms=42.0, latency_p50_max_ms=44.0),
         _rec(run, concurrency=1, throughput_img_s=20.0, latency_p50_ms=48.5, latency_p50_min_ms=48.0,
              latency_p50_max_ms=49.0, stable=False),  # +5.5 ms, band +4..+7: not met
-        _rec(run, kind="ab", target="fastapi c=16 / raw batch 16", a="fastapi c=16", b="raw batch 16", ratio=0.96,
+        _rec(run, kind="ab", server="fastapi c=16 / raw batch 16", a="fastapi c=16", b="raw batch 16", ratio=0.96,
              ratio_min=0.93, ratio_max=0.99),  # straddles 0.95: undecided
-        _rec(run, kind="raw", target="in-process", engine="torch", batch=16, throughput_img_s=29.0,
+        _rec(run, kind="raw", server="in-process", engine="torch", batch=16, throughput_img_s=29.0,
              throughput_min_img_s=28.5, throughput_max_img_s=29.5),
-        _rec(run, kind="raw", target="in-process", engine="onnx-int8", batch=16, throughput_img_s=76.0,
+        _rec(run, kind="raw", server="in-process", engine="onnx-int8", batch=16, throughput_img_s=76.0,
              throughput_min_img_s=75.0, throughput_max_img_s=77.0, cosine_vs_torch_fp32=0.99984),
     ]
     rows = {r["goal"]: r for r in goals_table(service_goals(run, recs))}
@@ -137,7 +137,7 @@ def test_goals_are_met_not_met_or_undecided_by_their_bands(run):
 
 def test_triton_goals_read_the_interleaved_ratios(run):
     def ab(a, b, ratio, lo, hi):
-        return _rec(run, kind="ab", target=f"{a} / {b}", a=a, b=b, ratio=ratio, ratio_min=lo, ratio_max=hi, quick=True)
+        return _rec(run, kind="ab", server=f"{a} / {b}", a=a, b=b, ratio=ratio, ratio_min=lo, ratio_max=hi, quick=True)
 
     recs = [ab("triton-grpc c=4", "raw batch 8", 0.97, 0.96, 0.99), ab("triton-http c=4", "raw batch 8", 0.9, 0.85, 0.93),
             ab("triton-grpc jpeg", "triton-grpc tensor", 1.3, 1.2, 1.4)]
@@ -164,7 +164,7 @@ def test_sentences_never_rank_overlapping_figures():
 
 
 def test_cost_table_units_and_math():
-    recs = [{"kind": "load", "experiment": "e", "target": "triton-grpc", "throughput_img_s": 100.0,
+    recs = [{"kind": "load", "experiment": "e", "server": "triton-grpc", "throughput_img_s": 100.0,
              "throughput_min_img_s": 90.0, "throughput_max_img_s": 110.0, "batch": 1, "concurrency": 16},
             {"kind": "derived", "throughput_img_s": None}]
     (row,) = cost_table(recs, price_per_hour=2.0, currency="EUR")

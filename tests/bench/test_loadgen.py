@@ -185,7 +185,7 @@ def test_open_loop_reports_backlog_at_an_impossible_rate(tiny_triton, tiny_facto
     assert s["late_starts"] > 0
     assert s["throughput_img_s"] < 0.5 * rate  # what completed, not what was offered
     assert s["backlog_by_window"] == sorted(s["backlog_by_window"])  # the backlog grows
-    rec = make_record("rate-sweep", "t", target="triton-grpc", rate_rps=rate, **s)
+    rec = make_record("rate-sweep", "t", server="triton-grpc", rate_rps=rate, **s)
     validate_record(rec)
 
 

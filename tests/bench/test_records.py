@@ -9,12 +9,12 @@ from servelab.bench.records import RECORD_SCHEMA, Run, load_records, make_record
 
 
 def test_a_full_record_validates_and_nulls_are_allowed():
-    rec = make_record("concurrency-sweep", "r1", target="fastapi", weights="random-init (seed 0)",
+    rec = make_record("concurrency-sweep", "r1", server="fastapi", weights="random-init (seed 0)",
                       backend="fastapi", engine="onnx", protocol="http", payload="tensor", batch=1, concurrency=16,
                       latency_p50_ms=12.5, latency_p95_ms=20.0, latency_p99_ms=30.0, throughput_img_s=28.0,
                       requests=100, errors=0, repeats=3, stable=True, spread=0.04)
     validate_record(rec)
-    validate_record(make_record("engines", "r1", kind="unavailable", target="in-process", available=False,
+    validate_record(make_record("engines", "r1", kind="unavailable", server="in-process", available=False,
                                 note="CUDAExecutionProvider not available"))
     assert set(RECORD_SCHEMA["required"]) <= set(rec)
 
@@ -27,14 +27,14 @@ def test_a_full_record_validates_and_nulls_are_allowed():
     {"memory": {"rss_mb": 1.0}},          # memory must say rss, of what, and GPU (null when none)
 ])
 def test_schema_rejects_bad_records(bad):
-    rec = make_record("x", "r1", target="t")
+    rec = make_record("x", "r1", server="t")
     rec.update(bad)
     with pytest.raises(jsonschema.ValidationError):
         validate_record(rec)
 
 
 def test_missing_field_is_rejected():
-    rec = make_record("x", "r1", target="t")
+    rec = make_record("x", "r1", server="t")
     del rec["throughput_img_s"]
     with pytest.raises(jsonschema.ValidationError):
         validate_record(rec)
@@ -42,8 +42,8 @@ def test_missing_field_is_rejected():
 
 def test_run_writes_jsonl_and_fingerprint(tmp_path):
     run = Run(run_id="unit", root=tmp_path, weights="random-init (seed 0)")
-    run.record("engines", kind="raw", target="in-process", throughput_img_s=10.0, batch=1, concurrency=1)
-    run.record("engines", kind="raw", target="in-process", throughput_img_s=20.0, batch=16, concurrency=1)
+    run.record("engines", kind="raw", server="in-process", throughput_img_s=10.0, batch=1, concurrency=1)
+    run.record("engines", kind="raw", server="in-process", throughput_img_s=20.0, batch=16, concurrency=1)
     lines = (tmp_path / "unit" / "records.jsonl").read_text().splitlines()
     assert [json.loads(x)["throughput_img_s"] for x in lines] == [10.0, 20.0]
     env = json.loads((tmp_path / "unit" / "environment.json").read_text())
@@ -53,7 +53,7 @@ def test_run_writes_jsonl_and_fingerprint(tmp_path):
     assert not list((tmp_path / "unit").glob("*.tmp"))  # written via temp + rename
     # reopening appends to the same run
     again = Run(run_id="unit", root=tmp_path)
-    again.record("engines", kind="raw", target="in-process", throughput_img_s=30.0)
+    again.record("engines", kind="raw", server="in-process", throughput_img_s=30.0)
     assert len(load_records(tmp_path / "unit")) == 3
     assert all(r["weights"] == "random-init (seed 0)" for r in load_records(tmp_path / "unit"))
 
@@ -61,5 +61,16 @@ def test_run_writes_jsonl_and_fingerprint(tmp_path):
 def test_invalid_record_is_not_written(tmp_path):
     run = Run(run_id="bad", root=tmp_path, weights="w")
     with pytest.raises(jsonschema.ValidationError):
-        run.record("x", target="t", batch=0)
+        run.record("x", server="t", batch=0)
     assert not (tmp_path / "bad" / "records.jsonl").exists()
+
+
+def test_schema_1_records_load_with_todays_field_names(tmp_path):
+    old = make_record("concurrency-sweep", "old", kind="load", weights="w", batch=1, concurrency=4)
+    old.update(schema_version=1, target=old.pop("server"), server={"avg_batch": 2.0})
+    del old["server_stats"]
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "records.jsonl").write_text(json.dumps(old | {"target": "fastapi"}) + "\n")
+    [rec] = load_records(tmp_path / "old")
+    assert rec["server"] == "fastapi" and rec["server_stats"] == {"avg_batch": 2.0} and "target" not in rec
+    validate_record(rec)
