@@ -451,9 +451,10 @@ p = by_conc[by_conc["server"] == "fastapi"].sort_values("concurrency")
 lo, hi = t.iloc[0], t.iloc[-1]
 from servelab.bench.report import leader
 
+by_concurrency = versus(f"concurrency {hi['concurrency']}", triton_conc[-1], f"concurrency {lo['concurrency']}",
+                        triton_conc[0])
 step.shows(
-    "Triton throughput: " + versus(f"concurrency {hi['concurrency']}", triton_conc[-1], f"concurrency {lo['concurrency']}",
-                                    triton_conc[0])
+    f"Triton throughput: {by_concurrency}"
     + f", executing batches of {hi['server_stats.avg_batch']:.1f} images on average at concurrency {hi['concurrency']} "
     f"(p50 {lo['latency_p50_ms']:.0f} → {hi['latency_p50_ms']:.0f} ms). At concurrency {hi['concurrency']}, "
     + versus(f"the FastAPI service ({p.iloc[-1]['engine']} engine)", service_conc[-1], "Triton", triton_conc[-1])

@@ -70,9 +70,10 @@ class CpuMeter:
         self.pinning = pinning
 
     def start(self) -> None:
+        # processes first here and last in stop(), so each process's span contains the load threads' span
         self._wall = time.perf_counter()
-        self._threads = _load_threads_s()
         self._before = {k: _cpu_s(p) for k, p in self.procs.items()}
+        self._threads = _load_threads_s()
 
     def stop(self) -> dict:
         wall = time.perf_counter() - self._wall
