@@ -309,6 +309,10 @@ def make_embedder(engine: str, provider: str = "cpu", threads: int = 0):
 
 # --- attach: a server that is already running ---------------------------------------------------------
 
+# In every record measured on an attached server: the lab's own stack, not one a notebook started for a comparison.
+ATTACHED = {"attached": True}
+
+
 def attach(server: str, url: str, *, payload: str = "tensor", engine: str | None = None, pid: int | None = None,
            model: str | None = None, jpeg_model: str | None = None, http_url: str | None = None,
            grpc_url: str | None = None) -> Served:
@@ -320,9 +324,11 @@ def attach(server: str, url: str, *, payload: str = "tensor", engine: str | None
     if server == "fastapi":
         if engine is None:
             engine = _service_engine(url)
-        return ServiceServed(server="fastapi", engine=engine or "?", url=url, pid=pid, payload=payload)
+        return ServiceServed(server="fastapi", engine=engine or "?", url=url, pid=pid, payload=payload,
+                             settings=dict(ATTACHED))
     if server == "litserve":
-        return LitServed(server="litserve", engine=engine or "onnx", url=url, pid=pid, payload=payload)
+        return LitServed(server="litserve", engine=engine or "onnx", url=url, pid=pid, payload=payload,
+                         settings=dict(ATTACHED))
     if server in ("triton-http", "triton-grpc"):
         protocol = server.split("-")[1]
         h = http_url or (url if protocol == "http" else None)
@@ -331,7 +337,7 @@ def attach(server: str, url: str, *, payload: str = "tensor", engine: str | None
             raise ValueError("a gRPC Triton handle needs http_url= too (statistics and reloads use HTTP)")
         names = {k: v for k, v in (("model", model), ("jpeg_model", jpeg_model)) if v}
         srv = TritonServed(server=server, engine=engine or "onnx", url=url, pid=pid, payload=payload,
-                           protocol=protocol, http_url=h, grpc_url=g, **names)
+                           protocol=protocol, http_url=h, grpc_url=g, settings=dict(ATTACHED), **names)
         with contextlib.suppress(Exception):
             srv.read_state()
         return srv
