@@ -67,7 +67,7 @@ from servelab.lab.places import place_defaults
 globals().update(place_defaults(globals()))  # "" parameters -> this place's endpoints, model names, out_dir
 
 # %%
-from servelab.bench.experiments import batch_sweep, concurrency_sweep, measure
+from servelab.bench.experiments import ab, batch_sweep, concurrency_sweep
 from servelab.bench.servers import served
 from servelab.lab.places import attach, in_process_note, in_process_provider
 from servelab.lab.step import Step
@@ -282,47 +282,51 @@ step.answer(f"At concurrency 1 Triton computed a request in t = {t:.0f} ms and t
             + versus(f"c={int(one['concurrency'])}", triton_conc[0], f"c={n}", triton_conc[-1]) + ".")
 
 # %% [markdown]
-# ## Baseline: dynamic batching off
-# Does batching cause any of that? Reload the same model **without** its `dynamic_batching` stanza (Triton's
-# repository API, no restart) and measure the highest concurrency again; then reload it from the staged
-# `config.pbtxt`. With the extra servers, the FastAPI service gets the same test with `max_batch` 1.
+# ## Baseline: dynamic batching off, measured in alternating windows
+# Does batching cause any of that? The same model **without** its `dynamic_batching` stanza is loaded
+# through Triton's repository API (no restart), and windows of batching **on** and **off** alternate in one
+# sequence (A B B A A B …) at the highest concurrency, so a machine that gets busier or quieter during the
+# measurement moves both sides alike; the model is reloaded only when the side changes. With the extra
+# servers, the FastAPI service gets the same test against a second service with `max_batch` 1.
 #
 # **Predict first.** On this CPU, will turning batching off change throughput by more than the noise? On a
 # GPU?
 
 # %%
-from google.protobuf import json_format
-from tritonclient.grpc import model_config_pb2
-
-from servelab.triton.control import get_config, loaded_with
+from servelab.bench.report import ratio_sentence
+from servelab.triton.control import config_dict, config_switch, get_config
 
 hi_c = max(concurrency_levels)
-unbatched = json_format.ParseDict(get_config(triton_http_url, triton_model), model_config_pb2.ModelConfig(),
-                                  ignore_unknown_fields=True)
-unbatched.ClearField("dynamic_batching")
-print(f"reloading {triton_model} with its own config minus the dynamic_batching stanza")
-# loaded_with reloads the model with this config, and with the one it had before when the block ends
-with loaded_with(triton_http_url, triton_model, json_format.MessageToDict(unbatched, preserving_proto_field_name=True)):
-    triton_off = measure(step.run, "04-batching-off", triton, payload="tensor", batch=1, concurrency=hi_c,
-                         opts=opts, params={"dynamic_batching": False})
-baseline = [("triton", "off (no dynamic_batching)", triton_off), ("triton", "on", triton_conc[-1])]
+batched = config_dict(get_config(triton_http_url, triton_model))
+unbatched = {key: value for key, value in batched.items() if key != "dynamic_batching"}
+print(f"alternating {triton_model} between its own config and the same minus the dynamic_batching stanza")
+# use(0) / use(1) load the batched / unbatched config when the side changes; the original comes back after
+with config_switch(triton_http_url, triton_model, [batched, unbatched]) as use:
+    triton_on, triton_off, triton_ratio = ab(
+        step.run, "04-batching", triton, triton, label_a="batching on", label_b="batching off",
+        payload_a="tensor", payload_b="tensor", concurrency_a=hi_c, opts=opts, prepare=use,
+        params={"system": "triton"})
+baseline = [("triton", "off (no dynamic_batching)", triton_off, "on", triton_on, triton_ratio)]
 if extra_servers:
-    with served("fastapi", engine=service_conc[-1]["engine"], max_batch=1,
-                log_path=step.out_dir / "logs" / "04-service-max-batch-1.log") as unbatched_service:
-        service_off = measure(step.run, "04-batching-off", unbatched_service, payload="tensor", batch=1,
-                                     concurrency=hi_c, opts=opts, params={"max_batch": 1})
-    baseline += [("fastapi", "off (max_batch 1)", service_off), ("fastapi", "on", service_conc[-1])]
+    with served("fastapi", engine="torch", log_path=step.out_dir / "logs" / "04-service-batching.log") as service_on, \
+            served("fastapi", engine="torch", max_batch=1,
+                   log_path=step.out_dir / "logs" / "04-service-max-batch-1.log") as service_off:
+        service_on_rec, service_off_rec, service_ratio = ab(
+            step.run, "04-batching", service_on, service_off, label_a="batching on", label_b="batching off",
+            payload_a="tensor", payload_b="tensor", concurrency_a=hi_c, opts=opts, params={"system": "fastapi"})
+    baseline.append(("fastapi", "off (max_batch 1)", service_off_rec, "on", service_on_rec, service_ratio))
 else:
     step.not_run("FastAPI service with max_batch 1", "extra_servers=False (smoke profile)", "Triton's baseline only")
-batching = step.frame([rec for _, _, rec in baseline], "concurrency", "throughput_img_s", "throughput_min_img_s",
-                      "throughput_max_img_s", "latency_p50_ms", "latency_p99_ms", "server_stats.avg_batch", "stable")
-batching.insert(0, "batching", [mode for _, mode, _ in baseline])
-batching.insert(0, "system", [system for system, _, _ in baseline])
-batching = step.table(batching, "batching_off_on", f"Batching off vs on at concurrency {hi_c} (batch-1 requests)")
+batching = step.frame([rec for row in baseline for rec in (row[2], row[4])], "concurrency", "throughput_img_s",
+                      "throughput_min_img_s", "throughput_max_img_s", "latency_p50_ms", "latency_p99_ms",
+                      "server_stats.avg_batch", "stable")
+batching.insert(0, "batching", [mode for row in baseline for mode in (row[1], row[3])])
+batching.insert(0, "system", [row[0] for row in baseline for _ in (0, 1)])
+batching = step.table(batching, "batching_off_on",
+                      f"Batching off vs on at concurrency {hi_c} (batch-1 requests, alternating windows)")
 
 # %%
-step.answer(" ".join(f"{baseline[i][0]}: " + versus("batching off", baseline[i][2], "on", baseline[i + 1][2]) + "."
-                     for i in range(0, len(baseline), 2))
+step.answer(" ".join(f"{system}: {ratio_sentence(ratio)}." for system, *_, ratio in baseline)
             + " On two cores a batch of B images takes about B times one image, so collecting them saves little; "
               "on a GPU the same switch is the largest single gain in the source material (see below).")
 

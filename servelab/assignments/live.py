@@ -184,6 +184,11 @@ class Trials:
             self._baseline = self._measure(1, {"trial": "baseline", "settings": {"concurrency": 1}})
         return self._baseline
 
+    def baseline_after(self) -> dict:
+        """The baseline measured again once the trials are done: with `baseline()` it brackets them, so a
+        machine that got busier (or quieter) meanwhile moves both ends of the comparison."""
+        return self._measure(1, {"trial": "baseline-after", "settings": {"concurrency": 1}})
+
     def __call__(self, *, concurrency: int, max_queue_delay_us: int | None = None, instances: int | None = None,
                  preferred_batch_size: list[int] | None = None) -> dict:
         """One trial: `concurrency` batch-1 clients against the model with these settings (None: as it is).

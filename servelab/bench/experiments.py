@@ -13,6 +13,7 @@ import gc
 import io
 import json
 import time
+from collections.abc import Callable
 
 from servelab.bench.inputs import payload_bytes, sample_jpegs, sample_tensor
 from servelab.bench.loadgen import LoadOpts, closed_loop, interleaved, open_loop
@@ -74,12 +75,14 @@ def measure(run: Run, experiment: str, srv: Served, *, payload: str | None = Non
 def ab(run: Run, experiment: str, a: Served, b: Served, *, label_a: str, label_b: str, payload_a: str | None = None,
        payload_b: str | None = None, batch_a: int = 1, batch_b: int = 1, concurrency_a: int = 1,
        concurrency_b: int | None = None, opts: LoadOpts | None = None, params: dict | None = None,
-       meters=()) -> list[dict]:
+       meters=(), prepare: Callable[[int], None] | None = None) -> list[dict]:
     """Interleaved A/B: windows of A and B alternate in one sequence; writes A's and B's records and an `ab`
     record (kind "ab": A ÷ B throughput, with the min–max of the per-pair ratios and whether they settled).
 
     Each side's server counters are read around each of its windows (while both sides are idle) and summed,
     so a server shared by A and B (same server, other payload or protocol) still gets per-side figures.
+    `prepare(side)` (0 = A, 1 = B) runs before each of that side's windows while nothing is in flight: the
+    place to switch one server between two configurations (e.g. batching on and off) so they interleave too.
     """
     opts = opts or LoadOpts()
     pa, pb = payload_a or a.payload, payload_b or b.payload
@@ -87,9 +90,11 @@ def ab(run: Run, experiment: str, a: Served, b: Served, *, label_a: str, label_b
     handles, snaps, deltas = (a, b), [None, None], ([], [])
 
     def on_window(k: int, phase: str) -> None:
+        if prepare and phase in ("warm-up", "start"):
+            prepare(k)
         if phase == "start":
             snaps[k] = _safe(handles[k].snapshot)
-        else:
+        elif phase == "end":
             deltas[k].append(handles[k].delta(snaps[k], _safe(handles[k].snapshot)))
 
     res = interleaved(a.worker_factory(pa, batch_a), b.worker_factory(pb, batch_b), concurrency_a, opts,
@@ -106,6 +111,8 @@ def ab(run: Run, experiment: str, a: Served, b: Served, *, label_a: str, label_b
                     ratio_min=s["ratio_min"], ratio_max=s["ratio_max"], latency_p50_ratio=s["latency_p50_ratio"],
                     stable=s["stable"], repeats=s["pairs"], quick=s["quick"], a=label_a, b=label_b,
                     engine=a.engine if a.engine == b.engine else None,
+                    protocol=a.protocol if a.protocol == b.protocol else None,
+                    payload=pa if pa == pb else None,
                     batch=batch_a if batch_a == batch_b else None,
                     concurrency=concurrency_a if concurrency_a == cb else None,
                     params={"load": opts.as_params(), **extra},

@@ -434,8 +434,8 @@ def interleaved(factory_a: Callable[[int], object], factory_b: Callable[[int], o
     Only one side runs at a time: the other's workers are paused with nothing in flight, and each window opens
     after every worker of its side has had an answer (the server's queue refills). The ratio is A's throughput
     over B's across the reported pairs; ratio_min / ratio_max are the extremes of the per-pair ratios.
-    `on_window(side, "start" | "end")` (side 0 = A, 1 = B) is called while both sides are idle, before a side is
-    resumed and after it was paused: the place to read a server's counters per side.
+    `on_window(side, "warm-up" | "start" | "end")` (side 0 = A, 1 = B) is called while both sides are idle, before
+    a side's warm-up, before each of its windows and after it: the place to read a server's counters per side.
     """
     opts = opts or LoadOpts()
     pools = (_Pool(factory_a, concurrency, "load-a"), _Pool(factory_b, concurrency_b or concurrency, "load-b"))
@@ -446,6 +446,8 @@ def interleaved(factory_a: Callable[[int], object], factory_b: Callable[[int], o
     p50 = [0.0, 0.0]
     try:
         for k, pool in enumerate(pools):
+            if on_window:
+                on_window(k, "warm-up")
             t0 = time.perf_counter()
             pool.resume()
             p50[k] = _warm_up(pool, opts)

@@ -440,12 +440,14 @@ def _fmt_band(v: float, lo: float, hi: float, unit: str, digits: int) -> str:
     return f"{v:.{digits}f}{u} ({lo:.{digits}f}–{hi:.{digits}f})"
 
 
-def _unsettled(*named) -> str:
-    names = [n for n, x in named if _stable(x) is False]
-    text = f" ({' and '.join(names)} never settled: read with care)" if names else ""
+def _unsettled_names(*named) -> list[str]:
+    return [n for n, x in named if _stable(x) is False]
+
+
+def _smoke(*named) -> str:
     if any(not isinstance(x, (tuple, list)) and x.get("quick") is True for _, x in named):
-        text += " (smoke run: these numbers are not results)"
-    return text
+        return " (smoke run: these numbers are not results)"
+    return ""
 
 
 def versus(name_a: str, a, name_b: str, b, *, metric: str = "throughput_img_s", unit: str = "img/s",
@@ -453,12 +455,16 @@ def versus(name_a: str, a, name_b: str, b, *, metric: str = "throughput_img_s", 
     """One sentence comparing two figures of this run, e.g.
     "fastapi reached 21.0 img/s (19.5–22.1), above litserve's 15.2 img/s (14.8–15.9)" — or, when the
     bands overlap, "fastapi (21.0 img/s (19.5–22.1)) and litserve (20.2 img/s (18.8–21.0)) are
-    indistinguishable here: their ranges overlap". Bands: see `band`; a figure without a spread is not ranked;
-    an unsettled figure is named."""
+    indistinguishable here: their ranges overlap". Bands: see `band`; a figure without a spread, or one whose
+    windows never settled, is not ranked (and the unsettled one is named)."""
     va, la, ha = band(a, metric)
     vb, lb, hb = band(b, metric)
     fa, fb = _fmt_band(va, la, ha, unit, digits), _fmt_band(vb, lb, hb, unit, digits)
-    tail = _unsettled((name_a, a), (name_b, b))
+    tail = _smoke((name_a, a), (name_b, b))
+    unsettled = _unsettled_names((name_a, a), (name_b, b))
+    if unsettled:
+        return (f"{name_a} {fa} vs {name_b} {fb}: not ranked, because {' and '.join(unsettled)} never settled "
+                f"(its windows kept moving){tail}")
     if not (has_band(a, metric) and has_band(b, metric)):
         return f"{name_a} {fa} vs {name_b} {fb}: one window, no spread recorded, so not ranked{tail}"
     if overlap(a, b, metric):
@@ -472,12 +478,12 @@ def ratio_sentence(rec, *, what: str = "throughput", digits: int = 2) -> str:
     v, lo, hi = band(rec, "ratio")
     a, b = rec.get("a"), rec.get("b")
     text = f"{a} ÷ {b} {what}: {v:.{digits}f}×" + (f" (pairs {lo:.{digits}f}–{hi:.{digits}f})" if lo != hi else "")
-    if lo <= 1.0 <= hi:
+    if _stable(rec) is False:
+        text += "; not ranked, because the pair ratios never settled"
+    elif lo <= 1.0 <= hi:
         text += f"; {a} and {b} are indistinguishable here"
     else:
         text += f"; {a if v > 1 else b} ahead"
-    if _stable(rec) is False:
-        text += " (the pair ratios never settled: read with care)"
     if rec.get("quick") is True:
         text += " (smoke run: these numbers are not results)"
     return text
@@ -495,7 +501,11 @@ def leader(named: dict, *, metric: str = "throughput_img_s", unit: str = "img/s"
     ties = [n for n, x in items[1:] if overlap(best, x, metric) or not (has_band(best, metric) and has_band(x, metric))]
     v, lo, hi = band(best, metric)
     head = f"{best_name} ({_fmt_band(v, lo, hi, unit, digits)})"
-    tail = _unsettled(*items)
+    tail = _smoke(*items)
+    unsettled = _unsettled_names(*items)
+    if unsettled:
+        top = "highest" if higher_is_better else "lowest"
+        return f"{head} measured {top} of {len(items)}, not ranked: {' and '.join(unsettled)} never settled{tail}"
     if ties:
         return f"{head} and {', '.join(ties)} are indistinguishable here at the top: their ranges overlap{tail}"
     word = "highest" if higher_is_better else "lowest"

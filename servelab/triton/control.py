@@ -93,10 +93,26 @@ def loaded_with(http_url: str, model: str, config: dict, timeout: float = 180.0)
     """`model` reloaded with `config` (a ModelConfig as dict) inside the block, and with the config it had
     before on exit. Triton keeps a load's config override until a load with another one, so a plain reload
     without a config would not undo it."""
-    original = config_dict(get_config(http_url, model))
-    try:
-        load_model(http_url, model, config, timeout=timeout)
+    with config_switch(http_url, model, [config], timeout=timeout) as use:
+        use(0)
         yield get_config(http_url, model)
+
+
+@contextlib.contextmanager
+def config_switch(http_url: str, model: str, configs: list[dict], timeout: float = 180.0):
+    """Yields `use(i)`, which loads `model` with `configs[i]` unless that one is already loaded: two
+    configurations of one model measured in alternating windows (servelab.bench.experiments.ab's `prepare`).
+    The config the model had before is loaded again on exit."""
+    original = config_dict(get_config(http_url, model))
+    current: list[int | None] = [None]
+
+    def use(i: int) -> None:
+        if current[0] != i:
+            load_model(http_url, model, configs[i], timeout=timeout)
+            current[0] = i
+
+    try:
+        yield use
     finally:
         load_model(http_url, model, original, timeout=timeout)
 

@@ -152,8 +152,12 @@ def test_sentences_never_rank_overlapping_figures():
     b = {"throughput_img_s": 20.5, "window_throughput_img_s": [20.2, 20.5, 20.9], "stable": True}
     c = {"throughput_img_s": 15.0, "throughput_min_img_s": 14.0, "throughput_max_img_s": 16.0, "stable": False}
     assert "indistinguishable here" in versus("A", a, "B", b)
-    assert versus("A", a, "C", c).startswith("A reached 20.0 img/s (19.0–21.0), above C's 15.0 img/s")
+    assert versus("A", a, "C", c).startswith("A 20.0 img/s (19.0–21.0) vs C 15.0 img/s (14.0–16.0): not ranked")
     assert "C never settled" in versus("A", a, "C", c)
+    assert versus("A", a, "E", dict(c, stable=True)).startswith("A reached 20.0 img/s (19.0–21.0), above E's 15.0")
+    unsettled_ratio = {"ratio": 1.5, "ratio_min": 1.4, "ratio_max": 1.6, "a": "grpc", "b": "http", "stable": False}
+    assert "ahead" not in ratio_sentence(unsettled_ratio) and "not ranked" in ratio_sentence(unsettled_ratio)
+    assert "ahead" in ratio_sentence(dict(unsettled_ratio, stable=True))
     assert "not ranked" in versus("A", a, "D", {"throughput_img_s": 5.0})
     lat = versus("A", {"latency_p50_ms": 50, "latency_p50_min_ms": 49, "latency_p50_max_ms": 52}, "B",
                  {"latency_p50_ms": 60, "latency_p50_min_ms": 58, "latency_p50_max_ms": 63}, metric="latency_p50_ms",
