@@ -215,6 +215,7 @@ def rate_sweep(run: Run, srv: Served, *, rates: tuple = (5, 10, 20, 40), payload
     for rate in rates:
         before = _safe(srv.snapshot)
         res = open_loop(srv.worker_factory(payload, 1), rate, duration_s=duration_s, warmup_s=warmup_s,
+                        max_duration_s=None if quick else 2 * duration_s,  # repeated until three windows agree
                         max_workers=max_workers, seed=seed, drop_after_s=drop_after_s, quick=quick, meters=meters,
                         desc=f"rate {rate}/s")
         after = _safe(srv.snapshot)

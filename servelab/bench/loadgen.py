@@ -510,6 +510,7 @@ def open_loop(
     rate_rps: float,
     *,
     duration_s: float = 5.0,
+    max_duration_s: float | None = None,
     warmup_s: float = 1.0,
     max_workers: int = 32,
     seed: int | None = 0,
@@ -524,6 +525,9 @@ def open_loop(
 ) -> LoadResult:
     """Poisson arrivals at `rate_rps` for `duration_s` after `warmup_s`, served by up to `max_workers` workers.
 
+    Windows of `window_s` are measured for `duration_s`, then repeated (the arrivals go on) until the throughput
+    of the last three agrees within `tolerance` or `max_duration_s` is reached; `stable` says which.
+
     Latency runs from the *scheduled* arrival, so a server that falls behind is charged for the wait (no
     coordinated omission). Starts later than `late_tolerance_s` count as late; arrivals that could not start
     within `drop_after_s` are dropped and counted; arrivals still waiting at the end are the backlog. When the
@@ -531,7 +535,10 @@ def open_loop(
     """
     from tqdm.auto import tqdm
 
-    arrivals = poisson_schedule(rate_rps, warmup_s + duration_s, seed)
+    n_windows = max(1, int(round(duration_s / window_s)))
+    window_len = duration_s / n_windows
+    max_windows = max(n_windows, int(round((max_duration_s or duration_s) / window_len)))
+    arrivals = poisson_schedule(rate_rps, warmup_s + max_windows * window_len, seed)
     made = [_split(factory(i)) for i in range(max_workers)]
     rec = Recorder(max_workers)
     stop = threading.Event()
@@ -570,20 +577,24 @@ def open_loop(
     t_base = time.perf_counter() + 0.05
     for t in threads:
         t.start()
-    m0, m1 = t_base + warmup_s, t_base + warmup_s + duration_s
+    m0 = t_base + warmup_s
     backlog_by_window: list[int] = []
-    n_windows = max(1, int(round(duration_s / window_s)))
-    bar = tqdm(total=n_windows, desc=desc, unit="win", disable=not progress, leave=False)
+    window_thr: list[float] = []
+    bar = tqdm(total=max_windows, desc=desc, unit="win", disable=not progress, leave=False)
     measured: dict = {}
     try:
         time.sleep(max(0.0, m0 - time.perf_counter()))
         _start(meters)
-        for k in range(n_windows):
-            w_end = m0 + (k + 1) * duration_s / n_windows
+        for k in range(max_windows):
+            w_end = m0 + (k + 1) * window_len
             time.sleep(max(0.0, w_end - time.perf_counter()))
             due = int(np.searchsorted(arrivals, w_end - t_base))
             backlog_by_window.append(max(0, due - started[0] - len(dropped_at)))
+            window_thr.append(_window_stats(rec.since(), w_end - window_len, w_end,
+                                            right_closed=False)["throughput_img_s"])
             bar.update(1)
+            if k + 1 >= n_windows and (k + 1 >= max_windows or is_stable(window_thr, tolerance, min(3, k + 1))):
+                break
         measured = _stop(meters)
     finally:
         with lock:
@@ -597,6 +608,9 @@ def open_loop(
             except Exception:
                 pass
     arr = rec.since()
+    n_windows = len(backlog_by_window) or 1
+    duration_s = n_windows * window_len
+    m1 = m0 + duration_s
     due_total = int(np.searchsorted(arrivals, m1 - t_base))
     backlog = max(0, due_total - started[0] - len(dropped_at))
     # throughput and latency: what completed inside the measured span (the server's real pace);

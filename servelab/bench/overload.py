@@ -181,6 +181,7 @@ def overload(run: Run | str | None = None, *, servers: tuple = SERVERS, engine: 
                 factory = counting(client_factory(make, blobs=jpegs), tally, lock)
                 before = _safe(srv.snapshot)
                 res = open_loop(factory, level * capacity, duration_s=duration_s, warmup_s=warmup_s,
+                                max_duration_s=None if quick else 2 * duration_s,  # until three windows agree
                                 max_workers=max(64, 4 * queue_limit), seed=seed + level, quick=quick,
                                 window_s=max(1.0, duration_s / 4),  # windows long enough to hold whole batches
                                 desc=f"{EXPERIMENT} {name} {level}x")

@@ -178,6 +178,20 @@ def test_open_loop_holds_a_holdable_rate(tiny_triton, tiny_factory):
 
 
 @pytest.mark.triton
+def test_open_loop_repeats_windows_until_they_agree_or_the_cap(tiny_triton, tiny_factory):
+    # a loose tolerance: the first three windows agree, so no more are measured
+    settled = open_loop(tiny_factory(), 40.0, duration_s=1.5, max_duration_s=6.0, window_s=0.5, warmup_s=0.3,
+                        max_workers=8, seed=1, tolerance=0.9)
+    assert settled.stable and settled.windows_used == 3 and settled.measured_s == pytest.approx(1.5)
+    # a tolerance nothing meets: windows go on to the cap, and the point says it never settled
+    capped = open_loop(tiny_factory(), 40.0, duration_s=1.0, max_duration_s=2.0, window_s=0.5, warmup_s=0.3,
+                       max_workers=8, seed=1, tolerance=0.0)
+    assert not capped.stable and capped.windows_used == 4 and capped.measured_s == pytest.approx(2.0)
+    assert capped.summary()["offered"] == (poisson_schedule(40.0, 2.3, seed=1) >= 0.3).sum()
+    assert len(capped.summary()["backlog_by_window"]) == 4
+
+
+@pytest.mark.triton
 def test_open_loop_reports_backlog_at_an_impossible_rate(tiny_triton, tiny_factory):
     # 4 workers, ≥ 20 ms per execution: at most ~200 req/s can complete; 2,000/s is offered
     rate = 2000.0
