@@ -433,6 +433,18 @@ def overlap(a, b, metric: str = "throughput_img_s") -> bool:
     return la <= hb and lb <= ha
 
 
+# Differences smaller than this fraction are not called real: a run's window bands measure the noise inside that
+# run, not between two runs on a shared machine, and a 2 % lead that one run resolves the next one reverses.
+MIN_EFFECT = 0.05
+TOO_CLOSE = f"within {100 * MIN_EFFECT:.0f} % of each other, too close to call on a shared machine"
+
+
+def close(a, b, metric: str = "throughput_img_s") -> bool:
+    """True when two figures differ by no more than MIN_EFFECT of the larger (then no sentence ranks them)."""
+    va, vb = band(a, metric)[0], band(b, metric)[0]
+    return abs(va - vb) <= MIN_EFFECT * max(abs(va), abs(vb))
+
+
 def _fmt_band(v: float, lo: float, hi: float, unit: str, digits: int) -> str:
     u = f" {unit}" if unit else ""
     if lo == hi:
@@ -455,7 +467,7 @@ def versus(name_a: str, a, name_b: str, b, *, metric: str = "throughput_img_s", 
     """One sentence comparing two figures of this run, e.g.
     "fastapi reached 21.0 img/s (19.5–22.1), above litserve's 15.2 img/s (14.8–15.9)" — or, when the
     bands overlap, "fastapi (21.0 img/s (19.5–22.1)) and litserve (20.2 img/s (18.8–21.0)) are
-    indistinguishable here: their ranges overlap". Bands: see `band`; a figure without a spread, or one whose
+    indistinguishable here: their ranges overlap"; figures within MIN_EFFECT of each other are not ranked either. Bands: see `band`; a figure without a spread, or one whose
     windows never settled, is not ranked (and the unsettled one is named)."""
     va, la, ha = band(a, metric)
     vb, lb, hb = band(b, metric)
@@ -469,6 +481,8 @@ def versus(name_a: str, a, name_b: str, b, *, metric: str = "throughput_img_s", 
         return f"{name_a} {fa} vs {name_b} {fb}: one window, no spread recorded, so not ranked{tail}"
     if overlap(a, b, metric):
         return f"{name_a} ({fa}) and {name_b} ({fb}) are indistinguishable here: their ranges overlap{tail}"
+    if close(a, b, metric):
+        return f"{name_a} ({fa}) and {name_b} ({fb}) are {TOO_CLOSE}{tail}"
     return f"{name_a} reached {fa}, {'above' if va > vb else 'below'} {name_b}'s {fb}{tail}"
 
 
@@ -482,6 +496,8 @@ def ratio_sentence(rec, *, what: str = "throughput", digits: int = 2) -> str:
         text += "; not ranked, because the pair ratios never settled"
     elif lo <= 1.0 <= hi:
         text += f"; {a} and {b} are indistinguishable here"
+    elif abs(v - 1.0) <= MIN_EFFECT:
+        text += f"; {a} and {b} are {TOO_CLOSE}"
     else:
         text += f"; {a if v > 1 else b} ahead"
     if rec.get("quick") is True:
@@ -498,7 +514,8 @@ def leader(named: dict, *, metric: str = "throughput_img_s", unit: str = "img/s"
         return "nothing measured"
     items.sort(key=lambda kv: band(kv[1], metric)[0], reverse=higher_is_better)
     best_name, best = items[0]
-    ties = [n for n, x in items[1:] if overlap(best, x, metric) or not (has_band(best, metric) and has_band(x, metric))]
+    ties = [n for n, x in items[1:] if overlap(best, x, metric) or close(best, x, metric)
+            or not (has_band(best, metric) and has_band(x, metric))]
     v, lo, hi = band(best, metric)
     head = f"{best_name} ({_fmt_band(v, lo, hi, unit, digits)})"
     tail = _smoke(*items)

@@ -7,7 +7,7 @@ from servelab.bench import experiments as ex
 from servelab.bench.goals import goal_record, scaling_efficiency, service_goals, triton_goals
 from servelab.bench.loadgen import LoadOpts
 from servelab.bench.records import Run
-from servelab.bench.report import cost_table, goals_table, ratio_sentence, versus
+from servelab.bench.report import cost_table, goals_table, leader, ratio_sentence, versus
 from servelab.bench.servers import served
 
 SMOKE = LoadOpts.smoke()
@@ -155,6 +155,11 @@ def test_sentences_never_rank_overlapping_figures():
     assert versus("A", a, "C", c).startswith("A 20.0 img/s (19.0–21.0) vs C 15.0 img/s (14.0–16.0): not ranked")
     assert "C never settled" in versus("A", a, "C", c)
     assert versus("A", a, "E", dict(c, stable=True)).startswith("A reached 20.0 img/s (19.0–21.0), above E's 15.0")
+    near = {"throughput_img_s": 20.9, "throughput_min_img_s": 20.6, "throughput_max_img_s": 21.2, "stable": True}
+    assert "indistinguishable here at the top" in leader({"A": dict(a, throughput_max_img_s=20.1), "N": near})
+    assert "too close to call" in versus("A", dict(a, throughput_max_img_s=20.1), "N", near)
+    assert "too close to call" in ratio_sentence({"ratio": 0.98, "ratio_min": 0.97, "ratio_max": 0.99, "a": "grpc",
+                                                  "b": "http"})
     unsettled_ratio = {"ratio": 1.5, "ratio_min": 1.4, "ratio_max": 1.6, "a": "grpc", "b": "http", "stable": False}
     assert "ahead" not in ratio_sentence(unsettled_ratio) and "not ranked" in ratio_sentence(unsettled_ratio)
     assert "ahead" in ratio_sentence(dict(unsettled_ratio, stable=True))
