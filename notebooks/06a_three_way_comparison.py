@@ -66,7 +66,8 @@ triton_repository = "../models"  # the running Triton's model repository (`serve
 concurrency_levels = [1, 8]
 extra_servers = True     # start LitServe for the comparison
 # how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
-load = {"min_requests": 20, "min_p50s": 10.0, "max_windows": 6, "tolerance": 0.1, "quick": False}
+load = {"min_requests": 20, "min_p50s": 10.0, "min_window_s": 4.0, "max_windows": 6, "tolerance": 0.1,
+        "quick": False}
 
 # %%
 from servelab.lab.places import place_defaults

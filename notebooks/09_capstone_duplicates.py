@@ -99,8 +99,8 @@ if len(served):
     tied = [r for r in rows if overlap(r, rows[0]) or close(r, rows[0])]
     best = min(tied, key=lambda r: ((r["payload"] or "jpeg") != "jpeg", simplest.index(r["server"])))
     backend, payload = best["server"], best["payload"] or "jpeg"
-    why = (f"{backend} ({payload} payload) reached {best['throughput_img_s']:.1f} img/s in `{best['experiment']}` "
-           f"at concurrency {int(best['concurrency'])}; {len(tied)} of the {len(rows)} served measurements could "
+    why = (f"{backend} ({payload} payload) reached {best['throughput_img_s']:.1f} img/s at concurrency "
+           f"{int(best['concurrency'])} (the table above names the measurement); {len(tied)} of the {len(rows)} served measurements could "
            "not be told apart from the fastest, and among those JPEG requests and then the simplest stack win")
     options = {"model": triton_model, "jpeg_model": triton_jpeg_model} if backend.startswith("triton") else {}
     client = InferenceClient(mode="remote", backend=backend, url=urls[backend], payload=payload, **options)

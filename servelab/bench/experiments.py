@@ -75,27 +75,28 @@ def measure(run: Run, experiment: str, srv: Served, *, payload: str | None = Non
 def ab(run: Run, experiment: str, a: Served, b: Served, *, label_a: str, label_b: str, payload_a: str | None = None,
        payload_b: str | None = None, batch_a: int = 1, batch_b: int = 1, concurrency_a: int = 1,
        concurrency_b: int | None = None, opts: LoadOpts | None = None, params: dict | None = None,
-       meters=(), prepare: Callable[[int], None] | None = None) -> list[dict]:
+       meters=(), prepare: Callable[[int], bool | None] | None = None) -> list[dict]:
     """Interleaved A/B: windows of A and B alternate in one sequence; writes A's and B's records and an `ab`
     record (kind "ab": A ÷ B throughput, with the min–max of the per-pair ratios and whether they settled).
 
     Each side's server counters are read around each of its windows (while both sides are idle) and summed,
     so a server shared by A and B (same server, other payload or protocol) still gets per-side figures.
     `prepare(side)` (0 = A, 1 = B) runs before each of that side's windows while nothing is in flight: the
-    place to switch one server between two configurations (e.g. batching on and off) so they interleave too.
+    place to switch one server between two configurations (e.g. batching on and off) so they interleave too;
+    when it returns True (it changed something), the side warms up again before its window.
     """
     opts = opts or LoadOpts()
     pa, pb = payload_a or a.payload, payload_b or b.payload
     cb = concurrency_b or concurrency_a
     handles, snaps, deltas = (a, b), [None, None], ([], [])
 
-    def on_window(k: int, phase: str) -> None:
-        if prepare and phase in ("warm-up", "start"):
-            prepare(k)
+    def on_window(k: int, phase: str) -> bool:
+        changed = bool(prepare(k)) if prepare and phase in ("warm-up", "start") else False
         if phase == "start":
             snaps[k] = _safe(handles[k].snapshot)
         elif phase == "end":
             deltas[k].append(handles[k].delta(snaps[k], _safe(handles[k].snapshot)))
+        return changed
 
     res = interleaved(a.worker_factory(pa, batch_a), b.worker_factory(pb, batch_b), concurrency_a, opts,
                       concurrency_b=cb, meters=meters, on_window=on_window, desc=f"{experiment} {label_a} / {label_b}")

@@ -436,6 +436,8 @@ def interleaved(factory_a: Callable[[int], object], factory_b: Callable[[int], o
     over B's across the reported pairs; ratio_min / ratio_max are the extremes of the per-pair ratios.
     `on_window(side, "warm-up" | "start" | "end")` (side 0 = A, 1 = B) is called while both sides are idle, before
     a side's warm-up, before each of its windows and after it: the place to read a server's counters per side.
+    When the "start" call returns True (it reconfigured the server, e.g. reloaded a model), that side warms up
+    in full again before its window instead of only refilling the queue.
     """
     opts = opts or LoadOpts()
     pools = (_Pool(factory_a, concurrency, "load-a"), _Pool(factory_b, concurrency_b or concurrency, "load-b"))
@@ -459,10 +461,12 @@ def interleaved(factory_a: Callable[[int], object], factory_b: Callable[[int], o
         for n in range(opts.max_windows):
             order = (0, 1) if n % 2 == 0 else (1, 0)
             for k in order:
-                if on_window:
-                    on_window(k, "start")
+                changed = on_window(k, "start") if on_window else None
                 pools[k].resume()
-                _rewarm(pools[k], opts)
+                if changed:  # the server was reconfigured for this side: warm up again until the queue is steady
+                    p50[k] = _warm_up(pools[k], opts) or p50[k]
+                else:
+                    _rewarm(pools[k], opts)
                 wins[k].append(_one_window(pools[k], opts, p50[k], since[k]))
                 pools[k].pause()
                 if on_window:

@@ -467,8 +467,8 @@ def versus(name_a: str, a, name_b: str, b, *, metric: str = "throughput_img_s", 
     """One sentence comparing two figures of this run, e.g.
     "fastapi reached 21.0 img/s (19.5–22.1), above litserve's 15.2 img/s (14.8–15.9)" — or, when the
     bands overlap, "fastapi (21.0 img/s (19.5–22.1)) and litserve (20.2 img/s (18.8–21.0)) are
-    indistinguishable here: their ranges overlap"; figures within MIN_EFFECT of each other are not ranked either. Bands: see `band`; a figure without a spread, or one whose
-    windows never settled, is not ranked (and the unsettled one is named)."""
+    indistinguishable here: their ranges overlap". Bands: see `band`. Not ranked either: figures within
+    MIN_EFFECT of each other, a figure without a spread, one whose windows never settled (named)."""
     va, la, ha = band(a, metric)
     vb, lb, hb = band(b, metric)
     fa, fb = _fmt_band(va, la, ha, unit, digits), _fmt_band(vb, lb, hb, unit, digits)
@@ -524,6 +524,7 @@ def leader(named: dict, *, metric: str = "throughput_img_s", unit: str = "img/s"
         top = "highest" if higher_is_better else "lowest"
         return f"{head} measured {top} of {len(items)}, not ranked: {' and '.join(unsettled)} never settled{tail}"
     if ties:
-        return f"{head} and {', '.join(ties)} are indistinguishable here at the top: their ranges overlap{tail}"
+        return (f"{head} and {', '.join(ties)} are indistinguishable here at the top: their ranges overlap or lie "
+                f"within {100 * MIN_EFFECT:.0f} %{tail}")
     word = "highest" if higher_is_better else "lowest"
     return f"{head} was {word}, clear of {', '.join(n for n, _ in items[1:]) or 'nothing else'}{tail}"

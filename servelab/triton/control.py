@@ -100,16 +100,18 @@ def loaded_with(http_url: str, model: str, config: dict, timeout: float = 180.0)
 
 @contextlib.contextmanager
 def config_switch(http_url: str, model: str, configs: list[dict], timeout: float = 180.0):
-    """Yields `use(i)`, which loads `model` with `configs[i]` unless that one is already loaded: two
-    configurations of one model measured in alternating windows (servelab.bench.experiments.ab's `prepare`).
-    The config the model had before is loaded again on exit."""
+    """Yields `use(i)`, which loads `model` with `configs[i]` unless that one is already loaded (and returns
+    whether it loaded): two configurations of one model measured in alternating windows
+    (servelab.bench.experiments.ab's `prepare`). The config the model had before is loaded again on exit."""
     original = config_dict(get_config(http_url, model))
     current: list[int | None] = [None]
 
-    def use(i: int) -> None:
-        if current[0] != i:
-            load_model(http_url, model, configs[i], timeout=timeout)
-            current[0] = i
+    def use(i: int) -> bool:
+        if current[0] == i:
+            return False
+        load_model(http_url, model, configs[i], timeout=timeout)
+        current[0] = i
+        return True
 
     try:
         yield use

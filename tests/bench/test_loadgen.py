@@ -108,6 +108,36 @@ def test_interleaved_ab_cancels_a_drift_that_a_sequential_comparison_does_not():
     assert seq_a.throughput_img_s / seq_b.throughput_img_s > 2.4  # drift shows up as a wrong ratio
 
 
+def test_a_side_reconfigured_before_its_window_warms_up_again():
+    # side A's "server" is reconfigured before each of its windows and answers its next 5 requests slowly (a
+    # reloaded model's first runs); when on_window says so, those fall in a warm-up, not in A's window
+    cold = [0]
+
+    def slow_after_reload(i):
+        def work():
+            time.sleep(0.05 if cold[0] > 0 else 0.01)
+            cold[0] = max(0, cold[0] - 1)
+            return 1
+        return work
+
+    def fast(i):
+        def work():
+            time.sleep(0.01)
+            return 1
+        return work
+
+    def on_window(side: int, phase: str) -> bool:
+        if side == 0 and phase == "start":
+            cold[0] = 5
+            return True
+        return False
+
+    opts = LoadOpts(min_requests=20, min_p50s=1, max_windows=3, tolerance=0.9, max_warmup_s=5)
+    ab = interleaved(slow_after_reload, fast, 1, opts, on_window=on_window)
+    # five 50 ms answers inside a 20-request window of 10 ms ones would pull A to about 0.5 of B
+    assert ab.ratio_min > 0.75
+
+
 def test_recorder_counts_without_building_arrays():
     rec = Recorder(2)
     marks = rec.marks()
