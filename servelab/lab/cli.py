@@ -15,7 +15,7 @@ def _say(text: str) -> None:
 
 @app.command()
 def run(
-    profile: str = typer.Option("default", help="smoke (seconds per notebook) | default (~20 min on 2 cores) | full"),
+    profile: str = typer.Option("default", help="smoke (seconds per notebook) | default (~35 min on 2 cores) | full"),
     only: list[str] | None = typer.Option(None, "--only", help="notebook id(s) to run: --only 04, --only 04,05a (repeatable)"),
     param: list[str] | None = typer.Option(None, "--param", "-p", help="key=value for the notebooks' parameters cell (repeatable)"),
     place: str = typer.Option("local", help="where the servers run: local (embedded stack on loopback) | node (a GPU node running the docker-compose stacks)"),
