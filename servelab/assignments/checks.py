@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from servelab.assignments.result import CheckResult, NotRunHere, reject, run_check
+from servelab.bench.report import MIN_EFFECT
 
 __all__ = [
     "outcome", "live_config", "p99_budget", "triton_client_call", "python_backend_execute", "fastapi_route",
@@ -863,8 +864,9 @@ def p99_budget(answer, *, trials, budget_ms: float, exercise: str, step=None, st
         band = measured_bands(rows, key="config")
         me = band.loc[int(chosen)]
 
-        def clearly_above(other) -> bool:  # only a measured spread can separate two figures
-            return other["lo"] > me["hi"] and other["lo"] < other["hi"] and me["lo"] < me["hi"]
+        def clearly_above(other) -> bool:  # only a measured spread, and more than MIN_EFFECT, separates two figures
+            return (other["lo"] > me["hi"] and other["lo"] < other["hi"] and me["lo"] < me["hi"]
+                    and other["value"] > (1 + MIN_EFFECT) * me["value"])
 
         better = [k for k in ok if k != int(chosen) and clearly_above(band.loc[k])]
         if better:
