@@ -612,9 +612,10 @@ def open_loop(
             except Exception:
                 pass
     arr = rec.since()
-    n_windows = len(backlog_by_window) or 1
-    duration_s = n_windows * window_len
-    m1 = m0 + duration_s
+    # the span actually measured: duration_s, or more windows when they had not agreed yet
+    measured_windows = len(backlog_by_window) or 1
+    measured_s = measured_windows * window_len
+    m1 = m0 + measured_s
     due_total = int(np.searchsorted(arrivals, m1 - t_base))
     backlog = max(0, due_total - started[0] - len(dropped_at))
     # throughput and latency: what completed inside the measured span (the server's real pace);
@@ -622,15 +623,15 @@ def open_loop(
     sel = arr[(arr[:, 1] >= m0) & (arr[:, 1] < m1)] if arr.size else arr
     done = arr[(arr[:, 2] >= m0) & (arr[:, 2] < m1)] if arr.size else arr
     ok = done[done[:, 4] > 0] if done.size else done
-    offered = int(((arrivals >= warmup_s) & (arrivals < warmup_s + duration_s)).sum())
-    edges = np.linspace(m0, m1, n_windows + 1)
+    offered = int(((arrivals >= warmup_s) & (arrivals < warmup_s + measured_s)).sum())
+    edges = np.linspace(m0, m1, measured_windows + 1)
     windows = [_window_stats(arr, a, b, right_closed=False) for a, b in zip(edges[:-1], edges[1:], strict=False)]
     thr = [w["throughput_img_s"] for w in windows]
     return LoadResult(
         mode="open", concurrency=None, rate_rps=rate_rps,
         latencies_s=ok[:, 2] - ok[:, 0] if ok.size else np.zeros(0), images=int(ok[:, 3].sum()) if ok.size else 0,
         requests=len(ok), errors=int((done[:, 4] == 0).sum()) if done.size else 0,
-        measured_s=duration_s, windows=[{k: v for k, v in w.items() if k not in ("t0", "t1")} for w in windows],
+        measured_s=measured_s, windows=[{k: v for k, v in w.items() if k not in ("t0", "t1")} for w in windows],
         windows_used=len(windows), stable=is_stable(thr, tolerance, min(3, len(thr))) if thr else False,
         sent_total=len(arr), ok_total=int(arr[:, 4].sum()) if arr.size else 0,
         images_total=int(arr[:, 3].sum()) if arr.size else 0, error_examples=list(rec.errors),
