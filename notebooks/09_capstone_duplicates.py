@@ -90,13 +90,13 @@ candidates = step.table(served[["experiment", "server", "payload", "batch", "con
 # %%
 urls = {"fastapi": service_url, "triton-http": triton_http_url, "triton-grpc": triton_grpc_url}
 if len(served):
-    from servelab.bench.report import close, overlap
+    from servelab.bench.report import apart
 
-    # measurements this run cannot tell apart from the fastest (ranges overlap, or within 5 %) are a tie; a tie
+    # measurements this run cannot tell apart from the fastest (ranges overlap, or within 10 %) are a tie; a tie
     # goes to JPEG requests (the finder holds files) and then to the simplest stack
     simplest = ["fastapi", "triton-http", "triton-grpc"]
     rows = served.to_dict("records")
-    tied = [r for r in rows if overlap(r, rows[0]) or close(r, rows[0])]
+    tied = [r for r in rows if r is rows[0] or not apart(r, rows[0])]
     best = min(tied, key=lambda r: ((r["payload"] or "jpeg") != "jpeg", simplest.index(r["server"])))
     backend, payload = best["server"], best["payload"] or "jpeg"
     why = (f"{backend} ({payload} payload) reached {best['throughput_img_s']:.1f} img/s at concurrency "

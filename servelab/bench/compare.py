@@ -3,8 +3,11 @@
 Points are matched by what was measured (experiment, server, engine, protocol, payload, batch, concurrency, rate,
 link, Triton instances / queue delay, A/B side; the k-th repeat of a point in A with the k-th in B). For each metric the
 two runs have (throughput, p50 latency, an interleaved A/B ratio) the difference is *within noise* when the two
-runs' window ranges overlap, or when it is no larger than the larger recorded window spread (at least
-`min_noise`). A point is within noise when all its metrics are. Headlines (see servelab.bench.headlines) must
+runs' window ranges overlap, or when it is no larger than the noise: the larger recorded window spread (at least
+`min_noise`) and, for a throughput or latency (measured minutes apart, unlike a ratio, whose sides interleave),
+the machine's own drift across the two runs — how far the drift probe's measurements (servelab.bench.drift,
+taken before every notebook of a lab run) differed from each other, 9 pairs in 10. Runs without probes are
+judged on window spreads alone. A point is within noise when all its metrics are. Headlines (see servelab.bench.headlines) must
 make the same claims. A run reproduces another when at least `min_fraction` of the points are within noise and
 every headline is the same.
 """
@@ -15,6 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from servelab.bench.drift import drift, probe_values
 from servelab.bench.headlines import compare_headlines, load_headlines
 from servelab.bench.records import load_records, resolve_run_dir
 
@@ -37,6 +41,8 @@ class Comparison:
     only_a: int
     only_b: int
     min_fraction: float
+    machine_drift: float | None = None  # the drift probes' pairwise difference (9 in 10), both runs together
+    probes: tuple[int, int] = (0, 0)     # probe measurements in A and in B
 
     @property
     def within_noise(self) -> int:
@@ -58,7 +64,12 @@ class Comparison:
     def summary(self) -> str:
         f = self.fraction_within_noise
         same = sum(h["verdict"] == "same" for h in self.headlines)
-        return (f"{self.within_noise} of {len(self.points)} points within noise "
+        drift_note = ("no drift probe in " + ("either run" if not any(self.probes) else "one run")
+                      + ": absolute figures judged on window spreads alone; "
+                      if self.machine_drift is None else
+                      f"the machine alone drifted by up to {100 * self.machine_drift:.0f} % (drift probe, "
+                      f"{self.probes[0]} + {self.probes[1]} measurements; absolute figures are judged within that); ")
+        return (drift_note + f"{self.within_noise} of {len(self.points)} points within noise "
                 f"({'n/a' if f is None else f'{100 * f:.0f} %'}; {self.only_a} only in A, {self.only_b} only in B); "
                 f"{same} of {len(self.headlines)} headlines the same; "
                 + ("reproduced" if self.reproduced else
@@ -88,14 +99,16 @@ def _band(r: dict, fields: tuple, windows: str | None) -> tuple[float, float] | 
     return (float(lo), float(hi)) if lo is not None and hi is not None else None
 
 
-def _metric(ra: dict, rb: dict, name: str, fields: tuple, windows: str | None, min_noise: float) -> dict | None:
+def _metric(ra: dict, rb: dict, name: str, fields: tuple, windows: str | None, min_noise: float,
+            machine_drift: float | None = None) -> dict | None:
     va, vb = ra.get(name), rb.get(name)
     if va is None or vb is None or va == 0:
         return None
     ba, bb = _band(ra, fields, windows), _band(rb, fields, windows)
     # each run's relative window range for this metric; the record's throughput spread where none was kept
     spreads = [(b[1] - b[0]) / abs(v) if b else r.get("spread") for r, b, v in ((ra, ba, va), (rb, bb, vb))]
-    spread = max([s for s in spreads if s is not None] + [min_noise])
+    floor = [min_noise] + ([machine_drift] if machine_drift is not None and name != "ratio" else [])
+    spread = max([s for s in spreads if s is not None] + floor)
     rel = (vb - va) / abs(va)
     overlap = ba is not None and bb is not None and ba[0] <= bb[1] and bb[0] <= ba[1]
     return {"A": va, "B": vb, "delta_pct": round(100 * rel, 2), "noise_pct": round(100 * spread, 2),
@@ -114,13 +127,15 @@ def compare(run_a, run_b, min_noise: float = 0.02, min_fraction: float = 0.9) ->
                 g[point_key(r)].append(r)
         grouped.append(g)
     ga, gb = grouped
+    probes = [probe_values(rs) for rs in recs]
+    machine_drift = drift(probes[0] + probes[1]) if probes[0] and probes[1] else None
     points, only_a, only_b = [], 0, 0
     for key in list(ga) + [k for k in gb if k not in ga]:
         la, lb = ga.get(key, []), gb.get(key, [])
         only_a += max(0, len(la) - len(lb))
         only_b += max(0, len(lb) - len(la))
         for ra, rb in zip(la, lb, strict=False):
-            metrics = {m: _metric(ra, rb, m, f, w, min_noise) for m, f, w in METRICS}
+            metrics = {m: _metric(ra, rb, m, f, w, min_noise, machine_drift) for m, f, w in METRICS}
             metrics = {m: v for m, v in metrics.items() if v}
             if not metrics:
                 continue
@@ -134,4 +149,5 @@ def compare(run_a, run_b, min_noise: float = 0.02, min_fraction: float = 0.9) ->
                 if not v["within_noise"])
             points.append(row)
     return Comparison(points=points, headlines=compare_headlines(*heads), only_a=only_a, only_b=only_b,
-                      min_fraction=min_fraction)
+                      min_fraction=min_fraction, machine_drift=machine_drift,
+                      probes=(len(probes[0]), len(probes[1])))

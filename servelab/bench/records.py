@@ -18,7 +18,7 @@ from servelab.fileio import atomic_write
 from servelab.fingerprint import environment_fingerprint, nvml
 
 SCHEMA_VERSION = 2  # 2: the server kind is `server` (was `target`), its counters `server_stats` (were `server`)
-KINDS = ("load", "raw", "ab", "serialisation", "cold-start", "profile", "unavailable", "derived")
+KINDS = ("load", "raw", "ab", "serialisation", "cold-start", "profile", "unavailable", "derived", "probe")
 
 _num = {"type": ["number", "null"]}
 _int = {"type": ["integer", "null"], "minimum": 0}

@@ -433,16 +433,29 @@ def overlap(a, b, metric: str = "throughput_img_s") -> bool:
     return la <= hb and lb <= ha
 
 
-# Differences smaller than this fraction are not called real: a run's window bands measure the noise inside that
-# run, not between two runs on a shared machine, and a 2 % lead that one run resolves the next one reverses.
+# Differences smaller than these fractions are not called real: a run's window bands measure the noise inside that
+# run, not between moments minutes apart on a shared machine, and a small lead one run resolves the next reverses.
+# An interleaved ratio (its sides alternate window by window) cancels the machine's drift: 5 %. Two figures measured
+# at different times do not: two default lab runs on one 2-core VM moved the same point by a median 8 %, and a
+# drift probe measured before every notebook moved by about as much within one run, so such figures get 10 %.
 MIN_EFFECT = 0.05
+MIN_EFFECT_APART = 0.10
 TOO_CLOSE = f"within {100 * MIN_EFFECT:.0f} % of each other, too close to call on a shared machine"
+TOO_CLOSE_APART = (f"within {100 * MIN_EFFECT_APART:.0f} % of each other, too close to call for figures measured at "
+                   "different times on a shared machine")
 
 
-def close(a, b, metric: str = "throughput_img_s") -> bool:
-    """True when two figures differ by no more than MIN_EFFECT of the larger (then no sentence ranks them)."""
+def close(a, b, metric: str = "throughput_img_s", margin: float = MIN_EFFECT_APART) -> bool:
+    """True when two figures differ by no more than `margin` of the larger (then no sentence ranks them)."""
     va, vb = band(a, metric)[0], band(b, metric)[0]
-    return abs(va - vb) <= MIN_EFFECT * max(abs(va), abs(vb))
+    return abs(va - vb) <= margin * max(abs(va), abs(vb))
+
+
+def apart(a, b, metric: str = "throughput_img_s") -> bool:
+    """Two figures a sentence may rank: both carry a spread, their bands do not overlap, and they differ by more
+    than MIN_EFFECT_APART. Every window of the one then lies beyond every window of the other, so a figure whose
+    windows never settled is ranked too: wherever it would have settled, it stays on its side."""
+    return has_band(a, metric) and has_band(b, metric) and not overlap(a, b, metric) and not close(a, b, metric)
 
 
 def _fmt_band(v: float, lo: float, hi: float, unit: str, digits: int) -> str:
@@ -467,12 +480,15 @@ def versus(name_a: str, a, name_b: str, b, *, metric: str = "throughput_img_s", 
     """One sentence comparing two figures of this run, e.g.
     "fastapi reached 21.0 img/s (19.5–22.1), above litserve's 15.2 img/s (14.8–15.9)" — or, when the
     bands overlap, "fastapi (21.0 img/s (19.5–22.1)) and litserve (20.2 img/s (18.8–21.0)) are
-    indistinguishable here: their ranges overlap". Bands: see `band`. Not ranked either: figures within
-    MIN_EFFECT of each other, a figure without a spread, one whose windows never settled (named)."""
+    indistinguishable here: their ranges overlap". Bands: see `band`. Ranked only when `apart`; otherwise the
+    sentence says why not: a figure without a spread, a figure whose windows never settled (named), overlapping
+    ranges, or figures within MIN_EFFECT_APART of each other."""
     va, la, ha = band(a, metric)
     vb, lb, hb = band(b, metric)
     fa, fb = _fmt_band(va, la, ha, unit, digits), _fmt_band(vb, lb, hb, unit, digits)
     tail = _smoke((name_a, a), (name_b, b))
+    if apart(a, b, metric):
+        return f"{name_a} reached {fa}, {'above' if va > vb else 'below'} {name_b}'s {fb}{tail}"
     unsettled = _unsettled_names((name_a, a), (name_b, b))
     if unsettled:
         return (f"{name_a} {fa} vs {name_b} {fb}: not ranked, because {' and '.join(unsettled)} never settled "
@@ -481,9 +497,7 @@ def versus(name_a: str, a, name_b: str, b, *, metric: str = "throughput_img_s", 
         return f"{name_a} {fa} vs {name_b} {fb}: one window, no spread recorded, so not ranked{tail}"
     if overlap(a, b, metric):
         return f"{name_a} ({fa}) and {name_b} ({fb}) are indistinguishable here: their ranges overlap{tail}"
-    if close(a, b, metric):
-        return f"{name_a} ({fa}) and {name_b} ({fb}) are {TOO_CLOSE}{tail}"
-    return f"{name_a} reached {fa}, {'above' if va > vb else 'below'} {name_b}'s {fb}{tail}"
+    return f"{name_a} ({fa}) and {name_b} ({fb}) are {TOO_CLOSE_APART}{tail}"
 
 
 def ratio_sentence(rec, *, what: str = "throughput", digits: int = 2) -> str:
@@ -507,24 +521,23 @@ def ratio_sentence(rec, *, what: str = "throughput", digits: int = 2) -> str:
 
 def leader(named: dict, *, metric: str = "throughput_img_s", unit: str = "img/s", higher_is_better: bool = True,
            digits: int = 1) -> str:
-    """Who led among several figures ({name: record or row}): the best one is named only when its band clears
-    every other band; otherwise the ones it cannot be told apart from are named with it."""
+    """Who led among several figures ({name: record or row}): the best one is named only when it is `apart`
+    from every other (its band clears theirs by more than MIN_EFFECT_APART); otherwise the ones it cannot be
+    told apart from are named with it."""
     items = [(n, x) for n, x in named.items() if x is not None]
     if not items:
         return "nothing measured"
     items.sort(key=lambda kv: band(kv[1], metric)[0], reverse=higher_is_better)
     best_name, best = items[0]
-    ties = [n for n, x in items[1:] if overlap(best, x, metric) or close(best, x, metric)
-            or not (has_band(best, metric) and has_band(x, metric))]
+    ties = [(n, x) for n, x in items[1:] if not apart(best, x, metric)]
     v, lo, hi = band(best, metric)
     head = f"{best_name} ({_fmt_band(v, lo, hi, unit, digits)})"
     tail = _smoke(*items)
-    unsettled = _unsettled_names(*items)
-    if unsettled:
-        top = "highest" if higher_is_better else "lowest"
-        return f"{head} measured {top} of {len(items)}, not ranked: {' and '.join(unsettled)} never settled{tail}"
-    if ties:
-        return (f"{head} and {', '.join(ties)} are indistinguishable here at the top: their ranges overlap or lie "
-                f"within {100 * MIN_EFFECT:.0f} %{tail}")
     word = "highest" if higher_is_better else "lowest"
-    return f"{head} was {word}, clear of {', '.join(n for n, _ in items[1:]) or 'nothing else'}{tail}"
+    if not ties:
+        return f"{head} was {word}, clear of {', '.join(n for n, _ in items[1:]) or 'nothing else'}{tail}"
+    unsettled = _unsettled_names((best_name, best), *ties)
+    if unsettled:
+        return f"{head} measured {word} of {len(items)}, not ranked: {' and '.join(unsettled)} never settled{tail}"
+    return (f"{head} and {', '.join(n for n, _ in ties)} are indistinguishable here at the top: their ranges overlap "
+            f"or lie within {100 * MIN_EFFECT_APART:.0f} %{tail}")

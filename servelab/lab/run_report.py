@@ -85,6 +85,11 @@ def _conditions(out_dir: Path) -> list[str]:
     lines = ["", "## How the client reached the servers", ""]
     lines += [f"- link `{name}`: {', '.join(sorted(how))}" for name, how in sorted(links.items())]
     lines.append(f"- CPU pinning: {'; '.join(pinning) if pinning else 'not recorded'}")
+    from servelab.bench.drift import describe, probe_values
+
+    probes = probe_values(records)
+    if probes:  # figures measured minutes apart differ by at least this much on this machine
+        lines.append(f"- the machine's own speed, {describe(probes)}")
     for key, what in (("loadgen_cpu_pct", "load generator threads"), ("client_process_cpu_pct", "client process"),
                       ("server_cpu_pct", "server process")):
         vals = [r[key] for r in points if isinstance(r.get(key), (int, float))]

@@ -155,8 +155,10 @@ def execute(p: RunPlan, ports: str = "auto", say: Callable[[str], None] = print,
             state["cpu_pinning"] = pinning
             values = {**p.values, **stack_params, **p.overrides}
             state["endpoints"] = {k: v for k, v in values.items() if k in URL_KEYS}
+            probe = _drift_probe(p, say)
             for i, path in enumerate(p.notebooks, 1):
                 entry = entries[path.stem]
+                probe(path.stem)
                 ipynb = nbs.ipynb_for(path)
                 output = out_dir / "notebooks" / ipynb.name
                 injected = lab_params.for_notebook(p.declared[path.stem], values)
@@ -179,6 +181,7 @@ def execute(p: RunPlan, ports: str = "auto", say: Callable[[str], None] = print,
                 entry.pop("cell", None)
                 save()
                 say(f"[{i}/{len(p.notebooks)}] {path.stem} ok ({entry['seconds']:.1f} s)")
+            probe("end")
     except Exception as exc:  # the stack did not start (or stop): say so in the report, then fail with it
         stopped = f"run stopped: {(str(exc).splitlines() or [type(exc).__name__])[0][:200]}"
         raise
@@ -193,6 +196,30 @@ def execute(p: RunPlan, ports: str = "auto", say: Callable[[str], None] = print,
     if failed:
         raise failed
     return state
+
+
+def _drift_probe(p: RunPlan, say: Callable[[str], None]) -> Callable[[str], None]:
+    """A profile that produces results measures the machine's own speed (servelab.bench.drift) before each
+    notebook and at the end, so figures measured at different moments can be judged against how far the machine
+    alone moved. Smoke runs and runs against a node (whose speed this machine cannot see) skip it."""
+    load = p.values.get("load") or {}
+    if p.place != "local" or load.get("quick", True):
+        return lambda before: None
+    from servelab.bench.drift import DriftProbe
+    from servelab.bench.records import Run
+
+    try:
+        ref = DriftProbe()
+    except Exception as exc:  # the run goes on; compare then says the drift is unknown
+        say(f"warning: no drift probe ({type(exc).__name__}: {exc})")
+        return lambda before: None
+
+    def probe(before: str) -> None:
+        run = Run(p.run_id, root=p.out_dir.parent)  # re-read each time: the notebooks appended records since
+        rec = ref.record(run, before)
+        say(f"  drift probe ({rec['note']}): {rec['throughput_img_s']:.1f} img/s")
+
+    return probe
 
 
 PROBES = {"service_url": "/healthz", "triton_http_url": "/v2/health/ready"}

@@ -74,3 +74,35 @@ def test_interleaved_ratio_records_compare_by_their_pair_range(tmp_path):
     far = compare(tmp_path / "A", tmp_path / "C").points[0]
     assert not far["within_noise"] and far["ratio Δ%"] == -23.08
 
+
+
+def _probed_run(root, name, probes, windows, ratio):
+    run = Run(run_id=name, root=root, weights="w")
+    for i, thr in enumerate(probes):
+        run.record("drift-probe", kind="probe", server="in-process", engine="onnx", batch=1, concurrency=1,
+                   throughput_img_s=thr, params={"before": f"nb{i}"})
+    thr = sum(windows) / len(windows)
+    run.record("06a", kind="load", server="fastapi", engine="onnx", protocol="http", payload="jpeg", batch=1,
+               concurrency=8, throughput_img_s=thr, window_throughput_img_s=windows)
+    run.record("06a-ab", kind="ab", server="a / b", ratio=ratio[0], ratio_min=ratio[1], ratio_max=ratio[2])
+    return run
+
+
+def test_machine_drift_from_the_probes_widens_absolute_figures_only(tmp_path):
+    # the point moved 10 % with 2 % window bands; the ratio moved 12 % with 2 % pair bands
+    _probed_run(tmp_path, "A", [], [20.0, 20.2, 20.4], (1.00, 0.99, 1.01))
+    _probed_run(tmp_path, "B", [], [18.0, 18.2, 18.3], (1.12, 1.11, 1.13))
+    bare = compare(tmp_path / "A", tmp_path / "B")
+    assert bare.machine_drift is None and bare.within_noise == 0
+    assert "no drift probe in either run" in bare.summary()
+    # the same two runs, each with drift probes that moved up to ~12 % between measurements
+    _probed_run(tmp_path, "C", [15.0, 14.1, 15.2, 13.6], [20.0, 20.2, 20.4], (1.00, 0.99, 1.01))
+    _probed_run(tmp_path, "D", [13.2, 14.9, 15.1, 13.9], [18.0, 18.2, 18.3], (1.12, 1.11, 1.13))
+    c = compare(tmp_path / "C", tmp_path / "D")
+    assert 0.11 < c.machine_drift < 0.13 and c.probes == (4, 4)
+    by = {p["experiment"]: p for p in c.points}
+    assert by["06a"]["within_noise"] and by["06a"]["throughput_img_s noise%"] == round(100 * c.machine_drift, 2)
+    assert not by["06a-ab"]["within_noise"]  # an interleaved ratio cancels drift: its own pair range is the noise
+    assert "the machine alone drifted by up to" in c.summary() and "4 + 4 measurements" in c.summary()
+    # probes in one run only: no drift estimate
+    assert compare(tmp_path / "A", tmp_path / "D").machine_drift is None

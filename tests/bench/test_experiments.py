@@ -152,9 +152,18 @@ def test_sentences_never_rank_overlapping_figures():
     b = {"throughput_img_s": 20.5, "window_throughput_img_s": [20.2, 20.5, 20.9], "stable": True}
     c = {"throughput_img_s": 15.0, "throughput_min_img_s": 14.0, "throughput_max_img_s": 16.0, "stable": False}
     assert "indistinguishable here" in versus("A", a, "B", b)
-    assert versus("A", a, "C", c).startswith("A 20.0 img/s (19.0–21.0) vs C 15.0 img/s (14.0–16.0): not ranked")
-    assert "C never settled" in versus("A", a, "C", c)
-    assert versus("A", a, "E", dict(c, stable=True)).startswith("A reached 20.0 img/s (19.0–21.0), above E's 15.0")
+    # C never settled, but every one of its windows lay more than 10 % below A's: ranked, as if it had settled
+    assert versus("A", a, "C", c) == "A reached 20.0 img/s (19.0–21.0), above C's 15.0 img/s (14.0–16.0)"
+    assert versus("A", a, "C", c) == versus("A", a, "C", dict(c, stable=True))
+    assert "C" in leader({"A": a, "C": c}) and "was highest, clear of C" in leader({"A": a, "C": c})
+    # unsettled and its windows reach A's band: not ranked, and the reason named
+    wobbly = dict(c, throughput_max_img_s=19.5)
+    assert versus("A", a, "W", wobbly).startswith("A 20.0 img/s (19.0–21.0) vs W 15.0 img/s (14.0–19.5): not ranked")
+    assert "W never settled" in versus("A", a, "W", wobbly) and "W never settled" in leader({"A": a, "W": wobbly})
+    # bands clear of each other but only 8 % apart: figures measured at different times are not ranked
+    near8 = {"throughput_img_s": 18.4, "throughput_min_img_s": 18.2, "throughput_max_img_s": 18.6, "stable": True}
+    assert "too close to call for figures measured at different times" in versus("A", a, "N", near8)
+    assert "within 10 %" in leader({"A": a, "N": near8})
     near = {"throughput_img_s": 20.9, "throughput_min_img_s": 20.6, "throughput_max_img_s": 21.2, "stable": True}
     assert "indistinguishable here at the top" in leader({"A": dict(a, throughput_max_img_s=20.1), "N": near})
     assert "too close to call" in versus("A", dict(a, throughput_max_img_s=20.1), "N", near)

@@ -54,6 +54,21 @@ def test_params_reach_the_notebook_with_types(scratch, tmp_path):
     assert [e["name"] for e in state["notebooks"]] == ["00_first"]
 
 
+def test_a_results_run_measures_the_drift_probe_before_each_notebook_and_at_the_end(scratch, tmp_path, onnx_meta):
+    r = lab_cli("run", "--notebooks", str(scratch), "--only", "00", "--only", "02", "--profile", "default",
+                "--results", str(tmp_path / "res"), "--run-id", "d", "--no-progress-bar")
+    assert r.returncode == 0, r.stderr
+    lines = (tmp_path / "res" / "d" / "records.jsonl").read_text().splitlines()
+    probes = [json.loads(x) for x in lines if json.loads(x)["kind"] == "probe"]
+    assert [p["note"] for p in probes] == ["before 00_first", "before 02_after", "end of run"]
+    assert all(p["throughput_img_s"] > 0 and p["engine"] == "onnx" for p in probes)
+    assert "drift probe (before 00_first):" in r.stdout + r.stderr
+    # a smoke run's numbers are not results: no probe
+    r = lab_cli("run", "--notebooks", str(scratch), "--only", "00", "--profile", "smoke",
+                "--results", str(tmp_path / "res"), "--run-id", "s", "--no-progress-bar")
+    assert r.returncode == 0 and not (tmp_path / "res" / "s" / "records.jsonl").exists()
+
+
 def test_failure_stops_the_run_names_notebook_and_cell_and_keeps_a_report(scratch, tmp_path):
     r = lab_cli("run", "--notebooks", str(scratch), "--profile", "smoke", "--results", str(tmp_path / "res"),
                 "--run-id", "f", "--no-progress-bar")
