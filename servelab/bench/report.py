@@ -436,8 +436,9 @@ def overlap(a, b, metric: str = "throughput_img_s") -> bool:
 # Differences smaller than these fractions are not called real: a run's window bands measure the noise inside that
 # run, not between moments minutes apart on a shared machine, and a small lead one run resolves the next reverses.
 # An interleaved ratio (its sides alternate window by window) cancels the machine's drift: 5 %. Two figures measured
-# at different times do not: two default lab runs on one 2-core VM moved the same point by a median 8 %, and a
-# drift probe measured before every notebook moved by about as much within one run, so such figures get 10 %.
+# at different times do not: two default lab runs on one 2-core VM moved the same point by a median 8 %, so such
+# figures get 10 %. (The drift probe, servelab.bench.drift, moved by up to 20-25 % within one run there: a lead
+# between 10 % and that is still one the next run can lose; the report prints the run's own drift beside it.)
 MIN_EFFECT = 0.05
 MIN_EFFECT_APART = 0.10
 TOO_CLOSE = f"within {100 * MIN_EFFECT:.0f} % of each other, too close to call on a shared machine"
