@@ -67,7 +67,7 @@ class Comparison:
         drift_note = ("no drift probe in " + ("either run" if not any(self.probes) else "one run")
                       + ": absolute figures judged on window spreads alone; "
                       if self.machine_drift is None else
-                      f"the machine alone drifted by up to {100 * self.machine_drift:.0f} % (drift probe, "
+                      f"9 of 10 pairs of drift-probe measurements differed by less than {100 * self.machine_drift:.0f} % ("
                       f"{self.probes[0]} + {self.probes[1]} measurements; absolute figures are judged within that); ")
         return (drift_note + f"{self.within_noise} of {len(self.points)} points within noise "
                 f"({'n/a' if f is None else f'{100 * f:.0f} %'}; {self.only_a} only in A, {self.only_b} only in B); "
