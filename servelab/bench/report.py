@@ -446,10 +446,10 @@ TOO_CLOSE_APART = (f"within {100 * MIN_EFFECT_APART:.0f} % of each other, too cl
                    "different times on a shared machine")
 
 
-def close(a, b, metric: str = "throughput_img_s", margin: float = MIN_EFFECT_APART) -> bool:
-    """True when two figures differ by no more than `margin` of the larger (then no sentence ranks them)."""
+def close(a, b, metric: str = "throughput_img_s") -> bool:
+    """True when two figures differ by no more than MIN_EFFECT_APART of the larger (then no sentence ranks them)."""
     va, vb = band(a, metric)[0], band(b, metric)[0]
-    return abs(va - vb) <= margin * max(abs(va), abs(vb))
+    return abs(va - vb) <= MIN_EFFECT_APART * max(abs(va), abs(vb))
 
 
 def apart(a, b, metric: str = "throughput_img_s") -> bool:
