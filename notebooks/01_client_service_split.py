@@ -81,7 +81,6 @@ photos = [encode(synthetic_photo(seed)) for seed in range(n_photos)]  # generate
 # shape header, turns the body into a float32 array and hands it to the micro-batcher:
 
 # %%
-from servelab.bench.report import versus
 from servelab.lab.step import show_code
 from servelab.service import app as service_app
 from servelab.service.batcher import MicroBatcher
@@ -185,13 +184,14 @@ checks.difference(hop_cost_ms, hop, key="server", a="fastapi", b="in-process", m
                   at={"batch": min(batch_sizes)}, exercise="01.1", step=step)
 
 # %%
+from servelab.bench.report import ratio_sentence
+
 lines = []
-for local_rec, service_rec in zip(local_recs, service_recs, strict=True):
+for local_rec, service_rec, r in zip(local_recs, service_recs, hop_ratios, strict=True):
     b = local_rec["batch"]
     added = service_rec["latency_p50_ms"] - local_rec["latency_p50_ms"]
     lines.append(f"batch {b}: p50 {local_rec['latency_p50_ms']:.0f} → {service_rec['latency_p50_ms']:.0f} ms "
-                 f"({added:+.0f} ms, {100 * added / local_rec['latency_p50_ms']:+.0f} %); throughput "
-                 + versus("in-process", local_rec, "service", service_rec))
+                 f"({added:+.0f} ms, {100 * added / local_rec['latency_p50_ms']:+.0f} %); " + ratio_sentence(r))
 step.answer("; ".join(lines) + ".")
 
 # %% [markdown]
@@ -315,15 +315,25 @@ engine = InferenceClient(mode="local")  # this process's engine: the route you w
 checks.fastapi_route(add_embed_route, embed_images=engine.embed_images, photo=photos[0], exercise="01.2", step=step)
 
 # %%
-p50 = hop.pivot_table(index="batch", columns="server", values="latency_p50_ms")
-extra = (p50["fastapi"] - p50["in-process"])
-from servelab.bench.report import ratio_sentence
+from servelab.bench.report import band
 
+# The lesson's question is whether the hop is cheap next to the model's compute. "Cheap" here: the service kept at
+# least 80 % of in-process throughput (the median of the alternating-window pairs) at every batch size. Which side
+# is ahead by a few per cent is not the lesson, and a lead that small moves between runs on a shared machine (the
+# answer above ranks it where this run could).
+CHEAP = 0.8
+costly = [r["batch"] for r in hop_ratios if band(r, "ratio")[0] < CHEAP]
 step.shows(
-    f"Embeddings matched across the split (minimum cosine {cos.min():.6f} over {len(photos)} photos). Median latency, "
-    + "; ".join(f"batch {lr['batch']}: " + versus("service", sr, "in-process", lr, metric="latency_p50_ms", unit="ms",
-                                                  digits=0) for lr, sr in zip(local_recs, service_recs, strict=True))
-    + ". Throughput, measured in alternating windows: "
-    + "; ".join(f"batch {r['batch']}: {ratio_sentence(r)}" for r in hop_ratios)
+    f"Embeddings matched across the split (minimum cosine {cos.min():.6f} over {len(photos)} photos). Median latency "
+    + "; ".join(f"at batch {lr['batch']}: {sr['latency_p50_ms']:.0f} ms through the service, {lr['latency_p50_ms']:.0f} ms "
+                "in-process" for lr, sr in zip(local_recs, service_recs, strict=True))
+    + ". Throughput through the service, as a share of in-process, measured in alternating windows: "
+    + "; ".join(f"batch {r['batch']}: {band(r, 'ratio')[0]:.2f}× (pairs {band(r, 'ratio')[1]:.2f}–{band(r, 'ratio')[2]:.2f})"
+                for r in hop_ratios)
+    + (f" — at least {100 * CHEAP:.0f} % of in-process throughput at every batch size: on loopback the hop is cheap "
+       "next to the model" if not costly else
+       f" — less than {100 * CHEAP:.0f} % of in-process throughput at batch {', '.join(str(b) for b in costly)}: the "
+       "hop is not cheap here")
+    + (" (smoke run: these numbers are not results)" if any(r.get("quick") for r in hop_ratios) else "")
     + f". `auto` mode fell back to {auto.mode_used} when the server was missing."
 )

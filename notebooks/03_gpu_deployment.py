@@ -171,7 +171,7 @@ missing = sorted(set(table.loc[table["available"] == False, "provider"]))  # noq
 if missing:
     step.not_run(f"engines on {', '.join(missing)}", "ONNX Runtime here has no such provider (no GPU on this machine)",
                  "CPU engines measured; run with --place node on the node")
-# each engine at its best batch; only a lead wider than the window bands (and the 10 % margin) is called a lead
+# each engine at its best batch; only a lead wider than the window bands (and the run's margin) is called a lead
 by_engine = measured.sort_values("throughput_img_s", ascending=False).drop_duplicates(["engine", "provider"])
 recs_by_point = {(r["engine"], r.get("provider"), r["batch"]): r for r in recs if r.get("throughput_img_s")}
 cosines = by_engine["cosine_vs_torch_fp32"].dropna()

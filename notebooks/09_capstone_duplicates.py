@@ -92,16 +92,17 @@ urls = {"fastapi": service_url, "triton-http": triton_http_url, "triton-grpc": t
 if len(served):
     from servelab.bench.report import apart
 
-    # measurements this run cannot tell apart from the fastest (ranges overlap, or within 10 %) are a tie; a tie
-    # goes to JPEG requests (the finder holds files) and then to the simplest stack
+    # measurements this run cannot tell apart from the fastest (ranges overlap, or closer than the run's margin: its
+    # measured drift, at least 10 %) are a tie; a tie goes to JPEG requests (the finder holds files) and then to
+    # the simplest stack
     simplest = ["fastapi", "triton-http", "triton-grpc"]
     rows = served.to_dict("records")
     tied = [r for r in rows if r is rows[0] or not apart(r, rows[0])]
     best = min(tied, key=lambda r: ((r["payload"] or "jpeg") != "jpeg", simplest.index(r["server"])))
     backend, payload = best["server"], best["payload"] or "jpeg"
-    why = (f"{backend} ({payload} payload) reached {best['throughput_img_s']:.1f} img/s at concurrency "
-           f"{int(best['concurrency'])} (the table above names the measurement); {len(tied)} of the {len(rows)} served measurements could "
-           "not be told apart from the fastest, and among those JPEG requests and then the simplest stack win")
+    why = (f"{backend} with {payload} requests reached {best['throughput_img_s']:.1f} img/s (the notebook prints "
+           f"which measurement); {len(tied)} of the {len(rows)} served measurements could not be told apart from the "
+           "fastest, and among those JPEG requests and then the simplest stack win")
     options = {"model": triton_model, "jpeg_model": triton_jpeg_model} if backend.startswith("triton") else {}
     client = InferenceClient(mode="remote", backend=backend, url=urls[backend], payload=payload, **options)
 else:
@@ -109,6 +110,9 @@ else:
     step.not_run("backend choice from this run's records", why, "the in-process engine is used")
     client = InferenceClient(mode="local")
 print("using:", backend, "—", why)
+if len(served):
+    print("chosen measurement:", {k: best[k] for k in ("experiment", "server", "payload", "batch", "concurrency",
+                                                        "throughput_img_s", "latency_p50_ms")})
 
 # %% [markdown]
 # **Predict first.** Measured throughput came from synthetic load at a fixed concurrency. The finder sends

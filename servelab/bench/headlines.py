@@ -3,8 +3,10 @@ can be compared, not only their numbers.
 
 A headline's *claim* is its sentence with every number masked: "tritonhttp ahead by 1.31× (windows 20.1–21.0 vs
 15.2–16.0, no overlap)" and "tritonhttp ahead by 1.27× (…)" make the same claim; "… indistinguishable here …"
-makes a different one. Sentences are built from a run's numbers by the same code in every run, so the words
-change only when the conclusion does.
+makes a different one. Why two figures were not ranked (their ranges overlap, one never settled, they lie
+within the margin) is evidence, like the numbers: "A and B are indistinguishable here: <reason>" claims the same
+whatever the reason (servelab.bench.report says every unranked comparison that way). Sentences are built from a
+run's numbers by the same code in every run, so the words change only when the conclusion does.
 """
 
 from __future__ import annotations
@@ -13,13 +15,17 @@ import json
 import re
 from pathlib import Path
 
+from servelab.bench.report import INDISTINGUISHABLE
+
 FILE = "headlines.json"
 _NUMBER = re.compile(r"(?<![\w.])[-+−]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?(?!\w)")
+_REASON = re.compile(rf"({INDISTINGUISHABLE}(?: at the top)?): [^;.]*")
 
 
 def claim(text: str) -> str:
-    """The sentence with numbers masked as '#' and whitespace collapsed: what it concludes, not by how much."""
-    return " ".join(_NUMBER.sub("#", text).split())
+    """The sentence with numbers masked as '#', the reasons for not ranking dropped and whitespace collapsed: what
+    it concludes, not by how much or on what evidence."""
+    return " ".join(_REASON.sub(r"\1", _NUMBER.sub("#", text)).split())
 
 
 def record_headline(run_dir: str | Path, key: str, text: str) -> dict:

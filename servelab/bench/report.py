@@ -435,26 +435,52 @@ def overlap(a, b, metric: str = "throughput_img_s") -> bool:
 
 # Differences smaller than these fractions are not called real: a run's window bands measure the noise inside that
 # run, not between moments minutes apart on a shared machine, and a small lead one run resolves the next reverses.
-# An interleaved ratio (its sides alternate window by window) cancels the machine's drift: 5 %. Two figures measured
-# at different times do not: two default lab runs on one 2-core VM moved the same point by a median 8 %, so such
-# figures get 10 %. (The drift probe, servelab.bench.drift, moved by up to 20-25 % within one run there: a lead
-# between 10 % and that is still one the next run can lose; the report prints the run's own drift beside it.)
+# An interleaved ratio (its sides alternate window by window) cancels slow drift: at least 5 %. Two figures measured
+# at different times do not: at least 10 %.
 MIN_EFFECT = 0.05
 MIN_EFFECT_APART = 0.10
-TOO_CLOSE = f"within {100 * MIN_EFFECT:.0f} % of each other, too close to call on a shared machine"
-TOO_CLOSE_APART = (f"within {100 * MIN_EFFECT_APART:.0f} % of each other, too close to call for figures measured at "
-                   "different times on a shared machine")
+# Above those floors, the machine's own drift during this run (servelab.bench.drift: the probe measured before
+# every notebook) is the margin. A lead smaller than the machine moved by itself is one the next run can lose: on
+# one 2-core VM the probe moved 20-25 % within a run, and between two runs interleaved ratios moved as much
+# (batching on ÷ off 1.14 vs 1.35), so both kinds of comparison take it. Set per notebook by servelab.lab.step.Step
+# from the run's probe records; None (no probe: a smoke run, a notebook run alone) leaves the floors.
+_machine_drift: float | None = None
+INDISTINGUISHABLE = "indistinguishable here"  # the one phrase of every "not ranked" sentence; the reason follows
+
+
+def set_machine_drift(drift: float | None) -> None:
+    """Use `drift` (a fraction, e.g. 0.2) as the margin of every sentence below, where it exceeds the floors."""
+    global _machine_drift
+    _machine_drift = None if drift is None or _nan(drift) else float(drift)
+
+
+def margin(interleaved: bool = False) -> float:
+    """The smallest difference a sentence ranks: the floor for interleaved ratios or for figures measured apart,
+    or this run's measured drift when larger."""
+    floor = MIN_EFFECT if interleaved else MIN_EFFECT_APART
+    return max(floor, _machine_drift or 0.0)
+
+
+def too_close(interleaved: bool = False) -> str:
+    """Why two figures closer than `margin` are not ranked, in words."""
+    m = margin(interleaved)
+    if _machine_drift is not None and _machine_drift >= m:
+        return (f"within {100 * m:.0f} % of each other, no more than this machine drifted during this run "
+                "(drift probe), too close to call")
+    if interleaved:
+        return f"within {100 * m:.0f} % of each other, too close to call on a shared machine"
+    return f"within {100 * m:.0f} % of each other, too close to call for figures measured at different times"
 
 
 def close(a, b, metric: str = "throughput_img_s") -> bool:
-    """True when two figures differ by no more than MIN_EFFECT_APART of the larger (then no sentence ranks them)."""
+    """True when two figures differ by no more than `margin()` of the larger (then no sentence ranks them)."""
     va, vb = band(a, metric)[0], band(b, metric)[0]
-    return abs(va - vb) <= MIN_EFFECT_APART * max(abs(va), abs(vb))
+    return abs(va - vb) <= margin() * max(abs(va), abs(vb))
 
 
 def apart(a, b, metric: str = "throughput_img_s") -> bool:
     """Two figures a sentence may rank: both carry a spread, their bands do not overlap, and they differ by more
-    than MIN_EFFECT_APART. Every window of the one then lies beyond every window of the other, so a figure whose
+    than `margin()`. Every window of the one then lies beyond every window of the other, so a figure whose
     windows never settled is ranked too: wherever it would have settled, it stays on its side."""
     return has_band(a, metric) and has_band(b, metric) and not overlap(a, b, metric) and not close(a, b, metric)
 
@@ -482,8 +508,8 @@ def versus(name_a: str, a, name_b: str, b, *, metric: str = "throughput_img_s", 
     "fastapi reached 21.0 img/s (19.5–22.1), above litserve's 15.2 img/s (14.8–15.9)" — or, when the
     bands overlap, "fastapi (21.0 img/s (19.5–22.1)) and litserve (20.2 img/s (18.8–21.0)) are
     indistinguishable here: their ranges overlap". Bands: see `band`. Ranked only when `apart`; otherwise the
-    sentence says why not: a figure without a spread, a figure whose windows never settled (named), overlapping
-    ranges, or figures within MIN_EFFECT_APART of each other."""
+    sentence says they are indistinguishable here and why: a figure whose windows never settled (named), a figure
+    without a spread, overlapping ranges, or figures within `margin()` of each other."""
     va, la, ha = band(a, metric)
     vb, lb, hb = band(b, metric)
     fa, fb = _fmt_band(va, la, ha, unit, digits), _fmt_band(vb, lb, hb, unit, digits)
@@ -492,27 +518,29 @@ def versus(name_a: str, a, name_b: str, b, *, metric: str = "throughput_img_s", 
         return f"{name_a} reached {fa}, {'above' if va > vb else 'below'} {name_b}'s {fb}{tail}"
     unsettled = _unsettled_names((name_a, a), (name_b, b))
     if unsettled:
-        return (f"{name_a} {fa} vs {name_b} {fb}: not ranked, because {' and '.join(unsettled)} never settled "
-                f"(its windows kept moving){tail}")
-    if not (has_band(a, metric) and has_band(b, metric)):
-        return f"{name_a} {fa} vs {name_b} {fb}: one window, no spread recorded, so not ranked{tail}"
-    if overlap(a, b, metric):
-        return f"{name_a} ({fa}) and {name_b} ({fb}) are indistinguishable here: their ranges overlap{tail}"
-    return f"{name_a} ({fa}) and {name_b} ({fb}) are {TOO_CLOSE_APART}{tail}"
+        why = f"{' and '.join(unsettled)} never settled (its windows kept moving)"
+    elif not (has_band(a, metric) and has_band(b, metric)):
+        why = "one window, no spread recorded"
+    elif overlap(a, b, metric):
+        why = "their ranges overlap"
+    else:
+        why = too_close()
+    return f"{name_a} ({fa}) and {name_b} ({fb}) are {INDISTINGUISHABLE}: {why}{tail}"
 
 
 def ratio_sentence(rec, *, what: str = "throughput", digits: int = 2) -> str:
     """One sentence for an interleaved A/B ratio record (or row): "grpc ÷ http throughput: 1.12× (pairs
-    1.05–1.18)" plus which side was ahead — or "indistinguishable here" when the pair range spans 1."""
+    1.05–1.18)" plus which side was ahead — or "indistinguishable here" and why: the pair range spans 1, the
+    pairs never settled, or the ratio lies within `margin(interleaved=True)` of 1."""
     v, lo, hi = band(rec, "ratio")
     a, b = rec.get("a"), rec.get("b")
     text = f"{a} ÷ {b} {what}: {v:.{digits}f}×" + (f" (pairs {lo:.{digits}f}–{hi:.{digits}f})" if lo != hi else "")
     if _stable(rec) is False:
-        text += "; not ranked, because the pair ratios never settled"
+        text += f"; {a} and {b} are {INDISTINGUISHABLE}: the pair ratios never settled"
     elif lo <= 1.0 <= hi:
-        text += f"; {a} and {b} are indistinguishable here"
-    elif abs(v - 1.0) <= MIN_EFFECT:
-        text += f"; {a} and {b} are {TOO_CLOSE}"
+        text += f"; {a} and {b} are {INDISTINGUISHABLE}: the pair range spans 1"
+    elif abs(v - 1.0) <= margin(interleaved=True):
+        text += f"; {a} and {b} are {INDISTINGUISHABLE}: {too_close(interleaved=True)}"
     else:
         text += f"; {a if v > 1 else b} ahead"
     if rec.get("quick") is True:
@@ -523,7 +551,7 @@ def ratio_sentence(rec, *, what: str = "throughput", digits: int = 2) -> str:
 def leader(named: dict, *, metric: str = "throughput_img_s", unit: str = "img/s", higher_is_better: bool = True,
            digits: int = 1) -> str:
     """Who led among several figures ({name: record or row}): the best one is named only when it is `apart`
-    from every other (its band clears theirs by more than MIN_EFFECT_APART); otherwise the ones it cannot be
+    from every other (its band clears theirs by more than `margin()`); otherwise the ones it cannot be
     told apart from are named with it."""
     items = [(n, x) for n, x in named.items() if x is not None]
     if not items:
@@ -538,7 +566,6 @@ def leader(named: dict, *, metric: str = "throughput_img_s", unit: str = "img/s"
     if not ties:
         return f"{head} was {word}, clear of {', '.join(n for n, _ in items[1:]) or 'nothing else'}{tail}"
     unsettled = _unsettled_names((best_name, best), *ties)
-    if unsettled:
-        return f"{head} measured {word} of {len(items)}, not ranked: {' and '.join(unsettled)} never settled{tail}"
-    return (f"{head} and {', '.join(n for n, _ in ties)} are indistinguishable here at the top: their ranges overlap "
-            f"or lie within {100 * MIN_EFFECT_APART:.0f} %{tail}")
+    why = (f"{' and '.join(unsettled)} never settled (its windows kept moving)" if unsettled
+           else f"their ranges overlap or lie within {100 * margin():.0f} %")
+    return f"{head} and {', '.join(n for n, _ in ties)} are {INDISTINGUISHABLE} at the top: {why}{tail}"

@@ -83,6 +83,18 @@ class Step:
                 old.unlink()
         self._not_run: list[dict] = []
         self._run = None
+        self.machine_drift = self._use_machine_drift()
+
+    def _use_machine_drift(self) -> float | None:
+        """The drift the probe measured so far in this run (the lab runner probes before every notebook), made
+        the margin of this notebook's sentences (servelab.bench.report.margin); None without probes."""
+        from servelab.bench import report
+        from servelab.bench.drift import drift, probe_values
+
+        path = self.out_dir / "records.jsonl"
+        d = drift(probe_values(self.run.records)) if path.exists() else None
+        report.set_machine_drift(d)
+        return d
 
     # --- environment -----------------------------------------------------------------------------
     @property

@@ -25,6 +25,13 @@ def test_claims_mask_numbers_only():
     assert claim(a) == claim("gRPC ahead by 1.27× (windows 19.5–20.2 vs 15.0–15.9, no overlap) at c=32")
     assert claim(a) != claim("gRPC 20.4 vs HTTP 19.9 img/s — indistinguishable here (windows overlap)")
     assert claim("p50 +86.9 ms at batch 1 in 06a") == "p50 # ms at batch # in 06a"  # names keep their digits
+    # why two figures were not ranked is evidence, not the claim; ranking them is a different claim
+    overlap = "A (20.1 img/s (19.1–21.5)) and B (15.9 img/s (14.9–20.6)) are indistinguishable here: their ranges overlap"
+    unsettled = ("A (14.6 img/s (14.1–15.0)) and B (11.7 img/s (8.6–14.3)) are indistinguishable here: B never settled "
+                 "(its windows kept moving)")
+    assert claim(overlap + "; next.") == claim(unsettled + "; next.") == "A (# img/s (#–#)) and B (# img/s (#–#)) are " \
+        "indistinguishable here; next."
+    assert claim(overlap) != claim("A reached 20.1 img/s (19.1–21.5), above B's 15.9 img/s (14.9–16.6)")
 
 
 def test_compare_two_runs_points_and_headlines(tmp_path):

@@ -158,7 +158,8 @@ def test_sentences_never_rank_overlapping_figures():
     assert "C" in leader({"A": a, "C": c}) and "was highest, clear of C" in leader({"A": a, "C": c})
     # unsettled and its windows reach A's band: not ranked, and the reason named
     wobbly = dict(c, throughput_max_img_s=19.5)
-    assert versus("A", a, "W", wobbly).startswith("A 20.0 img/s (19.0–21.0) vs W 15.0 img/s (14.0–19.5): not ranked")
+    assert versus("A", a, "W", wobbly) == ("A (20.0 img/s (19.0–21.0)) and W (15.0 img/s (14.0–19.5)) are "
+                                           "indistinguishable here: W never settled (its windows kept moving)")
     assert "W never settled" in versus("A", a, "W", wobbly) and "W never settled" in leader({"A": a, "W": wobbly})
     # bands clear of each other but only 8 % apart: figures measured at different times are not ranked
     near8 = {"throughput_img_s": 18.4, "throughput_min_img_s": 18.2, "throughput_max_img_s": 18.6, "stable": True}
@@ -170,15 +171,58 @@ def test_sentences_never_rank_overlapping_figures():
     assert "too close to call" in ratio_sentence({"ratio": 0.98, "ratio_min": 0.97, "ratio_max": 0.99, "a": "grpc",
                                                   "b": "http"})
     unsettled_ratio = {"ratio": 1.5, "ratio_min": 1.4, "ratio_max": 1.6, "a": "grpc", "b": "http", "stable": False}
-    assert "ahead" not in ratio_sentence(unsettled_ratio) and "not ranked" in ratio_sentence(unsettled_ratio)
+    assert "ahead" not in ratio_sentence(unsettled_ratio) and "never settled" in ratio_sentence(unsettled_ratio)
     assert "ahead" in ratio_sentence(dict(unsettled_ratio, stable=True))
-    assert "not ranked" in versus("A", a, "D", {"throughput_img_s": 5.0})
+    assert "indistinguishable here: one window, no spread recorded" in versus("A", a, "D", {"throughput_img_s": 5.0})
     lat = versus("A", {"latency_p50_ms": 50, "latency_p50_min_ms": 49, "latency_p50_max_ms": 52}, "B",
                  {"latency_p50_ms": 60, "latency_p50_min_ms": 58, "latency_p50_max_ms": 63}, metric="latency_p50_ms",
                  unit="ms", digits=0)
     assert lat == "A reached 50 ms (49–52), below B's 60 ms (58–63)"
     assert "indistinguishable" in ratio_sentence({"ratio": 1.03, "ratio_min": 0.97, "ratio_max": 1.08, "a": "grpc",
                                                   "b": "http"})
+
+
+@pytest.fixture
+def drift_20pct():
+    from servelab.bench import report
+
+    report.set_machine_drift(0.2)
+    yield
+    report.set_machine_drift(None)
+
+
+def test_the_machines_drift_widens_every_margin(drift_20pct):
+    a = {"throughput_img_s": 20.0, "throughput_min_img_s": 19.0, "throughput_max_img_s": 21.0, "stable": True}
+    b = {"throughput_img_s": 17.0, "throughput_min_img_s": 16.5, "throughput_max_img_s": 17.5, "stable": True}
+    c = {"throughput_img_s": 15.0, "throughput_min_img_s": 14.0, "throughput_max_img_s": 16.0, "stable": True}
+    # 15 % apart, clear bands: ranked with the 10 % floor, not within a 20 % drift
+    said = versus("A", a, "B", b)
+    assert said.endswith("indistinguishable here: within 20 % of each other, no more than this machine drifted "
+                         "during this run (drift probe), too close to call")
+    assert "indistinguishable here at the top" in leader({"A": a, "B": b})
+    assert versus("A", a, "C", c).startswith("A reached 20.0 img/s")  # 25 % apart: ranked
+    # interleaved ratios take the drift too: 1.15 with every pair above 1 is not called
+    assert "indistinguishable here: within 20 %" in ratio_sentence(
+        {"ratio": 1.15, "ratio_min": 1.1, "ratio_max": 1.2, "a": "grpc", "b": "http"})
+    assert ratio_sentence({"ratio": 1.3, "ratio_min": 1.25, "ratio_max": 1.35, "a": "grpc", "b": "http"}).endswith(
+        "grpc ahead")
+
+
+def test_step_takes_the_margin_from_this_runs_probes(tmp_path):
+    from servelab.bench import report
+    from servelab.bench.drift import EXPERIMENT, drift
+    from servelab.lab.step import Step
+
+    run = Run(run_id="lab", root=tmp_path)
+    assert Step("01", run.dir).machine_drift is None and report.margin() == report.MIN_EFFECT_APART
+    try:
+        for v in (15.0, 15.3, 12.0):
+            run.record(EXPERIMENT, kind="probe", server="in-process", throughput_img_s=v)
+        step = Step("02", run.dir)
+        assert step.machine_drift == pytest.approx(drift([15.0, 15.3, 12.0])) and step.machine_drift > 0.2
+        assert report.margin() == step.machine_drift and report.margin(interleaved=True) == step.machine_drift
+    finally:
+        report.set_machine_drift(None)
 
 
 def test_cost_table_units_and_math():
