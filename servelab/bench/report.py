@@ -552,20 +552,21 @@ def leader(named: dict, *, metric: str = "throughput_img_s", unit: str = "img/s"
            digits: int = 1) -> str:
     """Who led among several figures ({name: record or row}): the best one is named only when it is `apart`
     from every other (its band clears theirs by more than `margin()`); otherwise the ones it cannot be
-    told apart from are named with it."""
-    items = [(n, x) for n, x in named.items() if x is not None]
-    if not items:
+    told apart from are named with it. Names are listed in the order given, never in an order a tie decided."""
+    given = [(n, x) for n, x in named.items() if x is not None]
+    if not given:
         return "nothing measured"
-    items.sort(key=lambda kv: band(kv[1], metric)[0], reverse=higher_is_better)
-    best_name, best = items[0]
-    ties = [(n, x) for n, x in items[1:] if not apart(best, x, metric)]
-    v, lo, hi = band(best, metric)
-    head = f"{best_name} ({_fmt_band(v, lo, hi, unit, digits)})"
-    tail = _smoke(*items)
+    best_name, best = max(given, key=lambda kv: band(kv[1], metric)[0] * (1 if higher_is_better else -1))
+    ties = [(n, x) for n, x in given if n != best_name and not apart(best, x, metric)]
+    tail = _smoke(*given)
     word = "highest" if higher_is_better else "lowest"
     if not ties:
-        return f"{head} was {word}, clear of {', '.join(n for n, _ in items[1:]) or 'nothing else'}{tail}"
-    unsettled = _unsettled_names((best_name, best), *ties)
+        v, lo, hi = band(best, metric)
+        others = ", ".join(n for n, _ in given if n != best_name) or "nothing else"
+        return f"{best_name} ({_fmt_band(v, lo, hi, unit, digits)}) was {word}, clear of {others}{tail}"
+    top = [(n, x) for n, x in given if n == best_name or any(n == t for t, _ in ties)]
+    unsettled = _unsettled_names(*top)
     why = (f"{' and '.join(unsettled)} never settled (its windows kept moving)" if unsettled
            else f"their ranges overlap or lie within {100 * margin():.0f} %")
-    return f"{head} and {', '.join(n for n, _ in ties)} are {INDISTINGUISHABLE} at the top: {why}{tail}"
+    names = [f"{n} ({_fmt_band(*band(x, metric), unit, digits)})" for n, x in top]
+    return f"{', '.join(names[:-1])} and {names[-1]} are {INDISTINGUISHABLE} at the top: {why}{tail}"

@@ -167,6 +167,10 @@ def test_sentences_never_rank_overlapping_figures():
     assert "within 10 %" in leader({"A": a, "N": near8})
     near = {"throughput_img_s": 20.9, "throughput_min_img_s": 20.6, "throughput_max_img_s": 21.2, "stable": True}
     assert "indistinguishable here at the top" in leader({"A": dict(a, throughput_max_img_s=20.1), "N": near})
+    # a tie is named in the order given, whichever measured higher: the sentence does not change with the noise
+    assert leader({"A": a, "N": near}).startswith("A (20.0 img/s (19.0–21.0)) and N (20.9 img/s (20.6–21.2)) are")
+    assert leader({"N": near, "A": a}).startswith("N (20.9 img/s (20.6–21.2)) and A (20.0 img/s (19.0–21.0)) are")
+    assert leader({"C": c, "A": a}) == "A (20.0 img/s (19.0–21.0)) was highest, clear of C"
     assert "too close to call" in versus("A", dict(a, throughput_max_img_s=20.1), "N", near)
     assert "too close to call" in ratio_sentence({"ratio": 0.98, "ratio_min": 0.97, "ratio_max": 0.99, "a": "grpc",
                                                   "b": "http"})
