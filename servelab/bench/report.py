@@ -528,21 +528,27 @@ def versus(name_a: str, a, name_b: str, b, *, metric: str = "throughput_img_s", 
     return f"{name_a} ({fa}) and {name_b} ({fb}) are {INDISTINGUISHABLE}: {why}{tail}"
 
 
+def ratio_verdict(rec) -> tuple[str | None, str]:
+    """Which side of an interleaved A/B ratio record was ahead — (its name, "") — or (None, why not): the pairs
+    never settled, the pair range spans 1, or the ratio lies within `margin(interleaved=True)` of 1."""
+    v, lo, hi = band(rec, "ratio")
+    if _stable(rec) is False:
+        return None, "the pair ratios never settled"
+    if lo <= 1.0 <= hi:
+        return None, "the pair range spans 1"
+    if abs(v - 1.0) <= margin(interleaved=True):
+        return None, too_close(interleaved=True)
+    return (rec.get("a") if v > 1 else rec.get("b")), ""
+
+
 def ratio_sentence(rec, *, what: str = "throughput", digits: int = 2) -> str:
     """One sentence for an interleaved A/B ratio record (or row): "grpc ÷ http throughput: 1.12× (pairs
-    1.05–1.18)" plus which side was ahead — or "indistinguishable here" and why: the pair range spans 1, the
-    pairs never settled, or the ratio lies within `margin(interleaved=True)` of 1."""
+    1.05–1.18)" plus which side was ahead — or "indistinguishable here" and why (see `ratio_verdict`)."""
     v, lo, hi = band(rec, "ratio")
     a, b = rec.get("a"), rec.get("b")
     text = f"{a} ÷ {b} {what}: {v:.{digits}f}×" + (f" (pairs {lo:.{digits}f}–{hi:.{digits}f})" if lo != hi else "")
-    if _stable(rec) is False:
-        text += f"; {a} and {b} are {INDISTINGUISHABLE}: the pair ratios never settled"
-    elif lo <= 1.0 <= hi:
-        text += f"; {a} and {b} are {INDISTINGUISHABLE}: the pair range spans 1"
-    elif abs(v - 1.0) <= margin(interleaved=True):
-        text += f"; {a} and {b} are {INDISTINGUISHABLE}: {too_close(interleaved=True)}"
-    else:
-        text += f"; {a if v > 1 else b} ahead"
+    ahead, why = ratio_verdict(rec)
+    text += f"; {ahead} ahead" if ahead else f"; {a} and {b} are {INDISTINGUISHABLE}: {why}"
     if rec.get("quick") is True:
         text += " (smoke run: these numbers are not results)"
     return text

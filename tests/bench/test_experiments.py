@@ -7,7 +7,7 @@ from servelab.bench import experiments as ex
 from servelab.bench.goals import goal_record, scaling_efficiency, service_goals, triton_goals
 from servelab.bench.loadgen import LoadOpts
 from servelab.bench.records import Run
-from servelab.bench.report import cost_table, goals_table, leader, ratio_sentence, versus
+from servelab.bench.report import cost_table, goals_table, leader, ratio_sentence, ratio_verdict, versus
 from servelab.bench.servers import served
 
 SMOKE = LoadOpts.smoke()
@@ -210,6 +210,8 @@ def test_the_machines_drift_widens_every_margin(drift_20pct):
         {"ratio": 1.15, "ratio_min": 1.1, "ratio_max": 1.2, "a": "grpc", "b": "http"})
     assert ratio_sentence({"ratio": 1.3, "ratio_min": 1.25, "ratio_max": 1.35, "a": "grpc", "b": "http"}).endswith(
         "grpc ahead")
+    assert ratio_verdict({"ratio": 0.7, "ratio_min": 0.65, "ratio_max": 0.75, "a": "grpc", "b": "http"}) == ("http", "")
+    assert ratio_verdict({"ratio": 1.15, "ratio_min": 1.1, "ratio_max": 1.2, "a": "grpc", "b": "http"})[0] is None
 
 
 def test_step_takes_the_margin_from_this_runs_probes(tmp_path):
