@@ -339,11 +339,10 @@ else:
 
 # %%
 hi_c = max(concurrency_levels)
-top = three_way[three_way["concurrency"] == hi_c].sort_values("throughput_img_s", ascending=False)
 r = breakdown[breakdown["concurrency"] == hi_c].iloc[0]
 step.shows(
     f"At concurrency {hi_c}, measured in alternating windows: "
-    + "; ".join(ratio_sentence(r[-1]) for r in (head_to_head, peer) if r)
+    + "; ".join(ratio_sentence(measured[-1]) for measured in (head_to_head, peer) if measured)
     + f". In Triton, a request's {r['client_mean_ms']:.0f} ms (client mean) split into "
     f"{r['server_queue_ms']:.0f} ms queueing, {r['server_compute_ms']:.0f} ms compute and "
     + (f"{r['outside_server_ms']:.0f} ms outside the server." if r["outside_server_ms"] >= 0 else
