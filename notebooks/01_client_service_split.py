@@ -328,8 +328,7 @@ step.shows(
     + "; ".join(f"at batch {lr['batch']}: {sr['latency_p50_ms']:.0f} ms through the service, {lr['latency_p50_ms']:.0f} ms "
                 "in-process" for lr, sr in zip(local_recs, service_recs, strict=True))
     + ". Throughput through the service, as a share of in-process, measured in alternating windows: "
-    + "; ".join(f"batch {r['batch']}: {band(r, 'ratio')[0]:.2f}× (pairs {band(r, 'ratio')[1]:.2f}–{band(r, 'ratio')[2]:.2f})"
-                for r in hop_ratios)
+    + "; ".join("batch {}: {:.2f}× (pairs {:.2f}–{:.2f})".format(r["batch"], *band(r, "ratio")) for r in hop_ratios)
     + (f" — at least {100 * CHEAP:.0f} % of in-process throughput at every batch size: on loopback the hop is cheap "
        "next to the model" if not costly else
        f" — less than {100 * CHEAP:.0f} % of in-process throughput at batch {', '.join(str(b) for b in costly)}: the "

@@ -563,14 +563,13 @@ def leader(named: dict, *, metric: str = "throughput_img_s", unit: str = "img/s"
     if not given:
         return "nothing measured"
     best_name, best = max(given, key=lambda kv: band(kv[1], metric)[0] * (1 if higher_is_better else -1))
-    ties = [(n, x) for n, x in given if n != best_name and not apart(best, x, metric)]
+    top = [(n, x) for n, x in given if n == best_name or not apart(best, x, metric)]  # the best and its ties
     tail = _smoke(*given)
     word = "highest" if higher_is_better else "lowest"
-    if not ties:
+    if len(top) == 1:
         v, lo, hi = band(best, metric)
         others = ", ".join(n for n, _ in given if n != best_name) or "nothing else"
         return f"{best_name} ({_fmt_band(v, lo, hi, unit, digits)}) was {word}, clear of {others}{tail}"
-    top = [(n, x) for n, x in given if n == best_name or any(n == t for t, _ in ties)]
     unsettled = _unsettled_names(*top)
     why = (f"{' and '.join(unsettled)} never settled (its windows kept moving)" if unsettled
            else f"their ranges overlap or lie within {100 * margin():.0f} %")
