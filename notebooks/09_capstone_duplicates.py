@@ -33,9 +33,10 @@
 #
 # Everything before this notebook measured ways to serve the model. Now use the winner. This notebook
 # reads **this run's records**, picks the served backend from the run's drift-free comparison of FastAPI and
-# Triton (notebook 06a), points the photo finder at it, and finds the duplicates in a folder of generated photos: exact copies (MD5) and
-# near-duplicates (re-compressed, resized, cropped, brightened, rotated, re-encoded — by the finder's safe
-# default for the loaded weights, which always requires perceptual-hash agreement; each group names its rule).
+# Triton (notebook 06a), points the photo finder at it, and finds the duplicates in a folder of generated
+# photos: exact copies (MD5) and near-duplicates (re-compressed, resized, cropped, brightened, rotated,
+# re-encoded — by the finder's safe default for the loaded weights, which always requires perceptual-hash
+# agreement; each group names its rule).
 #
 # The folder is generated with known ground truth, so the groups can be checked. The weights are named in
 # the output: with random-init weights the grouping quality is not a claim about pretrained CLIP.
