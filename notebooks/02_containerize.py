@@ -135,7 +135,8 @@ if not engine:
 # Docker marks a container *healthy* by running its `healthcheck.test` inside it; `depends_on: condition:
 # service_healthy` and operators rely on that. While the model loads, the service cannot answer, and
 # failures during `start_period` do not count. How long is loading? Measured here: a fresh service process
-# from start to ready (`/readyz`) — on this machine, not in a container.
+# from start to ready (`/readyz`) — on this machine, not in a container — three times, because one start is one
+# sample of a shared machine. A health check must allow for the *slowest* start, not the typical one.
 
 # %%
 from servelab.bench.experiments import cold_start
@@ -143,11 +144,13 @@ from servelab.bench.experiments import cold_start
 cold = cold_start(step.run, servers=("fastapi",))[0]
 if not cold.get("available", True) or cold.get("start_to_ready_s") is None:
     raise RuntimeError(f"could not start a service to time its cold start: {cold.get('note')}")
-cold_start_s = float(cold["start_to_ready_s"])
-print(f"service process start -> ready: {cold_start_s:.1f} s (weights: {cold['weights']})")
+cold_start_s = float(cold["start_to_ready_max_s"])
+print(f"service process start -> ready over {cold['repeats']} starts: median {cold['start_to_ready_s']:.1f} s, "
+      f"range {cold['start_to_ready_min_s']:.1f}–{cold_start_s:.1f} s (weights: {cold['weights']})")
 
 # %%
-step.answer(f"A fresh service took {cold_start_s:.1f} s from process start to ready on this machine (most of it loading "
+step.answer(f"The slowest of {cold['repeats']} fresh services took {cold_start_s:.1f} s from process start to ready on "
+            "this machine (most of it loading "
             "and warming the ONNX Runtime session). The photo-dedup write-ups measured 541 ms for PyTorch and 614 ms for "
             "Triton on their GPU host, and 279 ms for creating the ONNX Runtime session alone: on two shared cores, with "
             "a warm-up batch, expect seconds. A health check that fails during that time without a `start_period` would "

@@ -131,16 +131,17 @@ step.not_run("kind cluster, rollout, autoscaling under load", "no Kubernetes clu
 
 # %%
 cold = step.records(experiment="cold-start", server="fastapi")
-if len(cold) and "start_to_ready_s" in cold and cold["start_to_ready_s"].notna().any():
-    cold_start_s = float(cold["start_to_ready_s"].dropna().max())
+slowest = "start_to_ready_max_s"  # the slowest of the fresh starts measured
+if len(cold) and slowest in cold and cold[slowest].notna().any():
+    cold_start_s = float(cold[slowest].dropna().max())
 else:
     from servelab.bench.experiments import cold_start
 
     measured = cold_start(step.run, servers=("fastapi",))[0]
-    if measured.get("start_to_ready_s") is None:
+    if measured.get(slowest) is None:
         raise RuntimeError(f"could not start a service to time its cold start: {measured.get('note')}")
-    cold_start_s = float(measured["start_to_ready_s"])
-print(f"service start -> ready in this run: {cold_start_s:.1f} s")
+    cold_start_s = float(measured[slowest])
+print(f"service start -> ready in this run, slowest start: {cold_start_s:.1f} s")
 
 # %% tags=["exercise"]
 # Exercise 08.1: write the startup, readiness and liveness probes

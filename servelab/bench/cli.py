@@ -274,7 +274,7 @@ def instances(
 @app.command("cold-start")
 def cold_start(
     run_id: str | None = RUN_ID, servers: str = typer.Option("fastapi,litserve,triton-http"), engine: str = ENGINE,
-    repeats: int = typer.Option(1),
+    repeats: int = typer.Option(3, help="Fresh starts per server (median, min and max are recorded)."),
 ):
     """Process start to ready, and the first request's latency, per server."""
     from servelab.bench import experiments as ex
@@ -373,8 +373,9 @@ def compare(run_a: str = typer.Argument(..., help="baseline run (id or folder)")
             min_noise: float = typer.Option(0.02, help="smallest noise band (fraction)"),
             min_fraction: float = typer.Option(0.9, help="share of points within noise for B to reproduce A"),
             check: bool = typer.Option(False, "--check", help="exit 1 unless B reproduces A")):
-    """B vs A point by point (within noise when their window ranges overlap or the change is inside the spread),
-    the share of points within noise, and whether each headline sentence makes the same claim."""
+    """B vs A point by point (within noise when their window ranges overlap, the change is inside the spread and the
+    machine's drift, or the drift probes show the machine itself that much faster or slower at that moment), the
+    share of points within noise, and whether each headline sentence makes the same claim."""
     from servelab.bench.compare import compare as do_compare
     from servelab.bench.report import markdown_table
 
@@ -382,7 +383,7 @@ def compare(run_a: str = typer.Argument(..., help="baseline run (id or folder)")
     if not c.points and not c.headlines:
         raise ValueError("the two runs have no measurement points or headlines in common")
     cols = ["experiment", "point", "throughput_img_s A", "throughput_img_s B", "throughput_img_s Δ%",
-            "latency_p50_ms Δ%", "ratio A", "ratio B", "verdict"]
+            "latency_p50_ms Δ%", "machine B÷A", "ratio A", "ratio B", "verdict"]
     cols = [k for k in cols if any(p.get(k) is not None for p in c.points)]
     typer.echo(markdown_table(c.points, cols))
     if c.headlines:

@@ -6,10 +6,16 @@ two runs have (throughput, p50 latency, an interleaved A/B ratio) the difference
 runs' window ranges overlap, or when it is no larger than the noise: the larger recorded window spread (at least
 `min_noise`) and, for a throughput or latency (measured minutes apart, unlike a ratio, whose sides interleave),
 the machine's own drift across the two runs — how far the drift probe's measurements (servelab.bench.drift,
-taken before every notebook of a lab run) differed from each other, 9 pairs in 10. Runs without probes are
-judged on window spreads alone. A point is within noise when all its metrics are. Headlines (see servelab.bench.headlines) must
-make the same claims. A run reproduces another when at least `min_fraction` of the points are within noise and
-every headline is the same.
+taken before every notebook of a lab run) differed from each other, 9 pairs in 10.
+
+A shared machine can also be measurably faster in one run than in the other at the moment a point was taken (the
+probes around it say by how much). An absolute figure that differs by more than the drift is still within noise
+when, once that speed difference is allowed for (throughput ÷ it, latency × it), what is left is no larger than
+the probes' own interpolation error (9 in 10) or the window spread: the machine explains it, the stack did not
+change. The summary says how many points needed that allowance. Runs without probes are judged on window spreads
+alone. A point is within noise when all its metrics are. Headlines (see servelab.bench.headlines) must make the
+same claims. A run reproduces another when at least `min_fraction` of the points are within noise and every
+headline is the same.
 """
 
 from __future__ import annotations
@@ -18,7 +24,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from servelab.bench.drift import drift, probe_values
+import numpy as np
+
+from servelab.bench.drift import QUANTILE, drift, interpolation_error, machine_speed, probe_values
 from servelab.bench.headlines import compare_headlines, load_headlines
 from servelab.bench.records import load_records, resolve_run_dir
 
@@ -43,6 +51,12 @@ class Comparison:
     min_fraction: float
     machine_drift: float | None = None  # the drift probes' pairwise difference (9 in 10), both runs together
     probes: tuple[int, int] = (0, 0)     # probe measurements in A and in B
+    probe_error: float | None = None    # the probes' interpolation error (9 in 10), both runs together
+
+    @property
+    def within_noise_as_measured(self) -> int:
+        """Points within noise without allowing for the machine's speed at their moment."""
+        return sum(p["within_noise"] and not p["for_machine"] for p in self.points)
 
     @property
     def within_noise(self) -> int:
@@ -69,8 +83,13 @@ class Comparison:
                       if self.machine_drift is None else
                       f"9 of 10 pairs of drift-probe measurements differed by less than {100 * self.machine_drift:.0f} % ("
                       f"{self.probes[0]} + {self.probes[1]} measurements; absolute figures are judged within that); ")
+        allowed = len([p for p in self.points if p["for_machine"]])
+        allowance = (f"{self.within_noise_as_measured} as measured, {allowed} more once the machine's measured speed "
+                     f"at their moment is allowed for (probe interpolation error {100 * self.probe_error:.0f} %); "
+                     if self.probe_error is not None else "")
         return (drift_note + f"{self.within_noise} of {len(self.points)} points within noise "
-                f"({'n/a' if f is None else f'{100 * f:.0f} %'}; {self.only_a} only in A, {self.only_b} only in B); "
+                f"({'n/a' if f is None else f'{100 * f:.0f} %'}; " + allowance
+                + f"{self.only_a} only in A, {self.only_b} only in B); "
                 f"{same} of {len(self.headlines)} headlines the same; "
                 + ("reproduced" if self.reproduced else
                    f"NOT reproduced (needs ≥ {100 * self.min_fraction:.0f} % of points within noise and every headline the same)"))
@@ -99,20 +118,35 @@ def _band(r: dict, fields: tuple, windows: str | None) -> tuple[float, float] | 
     return (float(lo), float(hi)) if lo is not None and hi is not None else None
 
 
+def _judge(va: float, vb: float, ba, bb, ra: dict, rb: dict, floor: list[float]) -> dict:
+    # each run's relative window range for this metric; the record's throughput spread where none was kept
+    spreads = [(b[1] - b[0]) / abs(v) if b else r.get("spread") for r, b, v in ((ra, ba, va), (rb, bb, vb))]
+    spread = max([x for x in spreads if x is not None] + floor)
+    rel = (vb - va) / abs(va)
+    overlap = ba is not None and bb is not None and ba[0] <= bb[1] and bb[0] <= ba[1]
+    return {"delta_pct": round(100 * rel, 2), "noise_pct": round(100 * spread, 2),
+            "within_noise": bool(overlap or abs(rel) <= spread)}
+
+
 def _metric(ra: dict, rb: dict, name: str, fields: tuple, windows: str | None, min_noise: float,
-            machine_drift: float | None = None) -> dict | None:
+            machine_drift: float | None = None, faster: float | None = None,
+            probe_error: float | None = None) -> dict | None:
+    """`faster`: how many times as fast the machine was in B as in A when the point was taken (from the probes)."""
     va, vb = ra.get(name), rb.get(name)
     if va is None or vb is None or va == 0:
         return None
     ba, bb = _band(ra, fields, windows), _band(rb, fields, windows)
-    # each run's relative window range for this metric; the record's throughput spread where none was kept
-    spreads = [(b[1] - b[0]) / abs(v) if b else r.get("spread") for r, b, v in ((ra, ba, va), (rb, bb, vb))]
-    floor = [min_noise] + ([machine_drift] if machine_drift is not None and name != "ratio" else [])
-    spread = max([s for s in spreads if s is not None] + floor)
-    rel = (vb - va) / abs(va)
-    overlap = ba is not None and bb is not None and ba[0] <= bb[1] and bb[0] <= ba[1]
-    return {"A": va, "B": vb, "delta_pct": round(100 * rel, 2), "noise_pct": round(100 * spread, 2),
-            "within_noise": bool(overlap or abs(rel) <= spread)}
+    absolute = name != "ratio"
+    out = {"A": va, "B": vb, **_judge(va, vb, ba, bb, ra, rb, [min_noise] + (
+        [machine_drift] if machine_drift is not None and absolute else [])), "for_machine": False}
+    if out["within_noise"] or not absolute or not faster or probe_error is None:
+        return out
+    k = faster if name.startswith("throughput") else 1 / faster  # a faster machine: more img/s, fewer ms
+    adj = _judge(va, vb / k, ba, bb and (bb[0] / k, bb[1] / k), ra, rb, [min_noise, probe_error])
+    if adj["within_noise"]:
+        out.update(within_noise=True, for_machine=True)
+    out["for_machine_delta_pct"] = adj["delta_pct"]
+    return out
 
 
 def compare(run_a, run_b, min_noise: float = 0.02, min_fraction: float = 0.9) -> Comparison:
@@ -121,33 +155,47 @@ def compare(run_a, run_b, min_noise: float = 0.02, min_fraction: float = 0.9) ->
     heads = [load_headlines(resolve_run_dir(r)) if isinstance(r, (str, Path)) else {} for r in (run_a, run_b)]
     grouped = []
     for rs in recs:
-        g: dict[tuple, list[dict]] = defaultdict(list)
-        for r in rs:
+        g: dict[tuple, list[tuple[int, dict]]] = defaultdict(list)
+        for i, r in enumerate(rs):
             if r.get("kind") in KINDS and r.get("available", True) is not False:
-                g[point_key(r)].append(r)
+                g[point_key(r)].append((i, r))
         grouped.append(g)
     ga, gb = grouped
     probes = [probe_values(rs) for rs in recs]
     machine_drift = drift(probes[0] + probes[1]) if probes[0] and probes[1] else None
+    speed_a, speed_b = (machine_speed(rs) for rs in recs)
+    errors = interpolation_error(recs[0]) + interpolation_error(recs[1])
+    probe_error = float(np.quantile(errors, QUANTILE)) if machine_drift is not None and len(errors) >= 2 else None
     points, only_a, only_b = [], 0, 0
     for key in list(ga) + [k for k in gb if k not in ga]:
         la, lb = ga.get(key, []), gb.get(key, [])
         only_a += max(0, len(la) - len(lb))
         only_b += max(0, len(lb) - len(la))
-        for ra, rb in zip(la, lb, strict=False):
-            metrics = {m: _metric(ra, rb, m, f, w, min_noise, machine_drift) for m, f, w in METRICS}
+        for (ia, ra), (ib, rb) in zip(la, lb, strict=False):
+            faster = speed_b[ib] / speed_a[ia] if ia in speed_a and ib in speed_b else None
+            metrics = {m: _metric(ra, rb, m, f, w, min_noise, machine_drift, faster, probe_error)
+                       for m, f, w in METRICS}
             metrics = {m: v for m, v in metrics.items() if v}
             if not metrics:
                 continue
-            row = {"experiment": ra.get("experiment"), "point": point_label(ra),
-                   "within_noise": all(v["within_noise"] for v in metrics.values())}
+            within = all(v["within_noise"] for v in metrics.values())
+            row = {"experiment": ra.get("experiment"), "point": point_label(ra), "within_noise": within,
+                   "for_machine": within and any(v["for_machine"] for v in metrics.values()),
+                   "machine B÷A": None if faster is None else round(faster, 3)}
             for m, v in metrics.items():
                 row.update({f"{m} A": v["A"], f"{m} B": v["B"], f"{m} Δ%": v["delta_pct"],
                             f"{m} noise%": v["noise_pct"]})
-            row["verdict"] = "within noise" if row["within_noise"] else "differs: " + ", ".join(
-                f"{m} {v['delta_pct']:+.1f} % (noise {v['noise_pct']:.1f} %)" for m, v in metrics.items()
-                if not v["within_noise"])
+            if row["for_machine"]:
+                row["verdict"] = f"within noise once the machine's speed is allowed for (B's {faster:.2f}× A's)"
+            elif within:
+                row["verdict"] = "within noise"
+            else:
+                row["verdict"] = "differs: " + ", ".join(
+                    f"{m} {v['delta_pct']:+.1f} % (noise {v['noise_pct']:.1f} %"
+                    + (f"; {v['for_machine_delta_pct']:+.1f} % for the machine's speed"
+                       if "for_machine_delta_pct" in v else "") + ")"
+                    for m, v in metrics.items() if not v["within_noise"])
             points.append(row)
     return Comparison(points=points, headlines=compare_headlines(*heads), only_a=only_a, only_b=only_b,
                       min_fraction=min_fraction, machine_drift=machine_drift,
-                      probes=(len(probes[0]), len(probes[1])))
+                      probes=(len(probes[0]), len(probes[1])), probe_error=probe_error)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from datetime import datetime
 
 import numpy as np
 
@@ -70,6 +71,45 @@ def drift(values: list[float]) -> float | None:
     med = float(np.median(v))
     diffs = [abs(a - b) / med for a, b in itertools.combinations(v, 2)]
     return float(np.quantile(diffs, QUANTILE))
+
+
+def _moment(r: dict) -> float | None:
+    try:
+        return datetime.fromisoformat(r["timestamp"]).timestamp()
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _between(before: tuple, after: tuple, t: float | None) -> float:
+    """The probe figure at moment t, on the straight line from the probe before to the probe after."""
+    (t0, a), (t1, b) = before, after
+    w = (t - t0) / (t1 - t0) if None not in (t, t0, t1) and t1 > t0 else 0.5
+    return a + (b - a) * min(1.0, max(0.0, w))
+
+
+def machine_speed(records: list[dict]) -> dict[int, float]:
+    """The machine's speed when each record of a run was taken (keyed by its position in the run's records, which
+    are in time order): the drift probes' throughput, interpolated between the probe before and the one after it."""
+    probes = [(i, _moment(r), float(r["throughput_img_s"])) for i, r in enumerate(records)
+              if r.get("kind") == "probe" and r.get("throughput_img_s")]
+    speed = {}
+    for i, r in enumerate(records):
+        if r.get("kind") == "probe" or not probes:
+            continue
+        before = [p for p in probes if p[0] < i]
+        after = [p for p in probes if p[0] > i]
+        ends = (before[-1] if before else after[0])[1:], (after[0] if after else before[-1])[1:]
+        speed[i] = _between(*ends, _moment(r))
+    return speed
+
+
+def interpolation_error(records: list[dict]) -> list[float]:
+    """How far each inner probe was from the line between its neighbours (relative): what `machine_speed`
+    cannot know about the moments between two probes."""
+    probes = [(_moment(r), float(r["throughput_img_s"])) for r in records
+              if r.get("kind") == "probe" and r.get("throughput_img_s")]
+    return [abs(mid[1] - (guess := _between(before, after, mid[0]))) / guess
+            for before, mid, after in zip(probes, probes[1:], probes[2:], strict=False)]
 
 
 def describe(values: list[float]) -> str:

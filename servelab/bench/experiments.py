@@ -15,6 +15,8 @@ import json
 import time
 from collections.abc import Callable
 
+import numpy as np
+
 from servelab.bench.inputs import payload_bytes, sample_jpegs, sample_tensor
 from servelab.bench.loadgen import LoadOpts, closed_loop, interleaved, open_loop
 from servelab.bench.records import Run, memory_snapshot
@@ -108,6 +110,8 @@ def ab(run: Run, experiment: str, a: Served, b: Served, *, label_a: str, label_b
         run, b, payload=pb, batch=batch_b, concurrency=cb, opts=opts, params={**extra, "side": "b"},
         stats=merge_deltas(deltas[1]), summary=res.b.summary()))
     s = res.summary()
+    # what both sides had in common (the link, Triton's instances…) names the ratio's point too
+    shared = {k: v for k, v in ra["params"].items() if k not in ("load", "side") and rb["params"].get(k, ...) == v}
     rr = run.record(experiment, kind="ab", server=f"{label_a} / {label_b}", ratio=s["ratio"],
                     ratio_min=s["ratio_min"], ratio_max=s["ratio_max"], latency_p50_ratio=s["latency_p50_ratio"],
                     stable=s["stable"], repeats=s["pairs"], quick=s["quick"], a=label_a, b=label_b,
@@ -116,7 +120,7 @@ def ab(run: Run, experiment: str, a: Served, b: Served, *, label_a: str, label_b
                     payload=pa if pa == pb else None,
                     batch=batch_a if batch_a == batch_b else None,
                     concurrency=concurrency_a if concurrency_a == cb else None,
-                    params={"load": opts.as_params(), **extra},
+                    params={**shared, "load": opts.as_params(), **extra},
                     note="throughput A ÷ B, interleaved windows; min–max over the window pairs")
     return [ra, rb, rr]
 
@@ -234,8 +238,6 @@ def rate_sweep(run: Run, srv: Served, *, rates: tuple = (5, 10, 20, 40), payload
 def serialisation_costs(batch: int = 1, repeats: int = 20) -> list[dict]:
     """Client-side cost of each wire format, measured apart from any request: encode time and bytes per request."""
     import base64
-
-    import numpy as np
 
     x = sample_tensor(batch)
     jpegs = list(sample_jpegs(batch))
@@ -379,30 +381,37 @@ def compare_servers(run: Run, a: Served, b: Served, *, concurrencies: tuple = (1
 # --- cold start ---------------------------------------------------------------------------------------
 
 def cold_start(run: Run, *, servers: tuple = ("fastapi", "litserve", "triton-http"), engine: str = "onnx",
-               repeats: int = 1, log_dir=None, experiment: str = "cold-start") -> list[dict]:
-    """Process start to ready (the server's readiness probe), then the first request's latency. The one
-    experiment that starts servers: starting is what it measures."""
+               repeats: int = 3, log_dir=None, experiment: str = "cold-start") -> list[dict]:
+    """Process start to ready (the server's readiness probe), then the first request's latency: one record per
+    server over `repeats` fresh starts (median, with min and max: one start is one sample of a noisy machine).
+    The one experiment that starts servers: starting is what it measures."""
     out = []
     for server in servers:
-        for i in range(max(1, repeats)):
-            try:
+        starts, firsts, mems = [], [], []
+        try:
+            for _ in range(max(1, repeats)):
                 log = (log_dir or run.dir) / f"{server}.log"
                 with served(server, engine=engine, payload="tensor", log_path=log) as srv:
                     client = srv.make_client()
                     t1 = time.perf_counter()
                     client.embed_tensor(sample_tensor(1))
-                    first_ms = (time.perf_counter() - t1) * 1000
+                    firsts.append((time.perf_counter() - t1) * 1000)
                     client.close()
-                    mem = memory_snapshot(srv.pid, label=f"{server} server")
-                out.append(run.record(experiment, kind="cold-start", server=server, backend=srv.backend,
-                                      engine=srv.engine, protocol=srv.protocol, payload="tensor", batch=1,
-                                      start_to_ready_s=round(srv.startup_s, 3), first_request_ms=round(first_ms, 2),
-                                      latency_p50_ms=round(first_ms, 2), repeats=1, memory=mem,
-                                      params={"repeat": i, **srv.params(),
-                                              "probe": {"fastapi": "/readyz", "litserve": "/health"}.get(
-                                                  server, "/v2/health/ready (strict readiness)")}))
-            except Exception as exc:
-                out.append(unavailable(run, experiment, server, exc))
+                    starts.append(srv.startup_s)
+                    mems.append(memory_snapshot(srv.pid, label=f"{server} server"))
+        except Exception as exc:
+            out.append(unavailable(run, experiment, server, exc))
+            continue
+        out.append(run.record(experiment, kind="cold-start", server=server, backend=srv.backend,
+                              engine=srv.engine, protocol=srv.protocol, payload="tensor", batch=1,
+                              start_to_ready_s=round(float(np.median(starts)), 3),
+                              start_to_ready_min_s=round(min(starts), 3), start_to_ready_max_s=round(max(starts), 3),
+                              first_request_ms=round(float(np.median(firsts)), 2),
+                              latency_p50_ms=round(float(np.median(firsts)), 2),
+                              latency_p50_min_ms=round(min(firsts), 2), latency_p50_max_ms=round(max(firsts), 2),
+                              repeats=len(starts), memory=mems[-1],
+                              params={**srv.params(), "probe": {"fastapi": "/readyz", "litserve": "/health"}.get(
+                                  server, "/v2/health/ready (strict readiness)")}))
     return out
 
 

@@ -17,7 +17,8 @@ COLUMNS = [
     "latency_p99_ms", "errors", "requests", "repeats", "windows_used", "stable", "spread", "quick", "a", "b", "ratio",
     "ratio_min", "ratio_max", "goal", "loadgen_cpu_pct", "client_process_cpu_pct", "server_cpu_pct",
     "cpu_pinning", "server_avg_batch", "server_queue_ms", "server_compute_ms",
-    "rss_mb", "gpu_mem_mb", "payload_bytes_per_request", "bytes_per_request", "start_to_ready_s", "first_request_ms", "backlog", "late_starts",
+    "rss_mb", "gpu_mem_mb", "payload_bytes_per_request", "bytes_per_request", "start_to_ready_s",
+    "start_to_ready_min_s", "start_to_ready_max_s", "first_request_ms", "backlog", "late_starts",
     "dropped", "rate_held", "value", "value_min", "value_max", "threshold", "met", "available", "note",
 ]
 

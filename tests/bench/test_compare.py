@@ -113,3 +113,51 @@ def test_machine_drift_from_the_probes_widens_absolute_figures_only(tmp_path):
     assert "9 of 10 pairs of drift-probe measurements differed by less than" in c.summary() and "4 + 4 measurements" in c.summary()
     # probes in one run only: no drift estimate
     assert compare(tmp_path / "A", tmp_path / "D").machine_drift is None
+
+
+def _timed_run(root, name, probes, point_at, windows):
+    """Probes (minute, img/s) and one served point taken at `point_at` minutes, with real-looking timestamps."""
+    run = Run(run_id=name, root=root, weights="w")
+    at = lambda minute: f"2026-11-23T10:{minute:02d}:00+00:00"  # noqa: E731
+    for i, (minute, thr) in enumerate(probes):
+        if minute > point_at >= (probes[i - 1][0] if i else -1):
+            run.record("06a", kind="load", server="fastapi", engine="onnx", protocol="http", payload="jpeg", batch=1,
+                       concurrency=8, throughput_img_s=sum(windows) / len(windows), window_throughput_img_s=windows,
+                       timestamp=at(point_at))
+        run.record("drift-probe", kind="probe", server="in-process", engine="onnx", batch=1, concurrency=1,
+                   throughput_img_s=thr, params={"before": f"nb{i}"}, timestamp=at(minute))
+    return run
+
+
+def test_interpolated_machine_speed_and_its_error():
+    from servelab.bench.drift import interpolation_error, machine_speed
+
+    recs = [{"kind": "probe", "throughput_img_s": 10.0, "timestamp": "2026-11-23T10:00:00+00:00"},
+            {"kind": "load", "timestamp": "2026-11-23T10:03:00+00:00"},
+            {"kind": "probe", "throughput_img_s": 14.0, "timestamp": "2026-11-23T10:04:00+00:00"},
+            {"kind": "load", "timestamp": "2026-11-23T10:05:00+00:00"},
+            {"kind": "probe", "throughput_img_s": 10.0, "timestamp": "2026-11-23T10:08:00+00:00"},
+            {"kind": "load", "timestamp": "2026-11-23T10:09:00+00:00"}]
+    assert machine_speed(recs) == {1: 13.0, 3: 13.0, 5: 10.0}  # 3/4 of the way up, 1/4 of the way down; the last
+    assert interpolation_error(recs) == [0.4]                   # the middle probe was 40 % off its neighbours' line
+
+
+def test_a_machine_measurably_faster_at_that_moment_explains_an_absolute_difference(tmp_path):
+    steady = [(m, 10.0 + 0.1 * (m % 3)) for m in range(0, 48, 4)]  # 12 probes within 2 % of each other
+    fast_then = [(m, 14.0 if m == 20 else v) for m, v in steady]    # B's machine 1.4× as fast around minute 20
+    _timed_run(tmp_path, "A", steady, 21, [20.0, 20.2, 20.4])
+    _timed_run(tmp_path, "B", fast_then, 21, [27.6, 28.0, 28.4])    # the point: +39 %, as the machine
+    c = compare(tmp_path / "A", tmp_path / "B")
+    assert c.machine_drift < 0.05  # one fast probe of 24 leaves the 9-in-10 pairwise drift at the steady 2 %
+    assert 0.1 < c.probe_error < 0.2  # but its neighbours' line missed it (and it missed theirs): 3 errors of 20
+    (p,) = c.points
+    assert p["within_noise"] and p["for_machine"] and p["machine B÷A"] == round(13.0 / 10.15, 3)
+    assert p["verdict"].startswith("within noise once the machine's speed is allowed for")
+    assert c.within_noise_as_measured == 0 and "0 as measured, 1 more once the machine's measured speed" in c.summary()
+    # the same speed-up in B without the machine moving: the stack changed, not the machine
+    _timed_run(tmp_path, "C", steady, 21, [27.6, 28.0, 28.4])
+    (q,) = compare(tmp_path / "A", tmp_path / "C").points
+    assert not q["within_noise"] and "for the machine's speed" in q["verdict"]
+    # a slower point on a faster machine is not explained by it
+    _timed_run(tmp_path, "D", fast_then, 21, [14.6, 14.8, 15.0])
+    assert not compare(tmp_path / "A", tmp_path / "D").points[0]["within_noise"]
