@@ -9,13 +9,13 @@ the machine's own drift across the two runs — how far the drift probe's measur
 taken before every notebook of a lab run) differed from each other, 9 pairs in 10.
 
 A shared machine can also be measurably faster in one run than in the other at the moment a point was taken (the
-probes around it say by how much). An absolute figure that differs by more than the drift is still within noise
-when, once that speed difference is allowed for (throughput ÷ it, latency × it), what is left is no larger than
-the probes' own interpolation error (9 in 10) or the window spread: the machine explains it, the stack did not
-change. The summary says how many points needed that allowance. Runs without probes are judged on window spreads
-alone. A point is within noise when all its metrics are. Headlines (see servelab.bench.headlines) must make the
-same claims. A run reproduces another when at least `min_fraction` of the points are within noise and every
-headline is the same.
+probes before and after it say by how much). An absolute figure that differs by more than the noise is still within
+noise when B ÷ A lies within that noise of the span from 1 (no change) to the machine's own speed ratio (throughput
+moves with it, latency against it): the machine explains the difference, the stack did not change. Where the
+machine did not move, nothing changes. The summary says how many points needed that allowance. Runs without
+probes are judged on window spreads alone. A point is within noise when all its metrics are. Headlines (see
+servelab.bench.headlines) must make the same claims. A run reproduces another when at least `min_fraction` of
+the points are within noise and every headline is the same.
 """
 
 from __future__ import annotations
@@ -24,9 +24,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
-from servelab.bench.drift import QUANTILE, drift, interpolation_error, machine_speed, probe_values
+from servelab.bench.drift import drift, machine_speed, probe_values
 from servelab.bench.headlines import compare_headlines, load_headlines
 from servelab.bench.records import load_records, resolve_run_dir
 
@@ -51,7 +49,6 @@ class Comparison:
     min_fraction: float
     machine_drift: float | None = None  # the drift probes' pairwise difference (9 in 10), both runs together
     probes: tuple[int, int] = (0, 0)     # probe measurements in A and in B
-    probe_error: float | None = None    # the probes' interpolation error (9 in 10), both runs together
 
     @property
     def within_noise_as_measured(self) -> int:
@@ -84,9 +81,8 @@ class Comparison:
                       f"9 of 10 pairs of drift-probe measurements differed by less than {100 * self.machine_drift:.0f} % ("
                       f"{self.probes[0]} + {self.probes[1]} measurements; absolute figures are judged within that); ")
         allowed = len([p for p in self.points if p["for_machine"]])
-        allowance = (f"{self.within_noise_as_measured} as measured, {allowed} more once the machine's measured speed "
-                     f"at their moment is allowed for (probe interpolation error {100 * self.probe_error:.0f} %); "
-                     if self.probe_error is not None else "")
+        allowance = (f"{self.within_noise_as_measured} as measured, {allowed} more once the machine's speed at their "
+                     "moment, as the probes measured it, is allowed for; " if self.machine_drift is not None else "")
         return (drift_note + f"{self.within_noise} of {len(self.points)} points within noise "
                 f"({'n/a' if f is None else f'{100 * f:.0f} %'}; " + allowance
                 + f"{self.only_a} only in A, {self.only_b} only in B); "
@@ -129,8 +125,7 @@ def _judge(va: float, vb: float, ba, bb, ra: dict, rb: dict, floor: list[float])
 
 
 def _metric(ra: dict, rb: dict, name: str, fields: tuple, windows: str | None, min_noise: float,
-            machine_drift: float | None = None, faster: float | None = None,
-            probe_error: float | None = None) -> dict | None:
+            machine_drift: float | None = None, faster: float | None = None) -> dict | None:
     """`faster`: how many times as fast the machine was in B as in A when the point was taken (from the probes)."""
     va, vb = ra.get(name), rb.get(name)
     if va is None or vb is None or va == 0:
@@ -139,13 +134,14 @@ def _metric(ra: dict, rb: dict, name: str, fields: tuple, windows: str | None, m
     absolute = name != "ratio"
     out = {"A": va, "B": vb, **_judge(va, vb, ba, bb, ra, rb, [min_noise] + (
         [machine_drift] if machine_drift is not None and absolute else [])), "for_machine": False}
-    if out["within_noise"] or not absolute or not faster or probe_error is None:
+    if out["within_noise"] or not absolute or not faster or machine_drift is None:
         return out
-    k = faster if name.startswith("throughput") else 1 / faster  # a faster machine: more img/s, fewer ms
-    adj = _judge(va, vb / k, ba, bb and (bb[0] / k, bb[1] / k), ra, rb, [min_noise, probe_error])
-    if adj["within_noise"]:
+    # B ÷ A as the machine alone would have moved it: 1 (no change) up to the probes' speed ratio at that moment
+    # (a faster machine: more img/s, fewer ms); within noise when B ÷ A is within the same noise of that span
+    k = faster if name.startswith("throughput") else 1 / faster
+    q, noise = vb / va, out["noise_pct"] / 100
+    if min(1, k) - noise <= q <= max(1, k) + noise:
         out.update(within_noise=True, for_machine=True)
-    out["for_machine_delta_pct"] = adj["delta_pct"]
     return out
 
 
@@ -164,8 +160,6 @@ def compare(run_a, run_b, min_noise: float = 0.02, min_fraction: float = 0.9) ->
     probes = [probe_values(rs) for rs in recs]
     machine_drift = drift(probes[0] + probes[1]) if probes[0] and probes[1] else None
     speed_a, speed_b = (machine_speed(rs) for rs in recs)
-    errors = interpolation_error(recs[0]) + interpolation_error(recs[1])
-    probe_error = float(np.quantile(errors, QUANTILE)) if machine_drift is not None and len(errors) >= 2 else None
     points, only_a, only_b = [], 0, 0
     for key in list(ga) + [k for k in gb if k not in ga]:
         la, lb = ga.get(key, []), gb.get(key, [])
@@ -173,7 +167,7 @@ def compare(run_a, run_b, min_noise: float = 0.02, min_fraction: float = 0.9) ->
         only_b += max(0, len(lb) - len(la))
         for (ia, ra), (ib, rb) in zip(la, lb, strict=False):
             faster = speed_b[ib] / speed_a[ia] if ia in speed_a and ib in speed_b else None
-            metrics = {m: _metric(ra, rb, m, f, w, min_noise, machine_drift, faster, probe_error)
+            metrics = {m: _metric(ra, rb, m, f, w, min_noise, machine_drift, faster)
                        for m, f, w in METRICS}
             metrics = {m: v for m, v in metrics.items() if v}
             if not metrics:
@@ -191,11 +185,9 @@ def compare(run_a, run_b, min_noise: float = 0.02, min_fraction: float = 0.9) ->
                 row["verdict"] = "within noise"
             else:
                 row["verdict"] = "differs: " + ", ".join(
-                    f"{m} {v['delta_pct']:+.1f} % (noise {v['noise_pct']:.1f} %"
-                    + (f"; {v['for_machine_delta_pct']:+.1f} % for the machine's speed"
-                       if "for_machine_delta_pct" in v else "") + ")"
+                    f"{m} {v['delta_pct']:+.1f} % (noise {v['noise_pct']:.1f} %)"
                     for m, v in metrics.items() if not v["within_noise"])
             points.append(row)
     return Comparison(points=points, headlines=compare_headlines(*heads), only_a=only_a, only_b=only_b,
                       min_fraction=min_fraction, machine_drift=machine_drift,
-                      probes=(len(probes[0]), len(probes[1])), probe_error=probe_error)
+                      probes=(len(probes[0]), len(probes[1])))

@@ -103,15 +103,6 @@ def machine_speed(records: list[dict]) -> dict[int, float]:
     return speed
 
 
-def interpolation_error(records: list[dict]) -> list[float]:
-    """How far each inner probe was from the line between its neighbours (relative): what `machine_speed`
-    cannot know about the moments between two probes."""
-    probes = [(_moment(r), float(r["throughput_img_s"])) for r in records
-              if r.get("kind") == "probe" and r.get("throughput_img_s")]
-    return [abs(mid[1] - (guess := _between(before, after, mid[0]))) / guess
-            for before, mid, after in zip(probes, probes[1:], probes[2:], strict=False)]
-
-
 def describe(values: list[float]) -> str:
     """One line for a report: the probe's median, range and drift."""
     d = drift(values)
