@@ -112,14 +112,14 @@ if len(head):
               "simpler stack wins"))
     options = {"model": triton_model, "jpeg_model": triton_jpeg_model} if backend.startswith("triton") else {}
     client = InferenceClient(mode="remote", backend=backend, url=urls[backend], payload=payload, **options)
+    print("chosen measurement:", {k: best[k] for k in ("experiment", "server", "payload", "batch", "concurrency",
+                                                        "throughput_img_s", "latency_p50_ms")})
 else:
-    backend, payload, why = "local", "jpeg", "no FastAPI-vs-Triton comparison in this run's records (run 06a first)"
+    backend, payload, best = "local", "jpeg", None
+    why = "no FastAPI-vs-Triton comparison in this run's records (run 06a first)"
     step.not_run("backend choice from this run's records", why, "the in-process engine is used")
     client = InferenceClient(mode="local")
 print("using:", backend, "—", why)
-if len(head):
-    print("chosen measurement:", {k: best[k] for k in ("experiment", "server", "payload", "batch", "concurrency",
-                                                        "throughput_img_s", "latency_p50_ms")})
 
 # %% [markdown]
 # **Predict first.** Measured throughput came from synthetic load at a fixed concurrency. The finder sends
@@ -170,7 +170,7 @@ found = step.table(pd.DataFrame(rows) if rows else pd.DataFrame([{"note": "no gr
                    f"Duplicate groups by the default rule, {rule.describe()} (weights: {embedded.weights})")
 
 # %%
-promised = float(best["throughput_img_s"]) if len(head) else None
+promised = float(best["throughput_img_s"]) if best is not None else None
 achieved = embedded.embedded / max(embed_s, 1e-9)
 step.answer(f"The finder embedded {embedded.embedded} photos in {embed_s:.1f} s: {achieved:.1f} img/s"
             + (f", against {promised:.1f} img/s in the record it was chosen by ({best['experiment']}, concurrency "

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from servelab.assignments.result import CheckResult, NotRunHere, reject, run_check
-from servelab.bench.report import MIN_EFFECT
+from servelab.bench.report import margin as ranking_margin
 
 __all__ = [
     "outcome", "live_config", "p99_budget", "triton_client_call", "python_backend_execute", "fastapi_route",
@@ -837,8 +837,9 @@ def p99_budget(answer, *, trials, budget_ms: float, exercise: str, step=None, st
 
     Graded from the run's records (records.jsonl), not from numbers the function returns. Correct: the chosen
     trial served every request with p99 ≤ `budget_ms`; no other trial of yours met the budget with throughput
-    clearly above it (bands overlapping = a tie); and it is not clearly below the one-client baseline the
-    check measures before and after your trials (the two pooled). The score (the chosen trial's img/s) is kept in the detail for the grade sheet."""
+    clearly above it (bands overlapping, or closer than the run's ranking margin = a tie); and it is not clearly
+    below the one-client baseline the check measures before and after your trials (the two pooled). The score
+    (the chosen trial's img/s) is kept in the detail for the grade sheet."""
     from servelab.bench.records import load_records
 
     baseline = trials.baseline()
@@ -864,9 +865,9 @@ def p99_budget(answer, *, trials, budget_ms: float, exercise: str, step=None, st
         band = measured_bands(rows, key="config")
         me = band.loc[int(chosen)]
 
-        def clearly_above(other) -> bool:  # only a measured spread, and more than MIN_EFFECT, separates two figures
-            return (other["lo"] > me["hi"] and other["lo"] < other["hi"] and me["lo"] < me["hi"]
-                    and other["value"] > (1 + MIN_EFFECT) * me["value"])
+        def clearly_above(other) -> bool:  # as a report sentence ranks figures measured apart: a measured spread
+            return (other["lo"] > me["hi"] and other["lo"] < other["hi"] and me["lo"] < me["hi"]  # clear of it,
+                    and other["value"] > (1 + ranking_margin()) * me["value"])  # by more than the run's margin (its drift)
 
         better = [k for k in ok if k != int(chosen) and clearly_above(band.loc[k])]
         if better:
