@@ -175,7 +175,7 @@ def compare(run_a, run_b, min_noise: float = 0.02, min_fraction: float = 0.9) ->
             within = all(v["within_noise"] for v in metrics.values())
             row = {"experiment": ra.get("experiment"), "point": point_label(ra), "within_noise": within,
                    "for_machine": within and any(v["for_machine"] for v in metrics.values()),
-                   "machine B÷A": None if faster is None else round(faster, 3)}
+                   "machine B÷A": None if faster is None or "ratio" in metrics else round(faster, 3)}
             for m, v in metrics.items():
                 row.update({f"{m} A": v["A"], f"{m} B": v["B"], f"{m} Δ%": v["delta_pct"],
                             f"{m} noise%": v["noise_pct"]})

@@ -110,6 +110,7 @@ def test_machine_drift_from_the_probes_widens_absolute_figures_only(tmp_path):
     by = {p["experiment"]: p for p in c.points}
     assert by["06a"]["within_noise"] and by["06a"]["throughput_img_s noise%"] == round(100 * c.machine_drift, 2)
     assert not by["06a-ab"]["within_noise"]  # an interleaved ratio cancels drift: its own pair range is the noise
+    assert by["06a-ab"]["machine B÷A"] is None  # nor does the machine's speed explain a ratio
     assert "9 of 10 pairs of drift-probe measurements differed by less than" in c.summary() and "4 + 4 measurements" in c.summary()
     # probes in one run only: no drift estimate
     assert compare(tmp_path / "A", tmp_path / "D").machine_drift is None
