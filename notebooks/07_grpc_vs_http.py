@@ -74,7 +74,7 @@ opts = step.opts(load)
 triton = attach("triton-http", triton_http_url, payload="tensor", model=triton_model, pid=triton_pid or None,
                 grpc_url=triton_grpc_url)
 cols = ["protocol", "batch", "concurrency", "throughput_img_s", "throughput_min_img_s", "throughput_max_img_s",
-        "latency_p50_ms", "latency_p99_ms", "stable", "server_stats.avg_request_ms"]
+        "latency_p50_ms", "latency_mean_ms", "latency_p99_ms", "stable", "server_stats.avg_request_ms"]
 ratio_cols = ["batch", "concurrency", "ratio", "ratio_min", "ratio_max", "stable"]
 
 
@@ -138,6 +138,12 @@ ab_batch = http_vs_grpc(step.run, triton, batches=tuple(batch_sizes), concurrenc
                         experiment="07-protocol-batch")
 recs = sides(ab_batch)
 by_batch = step.table(step.frame(recs, *cols), "by_batch", "gRPC vs HTTP by batch size (binary tensors, concurrency 1)")
+
+# %% [markdown]
+# **Read the table before the ratio.** One client waits for each answer before sending the next, so its
+# throughput is batch ÷ the *mean* latency, not the median. Where the mean sits well above p50 and p99 is many
+# times p50, a few requests stalled: then the ratio below counts how many stalls landed on each side as much
+# as it compares the protocols, and a second run can read it differently.
 
 # %%
 def protocol_pairs(ab_records, key):
