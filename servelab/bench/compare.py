@@ -80,8 +80,8 @@ class Comparison:
                       if self.machine_drift is None else
                       f"9 of 10 pairs of drift-probe measurements differed by less than {100 * self.machine_drift:.0f} % ("
                       f"{self.probes[0]} + {self.probes[1]} measurements; absolute figures are judged within that); ")
-        allowed = len([p for p in self.points if p["for_machine"]])
-        allowance = (f"{self.within_noise_as_measured} as measured, {allowed} more once the machine's speed at their "
+        allowance = (f"{self.within_noise_as_measured} as measured, "
+                     f"{self.within_noise - self.within_noise_as_measured} more once the machine's speed at their "
                      "moment, as the probes measured it, is allowed for; " if self.machine_drift is not None else "")
         return (drift_note + f"{self.within_noise} of {len(self.points)} points within noise "
                 f"({'n/a' if f is None else f'{100 * f:.0f} %'}; " + allowance

@@ -387,7 +387,7 @@ def cold_start(run: Run, *, servers: tuple = ("fastapi", "litserve", "triton-htt
     The one experiment that starts servers: starting is what it measures."""
     out = []
     for server in servers:
-        starts, firsts, mems = [], [], []
+        starts, firsts = [], []
         try:
             for _ in range(max(1, repeats)):
                 log = (log_dir or run.dir) / f"{server}.log"
@@ -398,7 +398,7 @@ def cold_start(run: Run, *, servers: tuple = ("fastapi", "litserve", "triton-htt
                     firsts.append((time.perf_counter() - t1) * 1000)
                     client.close()
                     starts.append(srv.startup_s)
-                    mems.append(memory_snapshot(srv.pid, label=f"{server} server"))
+                    mem = memory_snapshot(srv.pid, label=f"{server} server")  # the last start's
         except Exception as exc:
             out.append(unavailable(run, experiment, server, exc))
             continue
@@ -409,7 +409,7 @@ def cold_start(run: Run, *, servers: tuple = ("fastapi", "litserve", "triton-htt
                               first_request_ms=round(float(np.median(firsts)), 2),
                               latency_p50_ms=round(float(np.median(firsts)), 2),
                               latency_p50_min_ms=round(min(firsts), 2), latency_p50_max_ms=round(max(firsts), 2),
-                              repeats=len(starts), memory=mems[-1],
+                              repeats=len(starts), memory=mem,
                               params={**srv.params(), "probe": {"fastapi": "/readyz", "litserve": "/health"}.get(
                                   server, "/v2/health/ready (strict readiness)")}))
     return out
