@@ -24,6 +24,24 @@ from .conftest import TINY
 QUICK = LoadOpts(min_requests=5, min_p50s=2, max_windows=3, tolerance=0.5, max_warmup_s=5)
 
 
+def paced(cost):
+    """A work factory whose requests each take `cost()` seconds, paced: a request ends one `cost` after the
+    worker's previous one was due, so a late wake-up on a busy machine (several ms have been seen in CI) is
+    made up by the next request instead of adding to every one; after a pause (the other side's window in
+    an A/B) the schedule restarts from now."""
+    def factory(i):
+        due = 0.0
+
+        def work():
+            nonlocal due
+            now, step = time.perf_counter(), cost()
+            due = (due if now - due < step else now) + step
+            time.sleep(max(0.0, due - time.perf_counter()))
+            return 1
+        return work
+    return factory
+
+
 def test_closed_loop_counts_are_exact_for_a_plain_callable():
     calls = []
     lock = threading.Lock()
@@ -46,14 +64,8 @@ def test_closed_loop_counts_are_exact_for_a_plain_callable():
 
 def test_windows_are_sized_by_the_work_and_repeat_until_settled():
     """Each window holds >= min_requests completions and lasts >= min_p50s x p50; a steady load settles in 3."""
-    def factory(i):
-        def work():
-            time.sleep(0.02)
-            return 1
-        return work
-
     opts = LoadOpts(min_requests=12, min_p50s=10, max_windows=6, tolerance=0.15)
-    res = closed_loop(factory, 2, opts)
+    res = closed_loop(paced(lambda: 0.02), 2, opts)
     assert res.stable and res.windows_used == 3 == len(res.windows)
     for w in res.windows:
         assert w["requests"] >= 12
@@ -88,16 +100,9 @@ def test_interleaved_ab_cancels_a_drift_that_a_sequential_comparison_does_not():
         return 1 + 1.0 * (time.perf_counter() - t0)  # x1 at start, x2 after a second
 
     def make(cost):
-        def factory(i):
-            def work():
-                time.sleep(cost * slowdown())
-                return 1
-            return work
-        return factory
+        return paced(lambda: cost * slowdown())
 
     opts = LoadOpts(min_requests=4, min_p50s=1, max_windows=6, tolerance=0.1, max_warmup_s=2)
-    # 10 and 20 ms of work: long enough that sleep's own overhead (~0.5 ms when the machine is busy) cannot
-    # pull the ratio off 2
     ab = interleaved(make(0.010), make(0.020), 1, opts)
     assert ab.pairs >= 3 and ab.ratio_min <= ab.ratio_max
     assert ab.ratio == pytest.approx(2.0, rel=0.12)
