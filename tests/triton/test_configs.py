@@ -76,6 +76,7 @@ def test_cpu_stage_sets_instances_delay_threads(onnx_meta, settings, tmp_path):
     assert group.kind == mc.ModelInstanceGroup.KIND_CPU and group.count == 3
     assert cfg.dynamic_batching.max_queue_delay_microseconds == 1234
     assert cfg.parameters["intra_op_threads"].string_value == "1"
+    assert cfg.parameters["intra_op_spinning"].string_value == "0"  # no busy-waiting beside tritonserver
     pre = parse_config(out / "preprocess_jpeg" / "config.pbtxt")
     assert Path(pre.parameters["servelab_path"].string_value, "servelab", "model", "preprocess.py").is_file()
     assert not list(out.parent.glob(".cpu_models.staging-*"))  # the temporary folder is gone
