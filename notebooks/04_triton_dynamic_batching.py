@@ -100,19 +100,20 @@ if not (repository / triton_model).is_dir():  # not this machine's Triton (e.g. 
 show_code(repository / triton_model / "config.pbtxt", lang="protobuf")
 
 # %% [markdown]
-# Two `parameters` at the end are read by the python model, not by Triton: ONNX Runtime's thread count and
-# `intra_op_spinning`. The second one is there because of a measurement. With ONNX Runtime's default (threads
-# busy-wait for a moment after each run), one client sending batch-1 requests back to back saw a few
-# percent of them take about half a second instead of tens of milliseconds, and Triton's own statistics put
-# that time in the *queue*, with nothing else queued. Triton's verbose log (`--log-verbose=1`) showed the
-# pattern: the request arrived a millisecond or two after the previous one finished, and left the queue
-# exactly 500 ms later. That is the dynamic batcher's idle timer: the busy-waiting threads (in the python
-# backend's stub process) held both cores just when tritonserver was handing the instance back, the
+# On the CPU model, the `parameters` at the end are read by the python model, not by Triton; two of them
+# decide how ONNX Runtime runs: its thread count and `intra_op_spinning` (the GPU model runs on Triton's own
+# onnxruntime backend and has neither). The second one is there because of a measurement. With ONNX Runtime's
+# default (threads busy-wait for a moment after each run), one client sending batch-1 requests back to back
+# saw a few percent of them take about half a second instead of tens of milliseconds, and Triton's own
+# statistics put that time in the *queue*, with nothing else queued. Triton's verbose log (`--log-verbose=1`)
+# showed the pattern: the request arrived a millisecond or two after the previous one finished, and left the
+# queue exactly 500 ms later. That is the dynamic batcher's idle timer: the busy-waiting threads (in the
+# python backend's stub process) held the cores just when tritonserver was handing the instance back, the
 # request arrived in that moment, and the batcher missed the wake-up and slept its full 500 ms. Stalls like
-# that decide a single client's throughput (it waits for each answer), so a comparison at batch 1 would
-# count stalls instead of measuring servers. With spinning off they vanished; a client that paused 5 ms
-# between requests never saw them either. To see it yourself, stage a repository, set the parameter to
-# "1", and send a few hundred requests one after another.
+# that decide a single client's throughput (it waits for each answer), so a comparison at batch 1 would count
+# stalls instead of measuring servers. With spinning off they vanished; a client that paused 5 ms between
+# requests never saw them either. To see it yourself, stage a repository, set the parameter to "1", and send a
+# few hundred requests one after another.
 
 # %% [markdown]
 # And the python-backend `execute` it calls. Triton hands it a *list* of requests — when the dynamic
