@@ -112,8 +112,10 @@ show_code(repository / triton_model / "config.pbtxt", lang="protobuf")
 # request arrived in that moment, and the batcher missed the wake-up and slept its full 500 ms. Stalls like
 # that decide a single client's throughput (it waits for each answer), so a comparison at batch 1 would count
 # stalls instead of measuring servers. With spinning off they vanished; a client that paused 5 ms between
-# requests never saw them either. To see it yourself, stage a repository, set the parameter to "1", and send a
-# few hundred requests one after another.
+# requests never saw them either. The race itself is still in Triton: with several clients the batcher can,
+# rarely, miss an instance coming free in the same way, so in the tables below a p99 about 500 ms above p50 at
+# concurrency 8 is most likely that, not the model. To see it yourself, stage a repository, set the parameter
+# to "1", and send a few hundred requests one after another.
 
 # %% [markdown]
 # And the python-backend `execute` it calls. Triton hands it a *list* of requests — when the dynamic
