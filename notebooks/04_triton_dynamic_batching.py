@@ -100,22 +100,27 @@ if not (repository / triton_model).is_dir():  # not this machine's Triton (e.g. 
 show_code(repository / triton_model / "config.pbtxt", lang="protobuf")
 
 # %% [markdown]
-# On the CPU model, the `parameters` at the end are read by the python model, not by Triton; two of them
-# decide how ONNX Runtime runs: its thread count and `intra_op_spinning` (the GPU model runs on Triton's own
-# onnxruntime backend and has neither). The second one is there because of a measurement. With ONNX Runtime's
-# default (threads busy-wait for a moment after each run), one client sending batch-1 requests back to back
-# saw a few percent of them take about half a second instead of tens of milliseconds, and Triton's own
-# statistics put that time in the *queue*, with nothing else queued. Triton's verbose log (`--log-verbose=1`)
-# showed the pattern: the request arrived a millisecond or two after the previous one finished, and left the
-# queue exactly 500 ms later. That is the dynamic batcher's idle timer: the busy-waiting threads (in the
-# python backend's stub process) held the cores just when tritonserver was handing the instance back, the
-# request arrived in that moment, and the batcher missed the wake-up and slept its full 500 ms. Stalls like
-# that decide a single client's throughput (it waits for each answer), so a comparison at batch 1 would count
-# stalls instead of measuring servers. With spinning off they vanished; a client that paused 5 ms between
-# requests never saw them either. The race itself is still in Triton: with several clients the batcher can,
-# rarely, miss an instance coming free in the same way, so in the tables below a p99 about 500 ms above p50 at
-# concurrency 8 is most likely that, not the model. To see it yourself, stage a repository, set the parameter
-# to "1", and send a few hundred requests one after another.
+# On the CPU model, the `parameters` at the end are read by the python model, not by Triton: how many threads
+# ONNX Runtime uses and whether they busy-wait between runs (`intra_op_spinning`, left at ONNX Runtime's
+# default as in the other engines; the GPU model runs on Triton's own onnxruntime backend and has neither).
+#
+# What the config *leaves out* is there because of a measurement. An earlier version bounded the queue
+# (`default_queue_policy { max_queue_size: 64 … }`, so that overload is refused at once). With it, one client
+# sending batch-1 requests back to back saw a few percent of them take about half a second instead of tens of
+# milliseconds, and Triton's statistics put that time in the *queue*, with nothing else queued; at
+# concurrency 8 the instance sat idle for half a second once or twice a minute. Triton's verbose log
+# (`--log-verbose=1`) showed the request leave the queue exactly 500 ms after it arrived: the dynamic
+# batcher's idle timer. Triton's source explains it. An arriving request wakes the batcher only if an
+# instance is free at that instant, and nothing wakes it when an instance *becomes* free; a request that
+# lands in the moment between the answer going out and the instance being ready again sleeps until the timer
+# fires. With the queue unbounded (and no queue timeouts), Triton's default, the batcher does not need that
+# wake-up: it forms the next batch while the instance is still busy and hands it over as soon as the instance
+# is free. A bound turns that off. Measured here, 25 s of back-to-back batch-1 requests, twice: with the bound
+# 4 and 18 half-second stalls, without it none. So this lab leaves the queue unbounded, and
+# `servelab bench overload` reloads the model with the bound when it measures shedding (where requests arrive
+# all the time, so the batcher is never left waiting). To see the stalls yourself, reload the model with a
+# bound (`servelab triton reconfigure openclip_vit_b32_cpu --max-queue 64`) and send a few hundred requests one
+# after another.
 
 # %% [markdown]
 # And the python-backend `execute` it calls. Triton hands it a *list* of requests — when the dynamic

@@ -144,7 +144,7 @@ by_batch = step.table(step.frame(recs, *cols), "by_batch", "gRPC vs HTTP by batc
 # throughput is batch ÷ the *mean* latency, not the median. Where the mean sits well above p50 and p99 is many
 # times p50, a few requests stalled: then the ratio below counts how many stalls landed on each side as much
 # as it compares the protocols, and a second run can read it differently (04 shows one cause of such stalls,
-# and why this lab's Triton model turns ONNX Runtime's spinning off).
+# and why this lab's Triton model leaves its queue unbounded).
 
 # %%
 def protocol_pairs(ab_records, key):

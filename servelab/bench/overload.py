@@ -19,8 +19,8 @@ Servers, all on the same engine and the same requests:
   fastapi-no-admission   the same service with the in-flight limit and deadline off: every body is read and
                          decoded, and only then refused when the batcher's `queue`-image queue is full
   litserve               the peer baseline (LitServe has no queue bound)
-  triton-http            the embedded tritonserver, JPEG ensemble; its dynamic batchers hold at most 64
-                         waiting requests and refuse the rest (default_queue_policy in the CPU model configs)
+  triton-http            the embedded tritonserver, JPEG ensemble; its encoder is reloaded with a bounded
+                         queue (max_queue_size 64): the next request is refused at once
 
 Clients never retry here: each arrival is one request, so a refusal shows as a refusal. Goodput and
 latency come from the measured span; the outcome counts (`shed`, `http_5xx`, `no_answer`) cover every
@@ -44,7 +44,7 @@ from servelab.bench.records import Run, memory_snapshot
 SERVERS = ("fastapi", "fastapi-no-admission", "litserve", "triton-http")
 LEVELS = (1, 2, 4, 8)
 EXPERIMENT = "overload"
-TRITON_QUEUE = 64  # max_queue_size in servelab/triton/staging/cpu (the encoder's and the JPEG preprocessor's)
+TRITON_QUEUE = 64  # max_queue_size the encoder is reloaded with here (the lab's config leaves it unbounded)
 
 
 # --- what happened to each request ------------------------------------------------------------------------
@@ -120,23 +120,26 @@ def overload_server(name: str, engine: str, *, queue: int, deadline_s: float, lo
 
 
 def _triton_engine(srv, engine: str) -> str:
-    """Point the staged encoder at the engine's ONNX file (the int8 graph for onnx-int8) and reload it."""
+    """Point the staged encoder at the engine's ONNX file (the int8 graph for onnx-int8) and reload it with its
+    queue bounded at TRITON_QUEUE."""
     from servelab.config import Settings
     from servelab.model.export import ensure_exported
 
     meta = ensure_exported(Settings.from_env())
     if engine == "onnx":
-        return Path(meta["path"]).name
-    if engine != "onnx-int8" or not meta.get("int8"):
+        name = Path(meta["path"]).name
+    elif engine == "onnx-int8" and meta.get("int8"):
+        source = Path(meta["path"]).with_name(meta["int8"]["file"])
+        target = Path(srv.repository) / srv.model / "1" / "model.onnx"
+        tmp = target.with_name(".model.onnx.swap")
+        tmp.unlink(missing_ok=True)
+        os.symlink(source.resolve(), tmp)
+        os.replace(tmp, target)
+        name = source.name
+    else:
         raise ValueError(f"Triton's CPU encoder runs onnx or onnx-int8, not {engine!r}")
-    source = Path(meta["path"]).with_name(meta["int8"]["file"])
-    target = Path(srv.repository) / srv.model / "1" / "model.onnx"
-    tmp = target.with_name(".model.onnx.swap")
-    tmp.unlink(missing_ok=True)
-    os.symlink(source.resolve(), tmp)
-    os.replace(tmp, target)
-    srv.reconfigure(max_queue_delay_us=srv.max_queue_delay_us or 0)  # a reload: the encoder opens the new file
-    return source.name
+    srv.reconfigure(max_queue=TRITON_QUEUE)  # a reload: the encoder opens its file again, with the bound
+    return name
 
 
 def _alive(pid: int | None) -> bool:

@@ -222,12 +222,13 @@ class TritonServed(Served):
         self.instances = sum(int(g.get("count", 1)) for g in cfg.get("instance_group", [])) or self.instances
         return self
 
-    def reconfigure(self, *, max_queue_delay_us: int | None = None, instances: int | None = None) -> None:
-        """Reload the encoder with another queue delay and/or instance count (Triton's repository API)."""
+    def reconfigure(self, *, max_queue_delay_us: int | None = None, instances: int | None = None,
+                    max_queue: int | None = None) -> None:
+        """Reload the encoder with another queue delay, instance count and/or queue bound (repository API)."""
         from servelab.triton.control import reconfigure
 
         reconfigure(self.http_url, self.model, max_queue_delay_us=max_queue_delay_us, instances=instances,
-                    repository=self.repository)
+                    max_queue=max_queue, repository=self.repository)
         self.read_state()
 
     @contextlib.contextmanager

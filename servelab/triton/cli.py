@@ -154,16 +154,18 @@ def reconfigure(
     model: str = typer.Argument(..., help="model name, e.g. openclip_vit_b32_cpu"),
     max_delay_us: int | None = typer.Option(None, help="new dynamic batching max_queue_delay_microseconds"),
     instances: int | None = typer.Option(None, help="new instance count"),
+    max_queue: int | None = typer.Option(None, help="at most this many requests wait, the next is refused (0 = unbounded)"),
     url: str | None = typer.Option(None, help="Triton HTTP URL (default: the running server's)"),
     repository: Path | None = typer.Option(None, help="also write the change to <repository>/<model>/config.pbtxt"),
 ):
-    """Change a model's queue delay / instance count and reload it live (no restart)."""
+    """Change a model's queue delay / instance count / queue bound and reload it live (no restart)."""
     from servelab.triton.control import reconfigure as do_reconfigure
 
     state = _read_state() or {}
     url = url or state.get("http_url") or f"http://127.0.0.1:{TRITON_HTTP_PORT}"
     repository = repository or (Path(state["repository"]) if state.get("repository") else None)
-    cfg = do_reconfigure(url, model, max_queue_delay_us=max_delay_us, instances=instances, repository=repository)
+    cfg = do_reconfigure(url, model, max_queue_delay_us=max_delay_us, instances=instances, max_queue=max_queue,
+                         repository=repository)
     typer.echo(json.dumps({"model": model, "dynamic_batching": cfg.get("dynamic_batching"),
                            "instance_group": [{k: g.get(k) for k in ("kind", "count", "gpus")} for g in cfg.get("instance_group", [])]},
                           indent=2))

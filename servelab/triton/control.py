@@ -7,7 +7,7 @@ override, unload, the repository index, and live reconfiguration (no server rest
     cfg = reconfigure(http_url, CPU_ENCODER, max_queue_delay_us=500, instances=2, repository="models")
 
 `reconfigure` takes the model's current config from the server, changes dynamic_batching
-max_queue_delay_microseconds and/or the instance_group count, and loads the model again with that config as
+max_queue_delay_microseconds, the queue bound (max_queue_size) and/or the instance_group count, and loads the model again with that config as
 an override. Triton swaps the model in place: requests keep being served by the old instances until the new
 ones are ready. Given `repository`, the same change is written to <repository>/<m>/config.pbtxt too, so a
 later restart keeps it. Every failure is a RuntimeError carrying Triton's own reason (after a failed reload
@@ -120,21 +120,29 @@ def config_switch(http_url: str, model: str, configs: list[dict], timeout: float
 
 
 def reconfigure(http_url: str, model: str, *, max_queue_delay_us: int | None = None, instances: int | None = None,
-                repository: Path | str | None = None, timeout: float = 180.0) -> dict:
-    """Returns the config Triton reports after the reload."""
+                max_queue: int | None = None, repository: Path | str | None = None, timeout: float = 180.0) -> dict:
+    """Returns the config Triton reports after the reload.
+
+    max_queue: at most this many requests wait in the dynamic batcher, the next is refused at once (HTTP 503 /
+    gRPC UNAVAILABLE); 0 = unbounded, Triton's default, under which the batcher can prepare the next batch
+    while the instance is busy (a bound turns that off).
+    """
     from google.protobuf import json_format
 
     from servelab.triton.repository import set_instances, write_config
 
-    if max_queue_delay_us is None and instances is None:
-        raise ValueError("nothing to change: give max_queue_delay_us and/or instances")
-    if max_queue_delay_us is not None and max_queue_delay_us < 0:
-        raise ValueError(f"max_queue_delay_us must be >= 0, got {max_queue_delay_us}")
+    if max_queue_delay_us is None and instances is None and max_queue is None:
+        raise ValueError("nothing to change: give max_queue_delay_us, instances and/or max_queue")
+    for name, value in (("max_queue_delay_us", max_queue_delay_us), ("max_queue", max_queue)):
+        if value is not None and value < 0:
+            raise ValueError(f"{name} must be >= 0, got {value}")
     cfg = _normalise(get_config(http_url, model))
+    if (max_queue_delay_us is not None or max_queue is not None) and not cfg.HasField("dynamic_batching"):
+        raise ValueError(f"model {model!r} has no dynamic_batching to reconfigure")
     if max_queue_delay_us is not None:
-        if not cfg.HasField("dynamic_batching"):
-            raise ValueError(f"model {model!r} has no dynamic_batching to reconfigure")
         cfg.dynamic_batching.max_queue_delay_microseconds = int(max_queue_delay_us)
+    if max_queue is not None:
+        cfg.dynamic_batching.default_queue_policy.max_queue_size = int(max_queue)
     if instances is not None:
         gpus = list(cfg.instance_group[0].gpus) if len(cfg.instance_group) else None
         set_instances(cfg, int(instances), gpus)

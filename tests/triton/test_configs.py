@@ -76,7 +76,9 @@ def test_cpu_stage_sets_instances_delay_threads(onnx_meta, settings, tmp_path):
     assert group.kind == mc.ModelInstanceGroup.KIND_CPU and group.count == 3
     assert cfg.dynamic_batching.max_queue_delay_microseconds == 1234
     assert cfg.parameters["intra_op_threads"].string_value == "1"
-    assert cfg.parameters["intra_op_spinning"].string_value == "0"  # no busy-waiting beside tritonserver
+    assert cfg.parameters["intra_op_spinning"].string_value == "1"  # onnxruntime's default, as the other engines
+    # unbounded queue: a bound turns off the batcher's prefetching, and with it come 500 ms idle-timer stalls
+    assert not cfg.dynamic_batching.HasField("default_queue_policy")
     pre = parse_config(out / "preprocess_jpeg" / "config.pbtxt")
     assert Path(pre.parameters["servelab_path"].string_value, "servelab", "model", "preprocess.py").is_file()
     assert not list(out.parent.glob(".cpu_models.staging-*"))  # the temporary folder is gone

@@ -161,6 +161,43 @@ def test_reload_with_new_queue_delay_and_instances_takes_effect(triton, triton_r
     assert int(get_config(triton.http_url, ENCODER)["dynamic_batching"]["max_queue_delay_microseconds"]) == old_delay
 
 
+def _burst(srv, x, n: int = 12) -> list:
+    """n clients send one request each at the same moment; what each got back (an embedding or the error)."""
+    start, outcomes = threading.Barrier(n), [None] * n
+
+    def one(i):
+        with _closing(TritonBackend("http", srv.http_url)) as b:
+            start.wait()
+            try:
+                outcomes[i] = b.embed_tensor(x)
+            except TritonInferenceError as exc:
+                outcomes[i] = exc
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    return outcomes
+
+
+def test_a_bounded_queue_refuses_at_once_and_the_default_unbounded_one_serves_everyone(triton, batch, reference):
+    # the lab's config leaves the queue unbounded (a bound turns off the batcher's prefetching);
+    # `servelab bench overload` bounds it to measure shedding
+    assert int(get_config(triton.http_url, ENCODER)["dynamic_batching"]
+               .get("default_queue_policy", {}).get("max_queue_size", 0)) == 0
+    cfg = reconfigure(triton.http_url, ENCODER, max_queue=1)
+    try:
+        assert int(cfg["dynamic_batching"]["default_queue_policy"]["max_queue_size"]) == 1
+        outcomes = _burst(triton, batch[:1])
+        refused = [o for o in outcomes if isinstance(o, Exception)]
+        served = [o for o in outcomes if not isinstance(o, Exception)]
+        assert refused and served, "with one place in the queue, some of 12 simultaneous requests are refused"
+        assert all("queue" in str(e).lower() for e in refused), [str(e) for e in refused]
+        assert cos(np.concatenate(served), np.repeat(reference[:1], len(served), axis=0)).min() >= 0.9999
+    finally:
+        reconfigure(triton.http_url, ENCODER, max_queue=0)
+    assert not [o for o in _burst(triton, batch[:1]) if isinstance(o, Exception)]
+
+
 def test_a_config_override_is_undone_on_leaving_loaded_with(triton, batch, reference):
     # Triton keeps a load's config override until a load with another one: a plain reload would leave the
     # model unbatched, which is what loaded_with must never do.

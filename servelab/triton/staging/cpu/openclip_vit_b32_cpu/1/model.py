@@ -31,8 +31,8 @@ class TritonPythonModel:
         if threads > 0:
             so.intra_op_num_threads = threads
         so.inter_op_num_threads = 1
-        # "0": intra-op threads sleep when a run ends instead of busy-waiting beside tritonserver (config.pbtxt says why)
-        so.add_session_config_entry("session.intra_op.allow_spinning", params.get("intra_op_spinning", "0") or "0")
+        # "1" (onnxruntime's default): intra-op threads busy-wait briefly after a run; "0": they sleep at once
+        so.add_session_config_entry("session.intra_op.allow_spinning", params.get("intra_op_spinning", "1") or "1")
         self.session = ort.InferenceSession(path, sess_options=so, providers=["CPUExecutionProvider"])
         self.input_name = self.session.get_inputs()[0].name
         self.output_name = self.session.get_outputs()[0].name
