@@ -108,19 +108,21 @@ show_code(repository / triton_model / "config.pbtxt", lang="protobuf")
 # (`default_queue_policy { max_queue_size: 64 … }`, so that overload is refused at once). With it, one client
 # sending batch-1 requests back to back saw a few percent of them take about half a second instead of tens of
 # milliseconds, and Triton's statistics put that time in the *queue*, with nothing else queued; at
-# concurrency 8 the instance sat idle for half a second once or twice a minute. Triton's verbose log
+# concurrency 8 the instance sat idle for up to half a second about twice a minute. Triton's verbose log
 # (`--log-verbose=1`) showed the request leave the queue exactly 500 ms after it arrived: the dynamic
 # batcher's idle timer. Triton's source explains it. An arriving request wakes the batcher only if an
 # instance is free at that instant, and nothing wakes it when an instance *becomes* free; a request that
 # lands in the moment between the answer going out and the instance being ready again sleeps until the timer
 # fires. With the queue unbounded (and no queue timeouts), Triton's default, the batcher does not need that
 # wake-up: it forms the next batch while the instance is still busy and hands it over as soon as the instance
-# is free. A bound turns that off. Measured here, 25 s of back-to-back batch-1 requests, twice: with the bound
-# 4 and 18 half-second stalls, without it none. So this lab leaves the queue unbounded, and
-# `servelab bench overload` reloads the model with the bound when it measures shedding (where requests arrive
-# all the time, so the batcher is never left waiting). To see the stalls yourself, reload the model with a
-# bound (`servelab triton reconfigure openclip_vit_b32_cpu --max-queue 64`) and send a few hundred requests one
-# after another.
+# is free. A bound turns that off. Measured on a 2-core VM while this lesson was written, 25 s of
+# back-to-back batch-1 requests, twice: with the bound 4 and 18 half-second stalls, without it none; at
+# concurrency 8, five 20–30 s windows with the bound left the instance idle 5 times for 0.36–0.51 s, six
+# without it not once. So this lab leaves the queue unbounded, and `servelab bench overload` reloads the model
+# with the bound when it measures shedding (where requests arrive all the time, so the batcher is never left
+# waiting). To see the stalls yourself, reload the model with a bound
+# (`servelab triton reconfigure openclip_vit_b32_cpu --max-queue 64`) and send a few hundred requests one after
+# another.
 
 # %% [markdown]
 # And the python-backend `execute` it calls. Triton hands it a *list* of requests — when the dynamic

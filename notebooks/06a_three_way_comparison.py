@@ -417,5 +417,6 @@ if knee is not None:
 # Without that gate, every extra request is read and decoded before it can be turned away: that decoding
 # competes with the engine for the same cores, so goodput *falls* as load rises, and the accepted requests
 # wait behind a line that keeps growing — until their answers arrive after the client has given up, computed
-# for nobody. Triton does the same with `max_queue_size` and a `REJECT` queue policy in its dynamic batcher;
-# LitServe has no bound. `servelab bench overload` measures all four side by side.
+# for nobody. Triton does the same with `max_queue_size` in its dynamic batcher's queue policy (which the
+# benchmark turns on; notebook 04 says why this lab's own config leaves it off); LitServe has no bound.
+# `servelab bench overload` measures all four side by side.
