@@ -175,8 +175,9 @@ if missing:
 by_engine = measured.sort_values("throughput_img_s", ascending=False).drop_duplicates(["engine", "provider"])
 recs_by_point = {(r["engine"], r.get("provider"), r["batch"]): r for r in recs if r.get("throughput_img_s")}
 cosines = by_engine["cosine_vs_torch_fp32"].dropna()
+# named in a fixed order (engine, provider): the sentence must not rank two engines by the order a tie left them in
 fastest = leader({f"{r['engine']} on {r['provider']}": recs_by_point[(r["engine"], r["provider"], r["batch"])]
-                  for _, r in by_engine.iterrows()})
+                  for _, r in by_engine.sort_values(["engine", "provider"]).iterrows()})
 step.shows(f"Each engine at its best batch size: {fastest}. "
            + (f"Every one matched torch fp32 to cosine ≥ {cosines.min():.5f}. " if len(cosines)
               else "torch was not in this run's engines, so no cosine check. ")
