@@ -161,21 +161,24 @@ def test_reload_with_new_queue_delay_and_instances_takes_effect(triton, triton_r
     assert int(get_config(triton.http_url, ENCODER)["dynamic_batching"]["max_queue_delay_microseconds"]) == old_delay
 
 
-def _burst(srv, x, n: int = 12) -> list:
-    """n clients send one request each at the same moment; what each got back (an embedding or the error)."""
-    start, outcomes = threading.Barrier(n), [None] * n
+def _at_once(srv, calls) -> list:
+    """Each call(backend) on its own HTTP client and thread, released together; what each returned, or the
+    TritonInferenceError it raised."""
+    start, outcomes = threading.Barrier(len(calls)), [None] * len(calls)
 
     def one(i):
         with _closing(TritonBackend("http", srv.http_url)) as b:
             start.wait()
             try:
-                outcomes[i] = b.embed_tensor(x)
+                outcomes[i] = calls[i](b)
             except TritonInferenceError as exc:
                 outcomes[i] = exc
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
-    [t.start() for t in threads]
-    [t.join() for t in threads]
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
     return outcomes
 
 
@@ -187,7 +190,7 @@ def test_a_bounded_queue_refuses_at_once_and_the_default_unbounded_one_serves_ev
     cfg = reconfigure(triton.http_url, ENCODER, max_queue=1)
     try:
         assert int(cfg["dynamic_batching"]["default_queue_policy"]["max_queue_size"]) == 1
-        outcomes = _burst(triton, batch[:1])
+        outcomes = _at_once(triton, [lambda b: b.embed_tensor(batch[:1])] * 12)
         refused = [o for o in outcomes if isinstance(o, Exception)]
         served = [o for o in outcomes if not isinstance(o, Exception)]
         assert refused and served, "with one place in the queue, some of 12 simultaneous requests are refused"
@@ -195,7 +198,7 @@ def test_a_bounded_queue_refuses_at_once_and_the_default_unbounded_one_serves_ev
         assert cos(np.concatenate(served), np.repeat(reference[:1], len(served), axis=0)).min() >= 0.9999
     finally:
         reconfigure(triton.http_url, ENCODER, max_queue=0)
-    assert not [o for o in _burst(triton, batch[:1]) if isinstance(o, Exception)]
+    assert not [o for o in _at_once(triton, [lambda b: b.embed_tensor(batch[:1])] * 12) if isinstance(o, Exception)]
 
 
 def test_a_config_override_is_undone_on_leaving_loaded_with(triton, batch, reference):
@@ -266,20 +269,8 @@ def test_bad_input_is_a_typed_error_and_server_keeps_serving(triton, batch, refe
 def test_corrupt_image_fails_only_its_own_request(triton):
     """A bad image in a concurrent mix must not take the good requests of the same batch down with it."""
     good, bad = _jpeg(), b"\xff\xd8\xff garbage"
-    results = {}
-
-    def send(i, blob):
-        with _closing(TritonBackend("http", triton.http_url)) as b:
-            try:
-                results[i] = b.embed_encoded([blob]).shape
-            except TritonInferenceError as exc:
-                results[i] = exc
-
-    threads = [threading.Thread(target=send, args=(i, bad if i % 4 == 0 else good)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    results = _at_once(triton, [lambda b, blob=(bad if i % 4 == 0 else good): b.embed_encoded([blob]).shape
+                                for i in range(8)])
     for i in range(8):
         if i % 4 == 0:
             assert isinstance(results[i], TritonInferenceError)
