@@ -8,10 +8,10 @@ override, unload, the repository index, and live reconfiguration (no server rest
 
 `reconfigure` takes the model's current config from the server, changes dynamic_batching
 max_queue_delay_microseconds, the queue bound (max_queue_size) and/or the instance_group count, and loads the
-model again with that config as an override. Triton swaps the model in place: requests keep being served by the old instances until the new
-ones are ready. Given `repository`, the same change is written to <repository>/<m>/config.pbtxt too, so a
-later restart keeps it. Every failure is a RuntimeError carrying Triton's own reason (after a failed reload
-the previous version keeps serving).
+model again with that config as an override. Triton swaps the model in place: requests keep being served by
+the old instances until the new ones are ready. Given `repository`, the same change is written to
+<repository>/<m>/config.pbtxt too, so a later restart keeps it. Every failure is a RuntimeError carrying
+Triton's own reason (after a failed reload the previous version keeps serving).
 """
 
 from __future__ import annotations
