@@ -480,10 +480,12 @@ def close(a, b, metric: str = "throughput_img_s") -> bool:
 
 
 def apart(a, b, metric: str = "throughput_img_s") -> bool:
-    """Two figures a sentence may rank: both carry a spread, their bands do not overlap, and they differ by more
-    than `margin()`. Every window of the one then lies beyond every window of the other, so a figure whose
-    windows never settled is ranked too: wherever it would have settled, it stays on its side."""
-    return has_band(a, metric) and has_band(b, metric) and not overlap(a, b, metric) and not close(a, b, metric)
+    """Two figures a sentence may rank: both settled, both carry a spread, their bands do not overlap, and they
+    differ by more than `margin()`. A figure whose windows never settled is never ranked, even with every window
+    on one side: its windows bound where it was going, not where it would have settled (a server slowing down
+    for minutes leaves windows far below its steady figure)."""
+    return (_stable(a) is not False and _stable(b) is not False and has_band(a, metric) and has_band(b, metric)
+            and not overlap(a, b, metric) and not close(a, b, metric))
 
 
 def _fmt_band(v: float, lo: float, hi: float, unit: str, digits: int) -> str:
