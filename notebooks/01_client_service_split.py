@@ -317,22 +317,30 @@ checks.fastapi_route(add_embed_route, embed_images=engine.embed_images, photo=ph
 # %%
 from servelab.bench.report import band
 
-# The lesson's question is whether the hop is cheap next to the model's compute. "Cheap" here: the service kept at
-# least 80 % of in-process throughput (the median of the alternating-window pairs) at every batch size. Which side
-# is ahead by a few per cent is not the lesson, and a lead that small moves between runs on a shared machine (the
-# answer above ranks it where this run could).
-CHEAP = 0.8
-costly = [r["batch"] for r in hop_ratios if band(r, "ratio")[0] < CHEAP]
+# The lesson's question is whether the hop is cheap next to the model's compute. "Cheap" here: the hop costs the
+# service less than half of what the model itself costs, so it keeps more than 2/3 of in-process throughput — judged
+# on the whole range of the alternating-window pairs, not their median: a range that reaches below 2/3 and above it
+# leaves this run unable to say. Which side is ahead by a few per cent is not the lesson, and a lead that small
+# moves between runs on a shared machine (the answer above ranks it where this run could).
+CHEAP = 2 / 3
+costly = [r["batch"] for r in hop_ratios if band(r, "ratio")[2] < CHEAP]
+unclear = [r["batch"] for r in hop_ratios if band(r, "ratio")[1] < CHEAP <= band(r, "ratio")[2]]
+if costly:
+    hop_verdict = (f" — less than {100 * CHEAP:.0f} % of in-process throughput at batch "
+                   f"{', '.join(str(b) for b in costly)}: the hop is not cheap here")
+elif unclear:
+    hop_verdict = (f" — the pairs at batch {', '.join(str(b) for b in unclear)} reach both sides of "
+                   f"{100 * CHEAP:.0f} % of in-process throughput: this run cannot say whether the hop is cheap")
+else:
+    hop_verdict = (f" — more than {100 * CHEAP:.0f} % of in-process throughput in every pair at every batch size: on "
+                   "loopback the hop is cheap next to the model")
 step.shows(
     f"Embeddings matched across the split (minimum cosine {cos.min():.6f} over {len(photos)} photos). Median latency "
     + "; ".join(f"at batch {lr['batch']}: {sr['latency_p50_ms']:.0f} ms through the service, {lr['latency_p50_ms']:.0f} ms "
                 "in-process" for lr, sr in zip(local_recs, service_recs, strict=True))
     + ". Throughput through the service, as a share of in-process, measured in alternating windows: "
     + "; ".join("batch {}: {:.2f}× (pairs {:.2f}–{:.2f})".format(r["batch"], *band(r, "ratio")) for r in hop_ratios)
-    + (f" — at least {100 * CHEAP:.0f} % of in-process throughput at every batch size: on loopback the hop is cheap "
-       "next to the model" if not costly else
-       f" — less than {100 * CHEAP:.0f} % of in-process throughput at batch {', '.join(str(b) for b in costly)}: the "
-       "hop is not cheap here")
+    + hop_verdict
     + (" (smoke run: these numbers are not results)" if any(r.get("quick") for r in hop_ratios) else "")
     + f". `auto` mode fell back to {auto.mode_used} when the server was missing."
 )
