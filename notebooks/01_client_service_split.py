@@ -195,12 +195,15 @@ for local_rec, service_rec, r in zip(local_recs, service_recs, hop_ratios, stric
 step.answer("; ".join(lines) + ".")
 
 # %% [markdown]
-# ## Why the hop is cheap here — and what changes over a real network
-# On loopback a request costs the client a copy of the tensor into the HTTP body, the kernel a copy between
-# two sockets, and the service a parse and a copy into the micro-batcher; a few hundred microseconds per
-# 602 KB. Against a ViT-B/32 forward pass of tens to hundreds of milliseconds on two cores, that is noise,
-# and the hop can even come out *negative*: the service's engine runs in another process with its own threads.
-# Over a network the bytes themselves cost time, and the choice of what crosses the boundary decides it:
+# ## Why the hop costs what it does here — and what changes over a real network
+# On loopback the bytes themselves are cheap: copying 602 KB into the HTTP body and between two sockets takes
+# a few hundred microseconds. What the service adds at batch 1 (the p50 difference above) is mostly its own
+# handling: parsing the request, a hand-off to a decode thread, the micro-batcher's wait of up to
+# `max_delay_ms` (2 ms by default) for other requests to join, the engine thread, and the answer's way back —
+# and on two cores the client competes with the engine's threads for the CPU. Much of that is paid once per
+# request, not per image, so at batch 8 it is spread over eight images and the share lost shrinks; it can even
+# come out *negative*: the service's engine runs in another process with its own threads. Over a network the
+# bytes themselves cost time, and the choice of what crosses the boundary decides it:
 
 # %%
 jpeg_kib = np.mean([len(p) for p in photos]) / 1024
