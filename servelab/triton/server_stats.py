@@ -6,6 +6,7 @@
     s = read_stats(http_url, CPU_ENCODER)                 # ModelStats (cumulative since load)
     with stats_delta(http_url, CPU_ENCODER, metrics_url=None) as d:
         ...                                                  # run the experiment
+        d.expected_requests = n                              # optional: wait until Triton has counted n requests
     d.result                 # ModelStats: after - before
     d.result.summary()       # {"requests", "failures", "inferences", "executions", "avg_batch",
                              #  "batch_hist" {size: executions}, "avg_request_ms", "avg_queue_ms",
@@ -26,6 +27,7 @@ For an ensemble the model-level figures are the ensemble's; read the composing m
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -174,6 +176,7 @@ class StatsDelta:
     result: ModelStats | None = None
     metrics_before: dict | None = None
     metrics: dict | None = None
+    expected_requests: int | None = None  # set inside the block when known: the exit waits for Triton to count them
 
     @property
     def metrics_summary(self) -> dict | None:
@@ -184,14 +187,29 @@ class StatsDelta:
 
 
 @contextmanager
-def stats_delta(http_url: str, model: str, metrics_url: str | None = None):
-    """`with stats_delta(url, model) as d: ...` then d.result (ModelStats after - before), d.metrics."""
-    d = StatsDelta(http_url, model, metrics_url)
+def stats_delta(http_url: str, model: str, metrics_url: str | None = None, *, expected_requests: int | None = None,
+                wait_s: float = 5.0):
+    """`with stats_delta(url, model) as d: ...` then d.result (ModelStats after - before), d.metrics.
+
+    Triton counts a request in its statistics and metrics just after it has sent the answer, so a client can hold
+    every answer before the last batch is counted. Given `expected_requests` (or `d.expected_requests` set inside
+    the block), the exit re-reads until that many successful requests are counted, for at most `wait_s`."""
+    d = StatsDelta(http_url, model, metrics_url, expected_requests=expected_requests)
     d.before = read_stats(http_url, model)
     if metrics_url:
         d.metrics_before = read_metrics(metrics_url, model)
     yield d
-    d.result = read_stats(http_url, model) - d.before
+    deadline = time.monotonic() + wait_s
+    while True:
+        d.result = read_stats(http_url, model) - d.before
+        if not d.expected_requests or d.result.requests >= d.expected_requests or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     if metrics_url:
-        after = read_metrics(metrics_url, model)
-        d.metrics = {k: after.get(k, 0.0) - d.metrics_before.get(k, 0.0) for k in set(after) | set(d.metrics_before)}
+        while True:
+            after = read_metrics(metrics_url, model)
+            d.metrics = {k: after.get(k, 0.0) - d.metrics_before.get(k, 0.0) for k in set(after) | set(d.metrics_before)}
+            if (not d.expected_requests or d.metrics.get("nv_inference_request_success", 0.0) >= d.expected_requests
+                    or time.monotonic() > deadline):
+                break
+            time.sleep(0.05)

@@ -113,7 +113,8 @@ def test_concurrent_batch1_requests_are_batched_server_side(triton, batch, refer
         except Exception as exc:  # surfaced below
             errors.append(exc)
 
-    with stats_delta(triton.http_url, ENCODER, metrics_url=triton.metrics_url) as d:
+    with stats_delta(triton.http_url, ENCODER, metrics_url=triton.metrics_url,
+                     expected_requests=n_clients * per_client) as d:
         threads = [threading.Thread(target=worker, args=(i,)) for i in range(n_clients)]
         for t in threads:
             t.start()
