@@ -121,6 +121,7 @@ def test_concurrent_batch1_requests_are_batched_server_side(triton, batch, refer
         for t in threads:
             t.join(120)
     assert not errors, errors
+    assert len(outs) == n_clients and all(len(r) == per_client for r in outs.values())  # every client got its answers
     for i, results in outs.items():
         for r in results:
             assert cos(r, reference[i % 4 : i % 4 + 1]).min() >= 0.9999
