@@ -200,16 +200,21 @@ def stats_delta(http_url: str, model: str, metrics_url: str | None = None, *, ex
         d.metrics_before = read_metrics(metrics_url, model)
     yield d
     deadline = time.monotonic() + wait_s
-    while True:
-        d.result = read_stats(http_url, model) - d.before
-        if not d.expected_requests or d.result.requests >= d.expected_requests or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
+    d.result = _read_until(lambda: read_stats(http_url, model) - d.before, lambda r: r.requests,
+                           d.expected_requests, deadline)
     if metrics_url:
-        while True:
-            after = read_metrics(metrics_url, model)
-            d.metrics = {k: after.get(k, 0.0) - d.metrics_before.get(k, 0.0) for k in set(after) | set(d.metrics_before)}
-            if (not d.expected_requests or d.metrics.get("nv_inference_request_success", 0.0) >= d.expected_requests
-                    or time.monotonic() > deadline):
-                break
-            time.sleep(0.05)
+        d.metrics = _read_until(lambda: _metrics_delta(read_metrics(metrics_url, model), d.metrics_before),
+                                lambda m: m.get("nv_inference_request_success", 0.0), d.expected_requests, deadline)
+
+
+def _metrics_delta(after: dict, before: dict) -> dict:
+    return {k: after.get(k, 0.0) - before.get(k, 0.0) for k in set(after) | set(before)}
+
+
+def _read_until(read, counted, expected: int | None, deadline: float):
+    """read() again every 50 ms until counted(it) reaches `expected` (no wait without one) or the deadline passes."""
+    while True:
+        value = read()
+        if not expected or counted(value) >= expected or time.monotonic() > deadline:
+            return value
+        time.sleep(0.05)

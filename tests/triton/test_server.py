@@ -104,24 +104,15 @@ def test_triton_equals_fastapi_service(triton, service, jpegs):
 
 def test_concurrent_batch1_requests_are_batched_server_side(triton, batch, reference):
     n_clients, per_client = 16, 2
-    errors, outs = [], {}
-
-    def worker(i):
-        try:
-            with _closing(TritonBackend("http", triton.http_url)) as b:  # one client per thread
-                outs[i] = [b.embed_tensor(batch[i % 4 : i % 4 + 1]) for _ in range(per_client)]
-        except Exception as exc:  # surfaced below
-            errors.append(exc)
-
+    calls = [lambda b, i=i: [b.embed_tensor(batch[i % 4 : i % 4 + 1]) for _ in range(per_client)]
+             for i in range(n_clients)]
     with stats_delta(triton.http_url, ENCODER, metrics_url=triton.metrics_url,
                      expected_requests=n_clients * per_client) as d:
-        threads = [threading.Thread(target=worker, args=(i,)) for i in range(n_clients)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
+        outs = dict(enumerate(_at_once(triton, calls)))  # one client per thread
+    errors = [o for o in outs.values() if isinstance(o, Exception)]
     assert not errors, errors
-    assert len(outs) == n_clients and all(len(r) == per_client for r in outs.values())  # every client got its answers
+    # every client got all its answers
+    assert len(outs) == n_clients and all(isinstance(r, list) and len(r) == per_client for r in outs.values())
     for i, results in outs.items():
         for r in results:
             assert cos(r, reference[i % 4 : i % 4 + 1]).min() >= 0.9999
