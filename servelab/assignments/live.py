@@ -14,6 +14,7 @@ import shutil
 import textwrap
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 
@@ -168,8 +169,13 @@ class Trials:
     in place after each call. `baseline()` measures the model as it is with one client (params.trial =
     "baseline"), the reference the open-ended check compares with."""
 
+    # The check ranks trials by their window bands; a window of one request (a smoke run's) is one sample, so its
+    # band says nothing about the spread. Every window of a trial holds at least this many requests.
+    MIN_WINDOW_REQUESTS = 4
+
     def __init__(self, run, triton_http_url: str, model: str, opts, experiment: str, *, kind: str = "KIND_CPU",
                  max_concurrency: int = 64, max_instances: int = 4):
+        opts = replace(opts, min_requests=max(opts.min_requests, self.MIN_WINDOW_REQUESTS))
         self.run, self.url, self.model, self.opts, self.experiment = run, triton_http_url, model, opts, experiment
         self.kind, self.max_concurrency, self.max_instances = kind, max_concurrency, max_instances
         self.count = 0

@@ -91,7 +91,8 @@ def test_p99_budget_graded_from_records(triton, run):
 def test_p99_budget_rejects_a_clearly_worse_trial(run):
     trials = Trials(run, "http://127.0.0.1:9", CPU_ENCODER, OPTS, "t-p99b")  # grading reads records only
     recs = []
-    trials._baseline = {"throughput_img_s": 10.0, "window_throughput_img_s": [9.0, 11.0], "errors": 0}
+    trials._baseline = {"throughput_img_s": 10.0, "window_throughput_img_s": [9.0, 11.0], "errors": 0, "requests": 10}
+    trials.baseline_after = trials.baseline  # the same figure after the trials (the server here is not running)
     for rate in (10.0, 100.0):  # two trials with well separated windows, written as records (nothing measured)
         recs.append(run.record("t-p99b", kind="load", server="triton-http", throughput_img_s=rate,
                                window_throughput_img_s=[rate * 0.95, rate * 1.05], latency_p99_ms=50.0, requests=10,
@@ -99,6 +100,23 @@ def test_p99_budget_rejects_a_clearly_worse_trial(run):
     r = checks.p99_budget(1, trials=trials, budget_ms=1000, exercise="t")
     assert r.status == FAIL and "clearly above" in r.message
     assert checks.p99_budget(2, trials=trials, budget_ms=1000, exercise="t").status == PASS
+
+
+def test_p99_budget_takes_the_baseline_config_as_no_worse_than_itself(run):
+    trials = Trials(run, "http://127.0.0.1:9", CPU_ENCODER, OPTS, "t-p99c")
+    assert trials.opts.min_requests >= Trials.MIN_WINDOW_REQUESTS  # one-request windows carry no spread
+    trials._baseline = {"throughput_img_s": 10.0, "window_throughput_img_s": [9.5, 10.5], "errors": 0, "requests": 10}
+    trials.baseline_after = trials.baseline
+    for concurrency in (1, 2):  # the same slow figure: once as the default config, once with two clients
+        settings = {"concurrency": concurrency, "max_queue_delay_us": None, "instances": None, "preferred_batch_size": None}
+        run.record("t-p99c", kind="load", server="triton-http", throughput_img_s=5.0, window_throughput_img_s=[4.9, 5.1],
+                   latency_p99_ms=50.0, requests=10, errors=0, params={"trial": concurrency, "settings": settings})
+    r = checks.p99_budget(2, trials=trials, budget_ms=1000, exercise="t")
+    assert r.status == FAIL and "less throughput than one client" in r.message
+    assert checks.p99_budget(1, trials=trials, budget_ms=1000, exercise="t").status == PASS  # it is the baseline's config
+    del trials.baseline_after  # measured for real against a server that is not there: nothing to compare with
+    r = checks.p99_budget(1, trials=trials, budget_ms=1000, exercise="t")
+    assert r.status == FAIL and "baseline measured after your trials: requests failed" in r.message
 
 
 def client_call(url, model, pixels):
