@@ -811,6 +811,7 @@ def live_config(answer, *, run, triton_http_url: str, model: str, max_batch: int
         after = point("default")
         _served_ok(yours, "with your stanza")
         _served_ok(before, "with the default config (before)")
+        _served_ok(after, "with the default config (after)")
         rows = pd.DataFrame([_record_row(before, "default"), _record_row(yours, "yours"), _record_row(after, "default")])
         band = measured_bands(rows, key="config")
         verdict = _verdict(band, "yours", "default", higher_is_better=True)
