@@ -878,9 +878,7 @@ def p99_budget(answer, *, trials, budget_ms: float, exercise: str, step=None, st
             reject(f"trial {chosen} meets the budget, but another of your trials also met it with throughput "
                    f"clearly above it (beyond the measured spread)")
         base = band.loc["baseline"]
-        settings = rec["params"].get("settings") or {}
-        is_baseline = settings.get("concurrency") == 1 and all(v is None for k, v in settings.items() if k != "concurrency")
-        if not is_baseline and clearly_above(base):  # the baseline's own config differs from it only by the machine
+        if not trials.is_baseline(rec["params"].get("settings")) and clearly_above(base):  # the baseline's own config differs from it only by the machine
             reject(f"trial {chosen} gives less throughput than one client with the default config "
                    f"({base['value']:.1f} img/s) — more clients or batching should not be worse")
         detail = {"score_img_s": me["value"], "p99_ms": p99, "budget_ms": budget_ms, "trial": int(chosen),

@@ -190,6 +190,12 @@ class Trials:
             self._baseline = self._measure(1, {"trial": "baseline", "settings": {"concurrency": 1}})
         return self._baseline
 
+    @staticmethod
+    def is_baseline(settings: dict | None) -> bool:
+        """Whether a trial's settings are the baseline's configuration: one client, nothing else changed."""
+        settings = settings or {}
+        return settings.get("concurrency") == 1 and all(v is None for k, v in settings.items() if k != "concurrency")
+
     def baseline_after(self) -> dict:
         """The baseline measured again once the trials are done: with `baseline()` it brackets them, so a
         machine that got busier (or quieter) meanwhile moves both ends of the comparison."""
