@@ -9,6 +9,7 @@ server, except `cold_start`, whose subject is starting one. Ratios are measured 
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import io
 import json
@@ -356,6 +357,22 @@ def instance_scaling(run: Run, triton: TritonServed, *, counts: tuple = (1, 2), 
             out += [measure(run, experiment, triton, payload=payload, batch=1, concurrency=c, opts=opts)
                     for c in concurrencies]
     return out
+
+
+def instances_ab(run: Run, triton: TritonServed, *, instances: tuple[int, int] = (2, 1), concurrency: int = 8,
+                 payload: str | None = None, opts: LoadOpts | None = None,
+                 experiment: str = "instances-ab") -> list[dict]:
+    """Two instance counts of one Triton model in alternating windows at one concurrency (ratio A ÷ B): the
+    model is reloaded with A's or B's count when the side changes, and restored after. A sweep measures the
+    counts minutes apart, so the machine's drift is in its ratio; here it cancels."""
+    from servelab.triton.control import config_switch, config_with
+
+    sides = [dataclasses.replace(triton, instances=int(n)) for n in instances]
+    configs = [config_with(triton.http_url, triton.model, instances=int(n)) for n in instances]
+    label_a, label_b = (f"{n} instance{'' if n == 1 else 's'}" for n in instances)
+    with config_switch(triton.http_url, triton.model, configs) as use:
+        return ab(run, experiment, *sides, label_a=label_a, label_b=label_b, payload_a=payload, payload_b=payload,
+                  concurrency_a=concurrency, opts=opts, prepare=use)
 
 
 def served_vs_raw(run: Run, srv: Served, raw: InProcess, *, concurrency: int = 16, raw_batch: int = 16,

@@ -119,9 +119,10 @@ def config_switch(http_url: str, model: str, configs: list[dict], timeout: float
         load_model(http_url, model, original, timeout=timeout)
 
 
-def reconfigure(http_url: str, model: str, *, max_queue_delay_us: int | None = None, instances: int | None = None,
-                max_queue: int | None = None, repository: Path | str | None = None, timeout: float = 180.0) -> dict:
-    """Returns the config Triton reports after the reload.
+def config_with(http_url: str, model: str, *, max_queue_delay_us: int | None = None, instances: int | None = None,
+                max_queue: int | None = None):
+    """The model's loaded config with the given changes, as a dict Triton accepts as a load's config override;
+    nothing is loaded (`reconfigure` loads it; `config_switch` alternates between such configs).
 
     max_queue: at most this many requests wait in the dynamic batcher, the next is refused at once (HTTP 503 /
     gRPC UNAVAILABLE); 0 = unbounded, Triton's default, under which the batcher can prepare the next batch
@@ -129,7 +130,7 @@ def reconfigure(http_url: str, model: str, *, max_queue_delay_us: int | None = N
     """
     from google.protobuf import json_format
 
-    from servelab.triton.repository import set_instances, write_config
+    from servelab.triton.repository import set_instances
 
     if max_queue_delay_us is None and instances is None and max_queue is None:
         raise ValueError("nothing to change: give max_queue_delay_us, instances and/or max_queue")
@@ -146,10 +147,20 @@ def reconfigure(http_url: str, model: str, *, max_queue_delay_us: int | None = N
     if instances is not None:
         gpus = list(cfg.instance_group[0].gpus) if len(cfg.instance_group) else None
         set_instances(cfg, int(instances), gpus)
-    override = json_format.MessageToDict(cfg, preserving_proto_field_name=True)
+    return json_format.MessageToDict(cfg, preserving_proto_field_name=True)
+
+
+def reconfigure(http_url: str, model: str, *, max_queue_delay_us: int | None = None, instances: int | None = None,
+                max_queue: int | None = None, repository: Path | str | None = None, timeout: float = 180.0) -> dict:
+    """Reload `model` with the changes (see `config_with`), also written to the repository's config.pbtxt when
+    a repository is given; returns the config Triton reports after the reload."""
+    from servelab.triton.repository import write_config
+
+    override = config_with(http_url, model, max_queue_delay_us=max_queue_delay_us, instances=instances,
+                           max_queue=max_queue)
     load_model(http_url, model, override, timeout=timeout)
     if repository is not None:
         path = Path(repository) / model / "config.pbtxt"
         if path.is_file():
-            write_config(path, cfg)
+            write_config(path, _normalise(override))
     return get_config(http_url, model)

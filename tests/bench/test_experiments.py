@@ -72,6 +72,19 @@ def test_triton_experiments_reconfigure_and_restore(run, bench_triton):
 
 
 @pytest.mark.triton
+def test_two_instance_counts_interleave_on_one_model_and_the_count_comes_back(run, bench_triton):
+    before = bench_triton.read_state().instances
+    recs = ex.instances_ab(run, bench_triton, instances=(2, 1), concurrency=2, opts=SMOKE)
+    _ab_ok(recs, "2 instances", "1 instance")
+    a, b, r = recs
+    assert (a["params"]["instances"], b["params"]["instances"]) == (2, 1)  # each side's records name its count
+    assert "instances" not in r["params"] and r["concurrency"] == 2
+    for rec in (a, b):
+        assert rec["server_stats"]["requests_ok"] >= rec["requests"] > 0  # the server counted its windows' requests
+    assert bench_triton.read_state().instances == before  # the model's own count loaded again
+
+
+@pytest.mark.triton
 def test_triton_protocols_and_payloads_are_interleaved(run, bench_triton):
     _ab_ok(ex.http_vs_grpc(run, bench_triton, concurrencies=(2,), opts=SMOKE), "grpc", "http")
     recs = ex.payload(run, bench_triton, concurrency=1, opts=SMOKE)
