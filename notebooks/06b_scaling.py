@@ -139,13 +139,27 @@ n_lo, n_hi = min(instance_counts), max(instance_counts)
 print(ratio_sentence(instance_ratio))
 
 # %%
+from servelab.bench.report import ratio_verdict
+
 busy = {r["params"]["instances"]: r for r in recs if r["concurrency"] == top_c}
 eff = instance_ratio["ratio"] / (n_hi / n_lo)
+ahead, _ = ratio_verdict(instance_ratio)
+reasons = {
+    instance_ratio["b"]: f"Below even that: {n_hi} copies each run ONNX Runtime threads for every core, so more "
+                         "threads than cores take turns on them, and a copy's threads spin for a moment after each "
+                         "run (`intra_op_spinning` \"1\", onnxruntime's default), holding a core the other copy is "
+                         "waiting for: costs on top of sharing the cores (set `intra_op_spinning` to \"0\" in the "
+                         "model's config to see how much of it is spinning).",
+    instance_ratio["a"]: "Above that: the first copy left some core time idle (between requests, in Python and "
+                         "HTTP), which the second one used.",
+    None: "The measurement cannot tell them apart, which is what sharing the same cores predicts.",
+}
+why = reasons[ahead] if place != "node" else ""  # on a GPU node the copies share a GPU, not these cores
 step.answer(f"At concurrency {top_c} in the sweep: {n_lo} instance(s) {busy[n_lo]['throughput_img_s']:.1f} img/s at p50 "
             f"{busy[n_lo]['latency_p50_ms']:.0f} ms, {n_hi} instances {busy[n_hi]['throughput_img_s']:.1f} img/s at p50 "
             f"{busy[n_hi]['latency_p50_ms']:.0f} ms. In alternating windows, {ratio_sentence(instance_ratio)}. "
             f"That ratio ÷ {n_hi / n_lo:g} is a scaling efficiency of {eff:.2f}; with {step.environment.get('cpu_usable')} cores already busy at one "
-            f"instance the arithmetic predicts about {n_lo / n_hi:.2f}.")
+            f"instance the arithmetic predicts about {n_lo / n_hi:.2f}. " + why)
 
 # %%
 one = points[points["instances"] == min(instance_counts)].set_index("concurrency")["throughput_img_s"]

@@ -120,7 +120,7 @@ def config_switch(http_url: str, model: str, configs: list[dict], timeout: float
 
 
 def config_with(http_url: str, model: str, *, max_queue_delay_us: int | None = None, instances: int | None = None,
-                max_queue: int | None = None):
+                max_queue: int | None = None) -> dict:
     """The model's loaded config with the given changes, as a dict Triton accepts as a load's config override;
     nothing is loaded (`reconfigure` loads it; `config_switch` alternates between such configs).
 
