@@ -227,7 +227,11 @@ step.answer(f"Triton went from {small['throughput_img_s']:.1f} img/s at batch {i
             f"{big['latency_p50_ms']:.0f} ms ({big['latency_p50_ms'] / big['batch']:.0f} ms per image at the larger batch, "
             f"{small['latency_p50_ms'] / small['batch']:.0f} ms at the smaller). "
             + ("Nearly flat: the CPU's cores were already busy at batch 1, so a batch costs about its size in time."
-               if gain < 1.5 else "Batching raised throughput: the hardware had parallelism batch 1 left idle."))
+               if gain < 1.15 else
+               f"More images per second, but far from {big['batch'] / small['batch']:.0f}×: batch 1 already kept most "
+               "of the cores busy, so a batch only fills the part a single image left idle."
+               if gain < 0.5 * big["batch"] / small["batch"] else
+               "Close to proportional: the hardware had parallelism batch 1 left idle."))
 
 # %% [markdown]
 # ## Triton's statistics, by hand
@@ -373,8 +377,9 @@ batching = step.table(batching, "batching_off_on",
 
 # %%
 step.answer(" ".join(f"{system}: {ratio_sentence(ratio)}." for system, *_, ratio in baseline)
-            + " On two cores a batch of B images takes about B times one image, so collecting them saves little; "
-              "on a GPU the same switch is the largest single gain in the source material (see below).")
+            + " On these two cores a batch costs less than its size in single images, but not much less (the "
+              "batch-size table above; \"Why\" below computes the most batching can gain here); on a GPU the same "
+              "switch is the largest single gain in the source material (see below).")
 
 # %% [markdown]
 # ### Exercise: was your prediction right?
@@ -403,6 +408,16 @@ loaded = step.frame(service_conc + triton_conc)
 loaded = loaded[loaded["concurrency"] == max(concurrency_levels)]
 checks.outcome(read_outcome, loaded, key="server", a="fastapi", b="triton-http", prediction=prediction_04,
                exercise="04.1", step=step)
+
+# %%
+engine = service_conc[-1]["engine"]
+engines = "one engine, ONNX Runtime" if engine == "onnx" else f"two engines ({engine} in the service, ONNX Runtime in Triton)"
+step.answer(f"At concurrency {max(concurrency_levels)}, "
+            + versus(f"the FastAPI service ({engine} engine)", service_conc[-1], "Triton", triton_conc[-1])
+            + f". Measured minutes apart, with {engines}: this reads how each stack copes with concurrency. Which "
+              "serving layer is faster is 06a's question, measured there with one engine behind both, in "
+              "alternating windows.")
+
 
 # %% [markdown]
 # ### Exercise: configure dynamic batching yourself, live
@@ -451,9 +466,9 @@ step.show_plot(plot_batch_histogram(triton_conc, step.plot_path("batch_sizes")))
 # compute time, whatever N is. Dynamic batching changes the *service* time per image only if a batch of B
 # costs less than B single runs. That is the whole question, and the hardware answers it:
 #
-# - **On this CPU** ONNX Runtime spreads one image over every core, so a batch of B costs about B times one
-#   image (the batch-size table above). Collecting requests into batches then saves little: the queue is
-#   just as long, it is merely served in bigger bites.
+# - **On this CPU** ONNX Runtime spreads one image over every core, so a batch of B costs nearly B times one
+#   image (the batch-size table above says how nearly). Collecting requests into batches then saves only
+#   the part of the cores a single image left idle: the queue is just as long, it is served in bigger bites.
 # - **On a GPU** one image uses a small part of the device; a batch of 16 may cost barely more than a batch
 #   of 1. Then serving the N−1 waiting requests in one execution divides their wait by B.
 #
@@ -497,12 +512,12 @@ step.answer(f"In this run one batch-{B} request took {bb[B]:.0f} ms against {bb[
 
 # %%
 t = by_conc[by_conc["server"].str.startswith("triton")].sort_values("concurrency")
-p = by_conc[by_conc["server"] == "fastapi"].sort_values("concurrency")
 lo, hi = t.iloc[0], t.iloc[-1]
 step.shows(
     f"Triton throughput, measured in alternating windows: {ratio_sentence(conc_ratio)}"
     + f"; executing batches of {hi['server_stats.avg_batch']:.1f} images on average at concurrency {hi['concurrency']} "
-    f"(p50 {lo['latency_p50_ms']:.0f} → {hi['latency_p50_ms']:.0f} ms). At concurrency {hi['concurrency']}, "
-    + versus(f"the FastAPI service ({p.iloc[-1]['engine']} engine)", service_conc[-1], "Triton", triton_conc[-1])
+    f"(p50 {lo['latency_p50_ms']:.0f} → {hi['latency_p50_ms']:.0f} ms). "
+    f"Dynamic batching on ÷ off at concurrency {hi_c}, in alternating windows: "
+    + "; ".join(f"{system}: {ratio_sentence(ratio)}" for system, *_, ratio in baseline)
     + f". In-process PyTorch, measured in alternating windows: {ratio_sentence(torch_ratio)}."
 )
