@@ -230,7 +230,7 @@ step.answer(f"Triton went from {small['throughput_img_s']:.1f} img/s at batch {i
                if gain < 1.15 else
                f"More images per second, but far from {big['batch'] / small['batch']:.0f}×: batch 1 already kept most "
                "of the cores busy, so a batch only fills the part a single image left idle."
-               if gain < 0.5 * big["batch"] / small["batch"] else
+               if gain < 0.8 * big["batch"] / small["batch"] else
                "Close to proportional: the hardware had parallelism batch 1 left idle."))
 
 # %% [markdown]
