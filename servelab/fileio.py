@@ -2,7 +2,8 @@
 
 A crash or a full disk during a write leaves the previous file (or none), never a truncated one: content goes
 to a uniquely named temporary file in the same folder (two writers never share it), is flushed to disk, and
-is renamed over the destination in one step.
+is renamed over the destination in one step. The file gets the mode a plain `open()` would give it (0666 less
+the umask), not mkstemp's private 0600: an export or a staged config is read by containers running as other users.
 """
 
 from __future__ import annotations
@@ -13,6 +14,17 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+
+def _umask() -> int:
+    """The process umask, read without changing it where Linux allows (os.umask sets it for every thread)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _fsync(path: Path | str) -> None:
@@ -33,6 +45,7 @@ def atomic_path(path: Path | str, suffix: str = ".tmp") -> Iterator[Path]:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
     os.close(fd)
     try:
+        os.chmod(tmp, 0o666 & ~_umask())
         yield Path(tmp)
         _fsync(tmp)
         os.replace(tmp, path)

@@ -30,6 +30,25 @@ def test_a_failed_write_keeps_the_old_file(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["plot.png"]
 
 
+def test_written_files_are_readable_by_other_users_as_open_would_make_them(tmp_path):
+    """Containers read the export and the staged configs as another uid: mkstemp's private 0600 locks them out."""
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        text = atomic_write(tmp_path / "config.pbtxt", "name: 'm'\n")
+        with atomic_path(tmp_path / "model.onnx", suffix=".onnx") as tmp:
+            tmp.write_bytes(b"onnx")
+        os.umask(0o077)
+        private = atomic_write(tmp_path / "secret.json", "{}")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(text.stat().st_mode) == 0o644
+    assert stat.S_IMODE((tmp_path / "model.onnx").stat().st_mode) == 0o644
+    assert stat.S_IMODE(private.stat().st_mode) == 0o600  # a stricter umask is still honoured
+
+
 def test_file_digest_is_the_hash_of_the_bytes(tmp_path):
     import hashlib
 
