@@ -49,7 +49,8 @@ TRITON_GRPC_PORT = 8004
 TRITON_METRICS_PORT = 8005
 REVIEW_PORT = 8000
 
-ENGINES = ("torch", "onnx", "onnx-int8")
+# `emulated`: no model, an emulated accelerator (servelab.model.device_profile) that waits t(B) per batch
+ENGINES = ("torch", "onnx", "onnx-int8", "emulated")
 PROVIDERS = ("cpu", "cuda", "tensorrt")
 
 
@@ -75,6 +76,11 @@ class Settings:
     engine: str = "onnx"
     provider: str = "cpu"
     threads: int = 0  # 0 = library default (all cores)
+    # the emulated accelerator (engine `emulated`): its profile, device count (0 = the profile's) and the folder
+    # whose state files every process using it shares, as processes share one GPU
+    device_profile: str = "vit-b32-h100"
+    emulated_devices: int = 0
+    device_dir: Path = field(default_factory=lambda: workspace() / "build" / "emulated-devices")
     # service
     host: str = "127.0.0.1"
     port: int = SERVICE_PORT
@@ -102,6 +108,9 @@ class Settings:
             engine=_env("ENGINE", d.engine),
             provider=_env("PROVIDER", d.provider),
             threads=_env("THREADS", d.threads, int),
+            device_profile=_env("DEVICE_PROFILE", d.device_profile),
+            emulated_devices=_env("EMULATED_DEVICES", d.emulated_devices, int),
+            device_dir=Path(_env("DEVICE_DIR", str(d.device_dir))),
             host=_env("HOST", d.host),
             port=_env("PORT", d.port, int),
             max_batch=_env("MAX_BATCH", d.max_batch, int),
@@ -130,6 +139,8 @@ class Settings:
         for name in ("max_batch", "max_queue", "max_images_per_request", "max_bytes", "max_pixels", "decode_threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.emulated_devices < 0:
+            raise ValueError("emulated_devices must be >= 0 (0 = the device profile's own count)")
         for name in ("max_in_flight", "request_timeout_s"):
             if (getattr(self, name) or 0) < 0:
                 raise ValueError(f"{name} must be >= 0 (0 = no limit)")
@@ -145,4 +156,5 @@ class Settings:
     def as_dict(self) -> dict:
         d = asdict(self)
         d["artifacts"] = str(self.artifacts)
+        d["device_dir"] = str(self.device_dir)
         return d

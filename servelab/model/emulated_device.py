@@ -1,0 +1,154 @@
+"""An emulated accelerator shared by every process on the machine: running a batch waits, it does not compute.
+
+    from servelab.model.device_profile import profile
+    from servelab.model.emulated_device import EmulatedDevices
+    devices = EmulatedDevices(profile("flat"), "build/emulated-devices")   # a folder every user of it names
+    devices.execute(8)              # returns after the batch of 8 has had its time on a device (no CPU used)
+    devices.execute(8, device=1)    # on device 1 (a Triton instance pinned to it); default: the least busy
+    with devices.occupied(8):       # the block's own (CPU) work runs inside the batch's device time
+        out = make_output()
+
+How overlapping batches share a device (a fluid model of a GPU sharing its multiprocessors): while the device
+holds batches of n images in total, every one of them progresses at 1 ÷ t(n) of its work per second. A batch
+alone takes t(B); batches that start together finish together after t(combined size), as if they had run as
+one batch; a batch joining a device that still has room (t flat) slows nobody, and once the device is full
+(t linear) they share it in proportion. So a second Triton instance helps while batches leave the device room
+and stops helping once they fill it, as on a GPU.
+
+Sharing across processes: each device is a small JSON state file (the batches in flight and how much of each is
+left) under a folder, read and written under an exclusive `flock`. A batch's finish time is exact given the
+batches already there (departures included); a later arrival can only postpone it, so a waiter sleeps until
+its finish time, re-reads the state, and sleeps again only if someone joined meanwhile. A process killed
+mid-batch leaves nothing stuck: its batch simply finishes on schedule.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from servelab.model.device_profile import DeviceProfile
+
+# A batch whose finish lies within this of now has finished (timers wake a little late, never early).
+_SLACK_S = 20e-6
+
+
+def advance(state: dict, now: float, t_s: Callable[[int], float]) -> dict:
+    """The device state at `now`: every batch in flight progressed, finished ones removed (a pure function).
+
+    state = {"t": time of the state, "batches": {id: [images, work left in (0, 1]]}}."""
+    last = min(state.get("t", now), now)  # a state from before a reboot (another monotonic clock) starts now
+    batches = {k: list(v) for k, v in state.get("batches", {}).items()}
+    while batches:
+        span = t_s(sum(size for size, _ in batches.values()))  # seconds for a whole unit of work at this load
+        first = min(left for _, left in batches.values())
+        if last + first * span > now + _SLACK_S:
+            done = max(0.0, now - last) / span
+            for b in batches.values():
+                b[1] -= done
+            last = max(last, now)
+            break
+        last += first * span
+        batches = {k: [size, left - first] for k, (size, left) in batches.items() if left - first > 1e-9}
+    return {"t": max(last, now), "batches": batches}
+
+
+def finish_time(state: dict, batch_id: str, t_s: Callable[[int], float]) -> float:
+    """When `batch_id` finishes if no other batch joins (departures of the others included)."""
+    now, batches = state["t"], {k: list(v) for k, v in state["batches"].items()}
+    while batch_id in batches:
+        span = t_s(sum(size for size, _ in batches.values()))
+        first = min(left for _, left in batches.values())
+        now += first * span
+        batches = {k: [size, left - first] for k, (size, left) in batches.items() if left - first > 1e-9}
+    return now
+
+
+class _SharedState:
+    """One device's state file, locked with flock for every read-modify-write (processes and threads alike)."""
+
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._thread_lock = threading.Lock()  # flock is per open file: threads of one process share it
+
+    def update(self, change: Callable[[dict], dict]) -> dict:
+        with self._thread_lock, open(self.path, "a+b") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                f.seek(0)
+                raw = f.read()
+                try:
+                    state = json.loads(raw) if raw.strip() else {}
+                except ValueError:  # a writer killed mid-write: its batches are lost, the device goes on
+                    state = {}
+                new = change(state)
+                f.seek(0)
+                f.truncate()
+                f.write(json.dumps(new).encode())
+                f.flush()
+                return new
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+
+class EmulatedDevices:
+    """The profile's devices, shared through state files under `folder` by every process that names it."""
+
+    def __init__(self, profile: DeviceProfile, folder: Path | str):
+        self.profile = profile
+        self.folder = Path(folder) / profile.name
+        self._states = [_SharedState(self.folder / f"device-{i}.json") for i in range(profile.devices)]
+
+    def occupancy(self, device: int) -> int:
+        """Images in flight on `device` now."""
+        state = self._states[device].update(lambda s: advance(s, time.monotonic(), self.profile.t_s))
+        return sum(size for size, _ in state["batches"].values())
+
+    def least_busy(self) -> int:
+        if len(self._states) == 1:
+            return 0
+        return min(range(len(self._states)), key=self.occupancy)
+
+    def execute(self, images: int, device: int | None = None) -> float:
+        """Occupy a device with a batch of `images` until the fluid model says it is done; returns seconds waited."""
+        with self.occupied(images, device) as batch:
+            pass
+        return batch.waited_s
+
+    @contextlib.contextmanager
+    def occupied(self, images: int, device: int | None = None):
+        """`with devices.occupied(8): work()` — the batch joins a device on entry and the block's own work runs
+        inside its device time; the exit waits until the device is done with it."""
+        if images < 1:
+            raise ValueError(f"a batch holds at least one image, got {images}")
+        device = self.least_busy() if device is None else device % len(self._states)
+        shared, t_s = self._states[device], self.profile.t_s
+        batch = _Batch(uuid.uuid4().hex, device, time.monotonic())
+
+        def join(state):
+            state = advance(state, time.monotonic(), t_s)
+            state["batches"][batch.id] = [images, 1.0]
+            return state
+
+        state = shared.update(join)
+        yield batch
+        while batch.id in state["batches"]:
+            time.sleep(max(0.0, finish_time(state, batch.id, t_s) - time.monotonic()))
+            state = shared.update(lambda s: advance(s, time.monotonic(), t_s))
+        batch.waited_s = time.monotonic() - batch.started
+
+
+@dataclass
+class _Batch:
+    id: str
+    device: int
+    started: float
+    waited_s: float = 0.0
