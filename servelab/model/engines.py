@@ -157,6 +157,10 @@ def make_embedder(settings: Settings | None = None, **overrides) -> Embedder:
     settings.validate()
     if settings.engine == "torch":
         return TorchEmbedder(settings)
+    if settings.engine == "emulated":  # no model: an emulated accelerator (servelab.model.emulated_engine)
+        from servelab.model.emulated_engine import EmulatedEmbedder
+
+        return EmulatedEmbedder(settings)
     from servelab.model.export import ensure_exported
 
     meta = ensure_exported(settings)
