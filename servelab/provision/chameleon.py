@@ -7,6 +7,7 @@ script skips what is already installed — so an interrupted run is resumed by r
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 from servelab.provision.plan import BOOTSTRAP, Node, Plan, ProvisionError, bootstrap_command
@@ -24,29 +25,73 @@ def _chi():
     return chi
 
 
-def _reason(obj) -> str:
-    """Why a lease or server is not ACTIVE, from what python-chi / Blazar / Nova report (any that is present)."""
-    for attr in ("status_reason", "fault", "degraded"):
-        value = getattr(obj, attr, None)
-        if isinstance(value, dict):
-            value = value.get("message") or value.get("details")
-        if value:
-            return str(value)
-    return "no reason given; see the lease/instance page at the site"
+NO_REASON = "no reason given; see the lease/instance page at the site"
+
+ADVICE = {"lease": "delete the lease (or pick another --lease-name) and retry; a node type with no free node also "
+                   "ends here: try another node type, site or start time",
+          "server": "delete the server (or pick another --server-name) and rerun: the lease is reused"}
 
 
-def require_active(kind: str, name: str, obj) -> None:
-    """python-chi's wait() returns when the status is ACTIVE *or ERROR*: check which, and stop with the reason."""
-    refresh = getattr(obj, "refresh", None)
-    if callable(refresh):
-        refresh()
-    status = str(getattr(obj, "status", "") or "").upper()
+def lease_reason(lease_json: dict) -> str:
+    """Why a lease is not ACTIVE. Blazar keeps no reason on a lease: what it does keep is its events (a failed
+    start_lease is in ERROR), whether a reservation lost its hosts, and the lease's `degraded` flag."""
+    why = [f"{e.get('event_type', 'event')} {e['status']}" for e in lease_json.get("events") or []
+           if e.get("status") == "ERROR"]
+    for r in lease_json.get("reservations") or []:
+        if r.get("missing_resources"):
+            why.append(f"reservation {r.get('id', '?')} is missing resources (no free node of that type)")
+        if r.get("resources_changed"):
+            why.append(f"reservation {r.get('id', '?')} had its resources changed")
+    if lease_json.get("degraded"):
+        why.append("the lease is degraded")
+    return "; ".join(why) or NO_REASON
+
+
+def server_reason(nova_server) -> str:
+    """Why a server is not ACTIVE: Nova's `fault` ({"message", "details", "code"}), present once it is in ERROR."""
+    fault = getattr(nova_server, "fault", None)
+    if isinstance(fault, dict):
+        fault = fault.get("message") or fault.get("details")
+    return str(fault) if fault else NO_REASON
+
+
+def require_active(kind: str, name: str, status: str | None, reason) -> None:
+    """python-chi's wait() returns when the status is ACTIVE *or ERROR*: check which, and stop with the reason
+    (`reason()` asks the cloud only when there is one to give)."""
+    status = str(status or "").upper()
     if status != "ACTIVE":
-        what = {"lease": "delete the lease (or pick another --lease-name) and retry; a node type with no free "
-                         "node also ends here: try another node type, site or start time",
-                "server": "delete the server (or pick another --server-name) and rerun: the lease is reused"}[kind]
-        raise ProvisionError(f"{kind} {name!r} is {status or 'in an unknown state'}, not ACTIVE: {_reason(obj)}; "
-                             f"{what}")
+        raise ProvisionError(f"{kind} {name!r} is {status or 'in an unknown state'}, not ACTIVE: {reason()}; "
+                             f"{ADVICE[kind]}")
+
+
+class CloudLog(logging.Handler):
+    """What python-chi logs at ERROR while a step runs: a refused lease is only logged there (`create_lease`
+    logs Blazar's message and returns None, and `Lease.submit` raises a bare "Unable to make lease")."""
+
+    def __init__(self):
+        super().__init__(level=logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+    def __enter__(self) -> CloudLog:
+        logging.getLogger("chi").addHandler(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        logging.getLogger("chi").removeHandler(self)
+
+
+def submit_lease(lease, name: str) -> None:
+    """Submit (or reuse) the lease and wait; a lease Blazar refuses stops here with Blazar's own words."""
+    with CloudLog() as log:
+        try:
+            lease.submit(idempotent=True, wait_for_active=True, wait_timeout=1800, show=None)
+        except Exception as exc:  # noqa: BLE001 - python-chi raises ResourceError(ResourceError(...)) here
+            if not log.messages:
+                raise
+            raise ProvisionError(f"lease {name!r} was refused: {log.messages[-1]}; {ADVICE['lease']}") from exc
 
 
 def run_plan(plan: Plan, log_fn=print, ssh_timeout: int = 900) -> Node:
@@ -63,8 +108,8 @@ def run_plan(plan: Plan, log_fn=print, ssh_timeout: int = 900) -> Node:
         step = "lease"
         lease = chi.lease.Lease(spec.lease_name, duration=timedelta(hours=spec.hours))
         lease.add_node_reservation(amount=1, node_type=spec.node_type)
-        lease.submit(idempotent=True, wait_for_active=True, wait_timeout=1800, show=None)
-        require_active("lease", spec.lease_name, lease)
+        submit_lease(lease, spec.lease_name)
+        require_active("lease", spec.lease_name, lease.status, lambda: lease_reason(chi.blazar().lease.get(lease.id)))
         if not lease.node_reservations:
             raise ProvisionError(f"lease {spec.lease_name!r} has no node reservation: delete it or pick another name")
         reservation_id = lease.node_reservations[0]["id"]
@@ -74,7 +119,8 @@ def run_plan(plan: Plan, log_fn=print, ssh_timeout: int = 900) -> Node:
         server = chi.server.Server(spec.server_name, reservation_id=reservation_id, image_name=spec.image,
                                    key_name=spec.key_name)
         server = server.submit(idempotent=True, wait_for_active=True, show=None) or server
-        require_active("server", spec.server_name, server)
+        require_active("server", spec.server_name, server.status,
+                       lambda: server_reason(chi.nova().servers.get(server.id)))
         log_fn(f"[server] {spec.server_name} active (id {server.id})")
 
         step = "floating-ip"

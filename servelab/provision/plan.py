@@ -24,23 +24,41 @@ NODE_PORTS = {"service": 8080, "triton_http": 8000, "triton_grpc": 8001, "triton
 # The NVIDIA driver branch every GPU part of the lab needs: CUDA 13.0 (docker/Dockerfile.gpu, Triton 25.10).
 DRIVER_FLOOR = 580
 
-# CUDA 13 and Triton 25.10 need compute capability >= 7.5 (Turing or newer). Chameleon bare-metal GPU node types
-# that can run the stack: node type -> (GPU, compute capability). Only these are accepted.
-GPU_NODE_TYPES = {
-    "gpu_rtx_6000": ("Quadro RTX 6000", 7.5),
-    "gpu_a100_pcie": ("A100 PCIe", 8.0),
-    "gpu_a100_nvlink": ("A100 SXM4", 8.0),
+# CUDA 13 and Triton 25.10 need compute capability >= 7.5 (Turing or newer): a node type is accepted by its GPU.
+MIN_COMPUTE_CAPABILITY = 7.5
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    compute_capability: float | None  # None: not an NVIDIA GPU, no CUDA at all
+
+
+# GPUs by the word Chameleon's node types use for them: gpu_<gpu>[_<form factor>] (gpu_a100_pcie, gpu_rtx_6000).
+GPUS = {
+    "k80": Gpu("K80", 3.7), "m40": Gpu("M40", 5.2), "p100": Gpu("P100", 6.0), "v100": Gpu("V100", 7.0),
+    "t4": Gpu("T4", 7.5), "rtx_6000": Gpu("Quadro RTX 6000", 7.5), "rtx_8000": Gpu("Quadro RTX 8000", 7.5),
+    "a100": Gpu("A100", 8.0), "a30": Gpu("A30", 8.0), "a10": Gpu("A10", 8.6), "a40": Gpu("A40", 8.6),
+    "l4": Gpu("L4", 8.9), "l40": Gpu("L40", 8.9), "l40s": Gpu("L40S", 8.9),
+    "h100": Gpu("H100", 9.0), "h200": Gpu("H200", 9.0), "gh200": Gpu("GH200", 9.0), "b200": Gpu("B200", 10.0),
+    "mi100": Gpu("AMD MI100", None), "mi210": Gpu("AMD MI210", None),
 }
-# Chameleon GPU node types this stack cannot run on, and why.
-UNSUPPORTED_NODE_TYPES = {
-    "gpu_v100": "V100, compute capability 7.0 (< 7.5)",
-    "gpu_v100_nvlink": "V100, compute capability 7.0 (< 7.5)",
-    "gpu_p100": "P100, compute capability 6.0 (< 7.5)",
-    "gpu_p100_nvlink": "P100, compute capability 6.0 (< 7.5)",
-    "gpu_k80": "K80, compute capability 3.7 (< 7.5)",
-    "gpu_m40": "M40, compute capability 5.2 (< 7.5)",
-    "gpu_mi100": "AMD MI100: no CUDA at all",
-}
+# Node types named after the machine rather than the GPU (composable-GPU nodes, A100 PCIe at CHI@TACC and CHI@UC).
+MACHINE_NODE_TYPES = {"compute_liqid": "a100", "compute_gigaio": "a100"}
+
+
+def node_gpu(node_type: str) -> Gpu | None:
+    """The GPU a Chameleon node type carries, read from its name; None when the name names no known GPU."""
+    word = MACHINE_NODE_TYPES.get(node_type)
+    if word is None and node_type.startswith("gpu_"):
+        rest = node_type[len("gpu_"):]
+        word = next((w for w in sorted(GPUS, key=len, reverse=True) if rest == w or rest.startswith(w + "_")), None)
+    return GPUS.get(word) if word else None
+
+
+def runs_the_stack(gpu: Gpu | None) -> bool:
+    return gpu is not None and (gpu.compute_capability or 0) >= MIN_COMPUTE_CAPABILITY
+
 
 ENV = {  # field -> environment variable
     "project": "SERVELAB_CHI_PROJECT",
@@ -121,13 +139,16 @@ class NodeSpec:
                      "CHI@ site such as CHI@UC or CHI@TACC")
         elif not re.fullmatch(r"CHI@[A-Za-z]+", self.site or ""):
             p.append(f"site {self.site!r} is not a Chameleon bare-metal site name such as CHI@UC, CHI@TACC")
-        if self.node_type in UNSUPPORTED_NODE_TYPES:
-            p.append(f"node_type {self.node_type!r} cannot run this stack ({UNSUPPORTED_NODE_TYPES[self.node_type]}; "
-                     f"CUDA 13 / Triton 25.10 need compute capability >= 7.5): use one of {', '.join(GPU_NODE_TYPES)}")
-        elif self.node_type not in GPU_NODE_TYPES:
-            p.append(f"node_type {self.node_type!r} is not a GPU node type known to run this stack: use one of "
-                     f"{', '.join(GPU_NODE_TYPES)} (compute capability >= 7.5; add a newer type to "
-                     "servelab.provision.plan.GPU_NODE_TYPES with its GPU)")
+        gpu = node_gpu(self.node_type)
+        if gpu is None:
+            p.append(f"node_type {self.node_type!r} is not a GPU node type known to run this stack: use a gpu_<gpu> "
+                     f"type whose GPU has compute capability >= {MIN_COMPUTE_CAPABILITY} (gpu_rtx_6000, gpu_a100_pcie, "
+                     "gpu_a100_nvlink, gpu_h100_…), or add its GPU to servelab.provision.plan.GPUS")
+        elif not runs_the_stack(gpu):
+            why = "no CUDA at all" if gpu.compute_capability is None else f"compute capability {gpu.compute_capability}"
+            p.append(f"node_type {self.node_type!r} cannot run this stack ({gpu.name}, {why}; CUDA 13 / Triton 25.10 "
+                     f"need compute capability >= {MIN_COMPUTE_CAPABILITY}): use a newer GPU type such as "
+                     "gpu_rtx_6000 or gpu_a100_pcie")
         for name in ("lease_name", "server_name"):
             if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", getattr(self, name) or ""):
                 p.append(f"{name} {getattr(self, name)!r}: use letters, digits, '-', '_', '.' (max 63)")

@@ -83,6 +83,7 @@ def test_parameters_from_environment(monkeypatch):
     (dict(node_type="gpu_p100"), "cannot run this stack .*compute capability 6.0"),
     (dict(node_type="gpu_mi100"), "cannot run this stack .*no CUDA"),
     (dict(node_type="compute_skylake"), "not a GPU node type known to run this stack"),
+    (dict(node_type="gpu_a100x"), "not a GPU node type known to run this stack"),
     (dict(stacks="nope"), "stack 'nope'"),
     (dict(stacks="00-prepare"), "stack '00-prepare'"),
     (dict(stacks="04-triton,06a-all-backends"), "both publish port 8000"),
@@ -147,45 +148,80 @@ def test_shell_scripts_pass_shellcheck():
     assert out.returncode == 0, out.stdout
 
 
-def test_every_listed_node_type_can_run_the_stack():
-    from servelab.provision.plan import GPU_NODE_TYPES, UNSUPPORTED_NODE_TYPES
+@pytest.mark.parametrize("node_type", ["gpu_rtx_6000", "gpu_a100_pcie", "gpu_a100_nvlink", "compute_liqid",
+                                       "compute_gigaio", "gpu_h100", "gpu_h100_pcie", "gpu_h100_nvlink", "gpu_l40s"])
+def test_node_types_are_accepted_by_their_gpu(node_type):
+    """Any type whose GPU has compute capability >= 7.5 is accepted (Chameleon's other A100 types, any H100)."""
+    from servelab.provision.plan import MIN_COMPUTE_CAPABILITY, node_gpu
 
-    assert NodeSpec().node_type in GPU_NODE_TYPES
-    assert all(cc >= 7.5 for _gpu, cc in GPU_NODE_TYPES.values())
-    assert not set(GPU_NODE_TYPES) & set(UNSUPPORTED_NODE_TYPES)
-    for node_type in GPU_NODE_TYPES:
+    assert node_gpu(node_type).compute_capability >= MIN_COMPUTE_CAPABILITY
+    NodeSpec.from_env(**GOOD, node_type=node_type).validate()
+
+
+@pytest.mark.parametrize("node_type,gpu", [("gpu_v100_nvlink", "V100"), ("gpu_p100_nvlink", "P100"),
+                                           ("gpu_k80", "K80"), ("gpu_m40", "M40"), ("gpu_mi100", "AMD MI100")])
+def test_node_types_with_an_older_gpu_are_refused_by_name(node_type, gpu):
+    with pytest.raises(ValueError, match=f"node_type '{node_type}' cannot run this stack \\({gpu}, "):
         NodeSpec.from_env(**GOOD, node_type=node_type).validate()
 
 
-# --- python-chi: a stand-in package with the same names, to drive run_plan through the cloud's answers ----------
+def test_default_node_type_runs_the_stack():
+    from servelab.provision.plan import node_gpu, runs_the_stack
+
+    assert runs_the_stack(node_gpu(NodeSpec().node_type))
+    assert node_gpu("gpu_a100x") is None and node_gpu("compute_cascadelake") is None
+
+
+# --- python-chi 1.2.10, as it really behaves, standing in for the cloud ------------------------------------------
+# Shapes read from python-chi 1.2.10's chi/lease.py and chi/server.py: Lease and Server carry `status` only (no
+# reason attribute); a lease Blazar refuses is only *logged* by create_lease(), which returns None, after which
+# Lease.submit raises ResourceError("Unable to make lease"); the reasons live in Blazar's lease JSON (events,
+# reservations, degraded) and in Nova's server `fault`, reached through chi.blazar() and chi.nova().
 FAKE_CHI = '''
 import json, os
+from types import SimpleNamespace
 STATE = json.loads(os.environ["FAKE_CHI_STATE"])
 def use_site(site): pass
 def set(key, value): pass
+def blazar():
+    return SimpleNamespace(lease=SimpleNamespace(get=lambda lease_id: STATE["lease"].get("blazar", {})))
+def nova():
+    fault = STATE["server"].get("fault")
+    server = SimpleNamespace(id="srv-1", status=STATE["server"]["status"], **({"fault": fault} if fault else {}))
+    return SimpleNamespace(servers=SimpleNamespace(get=lambda server_id: server))
 '''
 FAKE_LEASE = '''
+import logging
 from chi import STATE
+LOG = logging.getLogger("chi.lease")
+class ResourceError(Exception): pass
 class Lease:
-    def __init__(self, name, duration=None):
-        self.name, self.id = name, "lease-1"
-        self.status, self.status_reason = "PENDING", None
-        self.node_reservations = [{"id": "res-1"}]
-    def add_node_reservation(self, amount, node_type): pass
-    def submit(self, idempotent, wait_for_active, wait_timeout, show):
-        self.status = STATE["lease"]["status"]   # python-chi's wait() returns on ACTIVE or ERROR alike
-        self.status_reason = STATE["lease"].get("reason")
-    def refresh(self): pass
+    def __init__(self, name, start_date=None, end_date=None, duration=None, lease_json=None):
+        self.name, self.id, self._status = name, None, None
+        self.node_reservations = []
+    def add_node_reservation(self, amount=None, node_type=None, **kw): pass
+    def submit(self, wait_for_active=True, wait_timeout=300, show=None, idempotent=False, retry_on_error=False):
+        if STATE["lease"].get("refused"):      # create_lease(): LOG.error(...) and return None
+            LOG.error(STATE["lease"]["refused"])
+            raise ResourceError(ResourceError("Unable to make lease"))
+        self.id, self._status = "lease-1", STATE["lease"]["status"]   # wait() returns on ACTIVE or ERROR alike
+        self.node_reservations = [{"id": "res-1", "resource_type": "physical:host"}]
+    @property
+    def status(self):
+        return self._status
 '''
 FAKE_SERVER = '''
 from chi import STATE
 class Server:
-    def __init__(self, name, reservation_id, image_name, key_name):
-        self.name, self.id, self.status, self.fault = name, "srv-1", "BUILD", None
-    def submit(self, idempotent, wait_for_active, show):
-        self.status, self.fault = STATE["server"]["status"], STATE["server"].get("fault")
-        return self
-    def refresh(self): pass
+    def __init__(self, name, reservation_id=None, image_name=None, image=None, flavor_name="baremetal",
+                 key_name=None, keypair=None, network_name="sharednet1"):
+        self.name, self.id, self._status = name, None, None
+    def submit(self, wait_for_active=True, show="widget", idempotent=False, retry_on_error=False,
+               wait_timeout=1200, **kwargs):
+        self.id, self._status = "srv-1", STATE["server"]["status"]   # a new server: returns None
+    @property
+    def status(self):
+        return self._status
     def get_floating_ip(self): return None
 '''
 
@@ -207,15 +243,26 @@ def _run_with_fake_chi(tmp_path, state):
     return out.stdout.strip()
 
 
-def test_lease_in_error_stops_with_its_reason(tmp_path):
-    msg = _run_with_fake_chi(tmp_path, {"lease": {"status": "ERROR", "reason": "Not enough hosts available"},
-                                        "server": {"status": "ACTIVE"}})
-    assert msg.startswith("lease 'servelab-gpu' is ERROR, not ACTIVE: Not enough hosts available"), msg
+def test_lease_in_error_stops_with_blazars_reason(tmp_path):
+    blazar = {"status": "ERROR", "degraded": False,
+              "events": [{"event_type": "start_lease", "status": "ERROR"}, {"event_type": "end_lease", "status": "UNDONE"}],
+              "reservations": [{"id": "res-1", "resource_type": "physical:host", "missing_resources": True}]}
+    msg = _run_with_fake_chi(tmp_path, {"lease": {"status": "ERROR", "blazar": blazar}, "server": {"status": "ACTIVE"}})
+    assert msg.startswith("lease 'servelab-gpu' is ERROR, not ACTIVE: start_lease ERROR; reservation res-1 is "
+                          "missing resources"), msg
+
+
+def test_lease_refused_by_blazar_stops_with_blazars_words(tmp_path):
+    refusal = "There were not enough unreserved hosts to satisfy your request."
+    msg = _run_with_fake_chi(tmp_path, {"lease": {"refused": refusal}, "server": {"status": "ACTIVE"}})
+    assert msg.startswith(f"lease 'servelab-gpu' was refused: {refusal}"), msg
+    assert "try another node type, site or start time" in msg
 
 
 def test_server_in_error_stops_with_its_fault(tmp_path):
     msg = _run_with_fake_chi(tmp_path, {"lease": {"status": "ACTIVE"},
-                                        "server": {"status": "ERROR", "fault": {"message": "No valid host was found"}}})
+                                        "server": {"status": "ERROR", "fault": {"message": "No valid host was found",
+                                                                                "code": 500}}})
     assert msg.startswith("server 'servelab-gpu-node' is ERROR, not ACTIVE: No valid host was found"), msg
     assert "the lease is reused" in msg
 
@@ -315,3 +362,17 @@ def test_one_driver_floor_everywhere():
                         found.setdefault(int(n), []).append(f"{src.name}: {line.strip()[:100]}")
     assert DRIVER_FLOOR == 580 and DRIVER_FLOOR in found
     assert set(found) == {DRIVER_FLOOR}, {k: v for k, v in found.items() if k != DRIVER_FLOOR}
+
+
+def test_vastai_recipe_keeps_tritons_model_control_off_the_internet():
+    """Triton runs with explicit model control (loading a python-backend model runs its code): the Vast.ai recipe
+    binds it to loopback (reached through SSH) and never maps its ports publicly."""
+    text = (REPO_ROOT / "scripts" / "VASTAI.md").read_text()
+    commands = [line for line in text.replace("\\\n", " ").splitlines() if line.startswith("tritonserver ")]
+    assert commands
+    for cmd in commands:
+        loopback = all(f"--{p}-address=127.0.0.1" in cmd for p in ("http", "grpc", "metrics"))
+        restricted = ("--http-restricted-api=model-repository" in cmd
+                      and "--grpc-restricted-protocol=model-repository" in cmd)
+        assert loopback or restricted, cmd
+    assert not re.search(r"-p 800[012]:800[012]", text)
