@@ -18,7 +18,7 @@ def run(
     profile: str = typer.Option("default", help="smoke (seconds per notebook) | default (~35 min on 2 cores) | full"),
     only: list[str] | None = typer.Option(None, "--only", help="notebook id(s) to run: --only 04, --only 04,05a (repeatable)"),
     param: list[str] | None = typer.Option(None, "--param", "-p", help="key=value for the notebooks' parameters cell (repeatable)"),
-    place: str = typer.Option("local", help="where the servers run: local (embedded stack on loopback) | node (a GPU node running the docker-compose stacks)"),
+    place: str | None = typer.Option(None, help="where the servers run: local (embedded stack on loopback) | node (a GPU node running the docker-compose stacks); default: $SERVELAB_PLACE, else local"),
     run_id: str | None = typer.Option(None, help="results/<run-id>/ (default: timestamp-profile); an existing id is updated"),
     ports: str = typer.Option("auto", help="local stack ports: auto (configured if free, else free) | configured | free"),
     results: Path = typer.Option(None, help="results folder (default: $SERVELAB_RESULTS, else results/)"),

@@ -7,8 +7,9 @@ place's default); its first code cell calls `place_defaults(globals())`, which f
 place, so a notebook given only `place=node` (plain papermill, or opened in the node's JupyterLab, where
 SERVELAB_PLACE=node) talks to the node's stacks with the GPU model names and writes to results/interactive.
 For `node`, host and ports come from SERVELAB_NODE_HOST and SERVELAB_NODE_{SERVICE,TRITON_HTTP,TRITON_GRPC,
-TRITON_METRICS}_PORT, default: the ports the compose stacks publish on the node's loopback (reached from the
-node itself, or from here through an SSH tunnel: `ssh -L 8000:127.0.0.1:8000 … cc@<floating-ip>`).
+TRITON_METRICS}_PORT (SERVELAB_NODE_<NAME>_HOST puts one endpoint on another machine), default: the ports
+the compose stacks publish on the node's loopback (reached from the node itself, or from here through an SSH
+tunnel: `ssh -L 8000:127.0.0.1:8000 … cc@<floating-ip>`).
 """
 
 from __future__ import annotations
@@ -47,17 +48,18 @@ def node_endpoints() -> Endpoints:
     """Ports published by docker/compose.*.yaml on the node (servelab.provision.NODE_PORTS)."""
     from servelab.provision import NODE_PORTS
 
-    host = os.environ.get("SERVELAB_NODE_HOST", "127.0.0.1")
-
-    def port(name: str) -> int:
+    def address(name: str) -> str:
+        """host:port of one endpoint; SERVELAB_NODE_<NAME>_HOST puts it on another machine than the rest."""
+        host = os.environ.get(f"SERVELAB_NODE_{name.upper()}_HOST") or os.environ.get("SERVELAB_NODE_HOST",
+                                                                                       "127.0.0.1")
         raw = os.environ.get(f"SERVELAB_NODE_{name.upper()}_PORT")
-        return int(raw) if raw else NODE_PORTS[name]
+        return f"{host}:{int(raw) if raw else NODE_PORTS[name]}"
 
     return Endpoints(
-        service_url=f"http://{host}:{port('service')}",
-        triton_http_url=f"http://{host}:{port('triton_http')}",
-        triton_grpc_url=f"{host}:{port('triton_grpc')}",
-        triton_metrics_url=f"http://{host}:{port('triton_metrics')}/metrics",
+        service_url=f"http://{address('service')}",
+        triton_http_url=f"http://{address('triton_http')}",
+        triton_grpc_url=address("triton_grpc"),
+        triton_metrics_url=f"http://{address('triton_metrics')}/metrics",
     )
 
 

@@ -23,7 +23,7 @@ from servelab import config
 from servelab.fileio import atomic_write
 from servelab.lab import notebooks as nbs
 from servelab.lab import params as lab_params
-from servelab.lab.places import check_place, node_endpoints, triton_models
+from servelab.lab.places import check_place, default_place, node_endpoints, triton_models
 from servelab.lab.run_report import failed_cell, write_report
 
 URL_KEYS = {"service_url", "triton_http_url", "triton_grpc_url", "triton_metrics_url", "triton_repository",
@@ -55,10 +55,11 @@ def default_run_id(profile: str) -> str:
 
 
 def plan(profile: str = "default", only: list[str] | None = None, params: list[str] | None = None,
-         place: str = "local", run_id: str | None = None, results_dir: Path | None = None,
+         place: str | None = None, run_id: str | None = None, results_dir: Path | None = None,
          notebook_dir: Path | None = None) -> RunPlan:
-    """Validate everything the user typed before anything is started."""
-    check_place(place)
+    """Validate everything the user typed before anything is started. `place` None: $SERVELAB_PLACE, else local
+    (the node's JupyterLab sets it, so a run started there talks to the node's stacks)."""
+    place = check_place(place or default_place())
     values = lab_params.profile(profile)
     overrides = lab_params.parse_params(params)
     paths = nbs.select(nbs.discover(notebook_dir), only)
@@ -268,7 +269,7 @@ def _pinned(stack_params: dict, enabled: bool, say: Callable[[str], None]):
 
 
 def run(profile: str = "default", only: list[str] | None = None, params: list[str] | None = None,
-        place: str = "local", run_id: str | None = None, ports: str = "auto", results_dir: Path | None = None,
+        place: str | None = None, run_id: str | None = None, ports: str = "auto", results_dir: Path | None = None,
         say: Callable[[str], None] = print, progress_bar: bool = True, notebook_dir: Path | None = None,
         pin_cores: bool = False) -> dict:
     p = plan(profile=profile, only=only, params=params, place=place, run_id=run_id, results_dir=results_dir,

@@ -115,3 +115,35 @@ def test_in_process_rows_at_node_say_when_they_missed_the_gpu(tmp_path):
     [entry] = step._not_run
     assert entry["not run"] == "the op-type profile on the node's GPU" and "CPU" in entry["why"]
     assert entry["place"] == "node"
+
+
+def test_one_endpoint_can_live_on_another_machine(no_place_env, monkeypatch):
+    """Service on one machine, Triton on another: SERVELAB_NODE_<NAME>_HOST moves that endpoint alone."""
+    from servelab.lab.places import node_endpoints
+
+    monkeypatch.setenv("SERVELAB_NODE_HOST", "10.0.0.1")
+    monkeypatch.setenv("SERVELAB_NODE_TRITON_HTTP_HOST", "10.0.0.2")
+    monkeypatch.setenv("SERVELAB_NODE_TRITON_GRPC_HOST", "10.0.0.2")
+    monkeypatch.setenv("SERVELAB_NODE_TRITON_GRPC_PORT", "9001")
+    ep = node_endpoints()
+    assert ep.service_url == f"http://10.0.0.1:{NODE_PORTS['service']}"
+    assert ep.triton_http_url == f"http://10.0.0.2:{NODE_PORTS['triton_http']}"
+    assert ep.triton_grpc_url == "10.0.0.2:9001"
+    assert ep.triton_metrics_url == f"http://10.0.0.1:{NODE_PORTS['triton_metrics']}/metrics"
+
+
+def test_lab_run_defaults_to_servelab_place(no_place_env, monkeypatch, tmp_path):
+    """`servelab lab run` in the node's JupyterLab (SERVELAB_PLACE=node) plans a node run without --place."""
+    from typer.testing import CliRunner
+
+    from servelab.lab.cli import app
+    from servelab.lab.runner import plan
+
+    assert plan(profile="smoke", only=["01"], results_dir=tmp_path).place == "local"
+    monkeypatch.setenv("SERVELAB_PLACE", "node")
+    p = plan(profile="smoke", only=["01"], results_dir=tmp_path)
+    assert p.place == "node" and p.values["service_url"] == f"http://127.0.0.1:{NODE_PORTS['service']}"
+    assert plan(profile="smoke", only=["01"], place="local", results_dir=tmp_path).place == "local"  # flag wins
+    monkeypatch.setenv("SERVELAB_PLACE", "gpu")  # the CLI reads it too: a bad value is named before anything runs
+    out = CliRunner().invoke(app, ["run", "--profile", "smoke", "--only", "01", "--results", str(tmp_path)])
+    assert out.exit_code != 0 and "place must be one of local, node, got 'gpu'" in str(out.exception or out.output)
