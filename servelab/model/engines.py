@@ -16,11 +16,14 @@ import numpy as np
 from servelab.config import Settings
 from servelab.fileio import file_digest
 from servelab.model.preprocess import INPUT_SHAPE
+from servelab.model.providers import (  # noqa: F401  (the provider names and checks engines are built with)
+    CUDA_OPTIONS,
+    EngineError,
+    check_active_provider,
+    ort_providers,
+    provider_name,
+)
 from servelab.model.weights import EMBED_DIM
-
-
-class EngineError(RuntimeError):
-    pass
 
 
 class Embedder:
@@ -73,47 +76,6 @@ class TorchEmbedder(Embedder):
             return self.module(self._torch.from_numpy(batch).to(self.device)).cpu().numpy()
 
 
-# HEURISTIC: ONNX Runtime's default (EXHAUSTIVE) benchmarks cuDNN algorithms again for every new input shape,
-# i.e. on the first request of each batch size, inside a measured latency.
-CUDA_OPTIONS = {"cudnn_conv_algo_search": "HEURISTIC"}
-
-
-def ort_providers(provider: str, cache_dir: Path | None = None, model_sha256: str = "") -> list:
-    """Execution-provider list for onnxruntime, most specific first. TensorRT engines are cached per model
-    (a folder named after `model_sha256`), so an export with other weights never runs an old engine."""
-    if provider == "cpu":
-        return ["CPUExecutionProvider"]
-    if provider == "cuda":
-        return [("CUDAExecutionProvider", CUDA_OPTIONS), "CPUExecutionProvider"]
-    if provider == "tensorrt":
-        cache = Path(cache_dir or os.environ.get("SERVELAB_TRT_CACHE", "artifacts/trt_cache"))
-        engines = cache / model_sha256[:16] if model_sha256 else cache
-        engines.mkdir(parents=True, exist_ok=True)
-        trt = {
-            "trt_fp16_enable": True,
-            "trt_engine_cache_enable": True,
-            "trt_engine_cache_path": str(engines),
-            "trt_timing_cache_enable": True,
-            "trt_timing_cache_path": str(cache),
-            "trt_force_sequential_engine_build": True,
-        }
-        return [("TensorrtExecutionProvider", trt), ("CUDAExecutionProvider", CUDA_OPTIONS), "CPUExecutionProvider"]
-    raise EngineError(f"unknown provider {provider!r} (cpu, cuda, tensorrt)")
-
-
-def provider_name(entry) -> str:
-    return entry if isinstance(entry, str) else entry[0]
-
-
-def check_active_provider(wanted: str, active: list[str]) -> None:
-    """onnxruntime falls back to the next provider in the list without an error (e.g. TensorRT libraries
-    missing, CUDA out of memory): a session whose first active provider is not the one asked for is refused,
-    so no record says `tensorrt` for a run that was CUDA or CPU."""
-    if not active or active[0] != wanted:
-        raise EngineError(f"ONNX Runtime runs this session on {', '.join(active) or 'nothing'}, not {wanted}: "
-                          "the provider failed to initialise (see onnxruntime's warnings above)")
-
-
 class OrtEmbedder(Embedder):
     def __init__(self, model_path: Path, settings: Settings, weights: str, engine: str = "onnx"):
         import onnxruntime as ort
@@ -136,12 +98,26 @@ class OrtEmbedder(Embedder):
         if settings.threads > 0:
             so.intra_op_num_threads = settings.threads
         self.threads = settings.threads or (os.cpu_count() or 1)
-        self.session = ort.InferenceSession(str(self.model_path), sess_options=so, providers=providers)
+        try:
+            self.session = ort.InferenceSession(str(self.model_path), sess_options=so, providers=providers)
+        except Exception as exc:  # e.g. the CUDA provider's libraries or device missing
+            raise EngineError(f"ONNX Runtime cannot create a session on {wanted} here: {exc}") from exc
         self.active_providers = self.session.get_providers()
         check_active_provider(wanted, self.active_providers)
         self.input_name = self.session.get_inputs()[0].name
         self.output_name = self.session.get_outputs()[0].name
         self._lock = threading.Lock()  # one run at a time keeps intra-op threads from oversubscribing
+        if settings.provider != "cpu":
+            self._first_run(wanted)
+
+    def _first_run(self, wanted: str) -> None:
+        """A GPU provider can initialise and still fail on the first run (no usable device, out of memory, a
+        kernel missing for this GPU): the engine runs once here, so that failure refuses the engine instead of
+        the first request."""
+        try:
+            self._run(np.zeros((1, *INPUT_SHAPE), dtype=np.float32))
+        except Exception as exc:
+            raise EngineError(f"ONNX Runtime created a session on {wanted} but cannot run the model: {exc}") from exc
 
     def _run(self, batch):
         with self._lock:
