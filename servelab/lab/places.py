@@ -101,30 +101,32 @@ def place_defaults(namespace: dict) -> dict:
     return {"place": place, **filled}
 
 
+def in_process_check(engine: str = "onnx"):
+    """Whether this kernel can run `engine` on CUDA, decided by a computation that ran (servelab.model.providers):
+    CUDA torch for torch, onnxruntime's CUDA provider otherwise. onnxruntime-gpu lists CUDA without a usable
+    GPU, and torch.cuda.is_available() says nothing of a driver that fails on the first kernel."""
+    from servelab.model.providers import provider_check, torch_cuda_check
+
+    return torch_cuda_check() if engine == "torch" else provider_check("cuda")
+
+
 def in_process_provider(place: str, engine: str = "onnx") -> str:
     """The provider in-process rows of `engine` should use at `place`: the node's GPU ("cuda") when this kernel
-    can reach it (CUDA torch for torch, onnxruntime's CUDA EP otherwise), else "cpu" — callers say so with
-    `in_process_note`."""
+    can run on it, else "cpu" — callers say so with `in_process_note`."""
     if place != "node":
         return "cpu"
-    try:
-        if engine == "torch":
-            import torch
-
-            return "cuda" if torch.cuda.is_available() else "cpu"
-        import onnxruntime as ort
-
-        return "cuda" if "CUDAExecutionProvider" in ort.get_available_providers() else "cpu"
-    except ImportError:
-        return "cpu"
+    return "cuda" if in_process_check(engine).usable else "cpu"
 
 
-def in_process_note(step, place: str, provider: str, rows: str) -> None:
-    """At place=node, state plainly when in-process rows did not run on the node's GPU."""
+def in_process_note(step, place: str, provider: str, rows: str, engine: str | None = None) -> None:
+    """At place=node, state plainly when in-process rows did not run on the node's GPU, and why (the reason of
+    `engine`'s check; without an engine, the reasons of torch's and onnxruntime's)."""
     if place == "node" and provider != "cuda":
+        engines = [engine] if engine else ["torch", "onnx"]
+        reasons = "; ".join(f"{e}: {in_process_check(e).reason or 'usable'}" for e in engines)
         step.not_run(f"{rows} on the node's GPU",
-                     "this kernel has no CUDA execution provider (it is not the node's GPU container): those rows "
-                     "ran in-process on this machine's CPU, only the servers' rows are the node's",
+                     f"this kernel cannot run them on CUDA ({reasons}): those rows ran in-process on this machine's "
+                     "CPU, only the servers' rows are the node's",
                      "run the notebook in the node's JupyterLab (docker/compose.jupyter.yaml)")
 
 

@@ -41,6 +41,7 @@ CUDA_OPTIONS = {"cudnn_conv_algo_search": "HEURISTIC"}
 TENSORRT_LIBRARY = "nvinfer_10.dll" if sys.platform == "win32" else "libnvinfer.so.10"
 
 
+@functools.cache  # once per process: preload_dlls prints a line per library it cannot find
 def preload_gpu_libraries() -> None:
     """Load the CUDA and cuDNN libraries pip installed (nvidia-* wheels) so onnxruntime-gpu's providers find
     them whether or not CUDA torch was imported first. A no-op on onnxruntime builds without CUDA, and on

@@ -17,7 +17,9 @@ def preload_calls(monkeypatch):
     """Records calls of onnxruntime.preload_dlls (the real one may load CUDA libraries a test cannot undo)."""
     calls = []
     monkeypatch.setattr(ort, "preload_dlls", lambda *a, **k: calls.append((a, k)), raising=False)
-    return calls
+    providers.preload_gpu_libraries.cache_clear()
+    yield calls
+    providers.preload_gpu_libraries.cache_clear()
 
 
 @pytest.fixture
@@ -42,6 +44,7 @@ def test_cpu_provider_list_loads_no_cuda_libraries(preload_calls):
 def test_onnxruntime_without_preload_dlls_is_fine(monkeypatch):
     """Releases before 1.21 have no preload_dlls: the list is still given."""
     monkeypatch.delattr(ort, "preload_dlls", raising=False)
+    providers.preload_gpu_libraries.cache_clear()
     assert ort_providers("cuda")[-1] == "CPUExecutionProvider"
 
 
