@@ -132,13 +132,14 @@ print(trt_config.read_text())
 
 # %% [markdown]
 # ## On the GPU node
-# The first load builds the engine (minutes); the second start finds it in the cache volume.
+# The first load builds the engine (minutes); the second start finds it in the cache volume. The engine
+# files in `/trt_cache` start with `openclip_` and the export's sha256, so other weights get their own.
 
 # %%
 show_commands("node",
               "docker compose -f docker/compose.04-triton.yaml up -d",
               "docker compose -f docker/compose.04-triton.yaml logs -f triton   # first start: engine build",
-              "ls -la /var/lib/docker/volumes/*trt_cache*/_data               # engine + timing cache files",
+              "docker compose -f docker/compose.04-triton.yaml exec triton ls -la /trt_cache   # engines + timing cache",
               "docker compose -f docker/compose.04-triton.yaml restart triton     # second start: cache hit, seconds")
 
 # %% [markdown]

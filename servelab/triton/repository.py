@@ -17,8 +17,10 @@ container that bind-mounts it keeps seeing it (and its later reloads see the new
 GPU placement: the GPU encoders' instance_group names no GPU ids unless `gpus` is given. Triton then puts
 `count` instances on every GPU it can see, which in a container is exactly the devices the compose stack
 reserves (renumbered from 0 inside it), so the staged repository and the stack's device reservation cannot
-disagree. The TensorRT engine cache is a sub-folder named after the export's sha256, so a re-export with other
-weights builds a new engine instead of serving the old one.
+disagree. TensorRT engines are written straight into the cache volume with a file-name prefix carrying the
+export's sha256 (trt_engine_cache_prefix), so a re-export with other weights builds a new engine instead of serving
+the old one, and no instance has to create a folder: the backend loads instances in parallel, and ONNX Runtime's
+TensorRT provider fails when two of them race to create the same engine folder.
 """
 
 from __future__ import annotations
@@ -89,14 +91,15 @@ def set_instances(cfg, count: int, gpus: list[int] | None = None) -> None:
         group.gpus.extend(gpus)
 
 
-def trt_engine_cache(cache: str, onnx_sha256: str) -> str:
-    """The engine folder for one export: engines built from other weights never match it."""
-    return f"{cache.rstrip('/')}/{onnx_sha256[:16]}"
+def trt_engine_prefix(onnx_sha256: str) -> str:
+    """The engine files' name prefix for one export: engines built from other weights never match it."""
+    return f"openclip_{onnx_sha256[:16]}"
 
 
 def _set_trt(cfg, max_batch: int, cache: str, onnx_sha256: str) -> None:
     values = {
-        "trt_engine_cache_path": trt_engine_cache(cache, onnx_sha256),
+        "trt_engine_cache_path": cache,  # the mounted volume itself: it exists, so no instance creates a folder
+        "trt_engine_cache_prefix": trt_engine_prefix(onnx_sha256),
         "trt_timing_cache_path": cache,  # timing results depend on layers and GPU, not on weights
         "trt_force_sequential_engine_build": "1",  # instances sharing the cache build one after another
         **profile_shapes(cfg.input[0].name, cfg.input[0].dims, max_batch),

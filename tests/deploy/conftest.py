@@ -45,7 +45,7 @@ def gpu_models() -> set[str]:
 
 @pytest.fixture(scope="session")
 def gpu_trt_cache_path(gpu_models) -> str:
-    """The TensorRT cache root in the GPU templates (engines go to <root>/<export sha256>, timing cache here)."""
+    """The TensorRT cache volume in the GPU templates (engines, named after the export, and timing cache)."""
     from servelab.triton.repository import parse_config
 
     cfg = parse_config(STAGING / "gpu" / "openclip_vit_b32_trt" / "config.pbtxt")

@@ -60,11 +60,12 @@ def test_staged_gpu_repository(tmp_path, onnx_meta, gpu_trt_cache_path):
     assert pre.parameters["servelab_path"].string_value == "/opt/servelab"
     trt = parse_config(repo / "openclip_vit_b32_trt" / "config.pbtxt")
     acc = _trt_params(trt)
-    # engines keyed by the exported model: other weights -> another folder -> a fresh engine, never the old one
+    # engines keyed by the exported model: other weights -> another file prefix -> a fresh engine, never the old
+    # one; and they sit in the mounted volume itself, so instances loaded in parallel create no folder (a race)
     with open(repo / "openclip_vit_b32_trt" / "1" / "model.onnx", "rb") as f:
         sha = hashlib.file_digest(f, "sha256").hexdigest()
-    assert acc["trt_engine_cache_path"] == f"{gpu_trt_cache_path}/{sha[:16]}"
-    assert acc["trt_timing_cache_path"] == gpu_trt_cache_path == "/trt_cache"
+    assert acc["trt_engine_cache_path"] == acc["trt_timing_cache_path"] == gpu_trt_cache_path == "/trt_cache"
+    assert acc["trt_engine_cache_prefix"] == f"openclip_{sha[:16]}"
     assert acc["trt_force_sequential_engine_build"] == "1"  # instances sharing the cache build one at a time
     for model in info["models"]:  # what Triton needs to find in each version folder
         cfg = parse_config(repo / model / "config.pbtxt")

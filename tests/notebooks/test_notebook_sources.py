@@ -60,3 +60,11 @@ def test_shell_commands_say_where_they_run(py):
 def test_what_this_run_shows_is_computed(py):
     text = py.read_text()
     assert re.search(r"step\.shows\(\s*f[\"']", text), "the 'what this run shows' paragraph must be built from this run's numbers"
+
+
+@pytest.mark.parametrize("py", nbs.discover(), ids=lambda p: p.stem)
+def test_node_commands_need_no_root_and_no_engine_internals(py):
+    """A node command reads a volume through its container (`docker compose … exec`), not through Docker's
+    data root: /var/lib/docker is root-only and lays volumes out as the engine chooses."""
+    commands = " ".join(re.findall(r"show_commands\(\"node\",(.*?)\)\n", py.read_text(), re.S))
+    assert "/var/lib/docker" not in commands

@@ -59,7 +59,8 @@ def test_gpu_stage_sets_explicit_gpus_trt_profiles_and_warmup(onnx_meta, setting
     trt = parse_config(out / "openclip_vit_b32_trt" / "config.pbtxt")
     [acc] = trt.optimization.execution_accelerators.gpu_execution_accelerator
     assert acc.name == "tensorrt" and acc.parameters["precision_mode"] == "FP16"
-    assert acc.parameters["trt_engine_cache_path"] == f"/cache/trt/{onnx_meta['sha256'][:16]}"  # per export
+    assert acc.parameters["trt_engine_cache_path"] == "/cache/trt"  # exists: no instance creates a folder
+    assert acc.parameters["trt_engine_cache_prefix"] == f"openclip_{onnx_meta['sha256'][:16]}"  # per export
     assert acc.parameters["trt_timing_cache_path"] == "/cache/trt"
     assert acc.parameters["trt_profile_min_shapes"] == "pixel_values:1x3x224x224"
     assert acc.parameters["trt_profile_max_shapes"] == "pixel_values:16x3x224x224"
