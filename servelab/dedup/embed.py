@@ -19,6 +19,11 @@ import numpy as np
 
 from servelab.client.errors import InferenceError
 from servelab.dedup.catalog import Catalog, OutsideRoot
+from servelab.model.device_profile import is_emulated
+
+
+class EmulatedEngineRefused(ValueError):
+    """The client's model is the emulated accelerator, whose vectors are not image embeddings."""
 
 
 class EmbedStopped(RuntimeError):
@@ -43,8 +48,13 @@ def embed(catalog: str | Path | Catalog, client, batch_size: int = 16, progress:
     """Embed every ok file that has no embedding from `client.weights`; returns counts."""
     from tqdm.auto import tqdm
 
-    cat = catalog if isinstance(catalog, Catalog) else Catalog(catalog)
     weights = client.weights or _probe_weights(client)
+    if is_emulated(weights):
+        raise EmulatedEngineRefused(
+            f"the model answering is the {weights} accelerator: its vectors are stand-ins made from the pixels, "
+            "not image embeddings, so grouping by them would find nonsense; embed with engine torch, onnx or "
+            "onnx-int8 (or a server running one of them)")
+    cat = catalog if isinstance(catalog, Catalog) else Catalog(catalog)
     rows = cat.db.execute(
         "SELECT id, path FROM files WHERE status='ok' AND embed_weights IS NOT ? ORDER BY id", (weights,)).fetchall()
     already = cat.db.execute("SELECT COUNT(*) FROM files WHERE status='ok' AND embed_weights IS ? "

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import os
 import threading
 import time
 import uuid
@@ -77,26 +78,29 @@ class _SharedState:
     def __init__(self, path: Path):
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         self._thread_lock = threading.Lock()  # flock is per open file: threads of one process share it
 
     def update(self, change: Callable[[dict], dict]) -> dict:
-        with self._thread_lock, open(self.path, "a+b") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
+        with self._thread_lock:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
             try:
-                f.seek(0)
-                raw = f.read()
+                raw = os.pread(self._fd, 1 << 20, 0)
                 try:
                     state = json.loads(raw) if raw.strip() else {}
                 except ValueError:  # a writer killed mid-write: its batches are lost, the device goes on
                     state = {}
                 new = change(state)
-                f.seek(0)
-                f.truncate()
-                f.write(json.dumps(new).encode())
-                f.flush()
+                data = json.dumps(new).encode()
+                os.ftruncate(self._fd, 0)
+                os.pwrite(self._fd, data, 0)
                 return new
             finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def __del__(self):
+        with contextlib.suppress(Exception):
+            os.close(self._fd)
 
 
 class EmulatedDevices:

@@ -14,6 +14,9 @@ Models are written to a temporary folder, then swapped into the repository one m
 failed stage leaves the old repository and the repository folder itself is never renamed or deleted: a Triton
 container that bind-mounts it keeps seeing it (and its later reloads see the new models).
 
+The CPU set also holds `openclip_vit_b32_emulated`, an emulated accelerator in place of the encoder (no ONNX
+file): staging writes its device profile, device count and shared devices' folder from the settings.
+
 GPU placement: the GPU encoders' instance_group names no GPU ids unless `gpus` is given. Triton then puts
 `count` instances on every GPU it can see, which in a container is exactly the devices the compose stack
 reserves (renumbered from 0 inside it), so the staged repository and the stack's device reservation cannot
@@ -33,7 +36,7 @@ from pathlib import Path
 import servelab
 from servelab.config import Settings, workspace
 from servelab.fileio import atomic_write, file_digest
-from servelab.triton.models import ENCODERS, PREPROCESS, TRT_ENCODER
+from servelab.triton.models import EMULATED_ENCODER, ENCODERS, PREPROCESS, TRT_ENCODER
 from servelab.triton.tensorrt import ACCELERATOR, profile_shapes
 
 # Package data: the templates travel with the installed package, not with a checkout.
@@ -133,6 +136,19 @@ def _set_warmup(cfg, max_batch: int) -> None:
     cfg.model_warmup.extend(entries)
 
 
+def _set_emulated(cfg, settings: Settings, servelab_path: str) -> None:
+    """The emulated accelerator's profile, device count and devices' folder, from the settings; its weights label
+    names the emulation, never the ONNX export's weights."""
+    from servelab.model.device_profile import profile
+
+    device = profile(settings.device_profile, settings.emulated_devices or None)  # refuses an unknown name
+    set_param(cfg, "device_profile", device.name)
+    set_param(cfg, "emulated_devices", device.devices)
+    set_param(cfg, "device_dir", Path(settings.device_dir).resolve())
+    set_param(cfg, "servelab_path", servelab_path)
+    set_param(cfg, "weights", device.label)
+
+
 def _link_or_copy(src: Path, dst: Path) -> str:
     try:
         os.link(src, dst)
@@ -224,6 +240,8 @@ def stage(
                 set_param(cfg, "weights", weights)
             if cfg.name == PREPROCESS:
                 set_param(cfg, "servelab_path", servelab_path)
+            if cfg.name == EMULATED_ENCODER:
+                _set_emulated(cfg, settings, servelab_path)
             if cfg.name in ENCODERS[flavour]:
                 set_instances(cfg, instances, gpus)
                 if max_delay_us is not None:
@@ -234,8 +252,8 @@ def stage(
                     _set_trt(cfg, cfg.max_batch_size, trt_cache, onnx_sha256)
                 elif flavour == "gpu" and len(cfg.model_warmup):
                     _set_warmup(cfg, cfg.max_batch_size)
-                how = _link_or_copy(onnx, dst / "1" / "model.onnx")
-                written[cfg.name] = {"onnx": how}
+                if cfg.name != EMULATED_ENCODER:  # it runs no model
+                    written[cfg.name] = {"onnx": _link_or_copy(onnx, dst / "1" / "model.onnx")}
             write_config(dst / "config.pbtxt", cfg)
             written.setdefault(cfg.name, {})["config"] = str(out / model_dir.name / "config.pbtxt")
         _swap_models(tmp, out)

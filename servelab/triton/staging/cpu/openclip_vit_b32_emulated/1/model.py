@@ -1,0 +1,63 @@
+"""Triton python-backend model: an emulated accelerator standing in for the image tower (engine `emulated`).
+
+Each execution holds one emulated device for the profile's t(B), B the size of the dynamic batch, without using
+the CPU (servelab.model.emulated_engine), so dynamic batching, instance counts and queue delays behave as they
+would in front of a GPU. Instance k runs on emulated device k mod the device count; instances on one device
+share it as kernels share a GPU. The answer is a deterministic stand-in vector, not an image embedding.
+"""
+
+import json
+import re
+import sys
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+INPUT = "pixel_values"
+OUTPUT = "embedding"
+
+
+def _import_servelab(extra_path):
+    try:
+        import servelab  # noqa: F401
+    except ImportError:
+        if not extra_path:
+            raise
+        sys.path.insert(0, extra_path)
+
+
+def instance_index(instance_name):
+    """Triton names CPU instances <group>_<k>; k picks the emulated device."""
+    match = re.search(r"_(\d+)$", instance_name or "")
+    return int(match.group(1)) if match else 0
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        _import_servelab(params.get("servelab_path"))
+        from servelab.config import Settings
+        from servelab.model.emulated_engine import EmulatedEmbedder
+
+        changes = {"device_profile": params["device_profile"],
+                   "emulated_devices": int(params.get("emulated_devices") or 0)}
+        if params.get("device_dir"):
+            changes["device_dir"] = params["device_dir"]
+        self.embedder = EmulatedEmbedder(Settings().with_(**changes),
+                                         device=instance_index(args.get("model_instance_name")))
+
+    def execute(self, requests):
+        arrays = [pb_utils.get_input_tensor_by_name(r, INPUT).as_numpy() for r in requests]
+        sizes = [a.shape[0] for a in arrays]
+        batch = arrays[0] if len(arrays) == 1 else np.concatenate(arrays, axis=0)
+        out = self.embedder.embed(batch)
+        responses, start = [], 0
+        for n in sizes:
+            part = np.ascontiguousarray(out[start : start + n], dtype=np.float32)
+            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(OUTPUT, part)]))
+            start += n
+        return responses
+
+    def finalize(self):
+        self.embedder = None

@@ -1,0 +1,82 @@
+"""The emulated device's sharing model (pure functions, exact) and the device shared by real processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from servelab.model.device_profile import profile
+from servelab.model.emulated_device import EmulatedDevices, advance, finish_time
+
+FLAT = profile("flat")  # t(B) = 21 ms up to 8 images, then 2.5 ms per image
+
+
+def _state(now, **batches):
+    return {"t": now, "batches": {k: [size, 1.0] for k, size in batches.items()}}
+
+
+def test_batches_that_start_together_finish_together_as_one_batch_of_their_combined_size():
+    state = _state(0.0, a=8, b=8)
+    assert finish_time(state, "a", FLAT.t_s) == pytest.approx(FLAT.t_s(16))
+    assert finish_time(state, "b", FLAT.t_s) == pytest.approx(FLAT.t_s(16))
+
+
+def test_a_batch_joining_a_device_with_room_slows_nobody():
+    state = advance(_state(0.0, a=1), 0.010, FLAT.t_s)
+    state["batches"]["b"] = [1, 1.0]
+    assert finish_time(state, "a", FLAT.t_s) == pytest.approx(FLAT.t_s(1))  # t(2) = t(1): the device had room
+    assert finish_time(state, "b", FLAT.t_s) == pytest.approx(0.010 + FLAT.t_s(1))
+
+
+def test_a_full_device_is_shared_and_a_departure_speeds_up_the_rest():
+    state = _state(0.0, a=8)
+    state = advance(state, FLAT.t_s(8) / 2, FLAT.t_s)  # a is half done
+    state["batches"]["b"] = [8, 1.0]
+    # together: 16 images, t(16) = 41 ms per unit; a's half takes 20.5 ms, then b alone at t(8) = 21 ms per unit
+    a_done = FLAT.t_s(8) / 2 + 0.5 * FLAT.t_s(16)
+    assert finish_time(state, "a", FLAT.t_s) == pytest.approx(a_done)
+    assert finish_time(state, "b", FLAT.t_s) == pytest.approx(a_done + 0.5 * FLAT.t_s(8))
+    later = advance(state, a_done + 0.001, FLAT.t_s)
+    assert list(later["batches"]) == ["b"]
+
+
+def test_finished_batches_leave_the_state_even_when_their_owner_never_comes_back():
+    assert advance(_state(0.0, a=4, b=32), 10.0, FLAT.t_s)["batches"] == {}
+
+
+def test_a_batch_alone_waits_its_profile_time(tmp_path):
+    devices = EmulatedDevices(FLAT, tmp_path)
+    for images in (1, 16):
+        waited = devices.execute(images)
+        assert FLAT.t_s(images) <= waited < FLAT.t_s(images) * 1.25 + 0.003
+
+
+def test_processes_share_one_device(tmp_path):
+    """Two processes each run a batch of 16 (the device full) at once: both take t(32), not t(16)."""
+    code = ("import sys, time; from servelab.model.device_profile import profile; "
+            "from servelab.model.emulated_device import EmulatedDevices; "
+            "d = EmulatedDevices(profile('flat'), sys.argv[1]); start = float(sys.argv[2]); "
+            "time.sleep(max(0, start - time.time())); print(d.execute(16))")
+    start = time.time() + 1.5  # both processes imported and waiting
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), str(start)], stdout=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    waited = [float(p.communicate(timeout=60)[0]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert max(waited) == pytest.approx(FLAT.t_s(32), rel=0.2)
+    assert max(waited) > 1.5 * FLAT.t_s(16)
+
+
+def test_two_devices_run_batches_side_by_side(tmp_path):
+    import threading
+
+    devices = EmulatedDevices(FLAT.with_devices(2), tmp_path)
+    waited = []
+    threads = [threading.Thread(target=lambda k=k: waited.append(devices.execute(16, device=k))) for k in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert max(waited) < FLAT.t_s(16) * 1.25 + 0.003  # not t(32): each had a device to itself
