@@ -147,8 +147,8 @@ from servelab.lab.places import attach, in_process_note, in_process_provider
 opts = step.opts(load)
 service = attach("fastapi", service_url, payload="tensor", pid=service_pid or None)
 local_recs, service_recs, hop_ratios = [], [], []
-provider = in_process_provider(place)  # at place=node: the node's GPU when this kernel has it
-in_process_note(step, place, provider, "the in-process side of the hop")
+provider = in_process_provider(place, service.engine)  # at place=node: the node's GPU when this kernel can run on it
+in_process_note(step, place, provider, "the in-process side of the hop", engine=service.engine)
 with served("in-process", engine=service.engine, provider=provider) as local:  # the service's engine, here
     for b in batch_sizes:  # windows of the two sides alternate, so drift on the shared machine cancels
         s, loc, r = ab(step.run, "01-hop", service, local, label_a="service", label_b="in-process", batch_a=b, batch_b=b,

@@ -83,6 +83,17 @@ show_code(check_active_provider)
 # %%
 recs = raw_engines(step.run, engines=tuple(engines), providers=("cpu", "cuda", "tensorrt"),
                    batches=tuple(batch_sizes), opts=step.opts(load))
+# int8 on a GPU provider: ONNX Runtime's profile says how many of its nodes ran on the CPU anyway
+from servelab.bench.experiments import ort_profile
+from servelab.lab.provider_summary import ProviderSummary, cpu_nodes_note
+
+for gpu in ("cuda", "tensorrt"):
+    int8_rows = [r for r in recs if r.get("engine") == "onnx-int8" and r.get("provider") == gpu
+                 and r.get("throughput_img_s")]
+    note = cpu_nodes_note(ort_profile(step.run, engine="onnx-int8", provider=gpu, batch=1, iterations=1)[0]) \
+        if int8_rows else ""
+    for r in int8_rows:
+        r["note"] = note or r.get("note")
 table = step.table(step.frame(recs, "engine", "provider", "available", "batch", "throughput_img_s",
                               "throughput_min_img_s", "throughput_max_img_s", "latency_p50_ms", "latency_p99_ms",
                               "stable", "cosine_vs_torch_fp32", "note"), "engines",
@@ -118,9 +129,9 @@ lines = [versus(f"{e} batch {b_hi}", cpu[(e, b_hi)], f"{e} batch {b_lo}", cpu[(e
          for e in engines if (e, b_lo) in cpu and (e, b_hi) in cpu]
 if ("onnx", b_hi) in cpu and ("onnx-int8", b_hi) in cpu:
     lines.append(versus(f"onnx-int8 batch {b_hi}", cpu[("onnx-int8", b_hi)], f"onnx batch {b_hi}", cpu[("onnx", b_hi)]))
-absent = sorted({r["provider"] for r in recs if r.get("available") is False})
-step.answer("; ".join(lines) + ". " + (f"Not available in this onnxruntime build: {', '.join(absent)}." if absent else
-                                       "Every provider asked for was available."))
+providers_seen = ProviderSummary.of(recs)
+step.answer("; ".join(lines) + ". " + (providers_seen.sentence() if providers_seen.not_run else
+                                       "Every provider asked for was measured."))
 
 # %% [markdown]
 # ## On the GPU node
@@ -167,10 +178,9 @@ checks.execution_providers(providers_for, want="tensorrt", exercise="03.2", step
 
 # %%
 measured = table[table["available"] != False].dropna(subset=["throughput_img_s"])  # noqa: E712
-missing = sorted(set(table.loc[table["available"] == False, "provider"]))  # noqa: E712
-if missing:
-    step.not_run(f"engines on {', '.join(missing)}", "ONNX Runtime here has no such provider (no GPU on this machine)",
-                 "CPU engines measured; run with --place node on the node")
+for provider, why in providers_seen.not_run.items():
+    step.not_run(f"engines on {provider}", why, f"measured here: {', '.join(providers_seen.measured) or 'nothing'}; "
+                 "run with --place node on the node")
 # each engine at its best batch; only a lead wider than the window bands (and the run's margin) is called a lead
 by_engine = measured.sort_values("throughput_img_s", ascending=False).drop_duplicates(["engine", "provider"])
 recs_by_point = {(r["engine"], r.get("provider"), r["batch"]): r for r in recs if r.get("throughput_img_s")}
@@ -181,5 +191,4 @@ fastest = leader({f"{r['engine']} on {r['provider']}": recs_by_point[(r["engine"
 step.shows(f"Each engine at its best batch size: {fastest}. "
            + (f"Every one matched torch fp32 to cosine ≥ {cosines.min():.5f}. " if len(cosines)
               else "torch was not in this run's engines, so no cosine check. ")
-           + (f"Not available here: {', '.join(missing)} — every number above is CPU-only." if missing
-              else "GPU providers were available and measured."))
+           + providers_seen.sentence())
