@@ -52,6 +52,7 @@ REVIEW_PORT = 8000
 # `emulated`: no model, an emulated accelerator (servelab.model.device_profile) that waits t(B) per batch
 ENGINES = ("torch", "onnx", "onnx-int8", "emulated")
 PROVIDERS = ("cpu", "cuda", "tensorrt")
+PRECISIONS = ("fp32", "fp16", "bf16")  # the torch engine's weights and activations; ONNX engines run fp32
 
 
 def _env(name: str, default, cast=str):
@@ -76,6 +77,7 @@ class Settings:
     engine: str = "onnx"
     provider: str = "cpu"
     threads: int = 0  # 0 = library default (all cores)
+    precision: str = "fp32"  # fp32 | fp16 | bf16 (torch engine only)
     # the emulated accelerator (engine `emulated`): its profile, device count (0 = the profile's) and the folder
     # whose state files every process using it shares, as processes share one GPU
     device_profile: str = "vit-b32-h100"
@@ -108,6 +110,7 @@ class Settings:
             engine=_env("ENGINE", d.engine),
             provider=_env("PROVIDER", d.provider),
             threads=_env("THREADS", d.threads, int),
+            precision=_env("PRECISION", d.precision),
             device_profile=_env("DEVICE_PROFILE", d.device_profile),
             emulated_devices=_env("EMULATED_DEVICES", d.emulated_devices, int),
             device_dir=Path(_env("DEVICE_DIR", str(d.device_dir))),
@@ -134,6 +137,10 @@ class Settings:
             raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
         if self.provider not in PROVIDERS:
             raise ValueError(f"provider must be one of {', '.join(PROVIDERS)}, got {self.provider!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.precision != "fp32" and self.engine != "torch":
+            raise ValueError(f"precision {self.precision} needs engine torch: the ONNX engines run the fp32 export")
         if self.pretrained and self.checkpoint:
             raise ValueError("set SERVELAB_PRETRAINED or SERVELAB_CHECKPOINT, not both")
         for name in ("max_batch", "max_queue", "max_images_per_request", "max_bytes", "max_pixels", "decode_threads"):

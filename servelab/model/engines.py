@@ -31,6 +31,7 @@ class Embedder:
     provider: str = "cpu"
     weights: str = ""
     threads: int = 0
+    precision: str = "fp32"  # torch may run fp16 / bf16; the ONNX engines run the fp32 export
 
     def embed(self, batch: np.ndarray) -> np.ndarray:
         batch = np.ascontiguousarray(batch, dtype=np.float32)
@@ -45,7 +46,8 @@ class Embedder:
         raise NotImplementedError
 
     def info(self) -> dict:
-        return {"engine": self.engine, "provider": self.provider, "weights": self.weights, "threads": self.threads}
+        return {"engine": self.engine, "provider": self.provider, "weights": self.weights, "threads": self.threads,
+                "precision": self.precision}
 
 
 class TorchEmbedder(Embedder):
@@ -54,26 +56,28 @@ class TorchEmbedder(Embedder):
     def __init__(self, settings: Settings):
         import torch
 
+        from servelab.model.providers import torch_cuda_check
         from servelab.model.torch_model import build_image_encoder
 
-        if settings.provider != "cpu":
-            if settings.provider == "cuda" and torch.cuda.is_available():
-                self.device = "cuda"
-            else:
-                raise EngineError(f"torch engine: provider {settings.provider!r} not available (CUDA available: {torch.cuda.is_available()})")
-        else:
-            self.device = "cpu"
+        if settings.provider not in ("cpu", "cuda"):
+            raise EngineError(f"torch engine: provider {settings.provider!r} not available (torch runs on cpu or cuda)")
+        if settings.provider == "cuda" and not (check := torch_cuda_check()).usable:
+            raise EngineError(f"torch engine: provider 'cuda' not available ({check.reason})")
+        self.device = settings.provider
         if settings.threads > 0:
             torch.set_num_threads(settings.threads)
         self.threads = torch.get_num_threads()
         self.provider = settings.provider
+        self.precision = settings.precision
+        self.dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[settings.precision]
         self.module, self.weights = build_image_encoder(settings)
-        self.module.to(self.device)
+        self.module.to(self.device, dtype=self.dtype)
         self._torch = torch
 
     def _run(self, batch):
         with self._torch.inference_mode():
-            return self.module(self._torch.from_numpy(batch).to(self.device)).cpu().numpy()
+            x = self._torch.from_numpy(batch).to(self.device, dtype=self.dtype)
+            return self.module(x).float().cpu().numpy()
 
 
 class OrtEmbedder(Embedder):
