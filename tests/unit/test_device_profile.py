@@ -9,9 +9,9 @@ from servelab.model.device_profile import PROFILES, is_emulated, profile
 
 def test_the_curve_is_flat_until_the_device_is_full_then_linear():
     p = profile("flat")
-    assert p.t_s(1) == p.t_s(8) == pytest.approx(0.021)
-    assert p.t_s(16) - p.t_s(8) == pytest.approx(8 * 0.0025)
-    assert p.batching_gain(8) == pytest.approx(8.0)
+    assert p.t_s(1) == p.t_s(4) == pytest.approx(0.084)
+    assert p.t_s(12) - p.t_s(4) == pytest.approx(8 * 0.020)
+    assert p.batching_gain(4) == pytest.approx(4.0)
 
 
 def test_the_vit_b32_roofline_is_slowed_for_the_laptop_and_keeps_its_ratios():

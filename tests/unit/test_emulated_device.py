@@ -11,7 +11,7 @@ import pytest
 from servelab.model.device_profile import profile
 from servelab.model.emulated_device import EmulatedDevices, advance, finish_time
 
-FLAT = profile("flat")  # t(B) = 21 ms up to 8 images, then 2.5 ms per image
+FLAT = profile("flat")  # t(B) = 84 ms up to 4 images, then 20 ms per image
 
 
 def _state(now, **batches):
@@ -35,7 +35,7 @@ def test_a_full_device_is_shared_and_a_departure_speeds_up_the_rest():
     state = _state(0.0, a=8)
     state = advance(state, FLAT.t_s(8) / 2, FLAT.t_s)  # a is half done
     state["batches"]["b"] = [8, 1.0]
-    # together: 16 images, t(16) = 41 ms per unit; a's half takes 20.5 ms, then b alone at t(8) = 21 ms per unit
+    # together: 16 images, t(16) per unit of work for a's remaining half, then b alone at t(8) per unit
     a_done = FLAT.t_s(8) / 2 + 0.5 * FLAT.t_s(16)
     assert finish_time(state, "a", FLAT.t_s) == pytest.approx(a_done)
     assert finish_time(state, "b", FLAT.t_s) == pytest.approx(a_done + 0.5 * FLAT.t_s(8))
@@ -49,24 +49,24 @@ def test_finished_batches_leave_the_state_even_when_their_owner_never_comes_back
 
 def test_a_batch_alone_waits_its_profile_time(tmp_path):
     devices = EmulatedDevices(FLAT, tmp_path)
-    for images in (1, 16):
+    for images in (1, 8):
         waited = devices.execute(images)
         assert FLAT.t_s(images) <= waited < FLAT.t_s(images) * 1.25 + 0.003
 
 
 def test_processes_share_one_device(tmp_path):
-    """Two processes each run a batch of 16 (the device full) at once: both take t(32), not t(16)."""
+    """Two processes each run a batch of 8 (the device full) at once: both take t(16), not t(8)."""
     code = ("import sys, time; from servelab.model.device_profile import profile; "
             "from servelab.model.emulated_device import EmulatedDevices; "
             "d = EmulatedDevices(profile('flat'), sys.argv[1]); start = float(sys.argv[2]); "
-            "time.sleep(max(0, start - time.time())); print(d.execute(16))")
+            "time.sleep(max(0, start - time.time())); print(d.execute(8))")
     start = time.time() + 1.5  # both processes imported and waiting
     procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), str(start)], stdout=subprocess.PIPE,
                               text=True) for _ in range(2)]
     waited = [float(p.communicate(timeout=60)[0]) for p in procs]
     assert all(p.returncode == 0 for p in procs)
-    assert max(waited) == pytest.approx(FLAT.t_s(32), rel=0.2)
-    assert max(waited) > 1.5 * FLAT.t_s(16)
+    assert max(waited) == pytest.approx(FLAT.t_s(16), rel=0.2)
+    assert max(waited) > 1.5 * FLAT.t_s(8)
 
 
 def test_two_devices_run_batches_side_by_side(tmp_path):
@@ -74,9 +74,9 @@ def test_two_devices_run_batches_side_by_side(tmp_path):
 
     devices = EmulatedDevices(FLAT.with_devices(2), tmp_path)
     waited = []
-    threads = [threading.Thread(target=lambda k=k: waited.append(devices.execute(16, device=k))) for k in (0, 1)]
+    threads = [threading.Thread(target=lambda k=k: waited.append(devices.execute(8, device=k))) for k in (0, 1)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert max(waited) < FLAT.t_s(16) * 1.25 + 0.003  # not t(32): each had a device to itself
+    assert max(waited) < FLAT.t_s(8) * 1.25 + 0.003  # not t(16): each had a device to itself
