@@ -15,7 +15,7 @@ def _say(text: str) -> None:
 
 @app.command()
 def run(
-    profile: str = typer.Option("default", help="smoke (seconds per notebook) | default (~35 min on 2 cores) | full"),
+    profile: str = typer.Option("default", help="smoke (seconds per notebook) | default (~35 min on 2 cores) | full | gpu (batches to 256, clients to 128: with --device cuda or --place node)"),
     only: list[str] | None = typer.Option(None, "--only", help="notebook id(s) to run: --only 04, --only 04,05a (repeatable)"),
     param: list[str] | None = typer.Option(None, "--param", "-p", help="key=value for the notebooks' parameters cell (repeatable)"),
     place: str | None = typer.Option(None, help="where the servers run: local (embedded stack on loopback) | node (a GPU node running the docker-compose stacks); default: $SERVELAB_PLACE, else local"),
@@ -24,10 +24,22 @@ def run(
     results: Path = typer.Option(None, help="results folder (default: $SERVELAB_RESULTS, else results/)"),
     progress_bar: bool = typer.Option(True, help="papermill's per-cell progress bar"),
     notebooks: Path = typer.Option(None, help="folder of NN_*.py/.ipynb notebooks (default ./notebooks; e.g. generated assignment notebooks)"),
+    device: str = typer.Option("cpu", help="cpu | cuda: where the local stack and the in-process rows run (cuda: the service and Triton's encoder on this machine's GPU; sets SERVELAB_PROVIDER=cuda)"),
     pin_cores: bool = typer.Option(False, "--pin-cores", help="pin the notebooks (the client) and the local stack's servers to separate cores where the OS allows; the report says which"),
 ):
     """Execute the lab notebooks with papermill into results/<run-id>/ and write report.md/.html."""
+    import os
+
+    from servelab.lab.places import default_place
     from servelab.lab.runner import run as do_run
+
+    if device not in ("cpu", "cuda"):
+        raise typer.BadParameter(f"--device must be cpu or cuda, got {device!r}")
+    if profile == "gpu" and device == "cpu" and (place or default_place()) == "local":
+        raise typer.BadParameter("the gpu profile measures a GPU: add --device cuda (this machine's GPU) or "
+                                 "--place node")
+    if device == "cuda":  # the stack's servers and the notebook kernels inherit it
+        os.environ["SERVELAB_PROVIDER"] = "cuda"
 
     state = do_run(profile=profile, only=only, params=param, place=place, run_id=run_id, ports=ports,
                    results_dir=results, say=_say, progress_bar=progress_bar, notebook_dir=notebooks,

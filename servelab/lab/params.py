@@ -1,4 +1,4 @@
-"""Lab parameters: profiles (smoke | default | full), `--param key=value` parsing, per-notebook injection.
+"""Lab parameters: profiles (smoke | default | full | gpu), `--param key=value` parsing, per-notebook injection.
 
 A profile is one dict of knobs shared by every notebook (durations, sweep sizes). Each notebook declares the
 knobs it uses in its `parameters` cell; the runner injects only those (papermill's own inspection), so a
@@ -27,6 +27,10 @@ DEFAULT_LOAD = {"min_requests": 20, "min_p50s": 10.0, "min_window_s": 4.0, "max_
 FULL_LOAD = {"min_requests": 40, "min_p50s": 10.0, "min_window_s": 6.0, "max_windows": 12, "tolerance": 0.05,
              "quick": False}
 
+# a GPU answers in milliseconds: windows of 2 s already hold hundreds of requests
+GPU_LOAD = {"min_requests": 100, "min_p50s": 10.0, "min_window_s": 2.0, "max_windows": 5, "tolerance": 0.1,
+            "quick": False}
+
 PROFILES: dict[str, dict[str, Any]] = {
     # seconds per notebook: used by the tests and for checking a setup (numbers are not results)
     "smoke": dict(
@@ -47,6 +51,13 @@ PROFILES: dict[str, dict[str, Any]] = {
         queue_delays_us=[0, 500, 2000, 5000, 10000, 20000], instance_counts=[1, 2, 3, 4],
         serialisation_batches=[1, 4, 16, 64], n_photos=200, profile_runs=10,
         extra_servers=True, engines=["torch", "onnx", "onnx-int8"],
+    ),
+    # one GPU machine (`servelab lab run --device cuda --profile gpu`): batches to 256, clients to 128; the stack
+    # is staged with max batch 256 on the GPU. Meant to finish within one short lease (not yet timed on a GPU)
+    "gpu": dict(
+        load=GPU_LOAD, batch_sizes=[1, 16, 64, 256], concurrency_levels=[1, 16, 64, 128],
+        queue_delays_us=[0, 500, 2000], instance_counts=[1, 2], serialisation_batches=[1, 16, 64, 256],
+        n_photos=256, profile_runs=4, extra_servers=True, engines=["torch", "onnx", "onnx-int8"],
     ),
 }
 

@@ -112,9 +112,13 @@ def in_process_check(engine: str = "onnx"):
 
 def in_process_provider(place: str, engine: str = "onnx") -> str:
     """The provider in-process rows of `engine` should use at `place`: the node's GPU ("cuda") when this kernel
-    can run on it, else "cpu" — callers say so with `in_process_note`."""
+    can run on it; at `local`, the GPU only when the run asked for it (`servelab lab run --device cuda`, i.e.
+    SERVELAB_PROVIDER=cuda) and it can run; else "cpu" — callers say so with `in_process_note`."""
     if place != "node":
-        return "cpu"
+        from servelab.config import Settings
+
+        if Settings.from_env().provider == "cpu":
+            return "cpu"
     return "cuda" if in_process_check(engine).usable else "cpu"
 
 

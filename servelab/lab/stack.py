@@ -35,6 +35,35 @@ def pick_port(configured: int, policy: str, taken: set[int]) -> int:
     return port
 
 
+# On the GPU the lab's batches reach 256 (the gpu profile): Triton's and the service's limits follow.
+GPU_MAX_BATCH = 256
+
+
+def service_env(device: str) -> dict:
+    """The service's limits on the GPU: batches and requests of up to GPU_MAX_BATCH images, a queue for 128
+    clients; on the CPU, the settings as they are."""
+    if device != "cuda":
+        return {}
+    return {"SERVELAB_MAX_BATCH": GPU_MAX_BATCH, "SERVELAB_MAX_IMAGES": GPU_MAX_BATCH,
+            "SERVELAB_MAX_QUEUE": 4 * GPU_MAX_BATCH}
+
+
+def stack_device(settings: Settings) -> str:
+    """Where the stack's engines run: cpu, or cuda when the settings' provider asks for the GPU (`servelab lab run
+    --device cuda` sets SERVELAB_PROVIDER): the service on that provider, Triton's python-backend encoder on
+    KIND_GPU with onnxruntime's CUDA provider. Refused before anything starts where CUDA cannot run."""
+    if settings.provider == "cpu":
+        return "cpu"
+    from servelab.model.providers import provider_check, torch_cuda_check
+
+    checks = [provider_check("cuda")] + ([torch_cuda_check()] if settings.engine == "torch" else [])
+    reasons = [f"{c.reason}" for c in checks if not c.usable]
+    if reasons:
+        raise RuntimeError(f"the stack cannot run on the GPU here: {'; '.join(reasons)} — run on the CPU (no --device "
+                           "cuda, SERVELAB_PROVIDER=cpu) or on a GPU machine with onnxruntime-gpu")
+    return "cuda"
+
+
 @dataclass
 class StackInfo:
     endpoints: Endpoints
@@ -59,8 +88,10 @@ def local_stack(run_dir: Path, ports: str = "auto", say: Callable[[str], None] =
     say("exporting the model (skipped when artifacts/ is up to date)")
     meta = ensure_exported(settings)
     say(f"model: {meta['path']} (weights: {meta['weights']})")
-    repo = stage("cpu", out=Path(run_dir) / "models", settings=settings)["repository"]
-    say(f"staged the CPU Triton repository in {repo}")
+    device = stack_device(settings)
+    repo = stage("cpu", out=Path(run_dir) / "models", settings=settings, device=device,
+                 max_batch=GPU_MAX_BATCH if device == "cuda" else None)["repository"]
+    say(f"staged the embedded Triton repository in {repo} (encoder on {device})")
 
     taken: set[int] = set()
     wanted = {"service": settings.port, "Triton HTTP": TRITON_HTTP_PORT, "Triton gRPC": TRITON_GRPC_PORT,
@@ -73,7 +104,7 @@ def local_stack(run_dir: Path, ports: str = "auto", say: Callable[[str], None] =
 
     logs = {"service": str(log_dir / "service.log"), "triton": str(log_dir / "tritonserver.log")}
     say(f"starting the FastAPI service on 127.0.0.1:{service_port} (log {logs['service']})")
-    with ServiceProcess(port=service_port, log_path=Path(logs["service"])) as svc:
+    with ServiceProcess(port=service_port, log_path=Path(logs["service"]), env=service_env(device)) as svc:
         say(f"starting tritonserver on 127.0.0.1:{http_port}/{grpc_port}/{metrics_port} (log {logs['triton']})")
         with EmbeddedTriton(repository=repo, http_port=http_port, grpc_port=grpc_port,
                             metrics_port=metrics_port, log_path=Path(logs["triton"])) as tri:

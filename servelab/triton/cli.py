@@ -46,6 +46,7 @@ def stage(
     threads: int | None = typer.Option(None, help="onnxruntime threads per CPU instance (default: cores // instances)"),
     gpus: str = typer.Option("", help="GPU ids for the GPU encoders, comma-separated (default: none named = every GPU the server sees)"),
     trt_cache: str = typer.Option("/trt_cache", help="TensorRT engine + timing cache folder (a mounted volume)"),
+    device: str = typer.Option("cpu", help="cpu flavour only: cpu | cuda (the python-backend encoder on KIND_GPU instances, onnxruntime's CUDA provider)"),
     servelab_path: str | None = typer.Option(
         None, help="where the servelab package lives for preprocess_jpeg inside the server (e.g. /opt/servelab in the container; default: the folder this servelab is imported from)"),
 ):
@@ -56,7 +57,7 @@ def stage(
     try:
         info = do_stage(flavour, out, instances=instances, max_delay_us=max_delay_us, max_batch=max_batch,
                         threads=threads, gpus=gpu_list, trt_cache=trt_cache, servelab_path=servelab_path,
-                        log_fn=typer.echo)
+                        log_fn=typer.echo, device=device)
     except FileExistsError as exc:
         raise RuntimeError(str(exc)) from None
     typer.echo(json.dumps(info, indent=2))

@@ -42,6 +42,7 @@ from servelab.triton.tensorrt import ACCELERATOR, profile_shapes
 # Package data: the templates travel with the installed package, not with a checkout.
 STAGING = Path(__file__).resolve().parent / "staging"
 FLAVOURS = ("cpu", "gpu")  # which server the repository is for: staging/<flavour>
+DEVICES = ("cpu", "cuda")  # where the cpu flavour's python-backend encoder runs
 # The folder holding the servelab package, for the python-backend models to import its preprocessing from.
 PACKAGE_PARENT = str(Path(servelab.__file__).resolve().parent.parent)
 
@@ -92,6 +93,16 @@ def set_instances(cfg, count: int, gpus: list[int] | None = None) -> None:
     group.kind, group.count = kind, count
     if kind == _mc().ModelInstanceGroup.KIND_GPU and gpus:
         group.gpus.extend(gpus)
+
+
+def _on_gpu(cfg) -> None:
+    """A python-backend encoder on the GPU: KIND_GPU instances (Triton passes each its device id) running
+    onnxruntime's CUDA provider."""
+    if len(cfg.instance_group):
+        cfg.instance_group[0].kind = _mc().ModelInstanceGroup.KIND_GPU
+    else:
+        cfg.instance_group.add(kind=_mc().ModelInstanceGroup.KIND_GPU, count=1)
+    set_param(cfg, "provider", "cuda")
 
 
 def trt_engine_prefix(onnx_sha256: str) -> str:
@@ -191,10 +202,13 @@ def stage(
     servelab_path: str | None = None,
     settings: Settings | None = None,
     log_fn=None,
+    device: str = "cpu",
 ) -> dict:
     """Write the live repository of `flavour` (cpu | gpu) into `out` (default models/). Returns what was written.
 
     threads: onnxruntime intra-op threads per CPU instance; default cores // instances (no oversubscription).
+    device: where the cpu flavour's python-backend encoder runs: cpu, or cuda (KIND_GPU instances running
+    onnxruntime's CUDA provider, for a GPU machine without NVIDIA's container).
     """
     from servelab.model.export import ensure_exported
 
@@ -202,6 +216,11 @@ def stage(
         raise ValueError(f"flavour must be one of {', '.join(FLAVOURS)}, got {flavour!r}")
     if instances < 1:
         raise ValueError(f"--instances must be >= 1, got {instances}")
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
+    if device != "cpu" and flavour != "cpu":
+        raise ValueError(f"device {device} places the cpu flavour's python-backend encoder; the gpu flavour's "
+                         "onnxruntime backend is on the GPU already")
     if max_delay_us is not None and max_delay_us < 0:
         raise ValueError(f"--max-delay-us must be >= 0, got {max_delay_us}")
     if max_batch is not None and max_batch < 1:
@@ -243,6 +262,8 @@ def stage(
             if cfg.name == EMULATED_ENCODER:
                 _set_emulated(cfg, settings, servelab_path)
             if cfg.name in ENCODERS[flavour]:
+                if device == "cuda" and "provider" in cfg.parameters:
+                    _on_gpu(cfg)
                 set_instances(cfg, instances, gpus)
                 if max_delay_us is not None:
                     cfg.dynamic_batching.max_queue_delay_microseconds = max_delay_us
@@ -260,7 +281,7 @@ def stage(
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    info = {"flavour": flavour, "repository": str(out), "models": sorted(written), "instances": instances,
+    info = {"flavour": flavour, "device": device, "repository": str(out), "models": sorted(written), "instances": instances,
             "max_delay_us": max_delay_us, "max_batch": max_batch, "threads": threads, "onnx": str(onnx),
             "weights": weights}
     if log_fn:

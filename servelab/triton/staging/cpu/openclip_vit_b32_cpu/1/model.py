@@ -1,8 +1,9 @@
-"""Triton python-backend model: the exported OpenCLIP ViT-B/32 ONNX graph run by onnxruntime on CPU.
+"""Triton python-backend model: the exported OpenCLIP ViT-B/32 ONNX graph run by onnxruntime, on the CPU or
+(parameter `provider` "cuda", instance_group KIND_GPU) on the GPU Triton placed the instance on.
 
 The bundled tritonserver has only the python backend, so this file stands in for the onnxruntime backend
-on the laptop. Triton's dynamic batcher hands `execute` several requests at once; they are concatenated
-into one onnxruntime run (that is where batching pays), and split back per request.
+on the laptop and on a pip-only GPU machine. Triton's dynamic batcher hands `execute` several requests at
+once; they are concatenated into one onnxruntime run (that is where batching pays), and split back per request.
 """
 
 import json
@@ -33,7 +34,23 @@ class TritonPythonModel:
         so.inter_op_num_threads = 1
         # "1" (onnxruntime's default): intra-op threads busy-wait briefly after a run; "0": they sleep at once
         so.add_session_config_entry("session.intra_op.allow_spinning", params.get("intra_op_spinning", "1") or "1")
-        self.session = ort.InferenceSession(path, sess_options=so, providers=["CPUExecutionProvider"])
+        provider = params.get("provider", "cpu") or "cpu"
+        if provider == "cpu":
+            providers = ["CPUExecutionProvider"]
+        elif provider == "cuda":
+            if hasattr(ort, "preload_dlls"):  # onnxruntime-gpu finds pip's CUDA libraries only once loaded
+                ort.preload_dlls()
+            device = int(args.get("model_instance_device_id", "0") or 0)
+            providers = [("CUDAExecutionProvider", {"device_id": device, "cudnn_conv_algo_search": "HEURISTIC"}),
+                         "CPUExecutionProvider"]
+        else:
+            raise pb_utils.TritonModelException(f"parameter provider must be cpu or cuda, got {provider!r}")
+        self.session = ort.InferenceSession(path, sess_options=so, providers=providers)
+        wanted = providers[0] if isinstance(providers[0], str) else providers[0][0]
+        if self.session.get_providers()[0] != wanted:  # onnxruntime falls back without an error: refuse instead
+            raise pb_utils.TritonModelException(
+                f"onnxruntime runs this model on {self.session.get_providers()[0]}, not {wanted}: the provider "
+                "failed to initialise (see the log above)")
         self.input_name = self.session.get_inputs()[0].name
         self.output_name = self.session.get_outputs()[0].name
 
