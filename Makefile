@@ -8,13 +8,14 @@ STAMP := $(VENV)/.servelab-installed
 TEST_STAMP := $(VENV)/.servelab-test-installed
 PYTEST_ARGS ?=
 
-.PHONY: help setup lock lint export stage lab test test-fast serve triton-up triton-down browser clean
+.PHONY: help setup lock lint export stage lab test test-fast serve triton-up triton-down browser clean rehearse-node
 
 help:
 	@echo "make lab    run the lab: notebooks -> results/<run-id>/ (CPU, no Docker)"
 	@echo "make test   run every test (unit, integration on loopback, notebooks, browser)"
 	@echo "make setup  create $(VENV) and install the pinned CPU lab set"
 	@echo "make lock   re-resolve requirements.lock and regenerate requirements*.txt from pyproject.toml"
+	@echo "make rehearse-node  the GPU node's bootstrap, stacks and lab, rehearsed on this CPU machine (Docker)"
 
 # requirements*.txt are generated from requirements.lock (`make lock` after changing pyproject's dependencies).
 $(STAMP): requirements.txt pyproject.toml
@@ -67,11 +68,18 @@ jupyter: export
 lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check .
 
+# A Docker engine for the container tests: one that answers is used as it is; as root with none (CI), one is
+# installed and started, and stopped again after the tests (scripts/docker_engine.sh).
 test: export browser lint
-	$(PY) -m pytest $(PYTEST_ARGS)
+	@bash scripts/docker_engine.sh start
+	@$(PY) -m pytest --durations=25 $(PYTEST_ARGS); rc=$$?; bash scripts/docker_engine.sh stop; exit $$rc
 
 test-fast: export lint
 	$(PY) -m pytest -m "not notebooks and not browser" $(PYTEST_ARGS)
+
+# The GPU node rehearsed on this CPU machine: bootstrap, stacks and the smoke lab at place=node (needs Docker).
+rehearse-node: setup
+	bash scripts/rehearse_node.sh
 
 clean:
 	rm -rf results models artifacts .pytest_cache

@@ -5,6 +5,8 @@ in artifacts/ and the live Triton repository in models/ of the clone, owned by t
 `user:`). Knobs from the environment:
   SERVELAB_INSTANCES         encoder instances per GPU that Triton sees (default 1)
   SERVELAB_TRITON_MAX_BATCH  max_batch_size of the GPU models (default: the template's)
+  SERVELAB_TRITON_FLAVOUR    which repository to stage: gpu (default; NVIDIA's Triton with the onnxruntime
+                             backend) or cpu (the python-backend set: the node rehearsal's stand-in Triton)
 No GPU ids are staged: Triton puts the instances on every GPU its container sees, which is exactly what the
 Triton stack reserves, so the two cannot disagree. Paths written into the configs are the ones the Triton
 container sees: /trt_cache (named volume) and /opt/servelab (the servelab package, bind-mounted read-only for
@@ -24,12 +26,13 @@ def main() -> int:
 
     instances = int(os.environ.get("SERVELAB_INSTANCES") or "1")
     max_batch = int(os.environ["SERVELAB_TRITON_MAX_BATCH"]) if os.environ.get("SERVELAB_TRITON_MAX_BATCH") else None
+    flavour = os.environ.get("SERVELAB_TRITON_FLAVOUR") or "gpu"
     settings = Settings.from_env()
     meta = ensure_exported(settings, log_fn=print)
     print(f"prepare: export {meta['path']} (weights: {meta['weights']})")
-    info = stage("gpu", instances=instances, max_batch=max_batch, trt_cache="/trt_cache",
+    info = stage(flavour, instances=instances, max_batch=max_batch, trt_cache="/trt_cache",
                  servelab_path="/opt/servelab", settings=settings, log_fn=print)
-    print(f"prepare: staged {', '.join(info['models'])} ({instances} instance(s) per GPU Triton sees) "
+    print(f"prepare: staged the {flavour} repository: {', '.join(info['models'])} ({instances} instance(s) per device) "
           f"in {info['repository']}")
     return 0
 

@@ -3,23 +3,33 @@
 # Idempotent: installs only what is missing, pulls instead of re-cloning, and `compose up -d` is a no-op for
 # a stack that is already up. Needs: Ubuntu 22.04/24.04 with NVIDIA driver >= 580 (Chameleon's *-CUDA images).
 #   REPO_URL (required)  git URL to clone          REPO_REF   branch/tag/commit (default main)
-#   REMOTE_DIR           clone folder (~/servelab)   STACKS     compose steps to bring up, e.g. "04-triton"
+#   REMOTE_DIR           clone folder (~/servelab)   STACKS     compose steps to bring up (default "06a-all-backends jupyter": the service on 8080 and Triton on 8000-8002, which a full lab run needs, and JupyterLab)
 #   SERVELAB_INSTANCES   Triton encoder instances per GPU (default 1)
 #   SERVELAB_TRITON_GPU / SERVELAB_SERVICE_GPU   the node's GPU id for Triton / the service (default 0)
 #   SERVELAB_PRETRAINED, SERVELAB_CHECKPOINT, SERVELAB_SEED   the weights every container uses
 #   SKIP_PREPARE=1       do not run the export + stage step
+#   SERVELAB_REHEARSAL=1 the CPU rehearsal (`make rehearse-node`): no GPU, no driver, no toolkit; the Docker engine
+#                        that answers is used as it is; SERVELAB_COMPOSE_OVERRIDE names the override file
+#   SERVELAB_COMPOSE_OVERRIDE  a compose file added to every compose call (e.g. docker/rehearsal.override.yaml)
+# The weights are written once, to docker/.env, which every compose call in docker/ reads by itself (compose's
+# project folder is docker/), so the README's later commands need not repeat them.
 # Every compose call gets these variables explicitly (`sudo env VAR=… docker …`): sudo's env_reset would drop
 # them, and compose would silently fall back to its defaults.
 set -euo pipefail
 : "${REPO_URL:?set REPO_URL to the git URL of servelab}"
 REPO_REF=${REPO_REF:-main}
 REMOTE_DIR=${REMOTE_DIR:-servelab}
-STACKS=${STACKS:-04-triton}
+STACKS=${STACKS:-06a-all-backends jupyter}
 DRIVER_FLOOR=580  # CUDA 13.0 (the servelab GPU image, Triton 25.10) needs the R580 driver
 DOCKER_DAEMON_JSON=${DOCKER_DAEMON_JSON:-/etc/docker/daemon.json}
 SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
 say() { printf '[node-bootstrap] %s\n' "$*"; }
 
+REHEARSAL=${SERVELAB_REHEARSAL:-0}
+if [ "$REHEARSAL" = 1 ]; then
+  say "CPU rehearsal: no GPU, driver or container toolkit checked or installed; the running Docker engine is used as it is"
+  docker info >/dev/null 2>&1 || { say "no Docker engine answers: start one first"; exit 1; }
+else
 command -v nvidia-smi >/dev/null || { say "no nvidia-smi: this image has no NVIDIA driver (use a *-CUDA image)"; exit 1; }
 DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n1)
 say "GPUs: $(nvidia-smi --query-gpu=name --format=csv,noheader | paste -sd, -) (driver $DRIVER)"
@@ -34,7 +44,9 @@ if ! command -v docker >/dev/null; then
   say "installing Docker Engine and the compose plugin (Ubuntu packages)"
   $SUDO apt-get update -qq
   $SUDO DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io docker-compose-v2 git curl gnupg
-  $SUDO usermod -aG docker "$(id -un)" || true
+  if [ -n "$SUDO" ]; then
+    $SUDO usermod -aG docker "$(id -un)" && say "added $(id -un) to the docker group: it takes effect in a new SSH session"
+  fi
 fi
 if ! dpkg -s nvidia-container-toolkit >/dev/null 2>&1; then
   say "installing the NVIDIA container toolkit (NVIDIA's apt repository)"
@@ -70,6 +82,7 @@ fi
 if [ "$restart_docker" = 1 ]; then
   $SUDO systemctl restart docker
 fi
+fi  # not a rehearsal
 
 if [ -d "$REMOTE_DIR/.git" ]; then
   say "updating $REMOTE_DIR to $REPO_REF"
@@ -85,27 +98,45 @@ mkdir -p artifacts models results
 TOKEN_FILE="$HOME/.servelab_jupyter_token"
 [ -s "$TOKEN_FILE" ] || (umask 077; head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$TOKEN_FILE")
 
+# The weights, once, in docker/.env: compose reads it for every file in docker/, so the prepare step, the stacks
+# and the README's `run --rm lab` all use the same weights (a variable set in the shell still wins). Written when
+# asked for, or when there is none yet; never silently changed back to random-init.
+if [ -n "${SERVELAB_PRETRAINED:-}${SERVELAB_CHECKPOINT:-}${SERVELAB_SEED:-}" ] || [ ! -s docker/.env ]; then
+  mkdir -p docker
+  printf '# written by scripts/node_bootstrap.sh: the weights every container on this node uses\nSERVELAB_PRETRAINED=%s\nSERVELAB_CHECKPOINT=%s\nSERVELAB_SEED=%s\n' \
+    "${SERVELAB_PRETRAINED:-}" "${SERVELAB_CHECKPOINT:-}" "${SERVELAB_SEED:-0}" > docker/.env
+fi
+say "weights (docker/.env): $(grep -E '^SERVELAB_(PRETRAINED|CHECKPOINT|SEED)=' docker/.env | paste -sd' ' -)"
+
 COMPOSE_ENV=(
   "SERVELAB_UID=$(id -u)" "SERVELAB_GID=$(id -g)"
   "JUPYTER_TOKEN=${JUPYTER_TOKEN:-$(cat "$TOKEN_FILE")}"
   "SERVELAB_INSTANCES=${SERVELAB_INSTANCES:-1}"
   "SERVELAB_TRITON_GPU=${SERVELAB_TRITON_GPU:-0}" "SERVELAB_SERVICE_GPU=${SERVELAB_SERVICE_GPU:-0}"
-  "SERVELAB_PRETRAINED=${SERVELAB_PRETRAINED:-}" "SERVELAB_CHECKPOINT=${SERVELAB_CHECKPOINT:-}"
-  "SERVELAB_SEED=${SERVELAB_SEED:-0}"
 )
+OVERRIDE=()
+if [ -n "${SERVELAB_COMPOSE_OVERRIDE:-}" ]; then
+  OVERRIDE=(-f "$SERVELAB_COMPOSE_OVERRIDE")
+  say "every compose call adds $SERVELAB_COMPOSE_OVERRIDE"
+fi
 docker_() { $SUDO env "${COMPOSE_ENV[@]}" docker "$@"; }
+compose_() { local file=$1; shift; docker_ compose -f "$file" "${OVERRIDE[@]}" "$@"; }
 
 docker_ compose version >/dev/null || { say "docker compose plugin missing"; exit 1; }
-say "GPU inside a container:"
-docker_ run --rm --gpus all nvidia/cuda:13.0.2-base-ubuntu24.04 nvidia-smi -L
+if [ "$REHEARSAL" != 1 ]; then
+  say "GPU inside a container:"
+  docker_ run --rm --gpus all nvidia/cuda:13.0.2-base-ubuntu24.04 nvidia-smi -L
+fi
 
 if [ "${SKIP_PREPARE:-0}" != 1 ]; then
-  say "export + stage the GPU Triton repository (docker/compose.00-prepare.yaml)"
-  docker_ compose -f docker/compose.00-prepare.yaml run --rm prepare
+  say "export + stage the Triton repository (docker/compose.00-prepare.yaml)"
+  compose_ docker/compose.00-prepare.yaml run --rm prepare
 fi
 for stack in $STACKS; do
   say "bringing up docker/compose.$stack.yaml"
-  docker_ compose -f "docker/compose.$stack.yaml" up -d --build --wait
+  # the stack's own services, named: an override file may describe services of other stacks too
+  mapfile -t services < <(docker_ compose -f "docker/compose.$stack.yaml" config --services)
+  compose_ "docker/compose.$stack.yaml" up -d --build --wait "${services[@]}"
 done
 docker_ ps --format 'table {{.Names}}\t{{.Status}}\t{{.Ports}}'
 say "Jupyter token (if the jupyter stack is up): in $TOKEN_FILE"

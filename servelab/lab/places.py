@@ -78,7 +78,10 @@ def triton_models(place: str) -> dict:
     """The encoder and JPEG-ensemble model names the Triton server at `place` serves."""
     from servelab.triton.models import CPU_ENCODER, ENSEMBLE, GPU_ENCODER
 
-    return {"triton_model": CPU_ENCODER if place == "local" else GPU_ENCODER, "triton_jpeg_model": ENSEMBLE}
+    if place == "local":
+        return {"triton_model": CPU_ENCODER, "triton_jpeg_model": ENSEMBLE}
+    # SERVELAB_NODE_TRITON_MODEL: the node's encoder when it is not the GPU one (the CPU rehearsal's stand-in Triton)
+    return {"triton_model": os.environ.get("SERVELAB_NODE_TRITON_MODEL") or GPU_ENCODER, "triton_jpeg_model": ENSEMBLE}
 
 
 def interactive_out_dir() -> Path:

@@ -131,6 +131,24 @@ def test_preflight_refuses_missing_or_mismatched_export(tmp_path, onnx_meta):
     assert allowed.returncode == 0
 
 
+def test_preflight_refuses_a_gpu_provider_without_a_gpu(onnx_meta):
+    """The GPU image run without a GPU says so in one line and exits non-zero (instead of answering 500s)."""
+    script = REPO_ROOT / "docker" / "preflight.py"
+    sys.path.insert(0, str(script.parent))
+    try:
+        import preflight
+    finally:
+        sys.path.remove(str(script.parent))
+    if preflight.gpu_visible():
+        pytest.skip("this machine has a GPU: the refusal is for machines without one")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SERVELAB_")}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                         env={**base, "PYTHONPATH": str(REPO_ROOT), "SERVELAB_PROVIDER": "cuda",
+                              "SERVELAB_ARTIFACTS": str(Path(onnx_meta["path"]).parent)})
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and "sees no GPU" in out.stderr and "SERVELAB_PROVIDER=cpu" in out.stderr
+
+
 def test_healthcheck_script_against_a_real_service(onnx_meta):
     from servelab.service.process import ServiceProcess
 
@@ -142,4 +160,4 @@ def test_healthcheck_script_against_a_real_service(onnx_meta):
         port = svc.port
     down = subprocess.run([sys.executable, str(script)], env={**os.environ, "SERVELAB_PORT": str(port)},
                           capture_output=True, text=True, timeout=30)
-    assert down.returncode == 1 and "healthz failed" in down.stderr
+    assert down.returncode == 1 and "readyz failed" in down.stderr

@@ -315,7 +315,7 @@ def _bootstrap(tmp_path, driver="580.95.05", **extra):
 def test_bootstrap_passes_every_variable_through_sudo(tmp_path):
     out, calls, sudo, daemon = _bootstrap(tmp_path, SERVELAB_PRETRAINED="laion2b_s34b_b79k", SERVELAB_INSTANCES="2")
     assert out.returncode == 0, out.stdout + out.stderr
-    compose = [c for c in calls if c["argv"][:1] == ["compose"] and "-f" in c["argv"]]
+    compose = [c for c in calls if c["argv"][:1] == ["compose"] and "-f" in c["argv"] and "config" not in c["argv"]]
     files = [c["argv"][c["argv"].index("-f") + 1] for c in compose]
     assert files == ["docker/compose.00-prepare.yaml", "docker/compose.04-triton.yaml", "docker/compose.jupyter.yaml"]
     assert compose[0]["argv"][-3:] == ["run", "--rm", "prepare"]
@@ -325,8 +325,23 @@ def test_bootstrap_passes_every_variable_through_sudo(tmp_path):
         e = c["env"]
         assert (e["SERVELAB_UID"], e["SERVELAB_GID"]) == ("1000", "1000"), c
         assert e["JUPYTER_TOKEN"] == token and len(token) == 32
-        assert e["SERVELAB_PRETRAINED"] == "laion2b_s34b_b79k" and e["SERVELAB_INSTANCES"] == "2"
+        assert e["SERVELAB_INSTANCES"] == "2"
+        # the weights come from docker/.env, which compose reads itself: an empty variable here would override it
+        assert "SERVELAB_PRETRAINED" not in e
     assert not [line for line in sudo if line.startswith("sudo docker")]  # always `sudo env VAR=… docker`
+
+
+def test_bootstrap_writes_the_weights_once_for_every_later_command(tmp_path):
+    """docker/.env holds the weights: the README's later commands (run --rm lab, 03's up, 06b's prepare) read it
+    without repeating them, and a second bootstrap without weights does not reset them to random-init."""
+    out, *_ = _bootstrap(tmp_path, SERVELAB_PRETRAINED="laion2b_s34b_b79k")
+    assert out.returncode == 0, out.stdout + out.stderr
+    env_file = tmp_path / "clone" / "docker" / ".env"
+    assert "SERVELAB_PRETRAINED=laion2b_s34b_b79k" in env_file.read_text().splitlines()
+    again, *_ = _bootstrap(tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "SERVELAB_PRETRAINED=laion2b_s34b_b79k" in env_file.read_text().splitlines()
+    assert "weights (docker/.env): SERVELAB_PRETRAINED=laion2b_s34b_b79k" in again.stdout
 
 
 def test_bootstrap_applies_the_cgroup_driver_workaround_once(tmp_path):
