@@ -84,21 +84,27 @@ def to_rgb(img: Image.Image) -> Image.Image:
     return img
 
 
+def resized_size(width: int, height: int) -> tuple[int, int]:
+    """torchvision Resize(224) on a PIL image: shortest side -> 224, long side truncated. (new_w, new_h)"""
+    if width <= height:
+        return IMAGE_SIZE, int(IMAGE_SIZE * height / width)
+    return int(IMAGE_SIZE * width / height), IMAGE_SIZE
+
+
+def crop_offsets(new_w: int, new_h: int) -> tuple[int, int]:
+    """torchvision CenterCrop's (left, top): offsets rounded half to even, as Python's round()."""
+    return int(round((new_w - IMAGE_SIZE) / 2.0)), int(round((new_h - IMAGE_SIZE) / 2.0))
+
+
 def preprocess_pil(img: Image.Image) -> np.ndarray:
     """RGB PIL image -> float32 [3, 224, 224], exactly open_clip's transform."""
     if img.mode != "RGB":
         img = to_rgb(img)
     w, h = img.size
-    # torchvision Resize(224) on a PIL image: shortest side -> 224, long side truncated, PIL bicubic.
-    if w <= h:
-        new_w, new_h = IMAGE_SIZE, int(IMAGE_SIZE * h / w)
-    else:
-        new_w, new_h = int(IMAGE_SIZE * w / h), IMAGE_SIZE
+    new_w, new_h = resized_size(w, h)
     if (new_w, new_h) != (w, h):
         img = img.resize((new_w, new_h), Image.BICUBIC)
-    # torchvision CenterCrop: offsets rounded half to even, as Python's round()
-    left = int(round((new_w - IMAGE_SIZE) / 2.0))
-    top = int(round((new_h - IMAGE_SIZE) / 2.0))
+    left, top = crop_offsets(new_w, new_h)
     img = img.crop((left, top, left + IMAGE_SIZE, top + IMAGE_SIZE))
     arr = np.asarray(img, dtype=np.float32) / 255.0
     arr = (arr - MEAN) / STD
