@@ -100,3 +100,17 @@ def test_stage_refuses_to_replace_a_folder_that_is_not_a_repository(settings, tm
     with pytest.raises(FileExistsError, match="not a model repository"):
         stage("cpu", out, settings=settings)
     assert (out / "notes.txt").read_text() == "keep me"
+
+
+def test_cpu_stage_writes_the_emulated_device_from_the_settings(onnx_meta, settings, tmp_path):
+    ours = settings.with_(device_profile="flat", emulated_devices=2, device_dir=tmp_path / "devices")
+    stage("cpu", tmp_path / "m", instances=4, max_delay_us=500, settings=ours)
+    cfg = parse_config(tmp_path / "m" / "openclip_vit_b32_emulated" / "config.pbtxt")
+    params = {k: v.string_value for k, v in cfg.parameters.items()}
+    assert params["device_profile"] == "flat" and params["emulated_devices"] == "2"
+    assert params["device_dir"] == str((tmp_path / "devices").resolve())
+    assert params["weights"] == "emulated flat ×2 devices"  # never the ONNX export's weights
+    assert cfg.instance_group[0].count == 4 and cfg.dynamic_batching.max_queue_delay_microseconds == 500
+    assert not (tmp_path / "m" / "openclip_vit_b32_emulated" / "1" / "model.onnx").exists()  # it runs no model
+    with pytest.raises(ValueError, match="unknown device profile"):
+        stage("cpu", tmp_path / "m2", settings=settings.with_(device_profile="a100"))
