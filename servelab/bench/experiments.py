@@ -13,11 +13,13 @@ import dataclasses
 import gc
 import io
 import json
+import os
 import time
 from collections.abc import Callable
 
 import numpy as np
 
+from servelab.bench.idle import IdleSides
 from servelab.bench.inputs import payload_bytes, sample_jpegs, sample_tensor
 from servelab.bench.loadgen import LoadOpts, closed_loop, interleaved, open_loop
 from servelab.bench.records import Run, memory_snapshot
@@ -78,9 +80,14 @@ def measure(run: Run, experiment: str, srv: Served, *, payload: str | None = Non
 def ab(run: Run, experiment: str, a: Served, b: Served, *, label_a: str, label_b: str, payload_a: str | None = None,
        payload_b: str | None = None, batch_a: int = 1, batch_b: int = 1, concurrency_a: int = 1,
        concurrency_b: int | None = None, opts: LoadOpts | None = None, params: dict | None = None,
-       meters=(), prepare: Callable[[int], bool | None] | None = None) -> list[dict]:
+       meters=(), prepare: Callable[[int], bool | None] | None = None, pause_idle: bool = True) -> list[dict]:
     """Interleaved A/B: windows of A and B alternate in one sequence; writes A's and B's records and an `ab`
     record (kind "ab": A ÷ B throughput, with the min–max of the per-pair ratios and whether they settled).
+
+    When A and B are two live servers, the one waiting would take CPU from the one measured: each side's idle
+    cost (`idle_cpu_pct`, % of one core, measured before the first window) goes into the records, and a side
+    this machine started is stopped during the other side's warm-up and windows (servelab.bench.idle;
+    `idle_side` says what was done, or why not; `pause_idle=False` only records the cost).
 
     Each side's server counters are read around each of its windows (while both sides are idle) and summed,
     so a server shared by A and B (same server, other payload or protocol) still gets per-side figures.
@@ -94,6 +101,8 @@ def ab(run: Run, experiment: str, a: Served, b: Served, *, label_a: str, label_b
     handles, snaps, deltas = (a, b), [None, None], ([], [])
 
     def on_window(k: int, phase: str) -> bool:
+        if phase in ("warm-up", "start"):
+            idle.run_only(k)  # side k's server continues, the other's process group stops
         changed = bool(prepare(k)) if prepare and phase in ("warm-up", "start") else False
         if phase == "start":
             snaps[k] = _safe(handles[k].snapshot)
@@ -101,15 +110,18 @@ def ab(run: Run, experiment: str, a: Served, b: Served, *, label_a: str, label_b
             deltas[k].append(handles[k].delta(snaps[k], _safe(handles[k].snapshot)))
         return changed
 
-    res = interleaved(a.worker_factory(pa, batch_a), b.worker_factory(pb, batch_b), concurrency_a, opts,
-                      concurrency_b=cb, meters=meters, on_window=on_window, desc=f"{experiment} {label_a} / {label_b}")
+    with IdleSides([_local_pid(a), _local_pid(b)], [label_a, label_b], pause=pause_idle,
+                   probe_s=1.0 if opts.quick else 2.0) as idle:
+        res = interleaved(a.worker_factory(pa, batch_a), b.worker_factory(pb, batch_b), concurrency_a, opts,
+                          concurrency_b=cb, meters=meters, on_window=on_window,
+                          desc=f"{experiment} {label_a} / {label_b}")
     extra = {"ab": {"pairs": res.pairs, "order": "ABBA", "a": label_a, "b": label_b}, **(params or {})}
     ra = run.record(experiment, **_point_fields(
         run, a, payload=pa, batch=batch_a, concurrency=concurrency_a, opts=opts, params={**extra, "side": "a"},
-        stats=merge_deltas(deltas[0]), summary=res.a.summary()))
+        stats=merge_deltas(deltas[0]), summary=res.a.summary()), **idle.record_fields(0))
     rb = run.record(experiment, **_point_fields(
         run, b, payload=pb, batch=batch_b, concurrency=cb, opts=opts, params={**extra, "side": "b"},
-        stats=merge_deltas(deltas[1]), summary=res.b.summary()))
+        stats=merge_deltas(deltas[1]), summary=res.b.summary()), **idle.record_fields(1))
     s = res.summary()
     # what both sides had in common (the link, Triton's instances…) names the ratio's point too
     shared = {k: v for k, v in ra["params"].items() if k not in ("load", "side") and rb["params"].get(k, ...) == v}
@@ -122,8 +134,17 @@ def ab(run: Run, experiment: str, a: Served, b: Served, *, label_a: str, label_b
                     batch=batch_a if batch_a == batch_b else None,
                     concurrency=concurrency_a if concurrency_a == cb else None,
                     params={**shared, "load": opts.as_params(), **extra},
-                    note="throughput A ÷ B, interleaved windows; min–max over the window pairs")
+                    idle_cpu_pct_a=ra["idle_cpu_pct"], idle_cpu_pct_b=rb["idle_cpu_pct"],
+                    idle_side_a=ra["idle_side"], idle_side_b=rb["idle_side"],
+                    note="throughput A ÷ B, interleaved windows; min–max over the window pairs; idle_cpu_pct_a/_b: "
+                         "% of one core each side used while idle, before the windows; idle_side_a/_b: what was "
+                         "done to each side during the other's windows")
     return [ra, rb, rr]
+
+
+def _local_pid(srv: Served) -> int | None:
+    """The process to keep quiet while the other side runs: the server's, or this one for the in-process engine."""
+    return os.getpid() if isinstance(srv, InProcess) else srv.pid
 
 
 def merge_deltas(deltas: list) -> dict | None:
