@@ -18,7 +18,8 @@ TOLERANCE = typer.Option(0.1, "--tolerance", help="a point settles when its last
 MAX_WINDOWS = typer.Option(8, "--max-windows", help="most windows per point (A/B: window pairs) before giving up")
 RUN_ID = typer.Option(None, "--run-id", help="run id under results/ (default: new, timestamped)")
 PRICE = typer.Option(None, "--price-per-hour", help="machine price per hour: adds a cost-per-1,000-images table")
-ENGINE = typer.Option("onnx", help="engine: torch | onnx | onnx-int8")
+ENGINE = typer.Option("onnx", help="engine: torch | onnx | onnx-int8 | emulated (an emulated accelerator, not a "
+                                   "model: SERVELAB_DEVICE_PROFILE names its profile)")
 SERVER = "fastapi | litserve | triton-http | triton-grpc"
 LINK = typer.Option("loopback", "--link", help="client-server link: loopback, or a shaped one such as "
                     "wan-100mbit-20ms (100 Mbit/s each way, 20 ms round trip); records name it")
@@ -391,3 +392,40 @@ def compare(run_a: str = typer.Argument(..., help="baseline run (id or folder)")
     typer.echo(c.summary())
     if check and not c.reproduced:
         raise typer.Exit(1)
+
+
+@app.command("device-profile")
+def device_profile(run: str = typer.Argument(..., help="run id or folder with raw in-process batch records"),
+                   engine: str | None = typer.Option(None, help="the engine whose curve to fit (needed when the run "
+                                                                 "measured several)"),
+                   provider: str | None = typer.Option(None, help="its execution provider (cpu, cuda, tensorrt)"),
+                   name: str | None = typer.Option(None, help="profile name (default: <engine>-<provider>-<run id>)"),
+                   time_scale: float | None = typer.Option(None, "--time-scale", help="real seconds per measured "
+                                                           "second (default: t(1) about 0.1 s, at least 1)"),
+                   out: str | None = typer.Option(None, "--out", help="profile file (default: in the run folder)")):
+    """Write an emulated-device profile fitted to a run's measured batch curve (use it with
+    SERVELAB_ENGINE=emulated SERVELAB_DEVICE_PROFILE=<the file>)."""
+    import json
+    from pathlib import Path
+
+    from servelab.bench.device_fit import batch_curve, fit_profile
+    from servelab.bench.records import load_records, resolve_run_dir
+    from servelab.model.device_profile import write_profile
+
+    run_dir = resolve_run_dir(run)
+    records = load_records(run_dir)
+    curve = batch_curve(records, engine=engine, provider=provider)
+    first = next(r for r in records if r.get("kind") == "raw" and r.get("batch") in curve
+                 and (engine is None or r.get("engine") == engine))
+    engine, provider = first.get("engine"), first.get("provider") or "cpu"
+    env_path = run_dir / "environment.json"
+    env = json.loads(env_path.read_text()) if env_path.is_file() else {}
+    gpus = ", ".join(g.get("name", "?") if isinstance(g, dict) else str(g) for g in env.get("gpus") or [])
+    machine = gpus if provider != "cpu" and gpus else (env.get("cpu_model") or "an unrecorded machine")
+    p = fit_profile(curve, name=name or f"{engine}-{provider}-{run_dir.name}",
+                    source=f"fitted to run {run_dir.name}: {engine} on {provider} ({machine}), raw in-process "
+                           "batches, one caller", time_scale=time_scale)
+    path = write_profile(p, Path(out) if out else run_dir / f"device-profile-{engine}-{provider}.json")
+    typer.echo(f"{p.label}: t(B) = {p.fixed_ms:g} ms + {p.per_image_ms:g} ms × max(B, {p.full_at}), "
+               f"slowed {p.time_scale:g}× (t(1) = {p.t_s(1) * 1000:.0f} ms here)")
+    typer.echo(str(path))

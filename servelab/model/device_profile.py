@@ -1,7 +1,8 @@
 """Device profiles: how long an emulated accelerator takes to run a batch of B images, t(B), and how many there are.
 
     from servelab.model.device_profile import profile
-    p = profile("vit-b32-h100")          # a named profile (KeyError-free: ValueError listing the names)
+    p = profile("vit-b32-h100")          # a named profile (an unknown name: ValueError listing the names)
+    p = profile("results/<run>/device-profile-onnx-cuda.json")   # or one written by `servelab bench device-profile`
     p.t_s(1), p.t_s(64)                   # seconds one batch occupies one device, time scale included
     p.label                               # "emulated vit-b32-h100": what every record and sentence says
 
@@ -21,7 +22,9 @@ The emulated device is used by `servelab.model.emulated_engine` (the `emulated` 
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 EMULATED = "emulated"  # the first word of every label of the emulated accelerator
 
@@ -113,12 +116,39 @@ PROFILES: dict[str, DeviceProfile] = {p.name: p for p in (
 
 
 def profile(name: str, devices: int | None = None) -> DeviceProfile:
-    """The named profile, with `devices` emulated devices when given (0 or None: the profile's own count)."""
-    try:
+    """The named profile, or the profile file `name` (*.json), with `devices` emulated devices when given (0 or
+    None: the profile's own count)."""
+    if name.endswith(".json"):
+        p = read_profile(Path(name))
+    elif name in PROFILES:
         p = PROFILES[name]
-    except KeyError:
-        raise ValueError(f"unknown device profile {name!r}: choose one of {', '.join(sorted(PROFILES))}") from None
+    else:
+        raise ValueError(f"unknown device profile {name!r}: choose one of {', '.join(sorted(PROFILES))}, or give "
+                         "a profile file (*.json) written by `servelab bench device-profile`")
     return p.with_devices(devices) if devices else p
+
+
+def read_profile(path: Path) -> DeviceProfile:
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ValueError(f"device profile file {path} not found") from None
+    except ValueError as exc:
+        raise ValueError(f"device profile file {path} is not JSON: {exc}") from None
+    fields = {f.name for f in dataclasses.fields(DeviceProfile)}
+    missing = {"name", "fixed_ms", "per_image_ms", "full_at", "source"} - set(data)
+    if missing:
+        raise ValueError(f"device profile file {path} lacks {', '.join(sorted(missing))}")
+    return DeviceProfile(**{k: v for k, v in data.items() if k in fields})
+
+
+def write_profile(p: DeviceProfile, path: Path) -> Path:
+    from servelab.fileio import atomic_write
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, json.dumps(p.as_dict(), indent=2, ensure_ascii=False) + "\n")
+    return path
 
 
 def is_emulated(label: str | None) -> bool:

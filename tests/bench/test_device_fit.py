@@ -1,0 +1,58 @@
+"""`servelab bench device-profile`: a profile fitted to a run's measured batch curve. The round trip measures
+the emulated engine itself (a real `servelab bench batch-sweep` run) and must get its profile back."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from servelab.bench.device_fit import batch_curve, fit_profile
+from servelab.model.device_profile import profile, read_profile
+
+SERVELAB = [sys.executable, "-c", "from servelab.cli import main; main()"]
+
+
+@pytest.mark.parametrize("name", ["flat", "linear", "vit-b32-h100"])
+def test_the_fit_recovers_a_profile_from_its_own_curve(name):
+    p = profile(name)
+    curve = {b: p.unscaled_t_s(b) for b in (1, 2, 4, 8, 16, 32, 64)}
+    fitted = fit_profile(curve, name="x", source="test")
+    for b in curve:
+        assert fitted.unscaled_t_s(b) == pytest.approx(curve[b], rel=1e-3)
+
+
+def test_a_curve_of_one_batch_size_is_refused():
+    with pytest.raises(ValueError, match="at least two batch sizes"):
+        fit_profile({1: 0.01}, name="x", source="test")
+
+
+def test_records_of_several_engines_need_a_choice():
+    recs = [{"kind": "raw", "engine": e, "provider": "cpu", "batch": b, "throughput_img_s": 10.0 * b}
+            for e in ("onnx", "torch") for b in (1, 8)]
+    with pytest.raises(ValueError, match="several engines.*--engine"):
+        batch_curve(recs)
+    assert batch_curve(recs, engine="torch") == {1: pytest.approx(0.1), 8: pytest.approx(0.1)}
+
+
+def test_a_profile_written_from_a_measured_run_reproduces_the_device_that_was_measured(tmp_path):
+    env = {**os.environ, "SERVELAB_RESULTS": str(tmp_path / "results"), "SERVELAB_DEVICE_PROFILE": "flat",
+           "SERVELAB_DEVICE_DIR": str(tmp_path / "devices")}
+
+    def cli(*args):
+        r = subprocess.run(SERVELAB + list(args), capture_output=True, text=True, env=env, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout
+
+    cli("bench", "batch-sweep", "--server", "in-process", "--engine", "emulated", "--batches", "1,4,8,12",
+        "--quick", "--run-id", "measured")
+    out = cli("bench", "device-profile", "measured", "--time-scale", "1")
+    path = tmp_path / "results" / "measured" / "device-profile-emulated-emulated.json"
+    assert str(path) in out
+    fitted = read_profile(path)
+    assert "fitted to run measured" in fitted.source and fitted.time_scale == 1
+    for b in (1, 4, 8, 12):  # within 10 %: the measured times carry the timer's and the machine's delays
+        assert fitted.t_s(b) == pytest.approx(profile("flat").t_s(b), rel=0.10)
+    assert profile(str(path)).name == fitted.name  # SERVELAB_DEVICE_PROFILE accepts the file
