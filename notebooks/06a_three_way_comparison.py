@@ -76,7 +76,7 @@ globals().update(place_defaults(globals()))  # "" parameters -> this place's end
 
 # %%
 from servelab.bench.experiments import compare_servers, concurrency_sweep
-from servelab.bench.report import ratio_sentence
+from servelab.bench.report import idle_sentence, ratio_sentence
 from servelab.bench.servers import served
 from servelab.lab.places import attach
 from servelab.lab.step import Step
@@ -118,6 +118,10 @@ show_code(repository / triton_jpeg_model / "config.pbtxt", "name:", lang="protob
 # The sweeps below measure one server after the other, minutes apart, while the machine's own speed drifts. The
 # verdict therefore comes from a second measurement: the same requests sent to FastAPI and Triton (and to FastAPI
 # and LitServe) in alternating windows, where drift hits both sides alike and cancels in their ratio.
+# Interleaving does not cancel what the waiting server does meanwhile: an idle server's background threads
+# still use CPU, taken from the one being measured. So each server's idle use is measured first (% of one
+# core while nothing is sent to it) and shown beside the ratio, and the waiting server is stopped during the
+# other's windows (SIGSTOP to its processes; its connections stay open) and continued before its own.
 
 # %%
 fastapi = attach("fastapi", service_url, payload="jpeg", pid=service_pid or None)
@@ -137,6 +141,11 @@ if extra_servers:
 else:
     step.not_run("LitServe peer baseline", "extra_servers=False (smoke profile)", "FastAPI service and Triton compared")
 three_way = step.table(step.frame(recs, *cols), "three_way", "Three servers, batch-1 JPEG requests")
+step.table(step.frame([r for r in head_to_head + peer if r["kind"] == "ab"], "a", "b", "concurrency", "ratio",
+                      "ratio_min", "ratio_max", "stable", "idle_cpu_pct_a", "idle_cpu_pct_b", "idle_paused_a",
+                      "idle_paused_b"),
+           "interleaved", "Alternating windows: throughput A ÷ B, each side's idle CPU (% of one core) and whether "
+           "it was stopped during the other's windows")
 
 # %% [markdown]
 # ### Exercise: pick the backend
@@ -166,7 +175,8 @@ pairs = [(a, b) for i, a in enumerate(busiest) for b in busiest[i + 1:]]
 step.answer(f"At concurrency {hi}: " + "; ".join(versus(a["server"], a, b["server"], b) for a, b in pairs) + ". "
             "Where the ranges overlap the servers are tied on this machine: the shared ONNX Runtime compute sets the pace."
             + f" Measured in alternating windows, {ratio_sentence(head_to_head[-1])}"
-            + (f"; {ratio_sentence(peer[-1])}." if peer else "."))
+            + (f"; {ratio_sentence(peer[-1])}." if peer else ".")
+            + "".join(f" {idle_sentence(measured[-1])}." for measured in (head_to_head, peer) if measured))
 
 # %%
 from servelab.bench.report import plot_latency_throughput, plot_server_breakdown
@@ -343,6 +353,7 @@ r = breakdown[breakdown["concurrency"] == hi_c].iloc[0]
 step.shows(
     f"At concurrency {hi_c}, measured in alternating windows: "
     + "; ".join(ratio_sentence(measured[-1]) for measured in (head_to_head, peer) if measured)
+    + "".join(f". {idle_sentence(measured[-1])}" for measured in (head_to_head, peer) if measured)
     + f". In Triton, a request's {r['client_mean_ms']:.0f} ms (client mean) split into "
     f"{r['server_queue_ms']:.0f} ms queueing, {r['server_compute_ms']:.0f} ms compute and "
     + (f"{r['outside_server_ms']:.0f} ms outside the server." if r["outside_server_ms"] >= 0 else

@@ -135,10 +135,11 @@ def ab(run: Run, experiment: str, a: Served, b: Served, *, label_a: str, label_b
                     concurrency=concurrency_a if concurrency_a == cb else None,
                     params={**shared, "load": opts.as_params(), **extra},
                     idle_cpu_pct_a=ra["idle_cpu_pct"], idle_cpu_pct_b=rb["idle_cpu_pct"],
+                    idle_paused_a=ra["idle_paused"], idle_paused_b=rb["idle_paused"],
                     idle_side_a=ra["idle_side"], idle_side_b=rb["idle_side"],
                     note="throughput A ÷ B, interleaved windows; min–max over the window pairs; idle_cpu_pct_a/_b: "
-                         "% of one core each side used while idle, before the windows; idle_side_a/_b: what was "
-                         "done to each side during the other's windows")
+                         "% of one core each side used while idle, before the windows; idle_paused_a/_b, idle_side_a/_b: "
+                         "whether each side was stopped during the other's windows, and how or why not")
     return [ra, rb, rr]
 
 

@@ -136,3 +136,20 @@ def test_a_server_busy_while_idle_moves_the_ratio_only_when_it_is_not_stopped(on
         assert rec["errors"] == 0 and rec["requests"] > 0
     assert unpaused["ratio"] < 0.5, unpaused            # B's burners took most of the CPU from A's windows
     assert 0.65 < paused["ratio"] < 1.5, paused         # stopped while A ran: two copies of one service again
+
+
+def test_the_sentence_says_what_each_side_used_idle_and_whether_it_was_stopped():
+    from servelab.bench.report import idle_sentence
+
+    both = {"a": "fastapi", "b": "litserve", "idle_cpu_pct_a": 0.2, "idle_cpu_pct_b": 11.0, "idle_paused_a": True,
+            "idle_paused_b": True}
+    assert idle_sentence(both) == ("While idle, fastapi used 0.2 % of one core and litserve used 11 % of one core; "
+                                   "each was stopped during the other's windows, so neither took CPU from the other")
+    remote = {**both, "idle_cpu_pct_a": None, "idle_paused_a": False, "idle_side_a": stoppable_group(None)}
+    assert idle_sentence(remote).endswith("litserve was stopped during fastapi's windows, fastapi was not: no local "
+                                          "process (a remote or containerised server, or the engine in this process)")
+    assert "what fastapi used could not be read here" in idle_sentence(remote)
+    off = {**both, "idle_paused_a": False, "idle_paused_b": False,
+           "idle_side_a": "not paused (pausing turned off for this comparison)", "idle_side_b": "not paused: both"}
+    assert idle_sentence(off).endswith("neither was stopped during the other's windows: fastapi, pausing turned off "
+                                       "for this comparison; litserve, both")
