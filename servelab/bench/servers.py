@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from servelab.triton.models import CPU_ENCODER, ENSEMBLE
+from servelab.triton.models import CPU_ENCODER, EMULATED_ENCODER, ENSEMBLE
 
 SERVERS = ("fastapi", "litserve", "triton-http", "triton-grpc", "in-process")
 
@@ -392,8 +392,9 @@ def serve_triton(protocol: str = "http", *, payload: str = "tensor", instances: 
     from servelab.triton.repository import stage
     from servelab.triton.server import EmbeddedTriton
 
-    if engine != "onnx":
-        raise ValueError(f"the embedded Triton CPU model runs the fp32 ONNX graph; engine {engine!r} is not staged")
+    if engine not in ("onnx", "emulated"):
+        raise ValueError(f"the embedded Triton CPU repository serves the fp32 ONNX graph (engine onnx) and an "
+                         f"emulated accelerator (engine emulated); engine {engine!r} is not staged")
     tmp = None
     if repository is None:
         tmp = Path(tempfile.mkdtemp(prefix="servelab-bench-triton-"))
@@ -405,10 +406,10 @@ def serve_triton(protocol: str = "http", *, payload: str = "tensor", instances: 
         stage_s = time.perf_counter() - t0
         t1 = time.perf_counter()
         with EmbeddedTriton(repository, log_path=log_path) as tri:
-            srv = TritonServed(server=f"triton-{protocol}", engine="onnx",
+            srv = TritonServed(server=f"triton-{protocol}", engine=engine,
                                url=tri.http_url if protocol == "http" else tri.grpc_url, pid=tri.pid, payload=payload,
                                protocol=protocol, startup_s=time.perf_counter() - t1, http_url=tri.http_url,
-                               grpc_url=tri.grpc_url, model=CPU_ENCODER, jpeg_model=ENSEMBLE, repository=repository,
+                               grpc_url=tri.grpc_url, model=EMULATED_ENCODER if engine == "emulated" else CPU_ENCODER, jpeg_model=ENSEMBLE, repository=repository,
                                instances=instances, max_queue_delay_us=max_delay_us,
                                settings={"intra_op_threads": info.get("threads"), "stage_s": round(stage_s, 3),
                                          "server_build": "embedded tritonserver (python backend, onnxruntime CPU)"})
@@ -440,11 +441,33 @@ def served(server: str, engine: str = "onnx", **kwargs):
     Keyword arguments go to the server (payload, max_batch, instances, max_delay_us, threads, log_path, …).
     """
     if server == "fastapi":
-        return serve_fastapi(engine, **kwargs)
+        return _labelled(serve_fastapi(engine, **kwargs))
     if server == "litserve":
         return serve_litserve(engine, **kwargs)
     if server in ("triton-http", "triton-grpc"):
-        return serve_triton(protocol=server.split("-")[1], engine=engine, **kwargs)
+        return _labelled(serve_triton(protocol=server.split("-")[1], engine=engine, **kwargs))
     if server == "in-process":
         return serve_in_process(engine, **kwargs)
     raise ValueError(f"server must be one of {', '.join(SERVERS)}, got {server!r}")
+
+
+@contextlib.contextmanager
+def _labelled(serving):
+    """The handle `serving` yields, whose records name the emulated device (settings["device"], "emulated <profile>")
+    when its engine is the emulated accelerator: no figure measured on it may pass for a model's."""
+    with serving as srv:
+        if srv.engine == "emulated":
+            srv.settings["device"] = emulated_device(srv)
+        yield srv
+
+
+def emulated_device(srv: Served) -> str:
+    """The label of the emulated device behind a server's handle: the service's /info, or Triton's weights label
+    of the emulated model. (In-process, the engine's provider is that label.)"""
+    if isinstance(srv, TritonServed):
+        from servelab.triton.control import get_config
+
+        return get_config(srv.http_url, srv.model)["parameters"]["weights"]["string_value"]
+    import httpx
+
+    return httpx.get(srv.url.rstrip("/") + "/info", timeout=10).json()["engine"]["device"]
