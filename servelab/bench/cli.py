@@ -406,6 +406,7 @@ def device_profile(run: str = typer.Argument(..., help="run id or folder with ra
     """Write an emulated-device profile fitted to a run's measured batch curve (use it with
     SERVELAB_ENGINE=emulated SERVELAB_DEVICE_PROFILE=<the file>)."""
     import json
+    import re
     from pathlib import Path
 
     from servelab.bench.device_fit import batch_curve, fit_profile
@@ -422,10 +423,11 @@ def device_profile(run: str = typer.Argument(..., help="run id or folder with ra
     env = json.loads(env_path.read_text()) if env_path.is_file() else {}
     gpus = ", ".join(g.get("name", "?") if isinstance(g, dict) else str(g) for g in env.get("gpus") or [])
     machine = gpus if provider != "cpu" and gpus else (env.get("cpu_model") or "an unrecorded machine")
-    p = fit_profile(curve, name=name or f"{engine}-{provider}-{run_dir.name}",
+    p = fit_profile(curve, name=name or re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{engine}-{provider}-{run_dir.name}"),
                     source=f"fitted to run {run_dir.name}: {engine} on {provider} ({machine}), raw in-process "
                            "batches, one caller", time_scale=time_scale)
-    path = write_profile(p, Path(out) if out else run_dir / f"device-profile-{engine}-{provider}.json")
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{engine}-{provider}")
+    path = write_profile(p, Path(out) if out else run_dir / f"device-profile-{slug}.json")
     typer.echo(f"{p.label}: t(B) = {p.fixed_ms:g} ms + {p.per_image_ms:g} ms × max(B, {p.full_at}), "
                f"slowed {p.time_scale:g}× (t(1) = {p.t_s(1) * 1000:.0f} ms here)")
     typer.echo(str(path))

@@ -42,7 +42,6 @@ class EmulatedEmbedder(Embedder):
     """Engine `emulated`: waits t(B) on a shared emulated device, returns stand_in_embedding(batch)."""
 
     engine = "emulated"
-    provider = "emulated"
     threads = 0
 
     def __init__(self, settings: Settings, device: int | None = None):
@@ -50,6 +49,7 @@ class EmulatedEmbedder(Embedder):
         self.devices = EmulatedDevices(self.profile, settings.device_dir)
         self.device = device  # None: each batch goes to the least busy device
         self.weights = self.profile.label
+        self.provider = self.profile.label  # in-process records name the device where others name cpu or cuda
         self.last_wait_s: float | None = None
 
     def _run(self, batch: np.ndarray) -> np.ndarray:

@@ -49,7 +49,7 @@ def test_a_profile_written_from_a_measured_run_reproduces_the_device_that_was_me
     cli("bench", "batch-sweep", "--server", "in-process", "--engine", "emulated", "--batches", "1,4,8,12",
         "--quick", "--run-id", "measured")
     out = cli("bench", "device-profile", "measured", "--time-scale", "1")
-    path = tmp_path / "results" / "measured" / "device-profile-emulated-emulated.json"
+    path = tmp_path / "results" / "measured" / "device-profile-emulated-emulated-flat.json"
     assert str(path) in out
     fitted = read_profile(path)
     assert "fitted to run measured" in fitted.source and fitted.time_scale == 1
