@@ -46,7 +46,8 @@ def export(
 def serve(
     host: str | None = typer.Option(None, help="bind address (default 127.0.0.1)"),
     port: int | None = typer.Option(None, help="port (default 8002)"),
-    engine: str | None = typer.Option(None, help="torch | onnx | onnx-int8"),
+    engine: str | None = typer.Option(None, help="torch | onnx | onnx-int8 | emulated (an emulated accelerator: "
+                                                 "SERVELAB_DEVICE_PROFILE)"),
     provider: str | None = typer.Option(None, help="cpu | cuda | tensorrt"),
     threads: int | None = typer.Option(None, help="engine threads (0 = all cores)"),
     max_batch: int | None = typer.Option(None, help="micro-batcher max batch size"),
