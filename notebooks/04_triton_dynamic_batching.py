@@ -76,6 +76,8 @@ from servelab.lab.step import Step
 step = Step("04", out_dir, place)
 opts = step.opts(load)
 triton = attach("triton-http", triton_http_url, payload="tensor", model=triton_model, pid=triton_pid or None)
+# where Triton computes, as the server itself reports it (its loaded config names the GPUs it runs on)
+triton_hw = "the server's GPU" if triton.gpus else ("this CPU" if place != "node" else "the server's CPU")
 cols = ["server", "engine", "batch", "concurrency", "throughput_img_s", "throughput_min_img_s", "throughput_max_img_s",
         "latency_p50_ms", "latency_p99_ms", "server_stats.avg_batch", "stable"]
 
@@ -186,7 +188,8 @@ step.answer(f"The JSON body was {j['request_bytes'] / 1024:,.0f} KiB against {b[
             f"The served round trip took {j['round_trip_ms_median']:.0f} ms with JSON vs {b['round_trip_ms_median']:.0f} ms "
             "binary (median of 5) — "
             + ("the ranges of the five calls overlap, so here that difference is within the noise; the JSON cost is "
-               "hidden behind a compute time of this size on this CPU."
+               "hidden behind a compute time of this size on "
+               f"{triton_hw}."
                if overlap else
                f"the ranges do not overlap: JSON added {j['round_trip_ms_median'] - b['round_trip_ms_median']:.0f} ms "
                "per image for encoding the floats as text, sending it and parsing it on the server."))
@@ -226,10 +229,10 @@ step.answer(f"Triton went from {small['throughput_img_s']:.1f} img/s at batch {i
             f"the images per request, while one request's p50 grew from {small['latency_p50_ms']:.0f} to "
             f"{big['latency_p50_ms']:.0f} ms ({big['latency_p50_ms'] / big['batch']:.0f} ms per image at the larger batch, "
             f"{small['latency_p50_ms'] / small['batch']:.0f} ms at the smaller). "
-            + ("Nearly flat: the CPU's cores were already busy at batch 1, so a batch costs about its size in time."
+            + (f"Nearly flat: {triton_hw} was already busy at batch 1, so a batch costs about its size in time."
                if gain < 1.15 else
                f"More images per second, but far from {big['batch'] / small['batch']:.0f}×: batch 1 already kept most "
-               "of the cores busy, so a batch only fills the part a single image left idle."
+               f"of {triton_hw} busy, so a batch only fills the part a single image left idle."
                if gain < 0.8 * big["batch"] / small["batch"] else
                "Close to proportional: the hardware had parallelism batch 1 left idle."))
 
@@ -377,9 +380,12 @@ batching = step.table(batching, "batching_off_on",
 
 # %%
 step.answer(" ".join(f"{system}: {ratio_sentence(ratio)}." for system, *_, ratio in baseline)
-            + " On these two cores a batch costs less than its size in single images, but not much less (the "
-              "batch-size table above; \"Why\" below computes the most batching can gain here); on a GPU the same "
-              "switch is the largest single gain in the source material (see below).")
+            + f" On {triton_hw} a batch of {int(big['batch'])} took as long as "
+              f"{big['batch'] / small['batch'] / gain:.1f} batch-{int(small['batch'])} requests (the batch-size table "
+              "above; \"Why\" below "
+              "computes the most batching can gain here)"
+            + ("." if triton.gpus else "; on a GPU the same switch is the largest single gain in the source material "
+               "(see below)."))
 
 # %% [markdown]
 # ### Exercise: was your prediction right?

@@ -154,11 +154,13 @@ reasons = {
                          "HTTP), which the second one used.",
     None: "The measurement cannot tell them apart, which is what sharing the same cores predicts.",
 }
-why = reasons[ahead] if place != "node" else ""  # on a GPU node the copies share a GPU, not these cores
+why = reasons[ahead] if not triton.gpus else ""  # copies on a GPU share the GPU, not these cores
+shared = (f"{step.environment.get('cpu_usable')} cores already busy" if not triton.gpus else
+          f"the {len(triton.gpus)} GPU(s) the server reports already busy")
 step.answer(f"At concurrency {top_c} in the sweep: {n_lo} instance(s) {busy[n_lo]['throughput_img_s']:.1f} img/s at p50 "
             f"{busy[n_lo]['latency_p50_ms']:.0f} ms, {n_hi} instances {busy[n_hi]['throughput_img_s']:.1f} img/s at p50 "
             f"{busy[n_hi]['latency_p50_ms']:.0f} ms. In alternating windows, {ratio_sentence(instance_ratio)}. "
-            f"That ratio ÷ {n_hi / n_lo:g} is a scaling efficiency of {eff:.2f}; with {step.environment.get('cpu_usable')} cores already busy at one "
+            f"That ratio ÷ {n_hi / n_lo:g} is a scaling efficiency of {eff:.2f}; with {shared} at one "
             f"instance the arithmetic predicts about {n_lo / n_hi:.2f}. " + why)
 
 # %%
@@ -194,9 +196,11 @@ show_commands("node", "SERVELAB_INSTANCES=2 docker compose -f docker/compose.00-
               "   # 2 instances on every GPU Triton sees",
               "docker compose -f docker/compose.06b-multi-gpu.yaml up -d --build   # Triton with every GPU",
               "nvidia-smi dmon -s u     # both GPUs busy under load")
-if place != "node":
-    step.not_run("multi-GPU scaling (one instance group per GPU)", "this machine has no GPU",
-                 "CPU instance-count scaling measured above")
+gpus_seen = len(triton.gpus or [])  # as the Triton server reports them, wherever this notebook runs
+if gpus_seen < 2:
+    step.not_run("multi-GPU scaling (one instance group per GPU)",
+                 "this machine has no GPU" if place != "node" else f"the node's Triton reports {gpus_seen} GPU(s)",
+                 f"instance-count scaling on {'one GPU' if gpus_seen else 'the CPU'} measured above")
 
 # %% [markdown]
 # ### Exercise: instances on a two-GPU node
@@ -274,7 +278,9 @@ checks.p99_budget(tune, trials=trials, budget_ms=budget_ms, exercise="06b.3", st
 # %%
 step.shows(
     f"At concurrency {top_c}, in alternating windows: {ratio_sentence(instance_ratio)}. A scaling efficiency of "
-    f"{eff:.2f} on {step.environment.get('cpu_usable')} CPU cores. "
-    f"Cost per 1,000 images at {price_per_hour} USD/hour ranged from {scaling[cost_col].min():.4f} to "
+    f"{eff:.2f} on " + (f"{len(triton.gpus)} GPU(s). " if triton.gpus else f"{step.environment.get('cpu_usable')} CPU cores. ")
+    + (f"Multi-GPU scaling was not run: the node's Triton reports {gpus_seen} GPU(s). "
+       if place == "node" and gpus_seen < 2 else "")
+    + f"Cost per 1,000 images at {price_per_hour} USD/hour ranged from {scaling[cost_col].min():.4f} to "
     f"{scaling[cost_col].max():.4f} USD over the points measured."
 )

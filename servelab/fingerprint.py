@@ -8,6 +8,7 @@ NVIDIA driver and nvidia-ml-py are there), OS, package versions, git commit, mod
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import os
 import platform
 import subprocess
@@ -81,6 +82,22 @@ def gpus() -> tuple[list[dict], str | None]:
         return out, None
     except Exception as exc:
         return [{"error": str(exc)}], None
+
+
+@functools.cache
+def machine() -> dict:
+    """This machine in a few fields, for saying which machine served a measurement: a server reports it about
+    itself (the service's /info), a client about the servers it started (servelab.bench.servers)."""
+    gpu_list, _ = gpus()
+    return {"hostname": platform.node(), "cpu_model": cpu_model(),
+            "cpu_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+            "gpus": [g["name"] for g in gpu_list if g.get("name")]}
+
+
+def machine_label(m: dict) -> str:
+    """'node1: Intel Xeon … · 2 cores · NVIDIA A100' from `machine()`'s fields."""
+    gpu = ", ".join(m.get("gpus") or []) or "no GPU"
+    return f"{m.get('hostname') or '?'}: {m.get('cpu_model') or '?'} · {m.get('cpu_usable') or '?'} cores · {gpu}"
 
 
 def environment_fingerprint(weights: str | None = None) -> dict:

@@ -28,6 +28,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from servelab.triton.models import CPU_ENCODER, EMULATED_ENCODER, ENSEMBLE
 
@@ -46,6 +47,7 @@ class Served:
     protocol: str = "http"
     startup_s: float | None = None
     settings: dict = field(default_factory=dict)  # JSON-safe settings (max_batch, …) for the record
+    served_by: str = ""  # which machine answers (every record's params.served_by): see this_machine / attach
 
     @property
     def backend(self) -> str:
@@ -76,7 +78,28 @@ class Served:
         return None
 
     def params(self) -> dict:
-        return {k: v for k, v in self.settings.items() if isinstance(v, (int, float, str, bool, type(None)))}
+        scalars = {k: v for k, v in self.settings.items() if isinstance(v, (int, float, str, bool, type(None)))}
+        return {**scalars, "served_by": self.served_by or None}
+
+
+def this_machine() -> str:
+    """served_by of a server this process started (and of the in-process engine): where the notebook runs."""
+    from servelab.fingerprint import machine, machine_label
+
+    return f"this machine ({machine_label(machine())})"
+
+
+def reported_machine(url: str, netloc_of: str) -> str:
+    """served_by of a running servelab service: the machine its /info reports about itself."""
+    import httpx
+
+    try:
+        m = httpx.get(url.rstrip("/") + "/info", timeout=10).json().get("machine")
+    except (httpx.HTTPError, ValueError, AttributeError):
+        m = None
+    from servelab.fingerprint import machine_label
+
+    return machine_label(m) if isinstance(m, dict) else f"the {netloc_of} (its machine unreported)"
 
 
 # --- servelab service ----------------------------------------------------------------------------------
@@ -186,6 +209,7 @@ class TritonServed(Served):
     instances: int | None = None
     max_queue_delay_us: int | None = None
     client_options: dict = field(default_factory=dict)
+    gpus: list[int] | None = None  # the GPU ids the encoder's instances run on, as the server reports them
 
     @property
     def front_model(self) -> str:
@@ -220,6 +244,9 @@ class TritonServed(Served):
         cfg = get_config(self.http_url, self.model)
         self.max_queue_delay_us = int(cfg.get("dynamic_batching", {}).get("max_queue_delay_microseconds", 0))
         self.instances = sum(int(g.get("count", 1)) for g in cfg.get("instance_group", [])) or self.instances
+        # Triton fills each GPU group's `gpus` with every GPU it sees: the server's own GPU count
+        self.gpus = sorted({int(d) for g in cfg.get("instance_group", []) if g.get("kind") == "KIND_GPU"
+                            for d in g.get("gpus", [])})
         return self
 
     def reconfigure(self, *, max_queue_delay_us: int | None = None, instances: int | None = None,
@@ -298,7 +325,8 @@ class InProcess(Served):
         raise TypeError("in-process has no client: use worker_factory")
 
     def params(self) -> dict:
-        return {"threads": getattr(self.embedder, "threads", None), "provider": getattr(self.embedder, "provider", None)}
+        return {"threads": getattr(self.embedder, "threads", None), "provider": getattr(self.embedder, "provider", None),
+                "served_by": self.served_by or None}
 
 
 def make_embedder(engine: str, provider: str = "cpu", threads: int = 0):
@@ -322,14 +350,16 @@ def attach(server: str, url: str, *, payload: str = "tensor", engine: str | None
     Triton: give `url` for the protocol chosen; the other endpoint (`http_url` / `grpc_url`) enables
     `variant(protocol=…)`; statistics and reloads always go over HTTP, so a gRPC handle needs `http_url`.
     """
+    netloc = urlsplit(url if "//" in url else f"//{url}").netloc
+    here = this_machine() if pid else None  # a pid: this run started it, on this machine's loopback
     if server == "fastapi":
         if engine is None:
             engine = _service_engine(url)
         return ServiceServed(server="fastapi", engine=engine or "?", url=url, pid=pid, payload=payload,
-                             settings=dict(ATTACHED))
+                             settings=dict(ATTACHED), served_by=here or reported_machine(url, f"service at {netloc}"))
     if server == "litserve":
         return LitServed(server="litserve", engine=engine or "onnx", url=url, pid=pid, payload=payload,
-                         settings=dict(ATTACHED))
+                         settings=dict(ATTACHED), served_by=here or f"the LitServe server at {netloc}")
     if server in ("triton-http", "triton-grpc"):
         protocol = server.split("-")[1]
         h = http_url or (url if protocol == "http" else None)
@@ -341,8 +371,15 @@ def attach(server: str, url: str, *, payload: str = "tensor", engine: str | None
                            protocol=protocol, http_url=h, grpc_url=g, settings=dict(ATTACHED), **names)
         with contextlib.suppress(Exception):
             srv.read_state()
+        srv.served_by = here or triton_machine(netloc, srv.gpus)
         return srv
     raise ValueError(f"server must be one of fastapi, litserve, triton-http, triton-grpc, got {server!r}")
+
+
+def triton_machine(netloc: str, gpus: list[int] | None) -> str:
+    """served_by of a Triton this run did not start: Triton names no host, but its loaded config names its GPUs."""
+    on = "its machine unreported" if gpus is None else (f"{len(gpus)} GPU(s)" if gpus else "no GPU instances")
+    return f"the Triton server at {netloc} ({on})"
 
 
 def _service_engine(url: str) -> str | None:
@@ -367,7 +404,7 @@ def serve_fastapi(engine: str = "onnx", *, payload: str = "tensor", max_batch: i
     t0 = time.perf_counter()
     with ServiceProcess(env=env, log_path=log_path) as svc:
         yield ServiceServed(server="fastapi", engine=engine, url=svc.url, pid=svc.proc.pid, payload=payload,
-                            startup_s=time.perf_counter() - t0,
+                            startup_s=time.perf_counter() - t0, served_by=this_machine(),
                             settings={"max_batch": max_batch, "max_delay_ms": max_delay_ms, "max_queue": max_queue})
 
 
@@ -379,7 +416,7 @@ def serve_litserve(engine: str = "onnx", *, payload: str = "jpeg", max_batch: in
     t0 = time.perf_counter()
     with LitServeProcess(engine=engine, max_batch=max_batch, batch_timeout=batch_timeout, log_path=log_path) as srv:
         yield LitServed(server="litserve", engine=engine, url=srv.url, pid=srv.pid, payload=payload,
-                        startup_s=time.perf_counter() - t0,
+                        startup_s=time.perf_counter() - t0, served_by=this_machine(),
                         settings={"max_batch": max_batch, "batch_timeout_s": batch_timeout})
 
 
@@ -410,7 +447,7 @@ def serve_triton(protocol: str = "http", *, payload: str = "tensor", instances: 
                                url=tri.http_url if protocol == "http" else tri.grpc_url, pid=tri.pid, payload=payload,
                                protocol=protocol, startup_s=time.perf_counter() - t1, http_url=tri.http_url,
                                grpc_url=tri.grpc_url, model=EMULATED_ENCODER if engine == "emulated" else CPU_ENCODER, jpeg_model=ENSEMBLE, repository=repository,
-                               instances=instances, max_queue_delay_us=max_delay_us,
+                               instances=instances, max_queue_delay_us=max_delay_us, served_by=this_machine(),
                                settings={"intra_op_threads": info.get("threads"), "stage_s": round(stage_s, 3),
                                          "server_build": "embedded tritonserver (python backend, onnxruntime CPU)"})
             with contextlib.suppress(Exception):
@@ -429,7 +466,8 @@ def serve_in_process(engine: str = "onnx", *, provider: str = "cpu", threads: in
     emb = make_embedder(engine, provider, threads)
     try:
         yield InProcess(server="in-process", engine=emb.engine, url=None, pid=None, payload="tensor",
-                        protocol="inproc", startup_s=time.perf_counter() - t0, embedder=emb)
+                        protocol="inproc", startup_s=time.perf_counter() - t0, embedder=emb,
+                        served_by=this_machine())
     finally:
         del emb
         gc.collect()

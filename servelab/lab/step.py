@@ -82,6 +82,7 @@ class Step:
             for old in (self.out_dir / sub).glob(f"{self.id}_*"):
                 old.unlink()
         self._not_run: list[dict] = []
+        self._served_by: list[str] = []  # which machine(s) served the rows of the last frame
         self._run = None
         self.machine_drift = self._use_machine_drift()
 
@@ -121,16 +122,25 @@ class Step:
         return LoadOpts(**load)
 
     # --- outputs ---------------------------------------------------------------------------------
-    def table(self, df: pd.DataFrame, name: str, caption: str | None = None, show: bool = True) -> pd.DataFrame:
+    def table(self, df: pd.DataFrame, name: str, caption: str | None = None, show: bool = True,
+              measured: bool = True) -> pd.DataFrame:
+        """Write (and show) a table; every row tagged with this machine's hardware and versions and, for
+        `measured` rows, the machine that served the last frame's records (`served_by`)."""
         df = pd.DataFrame(df).copy()
         for k, v in self.tags().items():
             if k not in df.columns:
                 df[k] = v
+        if measured and "served_by" not in df.columns and len(self._served_by) == 1:  # the machine of the last frame's rows
+            df["served_by"] = self._served_by[0]
         write_table(df, self.out_dir / "tables" / f"{self.id}_{name}", title=caption)
         if show:  # the CSV keeps hardware/versions on every row; on screen they are one caption line
             tags = self.tags()
             shown = df.drop(columns=[k for k, v in tags.items() if k in df.columns and (df[k] == v).all()])
-            _display_md((f"**{caption}**  \n" if caption else "") + f"<small>{tags['hardware']} · {tags['versions']}</small>")
+            served = f" · served by {df['served_by'].iloc[0]}" if "served_by" in df.columns and len(df) and \
+                (df["served_by"] == df["served_by"].iloc[0]).all() else ""
+            shown = shown.drop(columns=["served_by"]) if served else shown
+            _display_md((f"**{caption}**  \n" if caption else "") +
+                        f"<small>notebook on {tags['hardware']}{served} · {tags['versions']}</small>")
             try:
                 from IPython.display import display
 
@@ -165,9 +175,12 @@ class Step:
 
         return records_frame([r for r in self.run.records if all(r.get(k) == v for k, v in match.items())])
 
-    @staticmethod
-    def frame(records: list[dict], *columns: str) -> pd.DataFrame:
-        """Records (as returned by bench experiments) -> DataFrame with these columns (missing ones empty)."""
+    def frame(self, records: list[dict], *columns: str) -> pd.DataFrame:
+        """Records (as returned by bench experiments) -> DataFrame with these columns (missing ones empty).
+
+        Which machine served the rows (their params.served_by) tags the tables made from them; at place=node,
+        rows served by different machines (a server this notebook started next to one of the node's) also get
+        a `served_by` column and a sentence saying the comparison is between machines as well as servers."""
         from servelab.bench.records import records_frame
 
         failed = [r for r in records if r.get("kind") in ("load", "raw") and not r.get("requests") and r.get("errors")]
@@ -177,7 +190,16 @@ class Step:
             raise RuntimeError(f"{r.get('server')} ({r.get('experiment')}, batch {r.get('batch')}, concurrency "
                                f"{r.get('concurrency')}): all {r.get('errors')} requests failed: {why}")
         df = records_frame(list(records))
-        return df.reindex(columns=list(columns)) if columns else df
+        machines = list(dict.fromkeys(r["params"]["served_by"] for r in records
+                                      if (r.get("params") or {}).get("served_by")))
+        self._served_by = machines
+        out = df.reindex(columns=list(columns)) if columns else df
+        if self.place == "node" and len(machines) > 1 and "params.served_by" in df.columns:
+            out = out.assign(served_by=df["params.served_by"].values)
+            _display_md(f"> **Served by different machines:** {'; '.join(machines)}. A server this notebook "
+                        "started runs where the notebook runs, not on the node: these rows compare machines as "
+                        "well as servers.")
+        return out
 
     def shows(self, text: str) -> None:
         """The 'What this run shows' paragraph (built from this run's numbers by the notebook); also saved
@@ -197,7 +219,7 @@ class Step:
         """Say plainly what this run did not do and why; collected into tables/<id>_not_run."""
         self._not_run.append({"not run": what, "why": why, "instead": instead, "place": self.place})
         _display_md(f"> **Not run here:** {what} — {why}." + (f" Instead: {instead}." if instead else ""))
-        self.table(pd.DataFrame(self._not_run), "not_run", show=False)
+        self.table(pd.DataFrame(self._not_run), "not_run", show=False, measured=False)
 
 
 def run_checks(*paths: str, timeout: float = 300) -> pd.DataFrame:

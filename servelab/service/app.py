@@ -31,6 +31,7 @@ from fastapi.responses import JSONResponse, Response
 
 import servelab
 from servelab.config import Settings
+from servelab.fingerprint import machine
 from servelab.model.preprocess import INPUT_SHAPE
 from servelab.model.weights import EMBED_DIM, weights_label
 from servelab.service import codecs
@@ -172,6 +173,7 @@ async def info(request: Request):
     return {
         "service": "servelab",
         "version": servelab.__version__,
+        "machine": machine(),  # which machine answers: a client measuring it from elsewhere cannot know
         "model": s.model_name,
         "embedding_dim": EMBED_DIM,
         "weights": svc.weights,

@@ -15,3 +15,35 @@ def test_show_code_cuts_between_markers(monkeypatch):
     assert "async def _loop" in body and "run_in_executor" in body and "def _queued_images" not in body
     with pytest.raises(ValueError, match="no line contains"):
         step.show_code(step.repo_path("servelab", "service", "batcher.py"), "no such line anywhere")
+
+
+def _load_record(server: str, served_by: str) -> dict:
+    from servelab.bench.records import make_record
+
+    return make_record("98-x", "r", server=server, throughput_img_s=10.0, params={"served_by": served_by})
+
+
+def test_rows_served_by_another_machine_say_so_at_the_node(tmp_path, monkeypatch):
+    """At place=node, a server the notebook started (this machine's CPU) ranked against a node server: each row
+    names its machine, and a sentence says the comparison is between machines as well as servers."""
+    import csv
+
+    shown = []
+    monkeypatch.setattr(step, "_display_md", shown.append)
+    here, node = "this machine (laptop: Intel · 2 cores · no GPU)", "node1: AMD EPYC · 64 cores · NVIDIA A100"
+    recs = [_load_record("fastapi", here), _load_record("triton-http", node)]
+    s = step.Step("98", tmp_path / "run", "node")
+    df = s.frame(recs, "server", "throughput_img_s")
+    assert list(df["served_by"]) == [here, node]
+    assert any("Served by different machines" in t and here in t and node in t for t in shown)
+    s.table(df, "mixed", show=False)
+    rows = list(csv.DictReader(open(tmp_path / "run" / "tables" / "98_mixed.csv")))
+    assert [r["served_by"] for r in rows] == [here, node]
+    # one machine: every row of the table made from those records is tagged with it
+    s.table(s.frame(recs[1:], "server", "throughput_img_s"), "node_only", show=False)
+    rows = list(csv.DictReader(open(tmp_path / "run" / "tables" / "98_node_only.csv")))
+    assert [r["served_by"] for r in rows] == [node]
+    # locally every server runs here: no column, no sentence
+    shown.clear()
+    local = step.Step("97", tmp_path / "run", "local").frame(recs, "server")
+    assert "served_by" not in local.columns and not shown
