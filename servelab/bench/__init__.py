@@ -29,6 +29,8 @@
     with network_link("loopback" | "wan-100mbit-20ms", srv) as link: measure(run, exp, link.over(srv), …)
     meters=[CpuMeter(server_pid=srv.pid, link_pid=link.pid)]   # load-generator / client / server / link CPU %
     with pinned(server_pid): …   # client and server on separate cores where the OS allows
+    ab(…) stops the waiting server of two during the other's windows and records each one's idle CPU
+    (servelab.bench.idle: IdleSides, idle_cpu_pct)
 
 CLI: `servelab bench …` (see `servelab bench --help`): each command starts what it measures in a `with served(…)`.
 """
