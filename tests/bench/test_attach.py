@@ -35,3 +35,12 @@ def test_servers_that_cannot_say_are_labelled_by_address():
     assert attach("litserve", "http://127.0.0.1:9").served_by == "the LitServe server at 127.0.0.1:9"
     assert attach("fastapi", "http://127.0.0.1:9", engine="onnx").served_by == \
         "the service at 127.0.0.1:9 (its machine unreported)"
+
+
+def test_a_triton_elsewhere_is_labelled_with_the_gpus_it_reports(bench_triton):
+    """Attached without a pid, a Triton is labelled by its address and what its loaded config says it runs on
+    (here CPU instances: no GPU); the one the bench started is this machine."""
+    assert bench_triton.served_by.startswith("this machine (")
+    remote = attach("triton-http", bench_triton.http_url, model=bench_triton.model)
+    assert remote.gpus == [] and remote.served_by.endswith("(no GPU instances)")
+    assert remote.params()["served_by"] == remote.served_by

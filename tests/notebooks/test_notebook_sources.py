@@ -68,3 +68,12 @@ def test_node_commands_need_no_root_and_no_engine_internals(py):
     data root: /var/lib/docker is root-only and lays volumes out as the engine chooses."""
     commands = " ".join(re.findall(r"show_commands\(\"node\",(.*?)\)\n", py.read_text(), re.S))
     assert "/var/lib/docker" not in commands
+
+
+def test_hardware_sentences_follow_the_server_not_the_place():
+    """04 and 06b say what Triton computed on from the server's own report (the GPUs its loaded config names),
+    so a node run never reads 'these two cores', and a one-GPU node says multi-GPU scaling was not run."""
+    t04 = nbs.discover()[0].parent.joinpath("04_triton_dynamic_batching.py").read_text()
+    t06b = nbs.discover()[0].parent.joinpath("06b_scaling.py").read_text()
+    assert "these two cores" not in t04 and "triton.gpus" in t04
+    assert "gpus_seen < 2" in t06b and 'if place != "node":\n    step.not_run("multi-GPU' not in t06b
