@@ -7,6 +7,7 @@ defaults. Values are read when `Settings.from_env()` is called, never at import 
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -82,7 +83,9 @@ class Settings:
     # whose state files every process using it shares, as processes share one GPU
     device_profile: str = "vit-b32-h100"
     emulated_devices: int = 0
-    device_dir: Path = field(default_factory=lambda: workspace() / "build" / "emulated-devices")
+    # the emulated devices' shared state: a temporary folder every process on this machine can write (a Triton
+    # container mounts the servelab package read-only, so the workspace is no place for it)
+    device_dir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "servelab-emulated-devices")
     # service
     host: str = "127.0.0.1"
     port: int = SERVICE_PORT
