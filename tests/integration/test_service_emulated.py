@@ -17,7 +17,7 @@ from servelab.model.engines import make_embedder
 from servelab.service.process import ServiceProcess
 
 FLAT = profile("flat")  # 84 ms for any batch up to 4 images, then 20 ms per image
-OPTS = LoadOpts(min_requests=12, min_p50s=10.0, max_windows=5, tolerance=0.2, max_warmup_s=15.0)
+OPTS = LoadOpts(min_requests=12, min_p50s=8.0, max_windows=4, tolerance=0.2, max_warmup_s=10.0)
 
 
 def _service(tmp_path, devices_dir, max_batch: int) -> ServiceProcess:
