@@ -89,6 +89,9 @@ def _vit_b32_h100() -> DeviceProfile:
         fixed_ms=1.0,
         per_image_ms=round(compute_ms + copy_ms, 4),
         full_at=32,
+        # 40×: t(1) ≈ 0.1 s. On 2 busy laptop cores Triton in front of it kept up to about batch 16 (32 clients:
+        # 115 img/s where the device allows 155) and fell behind beyond (64 clients: 168 where it allows 313),
+        # when the CPU serving 602 KB tensor requests becomes the limit: keep lessons at 32 clients or fewer
         time_scale=40.0,
         source=(
             "roofline estimate, not a measurement: ViT-B/32's 8.8 GFLOP per image at 40 % of the H100 SXM's "

@@ -19,7 +19,7 @@ import numpy as np
 from servelab.config import Settings
 from servelab.model.device_profile import DeviceProfile, profile
 from servelab.model.emulated_device import EmulatedDevices
-from servelab.model.engines import Embedder
+from servelab.model.preprocess import INPUT_SHAPE
 from servelab.model.weights import EMBED_DIM
 
 _STRIDE = 28  # samples 3 × 8 × 8 pixels of a 224 × 224 image: cheap, and still different for different inputs
@@ -38,8 +38,9 @@ def stand_in_embedding(batch: np.ndarray) -> np.ndarray:
     return out / np.linalg.norm(out, axis=1, keepdims=True)
 
 
-class EmulatedEmbedder(Embedder):
-    """Engine `emulated`: waits t(B) on a shared emulated device, returns stand_in_embedding(batch)."""
+class EmulatedEmbedder:
+    """Engine `emulated`: waits t(B) on a shared emulated device, returns stand_in_embedding(batch). The same
+    interface as servelab.model.engines.Embedder (engines builds this one, so it does not import engines)."""
 
     engine = "emulated"
     threads = 0
@@ -52,7 +53,12 @@ class EmulatedEmbedder(Embedder):
         self.provider = self.profile.label  # in-process records name the device where others name cpu or cuda
         self.last_wait_s: float | None = None
 
-    def _run(self, batch: np.ndarray) -> np.ndarray:
+    def embed(self, batch: np.ndarray) -> np.ndarray:
+        batch = np.ascontiguousarray(batch, dtype=np.float32)
+        if batch.ndim != 4 or tuple(batch.shape[1:]) != INPUT_SHAPE:
+            raise ValueError(f"expected a float32 batch of shape [N, 3, 224, 224], got {list(batch.shape)}")
+        if batch.shape[0] == 0:
+            return np.zeros((0, EMBED_DIM), dtype=np.float32)
         with self.devices.occupied(batch.shape[0], self.device) as occupied:
             out = stand_in_embedding(batch)  # inside the device time, as a GPU's own work would be
         self.last_wait_s = occupied.waited_s

@@ -52,3 +52,10 @@ def test_emulated_is_an_engine_the_settings_accept():
     assert Settings.from_env(engine="emulated", device_profile="flat").engine == "emulated"
     with pytest.raises(ValueError, match="emulated_devices"):
         Settings.from_env(engine="emulated", emulated_devices=-1)
+
+
+def test_a_batch_of_the_wrong_shape_is_refused_before_the_device_is_used(engine):
+    with pytest.raises(ValueError, match=r"shape \[N, 3, 224, 224\], got \[2, 3, 32, 32\]"):
+        engine.embed(np.zeros((2, 3, 32, 32), np.float32))
+    assert engine.last_wait_s is None
+    assert engine.embed(np.zeros((0, 3, 224, 224), np.float32)).shape == (0, 512)
