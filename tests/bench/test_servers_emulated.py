@@ -18,7 +18,7 @@ def flat_device(tmp_path, monkeypatch):
     monkeypatch.setenv("SERVELAB_DEVICE_DIR", str(tmp_path / "devices"))
 
 
-@pytest.mark.parametrize("server", ["in-process", "fastapi", "triton-http"])
+@pytest.mark.parametrize("server", ["in-process", "fastapi", pytest.param("triton-http", marks=pytest.mark.triton)])
 def test_records_measured_on_the_emulated_engine_name_the_device(server, flat_device, tmp_path, onnx_meta):
     run = Run(run_id="emulated", root=tmp_path / "results", weights="test")
     with served(server, engine="emulated", log_path=tmp_path / f"{server}.log") if server != "in-process" \
