@@ -63,7 +63,7 @@ class DeviceProfile:
 
     @property
     def label(self) -> str:
-        devices = "" if self.devices == 1 else f" ×{self.devices} devices"
+        devices = "" if self.devices == 1 else f", {self.devices} devices"  # ASCII: it travels in HTTP headers
         return f"{EMULATED} {self.name}{devices}"
 
     def with_devices(self, devices: int) -> DeviceProfile:
