@@ -4,6 +4,7 @@
     p = profile("vit-b32-h100")          # a named profile (an unknown name: ValueError listing the names)
     p = profile("results/<run>/device-profile-onnx-cuda.json")   # or one written by `servelab bench device-profile`
     p.t_s(1), p.t_s(64)                   # seconds one batch occupies one device, time scale included
+    p.batching_gain(8), p.throughput_img_s(8)   # t(1)·8 ÷ t(8); devices × 8 ÷ t(8)
     p.label                               # "emulated vit-b32-h100": what every record and sentence says
 
 The curve has the shape a GPU has: a fixed cost per batch (kernel launches, synchronisation, the copies'
@@ -56,6 +57,11 @@ class DeviceProfile:
     def unscaled_t_s(self, batch: int) -> float:
         """t(B) on the hardware the profile describes (without the laptop's time scale)."""
         return self.t_s(batch) / self.time_scale
+
+    def throughput_img_s(self, batch: int) -> float:
+        """Images per second all devices deliver running batches of `batch` back to back (the ceiling a server
+        in front of them can reach at that batch)."""
+        return self.devices * batch / self.t_s(batch)
 
     def batching_gain(self, batch: int) -> float:
         """What batching can buy at `batch`: t(1)·B ÷ t(B), the throughput of batch B over B batches of one."""

@@ -12,6 +12,8 @@ def test_the_curve_is_flat_until_the_device_is_full_then_linear():
     assert p.t_s(1) == p.t_s(4) == pytest.approx(0.084)
     assert p.t_s(12) - p.t_s(4) == pytest.approx(8 * 0.020)
     assert p.batching_gain(4) == pytest.approx(4.0)
+    assert p.throughput_img_s(4) == pytest.approx(4 / 0.084)
+    assert profile("flat", devices=2).throughput_img_s(4) == pytest.approx(2 * 4 / 0.084)
 
 
 def test_the_vit_b32_roofline_is_slowed_for_the_laptop_and_keeps_its_ratios():
