@@ -91,13 +91,21 @@ def machine() -> dict:
     gpu_list, _ = gpus()
     return {"hostname": platform.node(), "cpu_model": cpu_model(),
             "cpu_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-            "gpus": [g["name"] for g in gpu_list if g.get("name")]}
+            "gpus": [g["name"] for g in gpu_list if g.get("name")], **standin()}
+
+
+def standin() -> dict:
+    """{"standin": what} inside an image built on a stand-in base (scripts/standin_images.sh sets SERVELAB_STANDIN
+    in the base, every image built on it inherits it), else {}: the rehearsal's rows say they ran on stand-ins."""
+    what = os.environ.get("SERVELAB_STANDIN")
+    return {"standin": what} if what else {}
 
 
 def machine_label(m: dict) -> str:
     """'node1: Intel Xeon … · 2 cores · NVIDIA A100' from `machine()`'s fields."""
     gpu = ", ".join(m.get("gpus") or []) or "no GPU"
-    return f"{m.get('hostname') or '?'}: {m.get('cpu_model') or '?'} · {m.get('cpu_usable') or '?'} cores · {gpu}"
+    label = f"{m.get('hostname') or '?'}: {m.get('cpu_model') or '?'} · {m.get('cpu_usable') or '?'} cores · {gpu}"
+    return label + (" · stand-in image" if m.get("standin") else "")
 
 
 def environment_fingerprint(weights: str | None = None) -> dict:
@@ -124,4 +132,5 @@ def environment_fingerprint(weights: str | None = None) -> dict:
         "weights": weights,
         "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
         "captured": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        **standin(),
     }
