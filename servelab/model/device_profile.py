@@ -113,9 +113,9 @@ def _vit_b32_h100() -> DeviceProfile:
 PROFILES: dict[str, DeviceProfile] = {p.name: p for p in (
     _vit_b32_h100(),
     DeviceProfile(
-        name="flat", fixed_ms=4.0, per_image_ms=20.0, full_at=4,
-        source="a test profile: 84 ms for any batch up to 4 images (the device is mostly idle at batch 1), "
-               "then 20 ms per image: the GPU's shape, small enough to fill with a few clients, slow enough that "
+        name="flat", fixed_ms=8.0, per_image_ms=40.0, full_at=4,
+        source="a test profile: 168 ms for any batch up to 4 images (the device is mostly idle at batch 1), "
+               "then 40 ms per image: the GPU's shape, small enough to fill with a few clients, slow enough that "
                "two laptop cores serve its requests faster than it runs them"),
     DeviceProfile(
         name="linear", fixed_ms=40.0, per_image_ms=1.5, full_at=1,

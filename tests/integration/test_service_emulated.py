@@ -16,8 +16,8 @@ from servelab.model.device_profile import profile
 from servelab.model.engines import make_embedder
 from servelab.service.process import ServiceProcess
 
-FLAT = profile("flat")  # 84 ms for any batch up to 4 images, then 20 ms per image
-OPTS = LoadOpts(min_requests=12, min_p50s=8.0, max_windows=4, tolerance=0.2, max_warmup_s=10.0)
+FLAT = profile("flat")  # 168 ms for any batch up to 4 images, then 40 ms per image
+OPTS = LoadOpts(min_requests=8, min_p50s=5.0, max_windows=4, tolerance=0.2, max_warmup_s=10.0)
 
 
 def _service(tmp_path, devices_dir, max_batch: int) -> ServiceProcess:
@@ -67,7 +67,7 @@ def test_the_service_and_another_process_contend_for_one_device(tmp_path):
                 while not stop.is_set():
                     client.embed_tensor(np.zeros((8, 3, 224, 224), np.float32))
 
-        workers = [threading.Thread(target=load) for _ in range(2)]
+        workers = [threading.Thread(target=load) for _ in range(4)]
         for w in workers:
             w.start()
         time.sleep(1.0)
@@ -78,4 +78,4 @@ def test_the_service_and_another_process_contend_for_one_device(tmp_path):
         for w in workers:
             w.join()
     print(f"a batch of 4 beside the loaded service: {shared * 1000:.0f} ms; alone: {FLAT.t_s(4) * 1000:.0f} ms")
-    assert shared >= 1.5 * FLAT.t_s(4), f"{shared * 1000:.0f} ms beside the service, {FLAT.t_s(4) * 1000:.0f} alone"
+    assert shared >= 1.4 * FLAT.t_s(4), f"{shared * 1000:.0f} ms beside the service, {FLAT.t_s(4) * 1000:.0f} alone"

@@ -9,11 +9,11 @@ from servelab.model.device_profile import PROFILES, is_emulated, profile
 
 def test_the_curve_is_flat_until_the_device_is_full_then_linear():
     p = profile("flat")
-    assert p.t_s(1) == p.t_s(4) == pytest.approx(0.084)
-    assert p.t_s(12) - p.t_s(4) == pytest.approx(8 * 0.020)
+    assert p.t_s(1) == p.t_s(4) == pytest.approx(0.168)
+    assert p.t_s(12) - p.t_s(4) == pytest.approx(8 * 0.040)
     assert p.batching_gain(4) == pytest.approx(4.0)
-    assert p.throughput_img_s(4) == pytest.approx(4 / 0.084)
-    assert profile("flat", devices=2).throughput_img_s(4) == pytest.approx(2 * 4 / 0.084)
+    assert p.throughput_img_s(4) == pytest.approx(4 / 0.168)
+    assert profile("flat", devices=2).throughput_img_s(4) == pytest.approx(2 * 4 / 0.168)
 
 
 def test_the_vit_b32_roofline_is_slowed_for_the_laptop_and_keeps_its_ratios():

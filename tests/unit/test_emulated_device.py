@@ -11,7 +11,7 @@ import pytest
 from servelab.model.device_profile import profile
 from servelab.model.emulated_device import EmulatedDevices, advance, finish_time
 
-FLAT = profile("flat")  # t(B) = 84 ms up to 4 images, then 20 ms per image
+FLAT = profile("flat")  # t(B) = 168 ms up to 4 images, then 40 ms per image
 
 
 def _state(now, **batches):
