@@ -71,13 +71,14 @@ def test_the_model_is_labelled_emulated(emulated_triton):
 
 
 def test_dynamic_batching_pays_several_times_and_a_queue_delay_fills_the_batches(emulated_triton):
-    """Linear profile, t(B) = 40 ms + 1.5 ms·B, one instance, 8 clients."""
+    """Linear profile, t(B) = 40 ms + 1.5 ms·B, one instance, 8 clients, max_batch_size 8. Without a queue delay
+    the clients split into two groups that take turns (each answered group resends while the other runs)."""
     _load(emulated_triton, device_profile="linear", batching=False)
     off = _measure(emulated_triton, 8)
-    _load(emulated_triton, device_profile="linear", delay_us=0)
+    _load(emulated_triton, device_profile="linear", delay_us=0, max_batch=8)
     on = _measure(emulated_triton, 8)
     t1_us = int(profile("linear").t_s(1) * 1e6)
-    _load(emulated_triton, device_profile="linear", delay_us=t1_us, max_batch=8)  # dispatched once all 8 are there
+    _load(emulated_triton, device_profile="linear", delay_us=t1_us, max_batch=8)  # a full batch leaves at once
     delayed = _measure(emulated_triton, 8)
     figures = (f"off {off['throughput_img_s']:.1f} img/s (avg batch {off['avg_batch']}), on {on['throughput_img_s']:.1f} "
                f"(avg batch {on['avg_batch']}), delay {t1_us} us and max_batch 8 {delayed['throughput_img_s']:.1f} "
