@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import urllib.request
 
 import numpy as np
@@ -13,7 +12,7 @@ import pytest
 
 from servelab.netutil import free_port
 from tests.conftest import cosine
-from tests.docker.conftest import REPO_ROOT, docker, http_get, wait_for
+from tests.docker.conftest import docker, http_get, wait_for
 
 
 @pytest.fixture
