@@ -162,7 +162,7 @@ EOF
         --profile gpu --run-id "$run_id" --no-progress-bar) || say "the lab run ended early (see $ROOT/results/$run_id/report.md)"
     local run="$ROOT/results/$run_id"
     for item in report.md run.json environment.json headlines.json tables plots; do
-        [ -e "$run/$item" ] && cp -r "$run/$item" "$dest/"
+        if [ -e "$run/$item" ]; then cp -r "$run/$item" "$dest/"; fi
     done
     say "reference written to $dest ($(du -sh "$dest" | cut -f1))"
 }
