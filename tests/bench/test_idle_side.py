@@ -135,7 +135,7 @@ def test_a_server_busy_while_idle_moves_the_ratio_only_when_it_is_not_stopped(on
     for rec in (qa, qb, pa, pb):
         assert rec["errors"] == 0 and rec["requests"] > 0
     assert unpaused["ratio"] < 0.5, unpaused            # B's burners took most of the CPU from A's windows
-    assert 0.65 < paused["ratio"] < 1.5, paused         # stopped while A ran: two copies of one service again
+    assert 0.6 < paused["ratio"] < 1.5, paused          # stopped while A ran: two copies of one service again
 
 
 def test_the_sentence_says_what_each_side_used_idle_and_whether_it_was_stopped():
