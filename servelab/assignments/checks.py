@@ -679,13 +679,15 @@ def _seconds(value, what: str) -> float:
 
 
 def compose_healthcheck(answer, *, cold_start_s: float, port: int = 8002, margin: float = 1.5,
-                        paths: tuple = ("/readyz", "/healthz"), script: str = "healthcheck.py",
+                        path: str = "/readyz", liveness_path: str = "/healthz", script: str = "healthcheck.py",
                         missing_tools: tuple = ("curl", "wget"), exercise: str, step=None,
                         strict: bool | None = None) -> CheckResult:
     """answer: YAML of a compose service's `healthcheck:` mapping (with or without the `healthcheck:` key), or
-    fn(cold_start_s). Correct: a CMD/CMD-SHELL test that asks the service on `port` for one of `paths` (or runs
-    the image's own `script`), using no tool the slim image lacks (`missing_tools`), and a start_period that
-    covers `margin` × this run's measured cold start (failures during it do not count)."""
+    fn(cold_start_s). Correct: a CMD/CMD-SHELL test that asks the service on `port` whether it is ready (`path`;
+    or runs the image's own `script`, which does), using no tool the slim image lacks (`missing_tools`), and a
+    start_period that covers `margin` × this run's measured cold start (failures during it do not count).
+    `liveness_path` is refused with the reason: it answers while the model loads, so `healthy` would come
+    before the service can serve and `depends_on: service_healthy` would send it traffic it cannot answer."""
 
     def judge(text):
         hc = _yaml(text, "your healthcheck")
@@ -700,8 +702,11 @@ def compose_healthcheck(answer, *, cold_start_s: float, port: int = 8002, margin
         if tools:
             reject(f"the slim service image has no {tools[0]}: use its Python (the image ships a {script})")
         if script not in cmd:
-            if not any(p in cmd for p in paths):
-                reject(f"the test should ask the service's health endpoint ({' or '.join(paths)})")
+            if path not in cmd and liveness_path in cmd:
+                reject(f"{liveness_path} answers as soon as the process listens, while the model is still loading: "
+                       f"Docker would call the container healthy before it can serve. Ask {path} (ready to serve)")
+            if path not in cmd:
+                reject(f"the test should ask the service whether it is ready to serve ({path})")
             if str(port) not in cmd:
                 reject(f"the test runs inside the container: ask the service's own port ({port})")
         if "start_period" not in hc:

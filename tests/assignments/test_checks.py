@@ -351,7 +351,8 @@ def test_compose_healthcheck():
     assert checks.compose_healthcheck(script, cold_start_s=30.0, exercise="t").passed
     for wrong, why in [
         (HEALTH.replace("1m", "20s"), "shorter than"),
-        (HEALTH.replace("/readyz", "/"), "health endpoint"),
+        (HEALTH.replace("/readyz", "/"), "ready to serve"),
+        (HEALTH.replace("/readyz", "/healthz"), "while the model is still loading"),
         (HEALTH.replace("8002", "8080"), "own port"),
         (HEALTH.replace("  start_period: 1m\n", ""), "no start_period"),
         (HEALTH.replace("1m", "soon"), "not a duration"),
