@@ -20,6 +20,7 @@ help:
 # requirements*.txt are generated from requirements.lock (`make lock` after changing pyproject's dependencies).
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m servelab.setup_guard requirements.txt
 	$(PIP) install --disable-pip-version-check -q -r requirements.txt
 	$(PIP) install --disable-pip-version-check -q --no-deps --no-build-isolation -e .
 	$(PY) -m ipykernel install --sys-prefix --name servelab --display-name "servelab (.venv)" >/dev/null

@@ -27,18 +27,20 @@ def test_cpu_session_passes_the_check(onnx_meta, settings):
 
 
 def test_tensorrt_cache_is_keyed_by_the_model(tmp_path):
+    """The options name one engine folder per export; building them touches nothing (a machine without TensorRT
+    is told so before any folder is made: tests/unit/test_providers.py)."""
+    from servelab.model.providers import tensorrt_options
+
     sha = "0123456789abcdef" * 4
-    trt, cuda, cpu = ort_providers("tensorrt", cache_dir=tmp_path, model_sha256=sha)
-    name, opts = trt
-    assert name == "TensorrtExecutionProvider"
-    assert opts["trt_engine_cache_path"] == str(tmp_path / sha[:16]) and (tmp_path / sha[:16]).is_dir()
+    opts = tensorrt_options(cache_dir=tmp_path, model_sha256=sha)
+    assert opts["trt_engine_cache_path"] == str(tmp_path / sha[:16]) and not (tmp_path / sha[:16]).exists()
     assert opts["trt_timing_cache_path"] == str(tmp_path)
     assert opts["trt_force_sequential_engine_build"] is True
-    other = ort_providers("tensorrt", cache_dir=tmp_path, model_sha256="f" * 64)[0][1]
+    other = tensorrt_options(cache_dir=tmp_path, model_sha256="f" * 64)
     assert other["trt_engine_cache_path"] != opts["trt_engine_cache_path"]
-    assert cuda == ("CUDAExecutionProvider", {"cudnn_conv_algo_search": "HEURISTIC"}) and cpu == "CPUExecutionProvider"
 
 
 def test_cuda_ep_uses_heuristic_cudnn_search():
     """EXHAUSTIVE (onnxruntime's default) re-benchmarks cuDNN per new batch shape on a live request."""
-    assert ort_providers("cuda")[0] == ("CUDAExecutionProvider", {"cudnn_conv_algo_search": "HEURISTIC"})
+    cuda, cpu = ort_providers("cuda")
+    assert cuda == ("CUDAExecutionProvider", {"cudnn_conv_algo_search": "HEURISTIC"}) and cpu == "CPUExecutionProvider"
