@@ -62,7 +62,7 @@ site = "CHI@UC"
 node_type = "gpu_rtx_6000"
 key_name = ""             # SSH key pair registered at the site
 repo_url = ""             # the git URL the node clones
-stacks = ["04-triton"]
+stacks = ["06a-all-backends", "jupyter"]  # service :8080 + Triton :8000-8002 (a full run needs both) + JupyterLab
 
 # %%
 from servelab.lab.places import place_defaults
@@ -136,7 +136,7 @@ show_code(chameleon.run_plan)
 show_commands("node",
               "nvidia-smi",
               "docker run --rm --gpus all nvidia/cuda:13.0.2-base-ubuntu24.04 nvidia-smi -L   # the container toolkit works",
-              "cd ~/servelab && docker compose -f docker/compose.04-triton.yaml up -d")
+              "cd ~/servelab && docker compose -f docker/compose.06a-all-backends.yaml up -d --wait   # service + Triton")
 show_commands("here",
               "ssh -N -L 8000:127.0.0.1:8000 -L 8001:127.0.0.1:8001 -L 8002:127.0.0.1:8002 -L 8080:127.0.0.1:8080 "
               "-L 8888:127.0.0.1:8888 cc@<floating-ip>",

@@ -95,7 +95,8 @@ class NodeSpec:
     hours: int = 4
     repo_url: str = ""
     repo_ref: str = "main"
-    stacks: tuple[str, ...] = ("04-triton",)
+    # a full lab run at the node needs the service (8080) and Triton (8000-8002): 06a's stack has both; JupyterLab
+    stacks: tuple[str, ...] = ("06a-all-backends", "jupyter")
     instances: int = 1  # Triton encoder instances per GPU (compose.00-prepare.yaml)
     pretrained: str = ""  # open_clip pretrained tag for every container on the node; "" = random-init
     ssh_user: str = "cc"
