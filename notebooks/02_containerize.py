@@ -20,14 +20,16 @@
 #   model comes from, and how the platform learns the container is healthy;
 # - read a compose file that runs it on a node: environment, read-only model volume, ports bound to
 #   loopback, GPUs requested from the NVIDIA runtime;
-# - size a health check's grace period from a measured cold start.
+# - size a health check's grace period from a measured cold start;
+# - where Docker runs on your machine: build the image, start it, and read three answers apart — the
+#   container *started*, the service is *alive*, the service is *ready* — and what the container costs.
 #
 # ```mermaid
 # flowchart LR
 #   subgraph NODE[GPU node: Docker engine + NVIDIA container toolkit]
 #     subgraph C[container servelab:cpu / :gpu]
 #       U[uvicorn :8002<br/>non-root user] --> M[ONNX Runtime session]
-#       H[HEALTHCHECK<br/>python probe of /healthz] -.-> U
+#       H[HEALTHCHECK<br/>python probe of /readyz] -.-> U
 #     end
 #     V[(artifacts/ volume<br/>model.onnx, read-only)] --> M
 #     G[GPU via deploy.resources<br/>.reservations.devices] -.-> M
@@ -38,19 +40,26 @@
 # A container fixes the serving environment: base image, Python packages, the model files, the user it
 # runs as, and how the platform knows it is healthy. servelab ships:
 #
-# - `docker/Dockerfile` — the CPU service (slim Python base, non-root user, `HEALTHCHECK` on `/healthz`,
+# - `docker/Dockerfile` — the CPU service (slim Python base, non-root user, `HEALTHCHECK` on `/readyz`,
 #   model mounted or exported at build, never downloaded at run time);
 # - `docker/Dockerfile.gpu` — CUDA runtime base with onnxruntime-gpu and CUDA torch;
 # - `docker/compose.<step>.yaml` — one stack per lab step, GPUs requested with
 #   `deploy.resources.reservations.devices`, ports bound to the node's loopback.
 #
-# Building and running images needs a Docker engine, which this machine does not have. What *can* be done
-# here is to validate every file the way the engine would read it: compose files against the compose
-# specification, Dockerfiles for pinned bases, non-root user, health check and existing `COPY` sources.
+# Every file is first validated the way the engine would read it: compose files against the compose
+# specification, Dockerfiles for pinned bases, non-root user, health check and existing `COPY` sources. Where
+# a Docker engine answers on this machine (Docker Desktop on a laptop, Docker Engine on Linux), the notebook
+# then builds the image and runs it; where none does, it says so and the rest still runs.
 
 # %% tags=["parameters"]
 place = ""                # local | node ("": $SERVELAB_PLACE, else local)
 out_dir = ""              # "": results/interactive in this checkout
+service_url = ""          # "": the place's service (local :8002, node :8080): the bare process the container is compared with
+service_pid = 0
+cold_build = True         # with an engine, also build from scratch (--no-cache, about a minute); smoke: cached only
+# how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
+load = {"min_requests": 20, "min_p50s": 10.0, "min_window_s": 4.0, "max_windows": 6, "tolerance": 0.1,
+        "quick": False}
 
 # %%
 from servelab.lab.places import place_defaults
@@ -58,8 +67,6 @@ from servelab.lab.places import place_defaults
 globals().update(place_defaults(globals()))  # "" parameters -> this place's endpoints, model names, out_dir
 
 # %%
-import shutil
-
 import pandas as pd
 
 from servelab.lab.step import Step, run_checks, show_commands
@@ -72,7 +79,7 @@ step = Step("02", out_dir, place)
 # The CPU service image, read from `docker/`. Read it top to bottom: a pinned slim Python base, the
 # service's own requirements, the package, a user without root rights, and a `HEALTHCHECK` that runs
 # `docker/healthcheck.py` inside the container (Python, because the slim image has no curl) against the
-# service's `/healthz`.
+# service's `/readyz`: *ready to serve*, not merely *listening*.
 
 # %%
 from servelab.lab.step import repo_path, show_code
@@ -113,28 +120,17 @@ step.answer(f"{len(checks)} offline checks ran ({', '.join(f'{n} {k}' for k, n i
             "`tables/02_validation.csv`. Caught here: compose files that break the compose specification, unpinned "
             "base images, a root user, a missing health check, `COPY` sources that do not exist. Not catchable without "
             "an engine: a package that fails to install, a CUDA/driver mismatch, a model that does not load in the "
-            "image — the build and first start on the node are the test for those."
+            "image, a file the container's user cannot read — building the image and starting it (below, where an "
+            "engine answers; on the node in any case) are the test for those."
             + (f" Failing now: {', '.join(problems['check'].head(3))}." if len(problems) else ""))
-
-# %% [markdown]
-# ## Build and run (on a machine with Docker — the GPU node)
-
-# %%
-show_commands("node",
-              "docker compose -f docker/compose.00-prepare.yaml run --rm prepare     # export + stage, once",
-              "docker compose -f docker/compose.02-service-cpu.yaml up -d --build",
-              "docker compose -f docker/compose.02-service-cpu.yaml ps                # health: healthy",
-              f"curl -s http://127.0.0.1:{stack_ports('02-service-cpu')[0]}/healthz")
-engine = shutil.which("docker") and shutil.os.path.exists("/var/run/docker.sock")
-if not engine:
-    step.not_run("docker build and docker compose up", "no Docker engine on this machine",
-                 "every compose file and Dockerfile validated offline")
 
 # %% [markdown]
 # ### Exercise: the service's health check in compose
 # Docker marks a container *healthy* by running its `healthcheck.test` inside it; `depends_on: condition:
 # service_healthy` and operators rely on that. While the model loads, the service cannot answer, and
-# failures during `start_period` do not count. How long is loading? Measured here: a fresh service process
+# failures during `start_period` do not count. The service answers two questions over HTTP: `/healthz` — *is
+# the process alive?* (it answers as soon as uvicorn listens) — and `/readyz` — *can it serve?* (200 only once
+# the model has run a real batch). Docker's `healthy` should mean the second. How long is loading? Measured here: a fresh service process
 # from start to ready (`/readyz`) — on this machine, not in a container — three times, because one start is one
 # sample of a shared machine. A health check must allow for the *slowest* start, not the typical one.
 
@@ -177,14 +173,203 @@ assignment_checks.compose_healthcheck(service_healthcheck, cold_start_s=cold_sta
                                       exercise="02.1", step=step)
 
 # %% [markdown]
+# ## Build the image
+# Where a Docker engine answers — `docker version` reaches it; a `docker` command or a socket file alone is not
+# enough — the notebook builds `docker/Dockerfile` here and runs it the way the compose file above does.
+#
+# **Predict first.** The Dockerfile installs the Python packages in one layer and copies servelab's code in a
+# later one. After a change to servelab's code only, what share of a build from scratch will the rebuild take?
+# And of the image's size, how much is the base image, how much the packages, how much servelab's code?
+
+# %%
+from servelab.deploy.containers import base_image, build_image, engine_version, image_info, image_layers
+
+IMAGE = "servelab:cpu-0.1.0"  # the tag docker/compose.02-service-cpu.yaml runs
+engine = engine_version()
+show_commands("here" if engine else "node",
+              *([f"docker build --no-cache -f docker/Dockerfile -t {IMAGE}-cold . && docker image rm {IMAGE}-cold"]
+                if cold_build else []),
+              f"docker build -f docker/Dockerfile -t {IMAGE} .",
+              f"docker image ls {IMAGE}; docker history {IMAGE}")
+show_commands("node",  # the same image on the GPU node, through the step's compose file
+              "docker compose -f docker/compose.00-prepare.yaml run --rm prepare     # export + stage, once",
+              "docker compose -f docker/compose.02-service-cpu.yaml up -d --build",
+              "docker compose -f docker/compose.02-service-cpu.yaml ps                # health: healthy",
+              f"curl -s http://127.0.0.1:{stack_ports('02-service-cpu')[0]}/readyz")
+if not engine:
+    step.not_run("building and running the service image", "no Docker engine answers on this machine "
+                 "(`docker version` reached none)", "every compose file and Dockerfile validated offline above; run "
+                 "the commands shown where Docker runs (Docker Desktop, Docker Engine, the GPU node)")
+elif not cold_build:
+    step.not_run("a build from scratch (--no-cache)", "this profile keeps to seconds, and a build from scratch "
+                 "downloads and installs every package again (about a minute on two cores)",
+                 "the rebuild from the layer cache; `--param cold_build=true` adds it")
+
+# %%
+if engine:
+    builds = []
+    if cold_build:  # from scratch under a throwaway tag, removed after: the image the lesson runs stays as it is
+        builds.append(build_image(f"{IMAGE}-cold", "docker/Dockerfile", cached=False, keep=False))
+    built = build_image(IMAGE, "docker/Dockerfile")
+    builds.append(built)
+    base = base_image("docker/Dockerfile")
+    base_mb = image_info(base)["size_mb"]
+    step.table(pd.DataFrame([{"build": "from the layer cache" if b.cached else "from scratch (--no-cache)",
+                              "seconds": b.seconds, "image MB": b.size_mb, "base": base, "base MB": base_mb,
+                              "stand-in base": b.standin or "no"} for b in builds]),
+               "build", f"Building {IMAGE} from docker/Dockerfile", measured=False)
+    layers = step.table(pd.DataFrame([row for row in image_layers(IMAGE, below=base) if row["size_mb"] > 0]),
+                        "layers", f"The layers docker/Dockerfile adds on top of {base} (docker history)",
+                        measured=False)
+
+# %%
+if engine:
+    scratch = next((b for b in builds if not b.cached), None)
+    packages = layers[layers["step"].str.contains("pip install")]["size_mb"].sum()
+    code = layers[layers["step"].str.contains("COPY servelab")]["size_mb"].sum()
+    step.answer(
+        f"Rebuilding from the layer cache took {built.seconds:.1f} s"
+        + (f", building from scratch {scratch.seconds:.0f} s ({scratch.seconds / built.seconds:.0f}× as long): Docker reuses "
+           "a layer as long as its instruction and inputs are unchanged, so the package layer comes from the cache "
+           "until docker/requirements-service.txt changes, and a code change rebuilds only the layers from "
+           "`COPY servelab` on." if scratch else
+           " (a build from scratch was not timed in this profile): Docker reuses a layer as long as its instruction "
+           "and inputs are unchanged, so a code change rebuilds only the layers from `COPY servelab` on.")
+        + f" The image is {built.size_mb:.0f} MB: the base {base_mb:.0f} MB, the packages {packages:.0f} MB, "
+        f"servelab's code {code:.1f} MB; the model is not in it — it is mounted at run time."
+        + (f" These sizes and times come from a stand-in base image ({built.standin}): the official {base} has "
+           "another size, so only the layers the Dockerfile adds carry over to your machine." if built.standin else ""))
+
+# %% [markdown]
+# ## Run it: started, alive, ready — and Docker's `healthy`
+# The container starts as the compose file runs it: the export mounted read-only at `/models`, the service's
+# port published on this machine's loopback only (a free port here). Then the notebook asks, every 0.1 s from
+# outside, three questions: has the container *started* (`docker run` returned, its process runs), is the
+# service *alive* (`/healthz` 200), is it *ready* (`/readyz` 200)? Once it is alive but not yet ready, your
+# healthcheck from exercise 02.1 runs inside the container (`docker exec`, what Docker itself does), and again
+# once ready. Docker's own status comes from the image's `HEALTHCHECK`, read beside them with its probe log.
+#
+# **Predict first.** How many seconds after `docker run` will `/healthz` answer, and `/readyz`? When will
+# `docker ps` say `healthy` — and why not at the moment `/readyz` first answers?
+
+# %%
+import atexit
+import contextlib
+import os
+import shlex
+
+from servelab.config import Settings
+from servelab.deploy.containers import exec_healthcheck, healthcheck_command, run_args, service_container, weights_env
+from servelab.model.export import ensure_exported
+
+if engine:
+    settings = Settings.from_env()
+    models = os.path.dirname(ensure_exported(settings)["path"])  # the export this run serves
+    env = {**weights_env(settings), "SERVELAB_ENGINE": settings.engine}  # what the bare service runs
+    try:  # your healthcheck, right or wrong: the container shows what it answers
+        probe = service_healthcheck(cold_start_s)
+        healthcheck_command(probe)  # a test Docker could run?
+        own = "your healthcheck"
+    except Exception as exc:  # noqa: BLE001 - not written yet, or no test Docker could run: the image's own
+        probe = {"test": ["CMD", "python", "/opt/servelab/docker/healthcheck.py"]}
+        own = f"the image's own healthcheck (yours could not run: {type(exc).__name__})"
+    containers = contextlib.ExitStack()
+    atexit.register(containers.close)  # the container goes even when a later cell fails
+    container = containers.enter_context(service_container(IMAGE, name=f"nb02-service-{step.run.run_id}",
+                                                           models=models, env=env, checkpoint=settings.checkpoint))
+    show_commands("here", "docker " + shlex.join(run_args(IMAGE, name=container.name, models=models,
+                                                          port=container.port, env=env, checkpoint=settings.checkpoint)))
+    start = container.wait_started(on_alive=lambda: exec_healthcheck(container.name, probe))
+    once_ready = exec_healthcheck(container.name, probe)
+    health = image_info(IMAGE)["healthcheck"]
+    events = [("`docker run -d` returned", "started", start.run_s),
+              ("`/healthz` answered 200", "alive", start.healthz_s),
+              ("`/readyz` answered 200", "ready", start.readyz_s),
+              ("Docker's status `healthy`", "ready, as Docker knows it", start.healthy_s)]
+    events += [(f"Docker's HEALTHCHECK probe: exit {p['exit_code']}", "ready?", p["at_s"]) for p in start.probes]
+    step.table(pd.DataFrame(sorted(events, key=lambda e: e[2] if e[2] is not None else 1e9),
+                            columns=["event", "question", "seconds after docker run"]),
+               "start", f"{IMAGE} from `docker run` to healthy (Docker's probe times count from the container's "
+               "start, within the `docker run` call)")
+
+# %%
+if engine:
+    loading = start.during_loading  # your healthcheck's run while alive but not ready (None: no such moment seen)
+    after = f"once ready it exited {once_ready.exit_code}" + (" (passed)" if once_ready.passed else
+                                                              f" (failed: {once_ready.output[-120:]})")
+    if loading is None:
+        gap = ("The model was ready by the time `/healthz` first answered: no gap between alive and ready could be "
+               f"seen on this run. {own.capitalize()}: {after}. ")
+    else:
+        verdict = "failed, as it should: not ready yet" if not loading.passed else \
+            "passed — so it does not ask whether the model can serve"
+        gap = (f"For {start.readyz_s - start.healthz_s:.1f} s the service was alive but not ready: a health check on "
+               f"`/healthz` would have called it healthy while it could not serve. {own.capitalize()}, run inside "
+               f"the container then, exited {loading.exit_code} ({verdict}); {after}. ")
+    docker_said = (f"Docker's status was `{start.status_at_ready}` when `/readyz` first answered and turned `healthy` "
+                   f"at {start.healthy_s:.1f} s: its probe runs every {health['interval_s']:g} s (the image's "
+                   f"`--interval`), so Docker learns of readiness up to one interval late — a `depends_on: "
+                   "service_healthy` waits for that, not for the service."
+                   if start.healthy_s is not None else "Docker's status was not waited for.")
+    step.answer(f"The container started in {start.run_s:.1f} s, answered `/healthz` at {start.healthz_s:.1f} s and "
+                f"`/readyz` at {start.readyz_s:.1f} s after `docker run` (a bare service process: median "
+                f"{cold['start_to_ready_s']:.1f} s from start to ready above). " + gap + docker_said
+                + (f" On the way Docker called it `unhealthy`: loading outlasted start_period {health['start_period_s']:g} s "
+                   f"+ {health['retries']} retries × {health['interval_s']:g} s." if start.unhealthy_seen else "")
+                + (" The container runs on a stand-in base image; its times are this machine's, not the official "
+                   "image's." if built.standin else ""))
+
+# %% [markdown]
+# ## What does the container cost? The container against the bare process
+# The same service code, engine and export, on the same cores: the lab's own service (a bare process on this
+# machine) and the container, measured in alternating windows so that the shared machine's drift cancels,
+# one client sending one image at a time as a binary tensor. Between the client and the container sit Docker's
+# published port (a userland proxy or NAT rules) and the container's network namespace.
+#
+# **Predict first.** Will the container answer measurably slower than the bare process? By more or less than
+# 5 %?
+
+# %%
+if engine and place == "local":
+    from servelab.bench.experiments import ab
+    from servelab.bench.report import idle_sentence, ratio_sentence
+    from servelab.lab.places import attach
+
+    bare = attach("fastapi", service_url, payload="tensor", pid=service_pid or None)
+    boxed = attach("fastapi", container.url, payload="tensor")
+    boxed_rec, bare_rec, box_ratio = ab(step.run, "02-container", boxed, bare, label_a="container",
+                                        label_b="process", opts=step.opts(load))
+    cost = step.frame([boxed_rec, bare_rec], "engine", "batch", "throughput_img_s", "throughput_min_img_s",
+                      "throughput_max_img_s", "latency_p50_ms", "latency_p99_ms", "stable", "params.served_by")
+    cost = cost.rename(columns={"params.served_by": "served by"})
+    cost.insert(0, "runs as", ["container", "bare process"])
+    step.table(cost, "container_vs_process", "The service in its container against the bare process (interleaved, "
+               "batch 1, one client)")
+elif engine:
+    step.not_run("the container against the bare process", f"at place={place} the bare service is the node's and the "
+                 "container this machine's: the ratio would compare two machines", "run the notebook with place=local")
+
+# %%
+if engine and place == "local":
+    step.answer(f"p50 {bare_rec['latency_p50_ms']:.1f} ms as a bare process, {boxed_rec['latency_p50_ms']:.1f} ms in the "
+                f"container ({boxed_rec['latency_p50_ms'] - bare_rec['latency_p50_ms']:+.1f} ms). "
+                + ratio_sentence(box_ratio) + ". " + idle_sentence(box_ratio) + "."
+                + (" The container runs on a stand-in base image (its Python is this machine's own CPython): the "
+                   "official image's interpreter build may differ." if built.standin else ""))
+
+# %%
+if engine:
+    containers.close()  # docker rm -f: the container is gone; the image stays for the next run
+
+# %% [markdown]
 # ## Compared with the source material
 # The **photo-dedup "Technical Deep-Dive"** containerised the same service from `python:3.11-slim` with a
 # separate ML requirements file, a non-root user, the model loaded at start-up (not per request) and
 # `HEALTHCHECK CMD curl -f http://localhost:8002/healthz`; it then built a CUDA image
 # (`nvidia/cuda:12.1.0-runtime-ubuntu22.04`) with `docker buildx --platform linux/amd64` and ran it on
-# Vast.ai GPUs. The same shape here, with pinned bases and a Python probe instead of curl; the exercise
-# below goes one step further and probes `/readyz` (the model can serve) rather than `/healthz` (the
-# process is up). The
+# Vast.ai GPUs. The same shape here, with pinned bases and a Python probe instead of curl; the image's
+# health check and exercise 02.1 go one step further and probe `/readyz` (the model can serve) rather than
+# `/healthz` (the process is up), and the run above shows the difference on a real container. The
 # **Chameleon lab** runs its FastAPI endpoint, a Flask front-end and a Jupyter client as three containers of
 # one compose file on the P100 node. See `SOURCES.md`; this repository's own GPU reference results will be
 # filed under `reference/` once measured on a GPU node.
@@ -195,4 +380,10 @@ bad = checks[checks["outcome"].isin(["failed", "error"])]
 step.shows(f"{len(stacks)} compose stacks are defined; {n_ok} of {len(checks)} offline checks passed"
            + (f", {len(bad)} failed ({', '.join(bad['check'].head(3))})." if len(bad) else
               f" ({int((checks['outcome'] == 'skipped').sum())} skipped with a reason).")
-           + ("" if engine else " No image was built or started here: there is no Docker engine."))
+           + (" No image was built or started here: no Docker engine answered." if not engine else
+              f" The image ({built.size_mb:.0f} MB{', stand-in base' if built.standin else ''}) rebuilt from the layer "
+              f"cache in {built.seconds:.1f} s"
+              + (f" ({scratch.seconds:.0f} s from scratch)" if scratch else "")
+              + f"; its container answered /healthz {start.healthz_s:.1f} s and /readyz {start.readyz_s:.1f} s after "
+              "`docker run`" + (f", Docker called it healthy at {start.healthy_s:.1f} s" if start.healthy_s else "")
+              + (f"; container ÷ bare process, {ratio_sentence(box_ratio)}" if place == "local" else "") + "."))

@@ -101,13 +101,44 @@ def build_image(tag: str, dockerfile: str, *, cached: bool = True, keep: bool = 
                  size_mb=info["size_mb"], standin=info["standin"], kept=keep)
 
 
+def base_image(dockerfile: str | Path) -> str:
+    """The image a Dockerfile starts from (its first FROM), e.g. python:3.11.14-slim-bookworm."""
+    path = Path(dockerfile)
+    path = path if path.is_absolute() else checkout() / path
+    for line in path.read_text().splitlines():
+        words = line.split()
+        if words and words[0].upper() == "FROM":
+            return next(w for w in words[1:] if not w.startswith("--"))
+    raise ValueError(f"{dockerfile}: no FROM line")
+
+
 def image_info(tag: str) -> dict:
-    """{'id', 'size_mb', 'standin'} of a local image; standin from the SERVELAB_STANDIN its base sets (or None)."""
-    out = docker("image", "inspect", "-f", "{{.Id}}\t{{.Size}}\t{{range .Config.Env}}{{println .}}{{end}}", tag,
-                 timeout=60).stdout
-    image_id, size, env = out.split("\t", 2)
-    standin = next((line.split("=", 1)[1] for line in env.splitlines() if line.startswith("SERVELAB_STANDIN=")), None)
-    return {"id": image_id, "size_mb": round(int(size) / 1e6, 1), "standin": standin or None}
+    """{'id', 'size_mb', 'standin', 'healthcheck'} of a local image: standin from the SERVELAB_STANDIN its base
+    sets (or None); healthcheck the image's HEALTHCHECK ({'test', 'interval_s', 'start_period_s', 'retries'},
+    or None)."""
+    import json
+
+    out = docker("image", "inspect", "-f", "{{.Id}}\t{{.Size}}\t{{json .Config}}", tag, timeout=60).stdout
+    image_id, size, config = out.split("\t", 2)
+    config = json.loads(config) or {}
+    standin = next((e.split("=", 1)[1] for e in config.get("Env") or [] if e.startswith("SERVELAB_STANDIN=")), None)
+    hc = config.get("Healthcheck") or None
+    health = {"test": hc.get("Test"), "interval_s": hc.get("Interval", 30e9) / 1e9,
+              "start_period_s": hc.get("StartPeriod", 0) / 1e9, "retries": hc.get("Retries", 3)} if hc else None
+    return {"id": image_id, "size_mb": round(int(size) / 1e6, 1), "standin": standin or None, "healthcheck": health}
+
+
+def image_layers(tag: str, below: str | None = None) -> list[dict]:
+    """The image's layers, newest first: {'size_mb', 'step'} (the Dockerfile instruction that made it). With
+    `below` (the base image), only the layers the Dockerfile added on top of it."""
+    def history(t: str) -> list[dict]:
+        out = docker("history", "--no-trunc", "--human=false", "--format", "{{.Size}}\t{{.CreatedBy}}", t,
+                     timeout=60).stdout
+        rows = [line.split("\t", 1) for line in out.splitlines() if line.strip()]
+        return [{"size_mb": round(int(size) / 1e6, 1), "step": _instruction(step)} for size, step in rows]
+
+    layers = history(tag)
+    return layers[:len(layers) - len(history(below))] if below else layers
 
 
 # --- containers --------------------------------------------------------------------------------------------
@@ -307,6 +338,14 @@ def _instant(text: str) -> dt.datetime:
     """Docker's RFC 3339 times carry nanoseconds; Python reads microseconds."""
     head, _, frac = text.rstrip("Z").partition(".")
     return dt.datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}+00:00" if frac else f"{head}+00:00")
+
+
+def _instruction(created_by: str) -> str:
+    """A history entry as the Dockerfile line that made it: `RUN /bin/sh -c pip …` -> `RUN pip …`."""
+    text = " ".join(created_by.split())
+    for noise in ("/bin/sh -c #(nop) ", " # buildkit"):
+        text = text.replace(noise, "")
+    return text.replace("RUN /bin/sh -c ", "RUN ", 1).removeprefix("/bin/sh -c ")
 
 
 def _r(x: float | None) -> float | None:

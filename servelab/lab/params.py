@@ -18,6 +18,8 @@ import yaml
 # `max_windows` were measured; `quick` marks a smoke run whose numbers are not results.
 # extra_servers: start servers beyond the run's stack for a comparison (a torch-engine service in 04, the
 # LitServe peer in 06a); the smoke profile skips them to stay at seconds per notebook and says so.
+# cold_build: where a Docker engine answers, 02 also times the service image built from scratch (--no-cache:
+# every package downloaded again, about a minute on 2 cores); the smoke profile times the cached rebuild only.
 SMOKE_LOAD = {"min_requests": 1, "min_p50s": 1.0, "max_windows": 3, "tolerance": 0.5, "max_warmup_s": 10.0,
               "quick": True}
 # min_window_s: a shared machine's speed moves in bursts of seconds; a window of 20 requests at a 70 ms p50
@@ -36,28 +38,28 @@ PROFILES: dict[str, dict[str, Any]] = {
     "smoke": dict(
         load=SMOKE_LOAD, batch_sizes=[1, 2], concurrency_levels=[1, 2], queue_delays_us=[0, 2000],
         instance_counts=[1, 2], serialisation_batches=[1, 4], n_photos=12,
-        profile_runs=1, extra_servers=False, engines=["onnx", "onnx-int8"],
+        profile_runs=1, extra_servers=False, cold_build=False, engines=["onnx", "onnx-int8"],
     ),
     # about 35 minutes on 2 cores for the whole lab: every point settles or says it did not. A window lasts
     # >= 10 p50s and >= 20 requests (at c=8 or batch 8 about 4-8 s here), so the sweeps have two points each
     "default": dict(
         load=DEFAULT_LOAD, batch_sizes=[1, 8], concurrency_levels=[1, 8], queue_delays_us=[0, 4000],
         instance_counts=[1, 2], serialisation_batches=[1, 4, 16], n_photos=60,
-        profile_runs=4, extra_servers=True, engines=["torch", "onnx", "onnx-int8"],
+        profile_runs=4, extra_servers=True, cold_build=True, engines=["torch", "onnx", "onnx-int8"],
     ),
     # longer sweeps, tighter tolerance; for a quiet machine
     "full": dict(
         load=FULL_LOAD, batch_sizes=[1, 2, 4, 8, 16, 32], concurrency_levels=[1, 2, 4, 8, 16, 32],  # Triton CPU max batch 32
         queue_delays_us=[0, 500, 2000, 5000, 10000, 20000], instance_counts=[1, 2, 3, 4],
         serialisation_batches=[1, 4, 16, 64], n_photos=200, profile_runs=10,
-        extra_servers=True, engines=["torch", "onnx", "onnx-int8"],
+        extra_servers=True, cold_build=True, engines=["torch", "onnx", "onnx-int8"],
     ),
     # one GPU machine (`servelab lab run --device cuda --profile gpu`): batches to 256, clients to 128; the stack
     # is staged with max batch 256 on the GPU. Meant to finish within one short lease (not yet timed on a GPU)
     "gpu": dict(
         load=GPU_LOAD, batch_sizes=[1, 16, 64, 256], concurrency_levels=[1, 16, 64, 128],
         queue_delays_us=[0, 500, 2000], instance_counts=[1, 2], serialisation_batches=[1, 16, 64, 256],
-        n_photos=256, profile_runs=4, extra_servers=True, engines=["torch", "onnx", "onnx-int8"],
+        n_photos=256, profile_runs=4, extra_servers=True, cold_build=True, engines=["torch", "onnx", "onnx-int8"],
     ),
 }
 

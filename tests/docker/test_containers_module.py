@@ -9,6 +9,7 @@ import pytest
 
 from servelab.deploy.containers import (
     DockerError,
+    base_image,
     build_image,
     engine_version,
     exec_healthcheck,
@@ -37,6 +38,12 @@ def test_healthcheck_command_is_what_docker_runs():
             healthcheck_command(wrong)
 
 
+def test_base_image_is_the_first_from(tmp_path):
+    assert base_image("docker/Dockerfile").startswith("python:3.11")
+    (tmp_path / "Dockerfile").write_text("# comment\nFROM --platform=linux/amd64 debian:12 AS base\nFROM base\n")
+    assert base_image(tmp_path / "Dockerfile") == "debian:12"
+
+
 def test_engine_version_asks_the_engine(engine, monkeypatch):
     assert engine_version() == engine
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")  # the CLI is there, no engine behind it
@@ -52,6 +59,8 @@ def test_a_cached_build_changes_nothing_and_reports_size_and_standin(image):
     assert b.size_mb == round(size / 1e6, 1)
     env = docker("image", "inspect", "-f", "{{range .Config.Env}}{{println .}}{{end}}", tag).stdout
     assert (b.standin is not None) == ("SERVELAB_STANDIN=" in env)
+    assert image_info(tag)["healthcheck"]["test"][-1].endswith("healthcheck.py")
+    assert image_info(base_image("docker/Dockerfile"))["healthcheck"] is None  # a base without HEALTHCHECK reads too
 
 
 def test_a_throwaway_cold_build_is_removed(image, tmp_path):
