@@ -98,7 +98,7 @@ from servelab.triton.repository import STAGING
 
 repository = Path(triton_repository)
 if not (repository / triton_model).is_dir():  # not this machine's Triton (e.g. the node's): read its template
-    repository = STAGING / ("gpu" if place == "node" else "cpu")
+    repository = next(STAGING / f for f in ("gpu", "cpu") if (STAGING / f / triton_model).is_dir())
 show_code(repository / triton_model / "config.pbtxt", lang="protobuf")
 
 # %% [markdown]
