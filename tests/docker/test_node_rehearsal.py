@@ -1,0 +1,30 @@
+"""The GPU node's path, rehearsed on this CPU machine: scripts/rehearse_node.sh runs the node's own bootstrap and
+the README's commands on a fresh clone, with one override file (no GPU reservations, stand-in images), then the
+smoke lab at place=node from the node's lab container and from this machine through the published ports."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+from tests.docker.conftest import REPO_ROOT
+
+
+def test_the_node_rehearsal_runs_every_notebook_from_both_sides(standins, tmp_path):
+    env = {**os.environ, "REHEARSAL_DIR": str(tmp_path)}
+    out = subprocess.run(["bash", "scripts/rehearse_node.sh"], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                         timeout=3000)
+    summary_path = tmp_path / "summary.json"
+    assert summary_path.exists(), out.stdout[-4000:] + out.stderr[-4000:]
+    summary = json.loads(summary_path.read_text())
+    for run in summary["runs"]:
+        assert run["notebooks"] == 12 and run["ok"] == 12, (run, out.stdout[-4000:])
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+
+    # every row names the machine that served it; the node's servers are containers on stand-in images here
+    records = [json.loads(line) for p in (tmp_path / "clone" / "results" / "rehearsal-node").rglob("records.jsonl")
+               for line in p.read_text().splitlines() if line.strip()]
+    served_by = {r.get("params", {}).get("served_by") for r in records}
+    assert records and None not in served_by, "a record without served_by"
+    assert any("stand-in image" in (s or "") for s in served_by), served_by
