@@ -125,6 +125,9 @@ def ab(run: Run, experiment: str, a: Served, b: Served, *, label_a: str, label_b
     s = res.summary()
     # what both sides had in common (the link, Triton's instances…) names the ratio's point too
     shared = {k: v for k, v in ra["params"].items() if k not in ("load", "side") and rb["params"].get(k, ...) == v}
+    machines = [r["params"].get("served_by") for r in (ra, rb)]
+    if "served_by" not in shared and all(machines):  # a ratio of two machines names both
+        shared["served_by"] = f"A: {machines[0]}; B: {machines[1]}"
     rr = run.record(experiment, kind="ab", server=f"{label_a} / {label_b}", ratio=s["ratio"],
                     ratio_min=s["ratio_min"], ratio_max=s["ratio_max"], latency_p50_ratio=s["latency_p50_ratio"],
                     stable=s["stable"], repeats=s["pairs"], quick=s["quick"], a=label_a, b=label_b,

@@ -120,6 +120,10 @@ def new_run_id(name: str = "bench") -> str:
     return f"{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}-{name}"
 
 
+# records measured in this process, not by a server: the in-process engine, the client's own work
+LOCAL_SERVERS = ("in-process", "client")
+
+
 class Run:
     """`results/<run-id>/`: records.jsonl + environment.json; `add()` validates and persists each record."""
 
@@ -149,6 +153,11 @@ class Run:
     def add(self, rec: dict) -> dict:
         rec = json.loads(json.dumps(rec, default=_json_default))
         rec["run_id"] = self.run_id
+        params = rec.setdefault("params", {})
+        if not params.get("served_by") and rec.get("server") in LOCAL_SERVERS:
+            from servelab.bench.servers import this_machine
+
+            params["served_by"] = this_machine()  # the engine, or the client, ran in this process
         validate_record(rec)
         self.records.append(rec)
         atomic_write(self.dir / "records.jsonl", "".join(json.dumps(r) + "\n" for r in self.records))

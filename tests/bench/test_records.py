@@ -74,3 +74,17 @@ def test_schema_1_records_load_with_todays_field_names(tmp_path):
     [rec] = load_records(tmp_path / "old")
     assert rec["server"] == "fastapi" and rec["server_stats"] == {"avg_batch": 2.0} and "target" not in rec
     validate_record(rec)
+
+
+def test_a_record_measured_in_this_process_names_this_machine(tmp_path):
+    """In-process and client-side rows are served by the machine the notebook runs on; rows say so even when the
+    code that made them did not (at place=node they sit beside rows the node served)."""
+    from servelab.bench.records import Run
+    from servelab.bench.servers import this_machine
+
+    run = Run("r", root=tmp_path, weights="w")
+    local = run.record("engines", server="in-process", engine="onnx", throughput_img_s=1.0)
+    client = run.record("05a-serialisation", server="client", throughput_img_s=1.0)
+    remote = run.record("x", server="triton-http", throughput_img_s=1.0)
+    assert local["params"]["served_by"] == client["params"]["served_by"] == this_machine()
+    assert "served_by" not in remote["params"]  # a server's machine comes from its handle, never guessed
