@@ -386,4 +386,4 @@ step.shows(f"{len(stacks)} compose stacks are defined; {n_ok} of {len(checks)} o
               + (f" ({scratch.seconds:.0f} s from scratch)" if scratch else "")
               + f"; its container answered /healthz {start.healthz_s:.1f} s and /readyz {start.readyz_s:.1f} s after "
               "`docker run`" + (f", Docker called it healthy at {start.healthy_s:.1f} s" if start.healthy_s else "")
-              + (f"; container ÷ bare process, {ratio_sentence(box_ratio)}" if place == "local" else "") + "."))
+              + (f"; {ratio_sentence(box_ratio)} (the container against the bare process)" if place == "local" else "") + "."))
