@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PIDFILE=build/docker-engine.pid
 LOG=build/docker-engine.log
-PLUGINS=/usr/local/lib/docker/cli-plugins
+PLUGINS=${DOCKER_CLI_PLUGINS_DIR:-/usr/local/lib/docker/cli-plugins}
 say() { printf '[docker-engine] %s\n' "$*"; }
 answers() { timeout 10 docker info >/dev/null 2>&1; }
 
