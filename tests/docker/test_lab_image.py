@@ -7,6 +7,8 @@ import json
 import os
 import shutil
 
+import pytest
+
 from tests.docker.conftest import REPO_ROOT, docker, http_get, wait_for
 
 COMPOSE = ["compose", "-p", f"servelab-test-lab-{os.getpid()}", "-f", "docker/compose.lab.yaml"]
@@ -17,6 +19,7 @@ def _env() -> dict:
     return {**os.environ, "SERVELAB_UID": str(os.getuid()), "SERVELAB_GID": str(os.getgid())}
 
 
+@pytest.mark.timeout(1800)  # the whole smoke lab, inside a container, on two cores
 def test_the_lab_container_runs_every_notebook(image):
     image("servelab-lab:cpu-0.1.0")
     results = REPO_ROOT / "results" / f"pytest-lab-image-{os.getpid()}"

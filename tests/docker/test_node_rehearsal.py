@@ -8,9 +8,12 @@ import json
 import os
 import subprocess
 
+import pytest
+
 from tests.docker.conftest import REPO_ROOT
 
 
+@pytest.mark.timeout(3000)  # bootstrap (export, stage, three stacks) and the smoke lab twice, on two cores
 def test_the_node_rehearsal_runs_every_notebook_from_both_sides(standins, tmp_path):
     env = {**os.environ, "REHEARSAL_DIR": str(tmp_path)}
     out = subprocess.run(["bash", "scripts/rehearse_node.sh"], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
