@@ -40,6 +40,7 @@ down() {
   done
 }
 trap down EXIT
+trap 'exit 130' INT TERM  # so the stacks come down on an interrupt too
 
 t0=$(now)
 bash scripts/node_bootstrap.sh

@@ -16,8 +16,14 @@ from tests.docker.conftest import REPO_ROOT
 @pytest.mark.timeout(3000)  # bootstrap (export, stage, three stacks) and the smoke lab twice, on two cores
 def test_the_node_rehearsal_runs_every_notebook_from_both_sides(standins, tmp_path):
     env = {**os.environ, "REHEARSAL_DIR": str(tmp_path)}
-    out = subprocess.run(["bash", "scripts/rehearse_node.sh"], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                         timeout=3000)
+    try:
+        out = subprocess.run(["bash", "scripts/rehearse_node.sh"], cwd=REPO_ROOT, env=env, capture_output=True,
+                             text=True, timeout=2900)
+    finally:  # a rehearsal stopped from outside leaves its stacks up: take them down here
+        for stack in ("06a-all-backends", "jupyter"):
+            subprocess.run(["docker", "compose", "-f", f"docker/compose.{stack}.yaml", "-f",
+                            "docker/rehearsal.override.yaml", "down", "--remove-orphans"], cwd=tmp_path / "clone",
+                           capture_output=True, timeout=120, env={**os.environ, "JUPYTER_TOKEN": "x"})
     summary_path = tmp_path / "summary.json"
     assert summary_path.exists(), out.stdout[-4000:] + out.stderr[-4000:]
     summary = json.loads(summary_path.read_text())
