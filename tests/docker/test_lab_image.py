@@ -24,7 +24,7 @@ def test_the_lab_container_runs_every_notebook(image):
     image("servelab-lab:cpu-0.1.0")
     results = REPO_ROOT / "results" / f"pytest-lab-image-{os.getpid()}"
     try:
-        out = docker(*COMPOSE, "run", "--rm", "--no-build", "lab", "servelab", "lab", "run", "--profile", "smoke",
+        out = docker(*COMPOSE, "run", "--rm", "lab", "servelab", "lab", "run", "--profile", "smoke",
                      "--run-id", "lab-image", "--results", str(results.relative_to(REPO_ROOT)), "--no-progress-bar",
                      timeout=1500, env=_env(), check=False)
         state = json.loads((results / "lab-image" / "run.json").read_text())
