@@ -76,7 +76,7 @@ test: export browser lint
 	@$(PY) -m pytest --durations=25 $(PYTEST_ARGS); rc=$$?; bash scripts/docker_engine.sh stop; exit $$rc
 
 test-fast: export lint
-	$(PY) -m pytest -m "not notebooks and not browser" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not notebooks and not browser and not docker" $(PYTEST_ARGS)
 
 # The GPU node rehearsed on this CPU machine: bootstrap, stacks and the smoke lab at place=node (needs Docker).
 rehearse-node: setup
