@@ -19,7 +19,7 @@ import numpy as np
 from servelab.config import Settings
 from servelab.model.device_profile import DeviceProfile, profile
 from servelab.model.emulated_device import EmulatedDevices
-from servelab.model.preprocess import INPUT_SHAPE
+from servelab.model.preprocess import engine_batch
 from servelab.model.weights import EMBED_DIM
 
 _STRIDE = 28  # samples 3 × 8 × 8 pixels of a 224 × 224 image: cheap, and still different for different inputs
@@ -54,9 +54,7 @@ class EmulatedEmbedder:
         self.last_wait_s: float | None = None
 
     def embed(self, batch: np.ndarray) -> np.ndarray:
-        batch = np.ascontiguousarray(batch, dtype=np.float32)
-        if batch.ndim != 4 or tuple(batch.shape[1:]) != INPUT_SHAPE:
-            raise ValueError(f"expected a float32 batch of shape [N, 3, 224, 224], got {list(batch.shape)}")
+        batch = engine_batch(batch)
         if batch.shape[0] == 0:
             return np.zeros((0, EMBED_DIM), dtype=np.float32)
         with self.devices.occupied(batch.shape[0], self.device) as occupied:

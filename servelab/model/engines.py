@@ -15,7 +15,7 @@ import numpy as np
 
 from servelab.config import Settings
 from servelab.fileio import file_digest
-from servelab.model.preprocess import INPUT_SHAPE
+from servelab.model.preprocess import INPUT_SHAPE, engine_batch
 from servelab.model.providers import (  # noqa: F401  (the provider names and checks engines are built with)
     CUDA_OPTIONS,
     EngineError,
@@ -34,9 +34,7 @@ class Embedder:
     precision: str = "fp32"  # torch may run fp16 / bf16; the ONNX engines run the fp32 export
 
     def embed(self, batch: np.ndarray) -> np.ndarray:
-        batch = np.ascontiguousarray(batch, dtype=np.float32)
-        if batch.ndim != 4 or tuple(batch.shape[1:]) != INPUT_SHAPE:
-            raise ValueError(f"expected a float32 batch of shape [N, 3, 224, 224], got {list(batch.shape)}")
+        batch = engine_batch(batch)
         if batch.shape[0] == 0:
             return np.zeros((0, EMBED_DIM), dtype=np.float32)
         out = self._run(batch)

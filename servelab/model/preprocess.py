@@ -115,6 +115,15 @@ def preprocess_bytes(data: bytes, **limits) -> np.ndarray:
     return preprocess_pil(decode_image(data, **limits))
 
 
+def engine_batch(batch) -> np.ndarray:
+    """What every engine takes: `batch` as a C-contiguous float32 [N, 3, 224, 224]; ValueError naming the shape
+    it got otherwise."""
+    batch = np.ascontiguousarray(batch, dtype=np.float32)
+    if batch.ndim != 4 or tuple(batch.shape[1:]) != INPUT_SHAPE:
+        raise ValueError(f"expected a float32 batch of shape [N, 3, 224, 224], got {list(batch.shape)}")
+    return batch
+
+
 def preprocess_batch(images, **limits) -> np.ndarray:
     """A list of bytes / PIL images / paths -> float32 [N, 3, 224, 224]."""
     out = np.empty((len(images), *INPUT_SHAPE), dtype=np.float32)
