@@ -78,12 +78,15 @@ def image(standins):
 
 
 def http_get(url: str, timeout: float = 5) -> tuple[int, dict | str]:
+    """(status, JSON body or text); status 0 with the reason when nothing answers yet (a container starting)."""
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
             body = resp.read().decode()
             status = resp.status
     except urllib.error.HTTPError as exc:
         body, status = exc.read().decode(), exc.code
+    except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+        return 0, str(exc)
     try:
         return status, json.loads(body)
     except ValueError:
