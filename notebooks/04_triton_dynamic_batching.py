@@ -206,14 +206,16 @@ from servelab.bench.report import ratio_sentence
 
 torch_provider = in_process_provider(place, "torch")  # at place=node: the node's GPU when this kernel has it
 with served("in-process", engine="torch", provider=torch_provider) as torch_engine:
-    torch_batches = batch_sweep(step.run, torch_engine, batches=tuple(batch_sizes), opts=opts,
-                                experiment="04-torch-batch")
-    # the largest batch against the smallest once more, in alternating windows of the same engine: the ratio
-    # the summary draws, with the machine's drift hitting both sides alike
+    # the largest batch against the smallest in alternating windows of the same engine: the ratio the summary
+    # draws, with the machine's drift hitting both sides alike. Its two sides are also the sweep's end points
+    # (`measured=`): each point is measured once and serves both the table and the ratio
     small_b, big_b = min(batch_sizes), max(batch_sizes)
-    *_, torch_ratio = ab(step.run, "04-torch-batch-ratio", torch_engine, torch_engine, label_a=f"batch {big_b}",
-                         label_b=f"batch {small_b}", payload_a="tensor", payload_b="tensor", batch_a=big_b,
-                         batch_b=small_b, opts=opts)
+    torch_ab = ab(step.run, "04-torch-batch-ratio", torch_engine, torch_engine, label_a=f"batch {big_b}",
+                  label_b=f"batch {small_b}", payload_a="tensor", payload_b="tensor", batch_a=big_b,
+                  batch_b=small_b, opts=opts)
+    torch_ratio = torch_ab[-1]
+    torch_batches = batch_sweep(step.run, torch_engine, batches=tuple(batch_sizes), opts=opts,
+                                experiment="04-torch-batch", measured=torch_ab)
 in_process_note(step, place, torch_provider, "the in-process PyTorch rows (by batch size)")
 print(f"in-process PyTorch, alternating windows: {ratio_sentence(torch_ratio)}")
 triton_batches = batch_sweep(step.run, triton, batches=tuple(batch_sizes), opts=opts, experiment="04-triton-batch")
@@ -287,9 +289,21 @@ else:
     service_conc = concurrency_sweep(step.run, service, concurrencies=tuple(concurrency_levels), opts=opts,
                                      experiment="04-service-concurrency")
 
+# %% [markdown]
+# Triton under the same sweep. The comparison the summary draws from it — the highest concurrency against one
+# client — is measured first, in alternating windows (concurrency N, 1, 1, N, …) on the same Triton, so the
+# machine's drift (the report's drift probe says how much there was in this run) hits both sides alike and
+# cancels in their ratio. Those two sides are the sweep's end points; only the levels between them, if the
+# profile has any, are measured on their own.
+
 # %%
+lo_c, hi_c = min(concurrency_levels), max(concurrency_levels)
+conc_ab = ab(step.run, "04-triton-concurrency-ratio", triton, triton, label_a=f"concurrency {hi_c}",
+             label_b=f"concurrency {lo_c}", payload_a="tensor", payload_b="tensor", concurrency_a=hi_c,
+             concurrency_b=lo_c, opts=opts)
+conc_ratio = conc_ab[-1]
 triton_conc = concurrency_sweep(step.run, triton, concurrencies=tuple(concurrency_levels), opts=opts,
-                                experiment="04-triton-concurrency")
+                                experiment="04-triton-concurrency", measured=conc_ab)
 by_conc = step.table(step.frame(service_conc + triton_conc, *cols), "by_concurrency",
                      "FastAPI service vs Triton under concurrent batch-1 requests")
 
@@ -308,16 +322,9 @@ print(f"this sweep: {images} images in {executions} executions = {images / max(e
       f"executions by batch size: {histogram}")
 
 # %% [markdown]
-# The sweep measured each concurrency minutes after the last, while the machine's own speed drifts (the
-# report's drift probe says by how much in this run). The comparison drawn from it — the highest concurrency
-# against one client — is measured once more in alternating windows (concurrency N, 1, 1, N, …) on the same
-# Triton, so the drift hits both sides alike and cancels in their ratio.
+# The highest concurrency against one client, from the alternating windows above:
 
 # %%
-lo_c, hi_c = min(concurrency_levels), max(concurrency_levels)
-*_, conc_ratio = ab(step.run, "04-triton-concurrency-ratio", triton, triton, label_a=f"concurrency {hi_c}",
-                    label_b=f"concurrency {lo_c}", payload_a="tensor", payload_b="tensor", concurrency_a=hi_c,
-                    concurrency_b=lo_c, opts=opts)
 print(ratio_sentence(conc_ratio))
 
 # %%

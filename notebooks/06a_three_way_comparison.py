@@ -87,9 +87,11 @@ cols = ["server", "payload", "concurrency", "throughput_img_s", "throughput_min_
         "latency_p50_ms", "latency_p99_ms", "latency_mean_ms", "server_stats.avg_batch", "memory.rss_mb", "stable"]
 
 
-def sweep(srv, payload="jpeg"):
+def sweep(srv, payload="jpeg", measured=()):
+    """One server across the concurrency levels; a point among `measured` (the sides of an interleaved
+    comparison) is taken from there instead of being measured again."""
     return concurrency_sweep(step.run, srv, concurrencies=tuple(concurrency_levels), payload=payload, opts=opts,
-                             experiment="06a-three-way")
+                             experiment="06a-three-way", measured=measured)
 
 
 # %% [markdown]
@@ -115,9 +117,10 @@ show_code(repository / triton_jpeg_model / "config.pbtxt", "name:", lang="protob
 # one server deliver clearly more images per second than the others — more than the spread between
 # measurement windows — or will they be indistinguishable? Which overheads could separate them?
 #
-# The sweeps below measure one server after the other, minutes apart, while the machine's own speed drifts. The
-# verdict therefore comes from a second measurement: the same requests sent to FastAPI and Triton (and to FastAPI
-# and LitServe) in alternating windows, where drift hits both sides alike and cancels in their ratio.
+# A sweep measures one server after the other, minutes apart, while the machine's own speed drifts. The verdict
+# therefore comes from alternating windows: the same requests sent to FastAPI and Triton (and to FastAPI and
+# LitServe) by turns, where drift hits both sides alike and cancels in their ratio. Those are measured first,
+# at the highest concurrency; their sides are the table's points there, and the sweeps add the other levels.
 # Interleaving does not cancel what the waiting server does meanwhile: an idle server's background threads
 # still use CPU, taken from the one being measured. So each server's idle use is measured first (% of one
 # core while nothing is sent to it) and shown beside the ratio, and the waiting server is stopped during the
@@ -125,19 +128,18 @@ show_code(repository / triton_jpeg_model / "config.pbtxt", "name:", lang="protob
 
 # %%
 fastapi = attach("fastapi", service_url, payload="jpeg", pid=service_pid or None)
-recs = sweep(fastapi)
 triton_http = attach("triton-http", triton_http_url, payload="jpeg", model=triton_model, jpeg_model=triton_jpeg_model,
                      pid=triton_pid or None)
-recs += sweep(triton_http)
-# the sweeps above ran one after another; the verdict comes from alternating windows, where drift cancels
+# the verdict: alternating windows at the highest concurrency, where drift cancels
 head_to_head = compare_servers(step.run, fastapi, triton_http, concurrencies=(max(concurrency_levels),),
                                payload="jpeg", opts=opts, experiment="06a-servelab-vs-triton")
+recs = sweep(fastapi, measured=head_to_head) + sweep(triton_http, measured=head_to_head)
 peer = []  # servelab ÷ LitServe at the highest concurrency, measured in alternating windows (drift cancels)
 if extra_servers:
     with served("litserve", engine="onnx", payload="jpeg", log_path=step.out_dir / "logs" / "litserve.log") as litserve:
-        recs += sweep(litserve)
         peer = compare_servers(step.run, fastapi, litserve, concurrencies=(max(concurrency_levels),), payload="jpeg",
                                opts=opts, experiment="06a-servelab-vs-litserve")
+        recs += sweep(litserve, measured=peer)
 else:
     step.not_run("LitServe peer baseline", "extra_servers=False (smoke profile)", "FastAPI service and Triton compared")
 three_way = step.table(step.frame(recs, *cols), "three_way", "Three servers, batch-1 JPEG requests")

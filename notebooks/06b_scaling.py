@@ -85,8 +85,17 @@ triton = attach("triton-http", triton_http_url, payload="tensor", model=triton_m
 # instances reach relative to one — about 2×, about 1×, or less than 1×? And what will happen to p50?
 
 # %%
+from servelab.bench.experiments import instances_ab
+
+top_c = max(concurrency_levels)
+n_lo, n_hi = min(instance_counts), max(instance_counts)
+# the most instances against the fewest at the highest concurrency, in alternating windows (explained below);
+# its two sides are also the table's points at that concurrency (`measured=`), so each is measured once
+instance_ab = instances_ab(step.run, triton, instances=(n_hi, n_lo), concurrency=top_c, opts=opts,
+                           experiment="06b-instances-ratio")
+instance_ratio = instance_ab[-1]
 recs = instance_scaling(step.run, triton, counts=tuple(instance_counts), concurrencies=tuple(concurrency_levels),
-                        opts=opts, experiment="06b-instances")  # reloads the model per count, restores it after
+                        opts=opts, experiment="06b-instances", measured=instance_ab)  # reloads per count, restores
 points = step.frame(recs, "params.instances", "concurrency", "throughput_img_s", "throughput_min_img_s",
                     "throughput_max_img_s", "latency_p50_ms", "latency_p99_ms", "stable", "server_stats.avg_batch",
                     "memory.rss_mb").rename(columns={"params.instances": "instances"})
@@ -116,9 +125,9 @@ checks.scaling_efficiency(efficiency_by_instances, points[points["concurrency"] 
                           units_col="instances", exercise="06b.1", step=step)
 
 # %% [markdown]
-# The sweep measured each instance count minutes after the other, while the machine's own speed drifts (the
-# report's drift probe says by how much in this run). The comparison drawn from it — the most instances
-# against the fewest at the highest concurrency — is measured once more in alternating windows (A B B A …)
+# A sweep measures each instance count minutes after the other, while the machine's own speed drifts (the
+# report's drift probe says by how much in this run). So the comparison drawn from the table — the most
+# instances against the fewest at the highest concurrency — was measured in alternating windows (A B B A …)
 # on the same Triton, reloading the model with the other count when the side changes, so the drift hits
 # both counts alike and cancels in their ratio. This is the config switch behind it:
 #
@@ -129,13 +138,8 @@ checks.scaling_efficiency(efficiency_by_instances, points[points["concurrency"] 
 # ```
 
 # %%
-from servelab.bench.experiments import instances_ab
 from servelab.bench.report import ratio_sentence
 
-top_c = max(concurrency_levels)
-n_lo, n_hi = min(instance_counts), max(instance_counts)
-*_, instance_ratio = instances_ab(step.run, triton, instances=(n_hi, n_lo), concurrency=top_c, opts=opts,
-                                  experiment="06b-instances-ratio")
 print(ratio_sentence(instance_ratio))
 
 # %%

@@ -15,7 +15,7 @@ import io
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -111,7 +111,7 @@ def ab(run: Run, experiment: str, a: Served, b: Served, *, label_a: str, label_b
         return changed
 
     with IdleSides([_local_pid(a), _local_pid(b)], [label_a, label_b], pause=pause_idle,
-                   probe_s=1.0 if opts.quick else 2.0) as idle:
+                   probe_s=0.25 if opts.quick else 2.0) as idle:
         res = interleaved(a.worker_factory(pa, batch_a), b.worker_factory(pb, batch_b), concurrency_a, opts,
                           concurrency_b=cb, meters=meters, on_window=on_window,
                           desc=f"{experiment} {label_a} / {label_b}")
@@ -130,7 +130,8 @@ def ab(run: Run, experiment: str, a: Served, b: Served, *, label_a: str, label_b
         shared["served_by"] = f"A: {machines[0]}; B: {machines[1]}"
     rr = run.record(experiment, kind="ab", server=f"{label_a} / {label_b}", ratio=s["ratio"],
                     ratio_min=s["ratio_min"], ratio_max=s["ratio_max"], latency_p50_ratio=s["latency_p50_ratio"],
-                    stable=s["stable"], repeats=s["pairs"], quick=s["quick"], a=label_a, b=label_b,
+                    stable=s["stable"], settled_by=s["settled_by"], repeats=s["pairs"], quick=s["quick"], a=label_a,
+                    b=label_b,
                     engine=a.engine if a.engine == b.engine else None,
                     protocol=a.protocol if a.protocol == b.protocol else None,
                     payload=pa if pa == pb else None,
@@ -221,18 +222,36 @@ def raw_engines(run: Run, *, engines: tuple = ENGINES, providers: tuple = ("cpu"
 
 # --- sweeps ---------------------------------------------------------------------------------------
 
+def already_measured(measured: Sequence[dict], srv: Served, *, payload: str | None = None, batch: int = 1,
+                     concurrency: int = 1) -> dict | None:
+    """The record of this point among `measured` (typically the two sides of an `ab` this run already took), so
+    a sweep uses it instead of measuring the same point again minutes later: same server, engine, payload,
+    batch, concurrency and Triton configuration (instances, queue delay)."""
+    payload = payload or srv.payload
+    conf = {k: srv.params().get(k) for k in ("instances", "max_queue_delay_us", "max_batch")}
+    for r in measured:
+        if (r.get("kind") in ("load", "raw") and r.get("server") == srv.server and r.get("engine") == srv.engine
+                and r.get("payload") == payload and r.get("batch") == batch and r.get("concurrency") == concurrency
+                and all(r.get("params", {}).get(k) == v for k, v in conf.items())):
+            return r
+    return None
+
+
 def batch_sweep(run: Run, srv: Served, *, batches: tuple = (1, 2, 4, 8, 16, 32), payload: str | None = None,
-                opts: LoadOpts | None = None, experiment: str = "batch-sweep") -> list[dict]:
-    """Throughput and latency against batch size: one caller sending batch-N requests (or the raw engine)."""
-    return [measure(run, experiment, srv, payload=payload, batch=b, concurrency=1, opts=opts) for b in batches]
+                opts: LoadOpts | None = None, experiment: str = "batch-sweep", measured: Sequence[dict] = ()) -> list[dict]:
+    """Throughput and latency against batch size: one caller sending batch-N requests (or the raw engine). A point
+    among `measured` (see `already_measured`) is taken from there, not measured again."""
+    return [already_measured(measured, srv, payload=payload, batch=b)
+            or measure(run, experiment, srv, payload=payload, batch=b, concurrency=1, opts=opts) for b in batches]
 
 
 def concurrency_sweep(run: Run, srv: Served, *, concurrencies: tuple = (1, 2, 4, 8, 16, 32), batch: int = 1,
                       payload: str | None = None, opts: LoadOpts | None = None,
-                      experiment: str = "concurrency-sweep") -> list[dict]:
+                      experiment: str = "concurrency-sweep", measured: Sequence[dict] = ()) -> list[dict]:
     """Latency against throughput as concurrency grows (batch-1 requests by default): the server-side batching
-    curve."""
-    return [measure(run, experiment, srv, payload=payload, batch=batch, concurrency=c, opts=opts)
+    curve. A point among `measured` (see `already_measured`) is taken from there, not measured again."""
+    return [already_measured(measured, srv, payload=payload, batch=batch, concurrency=c)
+            or measure(run, experiment, srv, payload=payload, batch=batch, concurrency=c, opts=opts)
             for c in concurrencies]
 
 
@@ -373,13 +392,19 @@ def queue_delay_grid(run: Run, triton: TritonServed, *, delays_us: tuple = (0, 1
 
 def instance_scaling(run: Run, triton: TritonServed, *, counts: tuple = (1, 2), concurrencies: tuple = (16,),
                      payload: str | None = None, opts: LoadOpts | None = None,
-                     experiment: str = "instances") -> list[dict]:
+                     experiment: str = "instances", measured: Sequence[dict] = ()) -> list[dict]:
     """Triton instance_group count × concurrency (on CPU the analogue of the multi-GPU study); the model is
-    reloaded with each count and restored after. Scaling efficiency: goals.scaling_efficiency(records)."""
+    reloaded with each count and restored after. Scaling efficiency: goals.scaling_efficiency(records). A point
+    among `measured` (e.g. the sides of `instances_ab`) is taken from there, not measured again."""
     out = []
     for n in counts:
+        at_n = dataclasses.replace(triton, instances=int(n))
+        known = {c: already_measured(measured, at_n, payload=payload, concurrency=c) for c in concurrencies}
+        if all(known.values()):
+            out += [known[c] for c in concurrencies]
+            continue
         with triton.configured(instances=int(n)):
-            out += [measure(run, experiment, triton, payload=payload, batch=1, concurrency=c, opts=opts)
+            out += [known[c] or measure(run, experiment, triton, payload=payload, batch=1, concurrency=c, opts=opts)
                     for c in concurrencies]
     return out
 

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from servelab.bench.stats import is_stable, latency_summary, relative_spread
+from servelab.bench.stats import is_stable, latency_summary, ratio_decided, relative_spread
 
 Work = Callable[[], int]
 
@@ -52,6 +52,8 @@ class LoadOpts:
     tolerance: float = 0.1       # last `stable_windows` windows within ±tolerance of their mean
     stable_windows: int = 3
     max_windows: int = 8
+    # an interleaved A/B also stops once two or more pairs give its verdict (stats.ratio_decided)
+    stop_when_decided: bool = True
     quick: bool = False          # a smoke run: its numbers are not results
     progress: bool = False
 
@@ -416,20 +418,23 @@ class ABResult:
     pairs: int
     stable: bool
     quick: bool = False
+    settled_by: str | None = None  # "agreement" (the last pairs agree) | "verdict" (the answer was known) | None
 
     def summary(self) -> dict:
         return {"ratio": None if self.ratio is None else round(self.ratio, 4),
                 "ratio_min": None if self.ratio_min is None else round(self.ratio_min, 4),
                 "ratio_max": None if self.ratio_max is None else round(self.ratio_max, 4),
                 "latency_p50_ratio": None if self.latency_ratio is None else round(self.latency_ratio, 4),
-                "pairs": self.pairs, "stable": self.stable, "quick": self.quick}
+                "pairs": self.pairs, "stable": self.stable, "settled_by": self.settled_by, "quick": self.quick}
 
 
 def interleaved(factory_a: Callable[[int], object], factory_b: Callable[[int], object], concurrency: int = 1,
                 opts: LoadOpts | None = None, *, concurrency_b: int | None = None, meters: Sequence = (),
                 on_window: Callable[[int, str], None] | None = None, desc: str = "a/b") -> ABResult:
     """Alternate windows of A and B in one sequence (ABBA order, so a linear drift cancels) until the last
-    `stable_windows` pair ratios agree within `tolerance` or `max_windows` pairs were measured.
+    `stable_windows` pair ratios agree within `tolerance`, or (`stop_when_decided`) two or more pairs already give
+    the verdict more pairs would (every pair ratio far clear of the ranking margin, or well inside it), or
+    `max_windows` pairs were measured.
 
     Only one side runs at a time: the other's workers are paused with nothing in flight, and each window opens
     after every worker of its side has had an answer (the server's queue refills). The ratio is A's throughput
@@ -457,7 +462,7 @@ def interleaved(factory_a: Callable[[int], object], factory_b: Callable[[int], o
             warm[k] = time.perf_counter() - t0
         since = [p.rec.marks() for p in pools]
         _start(meters)
-        stable = False
+        stable, settled_by = False, None
         for n in range(opts.max_windows):
             order = (0, 1) if n % 2 == 0 else (1, 0)
             for k in order:
@@ -478,7 +483,10 @@ def interleaved(factory_a: Callable[[int], object], factory_b: Callable[[int], o
             lat_ratios.append(a["latency_p50_ms"] / b["latency_p50_ms"]
                               if a["latency_p50_ms"] and b["latency_p50_ms"] else float("nan"))
             if is_stable(ratios, opts.tolerance, opts.stable_windows):
-                stable = True
+                stable, settled_by = True, "agreement"
+                break
+            if opts.stop_when_decided and n % 2 == 1 and ratio_decided(ratios):  # whole ABBA blocks only
+                stable, settled_by = True, "verdict"
                 break
         measured = _stop(meters)
     finally:
@@ -492,7 +500,7 @@ def interleaved(factory_a: Callable[[int], object], factory_b: Callable[[int], o
                     ratio=(ra.throughput_img_s / rb.throughput_img_s) if rb.throughput_img_s else None,
                     ratio_min=min(finite) if finite else None, ratio_max=max(finite) if finite else None,
                     latency_ratio=float(np.median(lat_used)) if lat_used else None,
-                    pairs=len(ratios), stable=stable, quick=opts.quick)
+                    pairs=len(ratios), stable=stable, quick=opts.quick, settled_by=settled_by)
 
 
 # --- open loop ----------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 from servelab.bench.records import atomic_write, load_records, resolve_run_dir
+from servelab.bench.stats import RATIO_MARGIN
 
 COLUMNS = [
     "experiment", "kind", "server", "backend", "engine", "provider", "protocol", "payload", "batch", "concurrency",
@@ -443,7 +444,7 @@ def overlap(a, b, metric: str = "throughput_img_s") -> bool:
 # is not its margin; what interleaving does not cancel is the ratio itself moving between runs on a shared machine:
 # over ten default lab runs on one 2-core VM, 95 % of 110 interleaved ratios lay within 9.6 % of the same ratio's
 # median over those runs (90 % within 7.8 %). A ratio within 10 % of 1 is one the next run can call the other way.
-MIN_EFFECT_INTERLEAVED = 0.10
+MIN_EFFECT_INTERLEAVED = RATIO_MARGIN
 MIN_EFFECT_APART = 0.10
 # Set per notebook by servelab.lab.step.Step from the run's probe records; None (no probe: a smoke run, a notebook
 # run alone) leaves the floor.

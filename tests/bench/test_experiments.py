@@ -6,7 +6,7 @@ import pytest
 from servelab.bench import experiments as ex
 from servelab.bench.goals import goal_record, scaling_efficiency, service_goals, triton_goals
 from servelab.bench.loadgen import LoadOpts
-from servelab.bench.records import Run
+from servelab.bench.records import Run, load_records
 from servelab.bench.report import cost_table, goals_table, leader, ratio_sentence, ratio_verdict, versus
 from servelab.bench.servers import served
 
@@ -29,7 +29,8 @@ def _ab_ok(recs, label_a, label_b):
     _ok(a), _ok(b)
     assert r["kind"] == "ab" and (r["a"], r["b"]) == (label_a, label_b)
     assert r["ratio"] == pytest.approx(a["throughput_img_s"] / b["throughput_img_s"], rel=1e-3)
-    assert r["ratio_min"] <= r["ratio_max"] and r["repeats"] == a["windows_used"] == b["windows_used"] >= 3
+    assert r["ratio_min"] <= r["ratio_max"] and r["repeats"] == a["windows_used"] == b["windows_used"] >= 2
+    assert r["settled_by"] in ("agreement", "verdict", None) and (r["settled_by"] is None) is (r["stable"] is False)
 
 
 def test_sweeps_count_what_the_service_counted(run, bench_service):
@@ -40,6 +41,21 @@ def test_sweeps_count_what_the_service_counted(run, bench_service):
         _ok(r)
         assert r["server_stats"]["requests"]["/embed/tensor 200"] == r["sent_total"]  # warm-up and windows, exactly
         assert r["server_stats"]["images"] == r["sent_total"] * r["batch"]
+
+
+def test_a_sweep_takes_the_points_an_interleaved_comparison_measured_instead_of_measuring_them_again(run, bench_service):
+    """The sweep's end points are the two sides of the A/B (batch 2 vs batch 1 on one service): only the point
+    between them is measured, and the records file holds each point once."""
+    pair = ex.ab(run, "ends", bench_service, bench_service, label_a="batch 4", label_b="batch 1", batch_a=4, batch_b=1,
+                 opts=SMOKE)
+    recs = ex.batch_sweep(run, bench_service, batches=(1, 2, 4), opts=SMOKE, experiment="sweep", measured=pair)
+    assert recs[0] is pair[1] and recs[2] is pair[0] and recs[1]["experiment"] == "sweep"
+    assert [r["batch"] for r in recs] == [1, 2, 4]
+    written = [r for r in load_records(run.dir) if r["kind"] == "load"]
+    assert sorted((r["experiment"], r["batch"]) for r in written) == [("ends", 1), ("ends", 4), ("sweep", 2)]
+    # another payload, or another concurrency, is another point: measured
+    assert ex.already_measured(pair, bench_service, payload="jpeg", batch=4) is None
+    assert ex.already_measured(pair, bench_service, batch=4, concurrency=2) is None
 
 
 def test_served_vs_raw_is_interleaved(run, bench_service):

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from servelab.bench.stats import cost_per_1000, is_stable, latency_summary, relative_spread
+from servelab.bench.stats import cost_per_1000, is_stable, latency_summary, ratio_decided, relative_spread
 
 
 def test_percentiles_of_a_known_ramp():
@@ -34,3 +34,11 @@ def test_spread_and_cost():
     # 36 img/s at 3.60 per hour -> 36*3600 = 129,600 images per 3.60 -> 0.0277.. per 1,000
     assert cost_per_1000(36.0, 3.60) == pytest.approx(3.60 / 129.6)
     assert cost_per_1000(0, 3.6) is None
+
+
+def test_a_ratio_is_decided_only_far_clear_of_the_margin_or_well_inside_it():
+    assert ratio_decided([1.31, 1.26]) and ratio_decided([0.71, 0.80])            # A, B ahead by > 20 %
+    assert ratio_decided([0.97, 1.04])                                             # within 5 %: indistinguishable
+    assert not ratio_decided([1.31])                                               # one pair decides nothing
+    assert not ratio_decided([1.15, 1.30]) and not ratio_decided([0.98, 1.08])     # near the 10 % margin
+    assert not ratio_decided([0.7, 1.3]) and not ratio_decided([1.3, float("nan")])
