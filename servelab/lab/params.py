@@ -90,3 +90,20 @@ def parse_params(items: list[str] | None) -> dict[str, Any]:
 def for_notebook(declared: set[str], values: dict[str, Any]) -> dict[str, Any]:
     """The subset of `values` that a notebook declares in its parameters cell."""
     return {k: v for k, v in values.items() if k in declared}
+
+
+# Seconds each notebook may take, per profile, on the slowest 2-core machine these labs have met (an AVX2-only
+# EPYC, about 1.5× the time of the Xeon the figures were measured on). The runner prints each notebook's time
+# beside its budget and the report's notebook table shows both, so a notebook that grew is seen at once.
+# Measured: default and smoke runs on a 2-core Intel Xeon VM (AVX-512), figures × 1.5, rounded up.
+BUDGETS_S: dict[str, dict[str, float]] = {
+    "smoke": {"00": 10, "01": 45, "02": 60, "03": 15, "04": 75, "05a": 30, "05b": 10, "06a": 45, "06b": 50,
+              "07": 45, "08": 15, "09": 15},
+    "default": {"00": 10, "01": 150, "02": 180, "03": 150, "04": 330, "05a": 150, "05b": 10, "06a": 210,
+                "06b": 150, "07": 180, "08": 15, "09": 30},
+}
+
+
+def budget_s(profile: str, notebook_id: str) -> float | None:
+    """The notebook's time budget in this profile (None: the profile has none, e.g. `full`)."""
+    return BUDGETS_S.get(profile, {}).get(notebook_id)

@@ -8,6 +8,7 @@ rewritten at any time — after a failure too — and always describes what is o
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import html
 import json
 from pathlib import Path
@@ -99,6 +100,24 @@ def _conditions(out_dir: Path) -> list[str]:
     return lines
 
 
+def _time_line(run: dict, entries: list[dict]) -> list[str]:
+    """Notebook time against the budgets, and the wall time from start to finish (stack start and drift probes
+    included)."""
+    secs = [e["seconds"] for e in entries if isinstance(e.get("seconds"), (int, float))]
+    if not secs:
+        return []
+    budgets = [e.get("budget_s") for e in entries]
+    text = f"{sum(secs) / 60:.1f} min in the notebooks"
+    if all(isinstance(b, (int, float)) for b in budgets):
+        text += f" (budget {sum(budgets) / 60:.0f} min)"
+    try:
+        wall = dt.datetime.fromisoformat(run["finished"]) - dt.datetime.fromisoformat(run["started"])
+        text += f"; {wall.total_seconds() / 60:.1f} min from start to finish"
+    except (KeyError, TypeError, ValueError):
+        pass
+    return ["", f"Time: {text}."]
+
+
 def build_markdown(out_dir: Path) -> str:
     out_dir = Path(out_dir)
     run = _load(out_dir / "run.json", {})
@@ -114,11 +133,16 @@ def build_markdown(out_dir: Path) -> str:
     if run.get("profile") == "smoke":
         lines += ["> **Smoke profile:** a functional check with a few requests per point — these numbers are not "
                   "results. Use `--profile default` (or `full` on a quiet machine) for figures.", ""]
-    lines += ["## Notebooks", "", "| notebook | status | seconds | executed notebook |", "|---|---|---|---|"]
+    lines += ["## Notebooks", "", "| notebook | status | seconds | budget (s) | executed notebook |",
+              "|---|---|---|---|---|"]
     for e in entries:
         out = e.get("output", "")
         link = f"[{Path(out).name}]({out})" if out and (out_dir / out).exists() else "–"
-        lines.append(f"| {e['name']} | {_cell(_status(e))} | {e.get('seconds', '–')} | {link} |")
+        budget = e.get("budget_s")
+        over = budget is not None and isinstance(e.get("seconds"), (int, float)) and e["seconds"] > budget
+        lines.append(f"| {e['name']} | {_cell(_status(e))} | {e.get('seconds', '–')} | "
+                     f"{'–' if budget is None else f'{budget:.0f}'}{' **over**' if over else ''} | {link} |")
+    lines += _time_line(run, entries)
     not_run = []
     for path in sorted((out_dir / "tables").glob("*_not_run.csv")):
         with path.open() as fh:

@@ -50,6 +50,14 @@ class RunPlan:
         return self.place == "local" and any(self.declared[p.stem] & URL_KEYS for p in self.notebooks)
 
 
+def _against(entry: dict) -> str:
+    """", budget 150 s" or ", OVER its budget of 150 s" (nothing when the profile has no budgets)."""
+    budget = entry.get("budget_s")
+    if budget is None:
+        return ""
+    return f", budget {budget:.0f} s" if entry["seconds"] <= budget else f", OVER its budget of {budget:.0f} s"
+
+
 def default_run_id(profile: str) -> str:
     return f"{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}-{profile}"
 
@@ -135,7 +143,9 @@ def execute(p: RunPlan, ports: str = "auto", say: Callable[[str], None] = print,
     state = _load_state(out_dir)
     entries = {e["name"]: e for e in state.get("notebooks", [])}
     for path in p.notebooks:
-        entries[path.stem] = {"id": nbs.notebook_id(path), "name": path.stem, "status": "pending"}
+        nb_id = nbs.notebook_id(path)
+        entries[path.stem] = {"id": nb_id, "name": path.stem, "status": "pending",
+                              "budget_s": lab_params.budget_s(p.profile, nb_id)}
     state.update(run_id=p.run_id, profile=p.profile, place=p.place, out_dir=str(out_dir),
                  started=dt.datetime.now().isoformat(timespec="seconds"), finished=None,
                  parameters={k: v for k, v in p.values.items() if k not in URL_KEYS})
@@ -181,7 +191,7 @@ def execute(p: RunPlan, ports: str = "auto", say: Callable[[str], None] = print,
                 entry.pop("error", None)
                 entry.pop("cell", None)
                 save()
-                say(f"[{i}/{len(p.notebooks)}] {path.stem} ok ({entry['seconds']:.1f} s)")
+                say(f"[{i}/{len(p.notebooks)}] {path.stem} ok ({entry['seconds']:.1f} s{_against(entry)})")
             probe("end")
     except Exception as exc:  # the stack did not start (or stop): say so in the report, then fail with it
         stopped = f"run stopped: {(str(exc).splitlines() or [type(exc).__name__])[0][:200]}"

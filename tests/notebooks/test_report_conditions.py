@@ -49,3 +49,22 @@ def test_run_json_pinning_wins_and_pin_cores_pins_the_stack(tmp_path):
     finally:
         server.kill()
         server.wait()
+
+
+def test_each_notebook_time_stands_beside_its_budget_and_an_overrun_is_marked(tmp_path):
+    from servelab.lab import params
+    from servelab.lab.runner import _against
+
+    assert params.budget_s("default", "04") and params.budget_s("smoke", "04") and params.budget_s("full", "04") is None
+    assert set(params.BUDGETS_S["default"]) == set(params.BUDGETS_S["smoke"]) == {
+        "00", "01", "02", "03", "04", "05a", "05b", "06a", "06b", "07", "08", "09"}
+    run = {"run_id": "r", "profile": "default", "started": "2026-11-25T10:00:00", "finished": "2026-11-25T10:07:30",
+           "notebooks": [{"id": "01", "name": "01_a", "status": "ok", "seconds": 100.0, "budget_s": 150},
+                         {"id": "04", "name": "04_b", "status": "ok", "seconds": 340.0, "budget_s": 330}]}
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    md = build_markdown(tmp_path)
+    assert "| 01_a | ok | 100.0 | 150 |" in md and "| 04_b | ok | 340.0 | 330 **over** |" in md
+    assert "Time: 7.3 min in the notebooks (budget 8 min); 7.5 min from start to finish." in md
+    assert _against(run["notebooks"][0]) == ", budget 150 s"
+    assert _against(run["notebooks"][1]) == ", OVER its budget of 330 s"
+    assert _against({"seconds": 5.0, "budget_s": None}) == ""
