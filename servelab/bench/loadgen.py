@@ -411,7 +411,7 @@ class ABResult:
 
     a: LoadResult
     b: LoadResult
-    ratio: float | None            # throughput A ÷ B over the reported pairs
+    ratio: float | None            # throughput A ÷ B: geometric mean of the reported pairs' ratios
     ratio_min: float | None        # min / max of the per-pair ratios
     ratio_max: float | None
     latency_ratio: float | None    # p50 A ÷ B
@@ -438,7 +438,8 @@ def interleaved(factory_a: Callable[[int], object], factory_b: Callable[[int], o
 
     Only one side runs at a time: the other's workers are paused with nothing in flight, and each window opens
     after every worker of its side has had an answer (the server's queue refills). The ratio is A's throughput
-    over B's across the reported pairs; ratio_min / ratio_max are the extremes of the per-pair ratios.
+    over B's in each reported pair (geometric mean over the pairs); ratio_min / ratio_max are the extremes of the
+    per-pair ratios.
     `on_window(side, "warm-up" | "start" | "end")` (side 0 = A, 1 = B) is called while both sides are idle, before
     a side's warm-up, before each of its windows and after it: the place to read a server's counters per side.
     When the "start" call returns True (it reconfigured the server, e.g. reloaded a model), that side warms up
@@ -497,7 +498,11 @@ def interleaved(factory_a: Callable[[int], object], factory_b: Callable[[int], o
     lat_used = [x for x in (lat_ratios[-opts.stable_windows:] if stable else lat_ratios) if np.isfinite(x)]
     finite = [x for x in used if np.isfinite(x)]
     return ABResult(a=ra, b=rb,
-                    ratio=(ra.throughput_img_s / rb.throughput_img_s) if rb.throughput_img_s else None,
+                    # the pairs' geometric mean: each pair's two windows share their minutes, so its ratio is free
+                    # of the machine's drift; pooling all of A's windows against all of B's is not, once their
+                    # lengths differ (a batch-8 window lasts longer than a batch-1 one)
+                    ratio=float(np.exp(np.mean(np.log([x for x in finite if x > 0])))) if any(x > 0 for x in finite)
+                    else None,
                     ratio_min=min(finite) if finite else None, ratio_max=max(finite) if finite else None,
                     latency_ratio=float(np.median(lat_used)) if lat_used else None,
                     pairs=len(ratios), stable=stable, quick=opts.quick, settled_by=settled_by)

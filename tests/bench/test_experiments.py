@@ -28,7 +28,7 @@ def _ab_ok(recs, label_a, label_b):
     a, b, r = recs
     _ok(a), _ok(b)
     assert r["kind"] == "ab" and (r["a"], r["b"]) == (label_a, label_b)
-    assert r["ratio"] == pytest.approx(a["throughput_img_s"] / b["throughput_img_s"], rel=1e-3)
+    assert r["ratio_min"] <= r["ratio"] <= r["ratio_max"]  # the pairs' geometric mean
     assert r["ratio_min"] <= r["ratio_max"] and r["repeats"] == a["windows_used"] == b["windows_used"] >= 2
     assert r["settled_by"] in ("agreement", "verdict", None) and (r["settled_by"] is None) is (r["stable"] is False)
 
