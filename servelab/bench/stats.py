@@ -18,14 +18,15 @@ RATIO_MARGIN = 0.10
 
 
 def ratio_decided(ratios: Sequence[float], margin: float = RATIO_MARGIN, least: int = 2) -> bool:
-    """True when `least` or more pair ratios already give the answer more pairs would: every one of them clear
-    of the margin by as much again on the same side (A or B ahead by over 2 × margin), or every one well inside
-    it (within margin / 2 of 1: indistinguishable). A ratio near the margin is left to the agreement rule."""
+    """True when `least` or more pair ratios already give the verdict more pairs would: every one of them clear of
+    the margin on the same side (A or B ahead by more than the margin), or every one well inside it (within
+    margin / 2 of 1: indistinguishable). A band that straddles the margin is left to the agreement rule. More
+    pairs would not make a clear verdict safer: what moves it is the ratio itself moving between runs."""
     v = np.asarray(ratios, dtype=np.float64)
     if v.size < least or np.any(~np.isfinite(v)) or np.any(v <= 0):
         return False
     lo, hi = float(v.min()), float(v.max())
-    return lo > 1 + 2 * margin or hi < 1 / (1 + 2 * margin) or (lo >= 1 - margin / 2 and hi <= 1 + margin / 2)
+    return lo > 1 + margin or hi < 1 - margin or (lo >= 1 - margin / 2 and hi <= 1 + margin / 2)
 
 
 def latency_summary(latencies_s: Sequence[float]) -> dict:

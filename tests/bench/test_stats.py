@@ -37,8 +37,9 @@ def test_spread_and_cost():
 
 
 def test_a_ratio_is_decided_only_far_clear_of_the_margin_or_well_inside_it():
-    assert ratio_decided([1.31, 1.26]) and ratio_decided([0.71, 0.80])            # A, B ahead by > 20 %
+    assert ratio_decided([1.31, 1.12]) and ratio_decided([0.71, 0.88])            # A, B ahead by > 10 %
     assert ratio_decided([0.97, 1.04])                                             # within 5 %: indistinguishable
     assert not ratio_decided([1.31])                                               # one pair decides nothing
-    assert not ratio_decided([1.15, 1.30]) and not ratio_decided([0.98, 1.08])     # near the 10 % margin
+    assert not ratio_decided([1.08, 1.30]) and not ratio_decided([0.98, 1.08])     # straddling the 10 % margin
+    assert not ratio_decided([1.06, 1.09]) and not ratio_decided([0.91, 0.94])     # between 5 % and 10 %
     assert not ratio_decided([0.7, 1.3]) and not ratio_decided([1.3, float("nan")])
