@@ -117,7 +117,7 @@ def test_an_interleaved_ratio_stops_once_its_verdict_is_known_and_not_while_it_s
     """Far apart (2×) or alike (1×): two pairs (ABBA) give the verdict, so no third pair is measured. At 1.075×,
     inside the 10 % ranking margin but not well inside it, two pairs do not decide it: more pairs, until they
     agree."""
-    opts = LoadOpts(min_requests=4, min_p50s=1, max_windows=6, tolerance=0.1, max_warmup_s=2)
+    opts = LoadOpts(min_requests=12, min_p50s=1, max_windows=6, tolerance=0.1, max_warmup_s=2)
     far = interleaved(paced(lambda: 0.010), paced(lambda: 0.020), 1, opts)
     assert (far.pairs, far.settled_by, far.stable) == (2, "verdict", True)
     assert far.ratio == pytest.approx(2.0, rel=0.12)
