@@ -66,7 +66,7 @@ concurrency_levels = [1, 8]
 serialisation_batches = [1, 4, 16]
 profile_runs = 4
 # how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
-load = {"min_requests": 20, "min_p50s": 10.0, "min_window_s": 4.0, "max_windows": 6, "tolerance": 0.1,
+load = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 4.0, "max_windows": 5, "tolerance": 0.1,
         "quick": False}
 
 # %%

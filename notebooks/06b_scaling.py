@@ -57,7 +57,7 @@ instance_counts = [1, 2]
 concurrency_levels = [1, 8]
 price_per_hour = 0.50     # USD per hour for the machine serving (set your own: cloud list price, lease cost)
 # how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
-load = {"min_requests": 20, "min_p50s": 10.0, "min_window_s": 4.0, "max_windows": 6, "tolerance": 0.1,
+load = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 4.0, "max_windows": 5, "tolerance": 0.1,
         "quick": False}
 
 # %%
