@@ -15,6 +15,8 @@
 # %% [markdown]
 # # 04 · Triton and dynamic batching
 #
+# Stuck on an error? [When something goes wrong](../docs/TROUBLESHOOTING.md) has the messages and their fixes.
+#
 # **After this notebook you can**
 # - read a Triton model repository (`config.pbtxt` + a python-backend `model.py`) and say what each stanza does;
 # - call Triton by hand with `tritonclient` — `InferInput`, `set_data_from_numpy`, binary vs JSON tensors;
@@ -61,6 +63,7 @@ load = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 4.0, "max_windows":
         "quick": False}
 extra_servers = True     # start a torch-engine FastAPI service for the comparison (else: this run's onnx service)
 service_pid = 0
+device_profile = "vit-b32-h100"  # the emulated accelerator's profile (servelab.model.device_profile), or a *.json file
 
 # %%
 from servelab.lab.places import place_defaults
@@ -504,6 +507,95 @@ step.answer(f"In this run one batch-{B} request took {bb[B]:.0f} ms against {bb[
             f"the concurrency sweep reached {top['throughput_img_s'] / one['throughput_img_s']:.2f}× its concurrency-1 "
             "throughput. On the Chameleon lab's P100 the same ratio was about 0.08 (batch 16 in 24 ms vs 19 ms for one "
             "image), which is why batching multiplies GPU throughput.")
+
+# %% [markdown]
+# ## The same switch on an emulated accelerator
+# Everything above ran on this CPU, where batch 1 already keeps both cores busy. To see what the same switch
+# does in front of a GPU without one, the lab's Triton also serves `openclip_vit_b32_emulated`: a python-backend
+# model whose every execution *waits* t(B) on an **emulated device** instead of computing (it answers with a
+# stand-in vector, not an embedding). t(B) comes from a **device profile**; `vit-b32-h100` is a roofline
+# estimate for ViT-B/32 on an H100, slowed down so that two laptop cores can keep it fed, which leaves every
+# ratio below unchanged. Its rows say `emulated <profile>`: they are an emulation, never a GPU measurement.
+#
+# The profile alone predicts what batching can buy: N requests served as one batch instead of N batches of
+# one is t(1)·N ÷ t(N) times more throughput. With dynamic batching on and no queue delay, closed-loop clients
+# do not all end up in one batch: the first request finds the instance idle and runs alone, the others queue
+# behind it and run as the next batch, and each group resends as soon as it is answered, while the other
+# group's batch runs. So N clients split into **two groups that take turns**: a round of N images takes
+# t(a) + t(b) (a + b = N) instead of N·t(1), and the average executed batch is about N/2.
+#
+# **Predict first.** From the profile table below: at the highest concurrency, what will batching on ÷ off be
+# on the emulated device, and what average executed batch will Triton report? Then compare with this CPU.
+
+# %%
+from servelab.bench import emulated_lesson as emulated
+from servelab.model.device_profile import profile as device_profile_named
+
+emu_profile = device_profile_named(device_profile)
+emu_ready = place != "node" and emulated.available(triton_http_url)
+profile_rows = pd.DataFrame([{"device": emu_profile.label, "batch": n, "t_ms": round(1000 * emu_profile.t_s(n), 1),
+                              "t_unscaled_ms": round(1000 * emu_profile.unscaled_t_s(n), 3),
+                              "batching_can_buy": round(emu_profile.batching_gain(n), 2),
+                              "device_img_s": round(emu_profile.throughput_img_s(n), 1)}
+                             for n in sorted({1, max(1, hi_c // 2), hi_c})])
+step.table(profile_rows, "emulated_profile", f"Device profile {emu_profile.label} (not a measurement): "
+                                             f"{emu_profile.source}", measured=False)
+if not emu_ready:
+    step.not_run("the emulated accelerator", "this Triton has no openclip_vit_b32_emulated model (a GPU node's "
+                 "repository has none: it has the GPU itself)", "the measurements above")
+
+# %%
+emu_rows = []
+if emu_ready:
+    with emulated.emulated_triton(triton_http_url, step.out_dir / "emulated-devices", device_profile) as emu:
+        emu_opts = emu.opts(opts)
+        emu_on_cfg = emu.config(delay_us=0)
+        # batching on vs off at the highest concurrency, in alternating windows; the "on" side is also the sweep's
+        # point at that concurrency, so each point is measured once
+        emu_ab = emu.ab(step.run, "04-emulated-batching", emu_on_cfg, emu.config(batching=False),
+                        label_a="batching on", label_b="batching off", concurrency=hi_c, opts=emu_opts)
+        emu_on, emu_off, emu_ratio = emu_ab
+        emu_conc = emu.sweep(step.run, "04-emulated-concurrency", emu_on_cfg,
+                             concurrencies=tuple(concurrency_levels), opts=emu_opts, measured=(emu_on,))
+    emu_cols = ["params.device", "params.batching", "concurrency", "throughput_img_s", "throughput_min_img_s",
+                "throughput_max_img_s", "latency_p50_ms", "server_stats.avg_batch", "stable"]
+    step.table(step.frame([emu_off] + emu_conc, *emu_cols).rename(columns={"params.device": "device",
+                                                                          "params.batching": "batching"}),
+               "emulated_by_concurrency", f"{emu.caption}: batch-1 clients, dynamic batching on (no queue delay) "
+                                          f"and off; max_batch_size 32, one instance")
+
+# %%
+if emu_ready:
+    n = hi_c
+    can_buy, groups = emu_profile.batching_gain(n), emulated.alternating_groups_gain(emu_profile, n)
+    b_on = float((emu_on.get("server_stats") or {}).get("avg_batch") or 0)
+    a_grp = max(1, n // 2)
+    round_ms = 1000 * (emu_profile.t_s(a_grp) + emu_profile.t_s(n - a_grp)) if n > 1 else 1000 * emu_profile.t_s(1)
+    by_c = {r["concurrency"]: r for r in emu_conc}
+    step.answer(
+        f"On the emulated device ({emu_profile.label}; an emulation, not a GPU measurement): t(1) = "
+        f"{1000 * emu_profile.t_s(1):.0f} ms and t({n}) = {1000 * emu_profile.t_s(n):.0f} ms, so batching could buy "
+        f"t(1)·{n} ÷ t({n}) = {can_buy:.2f}×; two groups taking turns predict {groups:.2f}× and an average batch of "
+        f"{n / 2:g}. Measured in alternating windows: {ratio_sentence(emu_ratio)}, with Triton executing "
+        f"{b_on:.2f} images per batch. A request waited about ({n}−1)/{max(b_on, 1):.2f} ≈ {(n - 1) / max(b_on, 1):.1f} "
+        f"executions: the two-group round predicts a p50 of about {round_ms:.0f} ms, the run measured "
+        f"{emu_on['latency_p50_ms']:.0f} ms (HTTP and the CPU's share of each request on top). The average executed "
+        "batch by concurrency: " + ", ".join(f"{c} client(s) {float((r.get('server_stats') or {}).get('avg_batch') or 0):.2f}"
+                                             for c, r in sorted(by_c.items()))
+        + f". On this CPU the same switch gave {triton_ratio['ratio']:.2f}× (its batch-size table caps it at about "
+          f"{1 / per_image_ratio:.2f}×). The gap between the two groups and one full batch of {n} is what a queue "
+          "delay can close: 05a measures that.")
+    side_by_side = pd.DataFrame([
+        {"device": f"this CPU ({triton_model})", "on_div_off": triton_ratio["ratio"],
+         "pairs_min": triton_ratio["ratio_min"], "pairs_max": triton_ratio["ratio_max"],
+         "avg_batch_on": (triton_on.get("server_stats") or {}).get("avg_batch"),
+         "predicted": round(1 / per_image_ratio, 2), "predicted_from": "the batch-size table above (measured)"},
+        {"device": f"{emu_profile.label} (emulation)", "on_div_off": emu_ratio["ratio"],
+         "pairs_min": emu_ratio["ratio_min"], "pairs_max": emu_ratio["ratio_max"], "avg_batch_on": b_on,
+         "predicted": round(groups, 2), "predicted_from": "the profile: two groups taking turns"}])
+    step.table(side_by_side.round(2), "batching_cpu_vs_emulated",
+               f"Dynamic batching on ÷ off at concurrency {hi_c}, alternating windows: this CPU and the emulated "
+               "accelerator (an emulation, not a GPU measurement)")
 
 # %% [markdown]
 # ## Compared with the source material

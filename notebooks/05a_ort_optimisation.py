@@ -15,6 +15,8 @@
 # %% [markdown]
 # # 05a · ONNX Runtime optimisation
 #
+# Stuck on an error? [When something goes wrong](../docs/TROUBLESHOOTING.md) has the messages and their fixes.
+#
 # **After this notebook you can**
 # - profile an ONNX Runtime session and say which operators the time goes to, and what that implies for
 #   int8, batching and GPUs;
@@ -65,6 +67,7 @@ queue_delays_us = [0, 4000]
 concurrency_levels = [1, 8]
 serialisation_batches = [1, 4, 16]
 profile_runs = 4
+device_profile = "vit-b32-h100"  # the emulated accelerator's profile (servelab.model.device_profile), or a *.json file
 # how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
 load = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 4.0, "max_windows": 5, "tolerance": 0.1,
         "quick": False}
@@ -184,6 +187,121 @@ step.answer(f"At concurrency {lo_c}, raising the delay from {lo_d} to {hi_d} µs
             f"At concurrency {top_c} the average executed batch was {avg_batch(busy_lo):.2f} with {lo_d} µs and "
             f"{avg_batch(busy_hi):.2f} with {hi_d} µs; throughput: "
             + versus(f"{hi_d} µs", busy_hi, f"{lo_d} µs", busy_lo) + ".")
+
+# %% [markdown]
+# ### The same grid on an emulated accelerator
+# On this CPU a batch of B costs about B single images, so holding a request for company buys little. In
+# front of a GPU it is the other way round. The lab's Triton also serves `openclip_vit_b32_emulated`, whose
+# executions wait t(B) on an emulated device (notebook 04 introduces it; its rows say `emulated <profile>` and
+# are an emulation, never a GPU measurement). Its grid uses two delays: none, and about t(1), one batch's
+# time on the device; and `max_batch_size` equal to the highest concurrency, so a batch that has every client
+# in it leaves at once.
+#
+# Without a delay the clients take turns in two groups (04): a round of N images is two executions,
+# t(a) + t(b). With a delay of about t(1) the batcher holds the first answered client's next request until
+# the others have resent theirs, so a round is one execution of N, t(N). Alone, a client gains nothing by
+# waiting: its request sits out the whole delay, since the batch never fills.
+#
+# **Predict first.** From the profile: at the highest concurrency, by how much will a delay of t(1) raise
+# throughput and the average executed batch? At concurrency 1, what will it do to p50?
+
+# %%
+from servelab.bench import emulated_lesson as emulated
+from servelab.bench.report import ratio_sentence
+from servelab.model.device_profile import profile as device_profile_named
+
+emu_profile = device_profile_named(device_profile)
+emu_ready = place != "node" and emulated.available(triton_http_url)
+lo_c, top_c = min(concurrency_levels), max(concurrency_levels)
+t1_us = int(round(emu_profile.t_s(1) * 1e6, -3))  # about one batch's time on the emulated device
+if emu_ready:
+    with emulated.emulated_triton(triton_http_url, step.out_dir / "emulated-devices", device_profile) as emu:
+        emu_opts = emu.opts(opts)
+        emu_cfgs = {d: emu.config(delay_us=d, max_batch=min(top_c, emulated.TEMPLATE_MAX_BATCH)) for d in (0, t1_us)}
+        # the claimed ratio (delay t(1) ÷ none at the highest concurrency) in alternating windows; its sides are
+        # also the grid's points there
+        emu_ab = emu.ab(step.run, "05a-emulated-queue-delay-ratio", emu_cfgs[t1_us], emu_cfgs[0],
+                        label_a=f"delay {t1_us} µs", label_b="delay 0 µs", concurrency=top_c, opts=emu_opts)
+        emu_ratio = emu_ab[-1]
+        emu_grid = [rec for d, cfg in emu_cfgs.items()
+                    for rec in emu.sweep(step.run, "05a-emulated-queue-delay", cfg,
+                                         concurrencies=tuple(concurrency_levels), opts=emu_opts,
+                                         measured=tuple(emu_ab[:2]))]
+    emu_cells = step.frame(emu_grid, "params.device", "params.max_queue_delay_us", "concurrency", "throughput_img_s",
+                           "throughput_min_img_s", "throughput_max_img_s", "latency_p50_ms", "stable",
+                           "server_stats.avg_batch", "server_stats.avg_queue_ms")
+    emu_cells = step.table(emu_cells.rename(columns={"params.device": "device",
+                                                     "params.max_queue_delay_us": "max_queue_delay_us"}),
+                           "emulated_queue_delay_grid",
+                           f"{emu.caption}: queue delay × concurrency, max_batch_size {min(top_c, 32)}, one instance")
+else:
+    step.not_run("the queue-delay grid on the emulated accelerator", "this Triton has no openclip_vit_b32_emulated "
+                 "model (a GPU node's repository has none: it has the GPU itself)", "the CPU grid above")
+
+# %%
+if emu_ready:
+    def emu_point(delay, c):
+        return next(r for r in emu_grid if r["params"]["max_queue_delay_us"] == delay and r["concurrency"] == c)
+
+    a_grp = max(1, top_c // 2)
+    two_groups = (emu_profile.t_s(a_grp) + emu_profile.t_s(top_c - a_grp)) if top_c > 1 else emu_profile.t_s(1)
+    predicted = two_groups / emu_profile.t_s(top_c)
+    q_lo, q_hi = emu_point(0, lo_c), emu_point(t1_us, lo_c)
+    step.answer(
+        f"On the emulated device ({emu_profile.label}; an emulation, not a GPU measurement), t(1) = "
+        f"{1000 * emu_profile.t_s(1):.0f} ms and t({top_c}) = {1000 * emu_profile.t_s(top_c):.0f} ms. At "
+        f"{top_c} clients a delay of {t1_us} µs should turn a round of two executions "
+        f"({1000 * two_groups:.0f} ms) into one ({1000 * emu_profile.t_s(top_c):.0f} ms): {predicted:.2f}× the "
+        f"throughput and an average batch of {top_c} instead of about {top_c / 2:g}. Measured in alternating "
+        f"windows: {ratio_sentence(emu_ratio)}; average executed batch {avg_batch(emu_point(0, top_c)):.2f} without "
+        f"the delay, {avg_batch(emu_point(t1_us, top_c)):.2f} with it. At {lo_c} client(s) the delay moved p50 from "
+        f"{q_lo['latency_p50_ms']:.0f} to {q_hi['latency_p50_ms']:.0f} ms: "
+        + ("a lone request waits out the whole delay. "
+           if lo_c < min(top_c, 32) else "there the batch fills at once. ")
+        + f"On this CPU the same delay range gave average batches of {avg_batch(busy_lo):.2f} and "
+          f"{avg_batch(busy_hi):.2f} at {top_c} clients, with " + versus(f"{hi_d} µs", busy_hi, f"{lo_d} µs", busy_lo)
+        + ": there a batch costs what its images cost, so filling it buys nothing.")
+
+# %% [markdown]
+# ### Exercise: plan a device's configuration, then measure it
+# Pick the device (a profile from `servelab.model.device_profile.PROFILES`) or write your own with
+# `DeviceProfile(name=…, fixed_ms=…, per_image_ms=…, full_at=…, source=…, time_scale=…)` — keep t(1) at
+# 50 ms or more (`time_scale`), or the laptop's CPU, not your device, is what you measure. Then, **before
+# measuring**, predict from its t(B) the configuration that serves the highest concurrency best, and the
+# throughput it will reach. The check loads your plan into the emulated model, measures it in alternating
+# windows against the default (no queue delay, max_batch_size 32, one instance), and grades from the records:
+# not clearly below the default, and your prediction within 30 % of what it measured.
+
+# %%
+from servelab.assignments import checks
+from servelab.model.device_profile import DeviceProfile, write_profile  # noqa: F401  (to write your own)
+
+exercise_device = emu_profile  # or DeviceProfile(...) of your own
+print(f"{exercise_device.label}: t(1) = {1000 * exercise_device.t_s(1):.0f} ms, t({top_c}) = "
+      f"{1000 * exercise_device.t_s(top_c):.0f} ms; {top_c} clients")
+
+# %% tags=["exercise"]
+# Exercise 05a.3: predict the best configuration for a device from its profile
+def plan_for(device, clients):
+    """{"max_batch_size", "max_queue_delay_us", "instances", "predicted_img_s"} for `clients` batch-1 clients on
+    `device` (device.t_s(B): seconds one batch of B takes; device.devices: how many devices)."""
+    # BEGIN SOLUTION
+    size = min(clients, 32)
+    rounds = -(-clients // size)
+    return {"max_batch_size": size, "max_queue_delay_us": int(device.t_s(1) * 1e6), "instances": 1,
+            "predicted_img_s": clients / (rounds * device.t_s(size))}
+    # END SOLUTION
+
+
+# %%
+if emu_ready:
+    exercise_ref = device_profile if exercise_device == emu_profile else str(
+        write_profile(exercise_device, step.out_dir / f"device-profile-{exercise_device.name}.json"))
+    with emulated.emulated_triton(triton_http_url, step.out_dir / "emulated-devices", exercise_ref) as emu:
+        checks.emulated_plan(plan_for, emulated=emu, device=exercise_device, run=step.run, clients=top_c,
+                             opts=emu.opts(opts), exercise="05a.3", step=step)
+else:
+    step.not_run("exercise 05a.3 (live on the emulated accelerator)", "this Triton has no emulated model")
 
 # %% [markdown]
 # ## 3 · JSON lists vs binary tensors vs JPEG, by batch size

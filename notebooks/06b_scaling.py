@@ -15,6 +15,8 @@
 # %% [markdown]
 # # 06b · Scaling: instance groups, efficiency, cost per 1,000 images
 #
+# Stuck on an error? [When something goes wrong](../docs/TROUBLESHOOTING.md) has the messages and their fixes.
+#
 # **After this notebook you can**
 # - write an `instance_group` that places model copies on CPUs or on chosen GPUs;
 # - compute scaling efficiency and cost per 1,000 images from a measurement;
@@ -56,6 +58,7 @@ triton_pid = 0
 instance_counts = [1, 2]
 concurrency_levels = [1, 8]
 price_per_hour = 0.50     # USD per hour for the machine serving (set your own: cloud list price, lease cost)
+device_profile = "vit-b32-h100"  # the emulated accelerator's profile (servelab.model.device_profile), or a *.json file
 # how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
 load = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 4.0, "max_windows": 5, "tolerance": 0.1,
         "quick": False}
@@ -188,6 +191,81 @@ step.show_plot(plot_latency_throughput(recs, step.plot_path("latency_vs_throughp
 # **Cost per 1,000 images** is price per hour ÷ (images per second × 3,600) × 1,000: at a fixed price the
 # cheapest configuration is simply the one with the most throughput, and adding hardware pays only if
 # throughput grows at least as fast as the bill.
+
+# %% [markdown]
+# ## The same question on an emulated accelerator: instances and devices
+# Here a second instance shares cores the first already fills. In front of a GPU a second instance shares a
+# device that one batch leaves mostly idle. The lab's Triton also serves `openclip_vit_b32_emulated`, whose
+# executions wait t(B) on an emulated device (notebook 04 introduces it; its rows say `emulated <profile>` and
+# are an emulation, never a GPU measurement). Batches that overlap on one emulated device share it as kernels
+# share a GPU's multiprocessors: they finish as if they had run as one batch of their combined size, so an
+# overlap costs nothing while the device has room (t flat) and everything once it is full (t linear).
+# Instance k runs on device k mod the device count.
+#
+# With one instance and dynamic batching (no delay), N clients take turns in two groups: a round is
+# t(a) + t(b). Two instances on one device run the two groups at once: a round is t(N). Two devices give each
+# group its own device: max(t(a), t(b)).
+#
+# **Predict first.** From the profile: at the highest concurrency, what will two instances on one device
+# give over one? And two devices over one, with two instances?
+
+# %%
+from servelab.bench import emulated_lesson as emulated
+from servelab.model.device_profile import profile as device_profile_named
+
+emu_profile = device_profile_named(device_profile)
+emu_ready = place != "node" and emulated.available(triton_http_url)
+if emu_ready:
+    with emulated.emulated_triton(triton_http_url, step.out_dir / "emulated-devices", device_profile) as emu:
+        emu_opts = emu.opts(opts)
+        emu_instances = emu.ab(step.run, "06b-emulated-instances", emu.config(instances=2, devices=1),
+                               emu.config(instances=1, devices=1), label_a="2 instances, 1 device",
+                               label_b="1 instance, 1 device", concurrency=top_c, opts=emu_opts)
+        emu_devices = emu.ab(step.run, "06b-emulated-devices", emu.config(instances=2, devices=2),
+                             emu.config(instances=2, devices=1), label_a="2 instances, 2 devices",
+                             label_b="2 instances, 1 device", concurrency=top_c, opts=emu_opts)
+    emu_points = step.frame(emu_instances[:2] + emu_devices[:1], "params.device", "params.instances", "params.devices",
+                            "concurrency", "throughput_img_s", "throughput_min_img_s", "throughput_max_img_s",
+                            "latency_p50_ms", "server_stats.avg_batch", "stable")
+    step.table(emu_points.rename(columns={"params.device": "device", "params.instances": "instances",
+                                          "params.devices": "devices"}), "emulated_instances_devices",
+               f"{emu.caption}: instances and devices at concurrency {top_c} (batch-1 clients, dynamic batching "
+               "without delay, max_batch_size 32)")
+else:
+    step.not_run("instances and devices on the emulated accelerator", "this Triton has no openclip_vit_b32_emulated "
+                 "model (a GPU node's repository has none: it has the GPU itself)", "the measurements above")
+
+# %%
+if emu_ready:
+    inst_pred = emulated.two_instances_gain(emu_profile, top_c)
+    dev_pred = emulated.two_devices_gain(emu_profile, top_c)
+    room = top_c < emu_profile.full_at
+    step.answer(
+        f"On the emulated device ({emu_profile.label}; an emulation, not a GPU measurement), {top_c} clients send "
+        f"batches of about {top_c / 2:g}: t({max(1, top_c // 2)}) = {1000 * emu_profile.t_s(max(1, top_c // 2)):.0f} ms, "
+        f"t({top_c}) = {1000 * emu_profile.t_s(top_c):.0f} ms. Two instances on one device should give "
+        f"{inst_pred:.2f}× one (two groups at once instead of in turn); measured in alternating windows: "
+        f"{ratio_sentence(emu_instances[-1])}. Two devices over one, with two instances, should give {dev_pred:.2f}× "
+        + (f"— nothing, because {top_c} images leave the device room (it is full at {emu_profile.full_at}): a second "
+           "device pays only once the first is full; set `device_profile = \"flat\"` (full at 4) to see it pay"
+           if room else "— the device is full, so a second one adds its whole capacity")
+        + f"; measured: {ratio_sentence(emu_devices[-1])}. On this CPU, two instances against one: "
+          f"{instance_ratio['ratio']:.2f}× (the cores were already busy).")
+    side_by_side = pd.DataFrame([
+        {"comparison": f"{n_hi} instances ÷ {n_lo}", "device": "this CPU", "ratio": instance_ratio["ratio"],
+         "pairs_min": instance_ratio["ratio_min"], "pairs_max": instance_ratio["ratio_max"],
+         "predicted": round(n_lo / n_hi, 2), "predicted_from": "cores already busy at one instance"},
+        {"comparison": "2 instances ÷ 1 (one device)", "device": f"{emu_profile.label} (emulation)",
+         "ratio": emu_instances[-1]["ratio"], "pairs_min": emu_instances[-1]["ratio_min"],
+         "pairs_max": emu_instances[-1]["ratio_max"], "predicted": round(inst_pred, 2),
+         "predicted_from": "the profile: (t(a) + t(b)) ÷ t(N)"},
+        {"comparison": "2 devices ÷ 1 (two instances)", "device": f"{emu_profile.label} (emulation)",
+         "ratio": emu_devices[-1]["ratio"], "pairs_min": emu_devices[-1]["ratio_min"],
+         "pairs_max": emu_devices[-1]["ratio_max"], "predicted": round(dev_pred, 2),
+         "predicted_from": "the profile: t(N) ÷ max(t(a), t(b))"}])
+    step.table(side_by_side.round(2), "scaling_cpu_vs_emulated",
+               f"Instances and devices at concurrency {top_c}, alternating windows: this CPU and the emulated "
+               "accelerator (an emulation, not a GPU measurement)")
 
 # %% [markdown]
 # ## The multi-GPU half

@@ -27,7 +27,7 @@ from servelab.assignments.result import CheckResult, NotRunHere, reject, run_che
 from servelab.bench.report import margin as ranking_margin
 
 __all__ = [
-    "outcome", "live_config", "p99_budget", "triton_client_call", "python_backend_execute", "fastapi_route",
+    "outcome", "live_config", "p99_budget", "emulated_plan", "triton_client_call", "python_backend_execute", "fastapi_route",
     "queue_delay_for_budget", "batching_stanza", "gpu_instance_group", "trt_accelerator_stanza",
     "smallest_payload", "best_choice", "speedup", "difference", "share", "scaling_efficiency", "cost_per_1k_images",
     "threshold_for_precision", "replicas_for_load", "execution_providers", "k8s_probes", "compose_healthcheck",
@@ -893,6 +893,66 @@ def p99_budget(answer, *, trials, budget_ms: float, exercise: str, step=None, st
                 f"config: {base['value']:.1f} img/s; {len(mine)} trial(s) measured"), detail
 
     return run_check("p99_budget", exercise, answer, (trials, budget_ms), judge, step, strict)
+
+
+def emulated_plan(answer, *, emulated, device, run, clients: int, opts, exercise: str, step=None,
+                  rel_tol: float = 0.3, strict: bool | None = None) -> CheckResult:
+    """answer: fn(device, clients) -> {"max_batch_size", "max_queue_delay_us", "instances", "predicted_img_s"}: the
+    configuration you expect to serve `clients` batch-1 clients best on the emulated `device` (a DeviceProfile),
+    and the throughput you predict for it from the profile's t(B), before anything is measured.
+
+    Applied live to the emulated accelerator (`emulated`: servelab.bench.emulated_lesson.EmulatedTriton, the lab
+    Triton's emulated model) and measured in alternating windows against the default (dynamic batching without
+    a queue delay, max_batch_size 32, one instance); the records go to `run` (experiment "<exercise>-plan").
+    Graded from those records: correct when every request was served, your configuration is not clearly below
+    the default (the ratio's window pairs decide), and the measured throughput is within `rel_tol` of your
+    prediction. The ratio and both figures are kept in the detail."""
+    from servelab.bench.emulated_lesson import TEMPLATE_MAX_BATCH
+    from servelab.bench.records import load_records
+    from servelab.bench.report import ratio_verdict
+
+    experiment = f"{exercise}-plan"
+
+    def judge(value):
+        if not isinstance(value, Mapping):
+            reject("return a dict with max_batch_size, max_queue_delay_us, instances and predicted_img_s")
+        missing = {"max_batch_size", "max_queue_delay_us", "instances", "predicted_img_s"} - set(value)
+        if missing:
+            reject(f"your plan lacks {', '.join(sorted(missing))}")
+        mb, delay, inst = (_number(value[k], k) for k in ("max_batch_size", "max_queue_delay_us", "instances"))
+        predicted = _number(value["predicted_img_s"], "predicted_img_s")
+        if mb != int(mb) or not 1 <= mb <= TEMPLATE_MAX_BATCH:
+            reject(f"max_batch_size must be a whole number 1..{TEMPLATE_MAX_BATCH} (the staged model's limit)")
+        if inst != int(inst) or not 1 <= inst <= 4:
+            reject("instances must be a whole number 1..4 on this machine")
+        if delay != int(delay) or not 0 <= delay <= 1_000_000:
+            reject("max_queue_delay_us must be a whole number of microseconds, 0..1,000,000")
+        if predicted <= 0:
+            reject("predicted_img_s must be positive: your prediction from the profile's t(B)")
+        yours_cfg = emulated.config(delay_us=int(delay), max_batch=int(mb), instances=int(inst))
+        emulated.ab(run, experiment, yours_cfg, emulated.config(delay_us=0),
+                    label_a="your plan", label_b="default", concurrency=clients, opts=opts)
+        recs = [r for r in load_records(run.dir) if r.get("experiment") == experiment]
+        yours = next(r for r in reversed(recs) if r.get("kind") == "load" and r["params"].get("side") == "a")
+        ratio = next(r for r in reversed(recs) if r.get("kind") == "ab")
+        _served_ok(yours, "with your plan")
+        measured = float(yours["throughput_img_s"])
+        ahead, _ = ratio_verdict(ratio)
+        figures = (f"your plan (max_batch_size {int(mb)}, queue delay {int(delay)} µs, {int(inst)} instance(s)) "
+                   f"served {clients} clients at {measured:.1f} img/s on {device.label}; you predicted "
+                   f"{predicted:.1f}; against the default in alternating windows: {ratio['ratio']:.2f}×")
+        detail = {"measured_img_s": measured, "predicted_img_s": predicted, "ratio_vs_default": ratio["ratio"],
+                  "ratio_min": ratio["ratio_min"], "ratio_max": ratio["ratio_max"], "device": device.label,
+                  "plan": {"max_batch_size": int(mb), "max_queue_delay_us": int(delay), "instances": int(inst)}}
+        if ahead == ratio["b"]:
+            reject(f"{figures}: clearly below the default — which requests end up in one batch with your settings?",
+                   detail)
+        if not _close(measured, predicted, rel_tol):
+            reject(f"{figures}: your prediction is more than {rel_tol:.0%} off; from t(B), how many images does one "
+                   f"round of {clients} clients take, and in how many batches?", detail)
+        return figures, detail
+
+    return run_check("emulated_plan", exercise, answer, (device, clients), judge, step, strict)
 
 
 def triton_client_call(answer, *, triton_http_url: str, model: str, triton_grpc_url: str | None = None, batch: int = 2,

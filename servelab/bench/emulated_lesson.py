@@ -1,0 +1,215 @@
+"""The emulated accelerator beside the CPU in the lessons (04, 05a, 06b): the lab's Triton also loads
+`openclip_vit_b32_emulated`, whose batches wait t(B) on an emulated device instead of computing; a lesson
+reloads it with the configurations it compares and measures them like the CPU model.
+
+    with emulated_triton(triton_http_url, step.out_dir / "emulated-devices", "vit-b32-h100") as emu:
+        on, off, ratio = emu.ab(step.run, "04-emulated-batching", emu.config(), emu.config(batching=False),
+                                label_a="batching on", label_b="batching off", concurrency=8, opts=emu.opts(opts))
+        emu.profile.batching_gain(8)     # what batching can buy: t(1)·8 ÷ t(8)
+
+Every handle's settings carry `device` ("emulated <profile>") and `device_source` (where the profile's figures
+come from), so every record, table row and sentence drawn from them says it is an emulation and of what — never
+a measurement of a GPU. The devices' state lives under the folder the lesson names (the run's own), so another
+run on the same machine does not share this run's emulated device.
+
+The device waits rather than computes, so its points are cheap and nearly free of noise: `opts` shortens the
+notebook's windows for it (a few p50s each) while keeping its tolerance and window count.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from servelab.bench.loadgen import LoadOpts
+from servelab.bench.servers import TritonServed, this_machine
+from servelab.model.device_profile import DeviceProfile, profile
+from servelab.triton.models import EMULATED_ENCODER
+
+# the staged template's max_batch_size: a lesson's configurations stay within it
+TEMPLATE_MAX_BATCH = 32
+
+
+def short_opts(opts: LoadOpts) -> LoadOpts:
+    """The notebook's load options with short windows, for the emulated device (its t(B) is exact, so a few
+    p50s per window already agree); a smoke run's options are shorter still and stay as they are."""
+    return dataclasses.replace(opts, min_requests=min(opts.min_requests, 8), min_p50s=min(opts.min_p50s, 2.0),
+                               min_window_s=min(opts.min_window_s, 1.0), max_windows=min(opts.max_windows, 4),
+                               max_warmup_s=min(opts.max_warmup_s, 5.0))
+
+
+def available(http_url: str) -> bool:
+    """Whether this Triton has the emulated model loaded (the CPU repository's; a GPU node's has none)."""
+    from servelab.triton.control import model_states
+
+    try:
+        return model_states(http_url).get(EMULATED_ENCODER) == "READY"
+    except Exception:  # noqa: BLE001 - an unreachable server has no emulated model either
+        return False
+
+
+class _LabelledRun:
+    """A run whose records name the emulated device as their weights (the run's own label names the model's)."""
+
+    def __init__(self, run, weights: str):
+        self._run, self._weights = run, weights
+
+    def record(self, experiment: str, **fields) -> dict:
+        fields.setdefault("weights", self._weights)
+        return self._run.record(experiment, **fields)
+
+    def __getattr__(self, name):
+        return getattr(self._run, name)
+
+
+@dataclass
+class EmulatedTriton:
+    """The lab Triton's emulated model and the profile a lesson configures it with."""
+
+    http_url: str
+    profile: DeviceProfile
+    device_dir: Path
+    base: dict  # the model's config as loaded, as a config override
+    profile_ref: str = ""  # what the model's device_profile parameter names: the profile's name or its file
+
+    @property
+    def label(self) -> str:
+        return self.profile.label
+
+    @property
+    def caption(self) -> str:
+        """What a table of this device's points says it is."""
+        return f"{self.label}: an emulated accelerator (t(B) from the profile, not a GPU measurement)"
+
+    def opts(self, opts: LoadOpts) -> LoadOpts:
+        return short_opts(opts)
+
+    def config(self, *, batching: bool = True, delay_us: int = 0, max_batch: int = TEMPLATE_MAX_BATCH,
+               instances: int = 1, devices: int | None = None) -> dict:
+        """A config override of the emulated model: dynamic batching on (queue delay `delay_us`) or off,
+        `instances` instances, on `devices` emulated devices (None: the profile's count)."""
+        if not 1 <= max_batch <= TEMPLATE_MAX_BATCH:
+            raise ValueError(f"max_batch_size must be 1..{TEMPLATE_MAX_BATCH}, got {max_batch}")
+        if instances < 1 or delay_us < 0 or (devices is not None and devices < 1):
+            raise ValueError("instances and devices must be >= 1 and the queue delay >= 0")
+        cfg = {k: v for k, v in self.base.items() if k != "dynamic_batching"}
+        cfg["max_batch_size"] = int(max_batch)
+        if batching:
+            cfg["dynamic_batching"] = {"max_queue_delay_microseconds": str(int(delay_us))}
+        cfg["instance_group"] = [{"kind": "KIND_CPU", "count": int(instances)}]
+        params = dict(cfg.get("parameters", {}))
+        params["device_profile"] = {"string_value": self.profile_ref or self.profile.name}
+        params["emulated_devices"] = {"string_value": str(devices or self.profile.devices)}
+        params["device_dir"] = {"string_value": str(self.device_dir)}
+        cfg["parameters"] = params
+        return cfg
+
+    def _run(self, run):
+        return _LabelledRun(run, self.label)
+
+    def handle(self, cfg: dict) -> TritonServed:
+        """A bench handle for the model loaded with `cfg`: its records name the emulated device, the profile's
+        source and the configuration (instances, queue delay, max batch, devices, batching on or off)."""
+        batching = "dynamic_batching" in cfg
+        devices = int(cfg["parameters"]["emulated_devices"]["string_value"])
+        on = self.profile.with_devices(devices)
+        delay = int(cfg["dynamic_batching"].get("max_queue_delay_microseconds", 0)) if batching else None
+        return TritonServed(server="triton-http", engine="emulated", url=self.http_url, http_url=self.http_url,
+                            model=EMULATED_ENCODER, payload="tensor", protocol="http",
+                            instances=sum(int(g.get("count", 1)) for g in cfg["instance_group"]),
+                            max_queue_delay_us=delay, served_by=this_machine(),
+                            settings={"device": on.label, "device_source": on.source, "emulated": True,
+                                      "max_batch": int(cfg["max_batch_size"]), "devices": devices,
+                                      "batching": "on" if batching else "off"})
+
+    def measure(self, run, experiment: str, cfg: dict, *, concurrency: int, opts: LoadOpts,
+                params: dict | None = None) -> dict:
+        """One closed-loop point of batch-1 requests with the model loaded with `cfg` (restored after)."""
+        from servelab.bench.experiments import measure
+        from servelab.triton.control import loaded_with
+
+        with loaded_with(self.http_url, EMULATED_ENCODER, cfg):
+            return measure(self._run(run), experiment, self.handle(cfg), payload="tensor", batch=1, concurrency=concurrency,
+                           opts=opts, params=params)
+
+    def sweep(self, run, experiment: str, cfg: dict, *, concurrencies: tuple, opts: LoadOpts,
+              measured: tuple = ()) -> list[dict]:
+        """Batch-1 clients at each concurrency with the model loaded with `cfg` (restored after); a point among
+        `measured` (an A/B's sides with this configuration) is taken from there, not measured again."""
+        from servelab.bench.experiments import already_measured, concurrency_sweep
+
+        handle = self.handle(cfg)
+        if all(already_measured(measured, handle, payload="tensor", concurrency=c) for c in concurrencies):
+            return concurrency_sweep(self._run(run), handle, concurrencies=concurrencies, payload="tensor", opts=opts,
+                                     experiment=experiment, measured=measured)
+        from servelab.triton.control import loaded_with
+
+        with loaded_with(self.http_url, EMULATED_ENCODER, cfg):
+            return concurrency_sweep(self._run(run), handle, concurrencies=concurrencies, payload="tensor", opts=opts,
+                                     experiment=experiment, measured=measured)
+
+    def ab(self, run, experiment: str, cfg_a: dict, cfg_b: dict, *, label_a: str, label_b: str, concurrency: int,
+           opts: LoadOpts, concurrency_b: int | None = None) -> list[dict]:
+        """Two configurations in alternating windows (the model reloaded when the side changes): A's record,
+        B's record and the ratio A ÷ B, as servelab.bench.experiments.ab writes them."""
+        from servelab.bench.experiments import ab
+        from servelab.triton.control import config_switch
+
+        with config_switch(self.http_url, EMULATED_ENCODER, [cfg_a, cfg_b]) as use:
+            return ab(self._run(run), experiment, self.handle(cfg_a), self.handle(cfg_b), label_a=label_a, label_b=label_b,
+                      payload_a="tensor", payload_b="tensor", concurrency_a=concurrency,
+                      concurrency_b=concurrency_b, opts=opts, prepare=use,
+                      params={"device": self.label, "device_source": self.profile.source})
+
+
+@contextlib.contextmanager
+def emulated_triton(http_url: str, device_dir: Path | str, device_profile: str = "vit-b32-h100"
+                    ) -> Iterator[EmulatedTriton]:
+    """The emulated model of the Triton at `http_url`, with `device_profile` (a name or a profile file) and its
+    devices' state under `device_dir`; the model's own config is loaded again on exit."""
+    from servelab.triton.control import config_dict, get_config, load_model
+
+    chosen = profile(device_profile)  # an unknown name: ValueError listing the names
+    base = config_dict(get_config(http_url, EMULATED_ENCODER))
+    ref = str(Path(device_profile).resolve()) if device_profile.endswith(".json") else chosen.name
+    emu = EmulatedTriton(http_url, chosen, Path(device_dir).resolve(), base, ref)
+    try:
+        yield emu
+    finally:
+        load_model(http_url, EMULATED_ENCODER, base)
+
+
+# --- what the profile predicts ----------------------------------------------------------------------------
+
+def alternating_groups_gain(p: DeviceProfile, clients: int) -> float:
+    """Batching on ÷ off for `clients` closed-loop clients, one instance, no queue delay: the clients split into
+    two groups that take turns (each group resends while the other's batch runs), so a round of `clients`
+    images takes t(a) + t(b) instead of `clients` × t(1)."""
+    a = max(1, clients // 2)
+    b = clients - a
+    if b == 0:
+        return 1.0
+    return clients * p.t_s(1) / (p.t_s(a) + p.t_s(b))
+
+
+def two_instances_gain(p: DeviceProfile, clients: int) -> float:
+    """Two instances ÷ one on one device, `clients` clients, batching on without delay: one instance runs the
+    two groups one after the other, t(a) + t(b); two run them at once, sharing the device, in t(clients)."""
+    a = max(1, clients // 2)
+    b = clients - a
+    if b == 0:
+        return 1.0
+    return (p.t_s(a) + p.t_s(b)) / p.t_s(clients)
+
+
+def two_devices_gain(p: DeviceProfile, clients: int) -> float:
+    """Two instances on two devices ÷ on one device: each group on its own device, max(t(a), t(b)), against both
+    sharing one, t(clients)."""
+    a = max(1, clients // 2)
+    b = clients - a
+    if b == 0:
+        return 1.0
+    return p.t_s(clients) / max(p.t_s(a), p.t_s(b))
