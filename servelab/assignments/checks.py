@@ -638,7 +638,8 @@ def k8s_probes(answer, *, cold_start_s: float, margin: float = 2.0, exercise: st
                strict: bool | None = None) -> CheckResult:
     """answer: YAML for the container's `startupProbe`, `readinessProbe` and `livenessProbe`, or fn(cold_start_s).
 
-    Correct: readiness asks /readyz (take the pod out of the Service while it cannot serve), liveness asks
+    Correct: startup asks /readyz (the model loaded within the allowance; the other probes wait for it),
+    readiness asks /readyz (take the pod out of the Service while it cannot serve), liveness asks
     /healthz (restart only a dead process — never one that is merely busy or still loading), and the startup
     probe allows at least `margin` × this run's measured cold start (periodSeconds × failureThreshold)."""
 
@@ -650,6 +651,10 @@ def k8s_probes(answer, *, cold_start_s: float, margin: float = 2.0, exercise: st
             if not isinstance(spec[name].get("httpGet"), Mapping) or not spec[name]["httpGet"].get("path"):
                 reject(f"{name} needs an httpGet with a path")
         path = {n: spec[n]["httpGet"]["path"] for n in ("startupProbe", "readinessProbe", "livenessProbe")}
+        if path["startupProbe"] != "/readyz":
+            reject(f"the startup probe asks {path['startupProbe']}, which answers as soon as the process listens: it "
+                   "passes while the model is still loading, so its allowance times nothing and a load that hangs is "
+                   "never restarted. Ask the endpoint that answers once the model can serve")
         if path["readinessProbe"] != "/readyz":
             reject("the readiness probe should ask the endpoint that says whether the model can serve now")
         if path["livenessProbe"] == "/readyz":
@@ -661,7 +666,7 @@ def k8s_probes(answer, *, cold_start_s: float, margin: float = 2.0, exercise: st
         if allowed < cold_start_s * margin:
             reject(f"the startup probe gives up after {allowed:g} s; this run measured a cold start of "
                    f"{cold_start_s:.1f} s and the probe should allow {margin:g}× that")
-        return f"readiness /readyz, liveness /healthz, startup allows {allowed:g} s (cold start here {cold_start_s:.1f} s)"
+        return f"startup and readiness /readyz, liveness /healthz, startup allows {allowed:g} s (cold start here {cold_start_s:.1f} s)"
 
     return run_check("k8s_probes", exercise, answer, (cold_start_s,), judge, step, strict)
 

@@ -315,7 +315,7 @@ def test_execution_providers():
 
 
 PROBES = """
-startupProbe: {httpGet: {path: /healthz, port: http}, periodSeconds: 5, failureThreshold: 12}
+startupProbe: {httpGet: {path: /readyz, port: http}, periodSeconds: 5, failureThreshold: 12}
 readinessProbe: {httpGet: {path: /readyz, port: http}, periodSeconds: 5}
 livenessProbe: {httpGet: {path: /healthz, port: http}, periodSeconds: 10}
 """
@@ -327,6 +327,8 @@ def test_k8s_probes():
         (PROBES, 40.0, "gives up after 60 s"),
         (PROBES.replace("livenessProbe: {httpGet: {path: /healthz", "livenessProbe: {httpGet: {path: /readyz"), 20.0, "only busy"),
         (PROBES.replace("readinessProbe: {httpGet: {path: /readyz", "readinessProbe: {httpGet: {path: /healthz"), 20.0, "readiness"),
+        (PROBES.replace("startupProbe: {httpGet: {path: /readyz", "startupProbe: {httpGet: {path: /healthz"), 20.0,
+         "passes while the model is still loading"),
         ("\n".join(PROBES.strip().splitlines()[1:]), 20.0, "no startupProbe"),
         ("startupProbe: [", 20.0, "not valid YAML"),
     ]:

@@ -178,6 +178,7 @@ def test_base_semantics():
     dep, svc, hpa, pdb = objs["Deployment"], objs["Service"], objs["HorizontalPodAutoscaler"], objs["PodDisruptionBudget"]
     c = dep["spec"]["template"]["spec"]["containers"][0]
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz" and c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert c["startupProbe"]["httpGet"]["path"] == "/readyz", "started means the model loaded, not merely listening"
     assert c["resources"]["requests"] and c["resources"]["limits"]
     assert ":" in c["image"] and not c["image"].endswith(":latest")
     labels = dep["spec"]["template"]["metadata"]["labels"]
