@@ -140,6 +140,18 @@ def _prf(pred: np.ndarray, truth: np.ndarray) -> dict:
     return {"tp": tp, "fp": fp, "fn": fn, "precision": round(p, 4), "recall": round(r, 4), "f1": round(f1, 4)}
 
 
+def grouping_quality(groups, ids, scene) -> dict:
+    """Pairwise precision and recall of a grouping against ground truth: a pair of files is called a duplicate
+    when both land in one group, and truly is one when they share a scene (`scene[k]` labels `ids[k]`)."""
+    ids, scene = np.asarray(ids), np.asarray(scene)
+    if len(ids) != len(scene):
+        raise ValueError(f"one scene label per file: {len(ids)} ids, {len(scene)} labels")
+    label = _group_labels(groups, ids)
+    upper = np.triu_indices(len(ids), 1)
+    called = ((label[:, None] == label[None, :]) & (label[:, None] >= 0))[upper]
+    return _prf(called, (scene[:, None] == scene[None, :])[upper])
+
+
 def evaluate(out: str | Path, client, n_base: int = 24, n_negatives: int = 24, size: int = 320, seed: int = 0,
              batch_size: int = 16, progress: bool = False) -> dict:
     """Build the set under out/images, run scan + embed, score every detector; returns paths and rows."""

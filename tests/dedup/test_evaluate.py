@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import csv
 
+import pytest
 from PIL import Image
 
 from servelab.dedup import evaluate
-from servelab.dedup.evaluate import TRANSFORMS
+from servelab.dedup.evaluate import TRANSFORMS, grouping_quality
+from servelab.dedup.group import Group
 from servelab.model.weights import is_random_init
 
 
@@ -50,3 +52,15 @@ def test_default_grouping_is_precise_on_the_generated_labelled_set(tmp_path, ded
     cosine_only = next(r for r in res["metrics"] if r["method"] == "grouping" and r["setting"].endswith("alone"))
     if is_random_init(res["summary"]["weights"]):
         assert cosine_only["precision"] < 0.5  # why the default needs pHash: unrelated photos grouped together
+
+
+def test_grouping_quality_scores_pairs_inside_groups():
+    ids, scene = [1, 2, 3, 4, 5], ["a", "a", "a", "b", "c"]
+    # one pure group {1, 2} (finds 1 of the 3 true pairs) and one mixed group {3, 4} (one false pair)
+    q = grouping_quality([Group("near", [1, 2]), Group("near", [3, 4])], ids, scene)
+    assert (q["tp"], q["fp"], q["fn"]) == (1, 1, 2) and q["precision"] == 0.5 and q["recall"] == round(1 / 3, 4)
+    everything = grouping_quality([Group("near", ids)], ids, scene)
+    assert everything["recall"] == 1.0 and everything["precision"] == 0.3  # 3 true pairs of 10
+    assert grouping_quality([], ids, scene)["recall"] == 0.0
+    with pytest.raises(ValueError, match="one scene label per file"):
+        grouping_quality([], ids, scene[:-1])
