@@ -197,8 +197,12 @@ step.show_plot(plot_latency_throughput(recs, step.plot_path("three_way")))
 # share change from concurrency 1 to the highest concurrency?
 
 # %%
+# notebook 04 of this lab run measured this Triton with these requests at these concurrencies: a lab run takes each
+# point once, so those records are used here (`measured=`); a notebook run on its own measures them now
 tensor_recs = sweep(attach("triton-http", triton_http_url, payload="tensor", model=triton_model, pid=triton_pid or None),
-                    payload="tensor")
+                    payload="tensor", measured=step.earlier("04"))
+print("from notebook 04 of this run:", [f"concurrency {r['concurrency']}" for r in tensor_recs if r["experiment"][:3] == "04-"]
+      or "none (measured here)")
 b = step.frame(tensor_recs, "concurrency", "latency_mean_ms", "server_stats.avg_request_ms", "server_stats.avg_queue_ms",
                "server_stats.avg_compute_input_ms", "server_stats.avg_compute_infer_ms", "server_stats.avg_compute_output_ms")
 b["server_compute_ms"] = b[["server_stats.avg_compute_input_ms", "server_stats.avg_compute_infer_ms", "server_stats.avg_compute_output_ms"]].sum(axis=1)

@@ -175,6 +175,28 @@ class Step:
 
         return records_frame([r for r in self.run.records if all(r.get(k) == v for k, v in match.items())])
 
+    def earlier(self, *notebooks: str) -> list[dict]:
+        """Records that earlier notebooks of this lab run wrote (their experiments are named "<id>-…"): pass them
+        to a sweep's `measured=` so a point they already took is used, not measured again. Outside a lab run
+        (a notebook opened on its own; records from other sessions) there are none: the notebook measures."""
+        import datetime as dt
+        import json
+
+        try:
+            started = dt.datetime.fromisoformat(json.loads((self.out_dir / "run.json").read_text())["started"])
+        except (OSError, ValueError, KeyError):
+            return []
+        started = started.astimezone()  # the runner writes local time; records carry UTC
+
+        def this_run(r: dict) -> bool:
+            try:
+                return dt.datetime.fromisoformat(r["timestamp"]) >= started
+            except (KeyError, TypeError, ValueError):
+                return False
+
+        return [r for r in self.run.records
+                if str(r.get("experiment", "")).split("-", 1)[0] in notebooks and this_run(r)]
+
     def frame(self, records: list[dict], *columns: str) -> pd.DataFrame:
         """Records (as returned by bench experiments) -> DataFrame with these columns (missing ones empty).
 

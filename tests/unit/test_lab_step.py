@@ -47,3 +47,24 @@ def test_rows_served_by_another_machine_say_so_at_the_node(tmp_path, monkeypatch
     shown.clear()
     local = step.Step("97", tmp_path / "run", "local").frame(recs, "server")
     assert "served_by" not in local.columns and not shown
+
+
+def test_earlier_gives_only_this_lab_runs_records_of_the_named_notebooks(tmp_path):
+    """A lab run reuses what an earlier notebook of the same run measured; records from before the run started
+    (an interactive folder accumulates sessions) and notebooks opened on their own get none, and measure."""
+    import json
+
+    from servelab.bench.records import make_record
+
+    out = tmp_path / "run"
+    out.mkdir()
+    recs = [make_record("04-triton-concurrency", "run", server="triton-http", concurrency=1),
+            make_record("04-old", "run", server="triton-http"), make_record("05a-queue-delay", "run")]
+    recs[1]["timestamp"] = "2020-01-01T00:00:00+00:00"  # a session long before this run
+    (out / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    alone = step.Step("06a", out)
+    assert alone.earlier("04") == []  # no run.json: not inside a lab run
+    (out / "run.json").write_text(json.dumps({"started": "2024-06-01T12:00:00"}))
+    inside = step.Step("06a", out)
+    assert [r["experiment"] for r in inside.earlier("04")] == ["04-triton-concurrency"]
+    assert [r["experiment"] for r in inside.earlier("04", "05a")] == ["04-triton-concurrency", "05a-queue-delay"]
