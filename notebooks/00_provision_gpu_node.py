@@ -15,6 +15,8 @@
 # %% [markdown]
 # # 00 · Provision a GPU node
 #
+# Stuck on an error? [When something goes wrong](../docs/TROUBLESHOOTING.md) has the messages and their fixes.
+#
 # **After this notebook you can**
 # - reserve a bare-metal GPU node on Chameleon Cloud with python-chi (lease → server → floating IP) and say
 #   what each call does and what it costs;

@@ -15,6 +15,8 @@
 # %% [markdown]
 # # 05b · TensorRT execution provider
 #
+# Stuck on an error? [When something goes wrong](../docs/TROUBLESHOOTING.md) has the messages and their fixes.
+#
 # **After this notebook you can**
 # - say what TensorRT does to a graph (fuses kernels, picks fp16, tunes for one GPU and a range of shapes)
 #   and why that makes a transformer several times faster on the same GPU;
@@ -38,11 +40,14 @@
 #
 # - the **engine cache** and **timing cache** on a mounted volume (`/trt_cache`), so a restart reuses them;
 # - an **optimisation profile** (`trt_profile_min/opt/max_shapes`) covering batch 1 … `max_batch_size`, so
-#   the dynamic batcher never produces a shape that forces a rebuild;
+#   no batch the dynamic batcher forms falls outside the engine's shape range (which would force a rebuild);
 # - **model warm-up** at load time, so the first user request does not pay for the build.
 #
 # This notebook renders the GPU model repository with `servelab triton stage --flavour gpu` and checks those
-# settings in the generated `config.pbtxt`. The engine build itself needs a GPU.
+# settings in the generated `config.pbtxt`. **What runs where:** the rendering and the checks run everywhere.
+# No engine is built by this notebook: on a GPU node with TensorRT, the Triton of notebook 04's stack builds
+# the engine when it loads `openclip_vit_b32_trt` (the commands below watch it, in its log); on a machine
+# without an NVIDIA GPU and TensorRT, the last cell says that no engine could be built here, and why.
 
 # %% tags=["parameters"]
 place = ""                # local | node ("": $SERVELAB_PLACE, else local)
@@ -65,8 +70,17 @@ step = Step("05b", out_dir, place)
 # %% [markdown]
 # ## Render the GPU repository (here) and read the TensorRT model's settings
 # **Predict first.** A dynamic batcher with `max_batch_size` 64 can hand the model any batch from 1 to 64.
-# Without an optimisation profile, TensorRT builds an engine for each new input shape it meets. How many
-# builds could a day of traffic trigger, and what does each cost a user who happens to be in that batch?
+# Without an explicit profile, ONNX Runtime's TensorRT EP builds its engine for the shapes it has seen so far
+# and builds it again whenever a batch falls outside that range, widening the range each time. How many
+# builds could the first hours of traffic trigger, and what does each cost the requests in that batch?
+#
+# How the EP decides, from ONNX Runtime's TensorRT EP documentation: an engine is valid for one *shape range*
+# (its profile) per dynamic input. Without `trt_profile_min/opt/max_shapes` the EP takes the range from the
+# incoming tensors; with `trt_engine_cache_enable` it stores the engine beside a `.profile` file holding that
+# range, and a later input outside the range updates the profile and rebuilds the engine (and its cache
+# entry). With the three `trt_profile_*` options the range is fixed up front: one build covers every batch
+# in it, and a cached engine is reused only while the options match the saved `.profile`. An engine is
+# also specific to the model, the precision and the GPU: change any of them and it is built again.
 
 # %%
 from servelab.triton.models import TRT_ENCODER
@@ -89,10 +103,13 @@ checks = step.table(check_trt_config(trt_config), "trt_settings", "TensorRT engi
 
 # %%
 ok = int(checks["ok"].sum())
-step.answer(f"Up to {trt_max_batch} builds, one per batch size the batcher forms, each taking minutes (the photo-dedup "
-            "write-ups measured 2–5 min for a first start) while that batch's requests wait; one profile covering 1 to "
-            f"{trt_max_batch} needs one build, and the cache volume makes it a once-per-GPU cost. {ok} of {len(checks)} "
-            "settings checked above are as that requires.")
+step.answer(f"Without a profile, one build for the first batch's shape and one more each time a batch lands outside "
+            f"the range seen so far — that is, each time a batch is larger than any before it (sizes up to "
+            f"{trt_max_batch}). Traffic that ramps up batch by batch can cost dozens of builds, {trt_max_batch} at the "
+            "very worst; typical traffic costs a few, in the first minutes, each taking minutes (the photo-dedup "
+            "write-ups measured 2–5 min for a first start) while the requests in that batch wait. With one profile "
+            f"for batch 1 to {trt_max_batch} there is exactly one build, done at load by the warm-up, and the cache "
+            f"volume makes it a once-per-GPU cost. {ok} of {len(checks)} settings checked above are as that requires.")
 
 # %% [markdown]
 # ### Exercise: write the TensorRT stanza yourself
@@ -152,19 +169,26 @@ show_commands("node",
 # TensorRT EP (6.6×), with cosine similarity above 0.999 to fp32 — fp16 is safe for embeddings. It also
 # met the failure this notebook guards against: on the A100 the TensorRT model measured 29.1 ms, and one
 # gRPC/HTTP comparison caught it at ~1,658 ms while an engine was still compiling — the engine cache and
-# profile were not yet set up as they are here. This machine has no GPU, so only the configuration is
-# checked; see `SOURCES.md`. This repository's own GPU reference results, including engine build time and
-# cache reuse, will be filed under `reference/` once measured on a GPU node.
+# profile were not yet set up as they are here. Those are the write-ups' numbers, not this run's: no figure
+# in this notebook comes from a TensorRT engine. See `SOURCES.md`; this repository's own GPU reference
+# results will be filed under `reference/` once measured on a GPU node.
 
 # %%
-if place != "node":
-    step.not_run("TensorRT engine build, cache reuse timing and fp16 throughput",
-                 "TensorRT needs an NVIDIA GPU and this machine has none",
-                 "the engine-cache configuration was rendered and checked")
-else:
-    step.not_run("engine build timing", "this notebook checks configuration; the build happens in the Triton container",
-                 "read it from `docker compose logs triton` on the node; measure the TensorRT model with "
+import onnxruntime as ort
+
+providers_here = ort.get_available_providers()
+if place == "node":
+    step.not_run("engine build timing", "this notebook checks configuration; on the GPU node the engine is built by "
+                 "Triton in notebook 04's stack when it loads the TensorRT model, not by this notebook",
+                 "watch the build with the commands above (`docker compose logs triton`); measure the engine with "
                  "`--only 04 --only 07 --param triton_model=openclip_vit_b32_trt`")
+else:
+    why_not = ("the TensorRT EP is compiled into this ONNX Runtime, but the lab builds engines only in the GPU node's "
+               "Triton" if "TensorrtExecutionProvider" in providers_here else
+               "this machine's ONNX Runtime offers " + ", ".join(providers_here) + " and no TensorRT execution "
+               "provider (it needs an NVIDIA GPU and TensorRT)")
+    step.not_run("TensorRT engine build, cache reuse and fp16 throughput", why_not + ", so no engine could be built here",
+                 "the engine-cache configuration was rendered and checked")
 passed, total = int(checks["ok"].sum()), len(checks)
 step.shows(f"{passed} of {total} TensorRT settings in the generated `{TRT_ENCODER}` config are as the deployment "
            f"needs them (profile up to batch {trt_max_batch}, caches under `{trt_cache}`)."

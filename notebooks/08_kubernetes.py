@@ -15,11 +15,14 @@
 # %% [markdown]
 # # 08 · Kubernetes
 #
+# Stuck on an error? [When something goes wrong](../docs/TROUBLESHOOTING.md) has the messages and their fixes.
+#
 # **After this notebook you can**
 # - read a Deployment for a model server: replicas, resource requests and limits, and the three probes;
 # - say which probe answers which question (started? can take traffic? alive?) and size the startup probe
 #   from a measured cold start;
-# - estimate how many replicas a load needs from a measured per-core throughput and the autoscaler's target.
+# - estimate how many replicas a load needs from a measured per-core throughput and the autoscaler's target,
+#   and how many nodes the scheduler needs to hold them (requests against a node's allocatable CPU and memory).
 #
 # ```mermaid
 # flowchart LR
@@ -30,7 +33,7 @@
 #     DEP --> P1 & P2 & PN
 #     PDB[PodDisruptionBudget] -.->|keeps pods up<br/>during drains| DEP
 #   end
-#   K[kubelet] -.->|startup /healthz<br/>readiness /readyz<br/>liveness /healthz| P1
+#   K[kubelet] -.->|startup /readyz<br/>readiness /readyz<br/>liveness /healthz| P1
 # ```
 #
 # Beyond one machine, the service runs as a Kubernetes **Deployment** behind a **Service**, scaled by a
@@ -85,24 +88,47 @@ outcomes = checks["outcome"].value_counts().to_dict()
 print(f"{len(checks)} checks: " + ", ".join(f"{n} {k}" for k, n in outcomes.items()) + " (list: tables/08_validation.csv)")
 
 # %% [markdown]
-# ## How many replicas?
+# ## How many replicas, on how many nodes?
 # **Predict first.** Suppose the photo finder's users send 20 images per second in total. Each pod requests
-# one CPU, and the autoscaler adds pods until the average use is 60 % of that. From the throughput the
-# service reached on this machine's cores, how many replicas will the autoscaler settle at?
+# one CPU and 1 GiB, and the autoscaler adds pods until their average use is 60 % of the CPU request. From the
+# throughput the service reached on this machine's cores, how many replicas will the autoscaler settle at —
+# and how many nodes like this one does the scheduler need to place them?
+#
+# Two steps, two controllers. The **autoscaler** only counts: replicas = ⌈load ÷ (per-core throughput × 1 CPU ×
+# 60 %)⌉. The **scheduler** then places each pod on a node whose *allocatable* CPU and memory (capacity less what
+# the kubelet keeps back) still cover the pod's requests; a pod that fits nowhere stays `Pending`, and the
+# replicas it stands for serve nothing. So the answer is replicas *and* nodes.
 
 # %%
-import math
+from servelab.deploy.capacity import pod_shape, replica_plan
 
 service_points = step.records(kind="load", server="fastapi")
 if len(service_points):
     best_thr = float(service_points["throughput_img_s"].max())
     cores = float(step.environment.get("cpu_usable") or step.environment.get("cpu_logical") or 1)
-    per_core = best_thr / cores
-    replicas = math.ceil(20 / (per_core * 1.0 * 0.60))
-    step.answer(f"The service's best point in this run was {best_thr:.1f} img/s on {cores:g} cores, {per_core:.1f} img/s per "
-                f"core. A pod requesting 1 CPU held at 60 % delivers about {per_core * 0.6:.1f} img/s, so 20 img/s needs "
-                f"⌈20 / {per_core * 0.6:.1f}⌉ = {replicas} replicas" + (" — more than the HPA's maximum of 6: raise it, or "
-                "serve on GPUs." if replicas > 6 else " (within the HPA's 2–6)."))
+    node_memory_mb = float(step.environment.get("memory_gb") or 0) * 1024
+    rss = (service_points["memory.rss_mb"].where(service_points["memory.rss_of"].astype(str).str.endswith("server"))
+           if "memory.rss_of" in service_points else None)  # the service process's own memory, not the client's
+    pod_rss_mb = float(rss.dropna().max()) if rss is not None and rss.notna().any() else None
+    shape = pod_shape(repo_path("k8s", "base"))
+    plan = replica_plan(20, per_core_img_s=best_thr / cores, node_cores=cores, node_memory_mb=node_memory_mb,
+                        shape=shape, pod_rss_mb=pod_rss_mb)
+    step.answer(
+        f"The service's best point in this run was {best_thr:.1f} img/s on {cores:g} cores, {best_thr / cores:.1f} img/s "
+        f"per core, so a pod held at {shape.cpu_target:.0%} of its {shape.cpu_request:g} CPU delivers about "
+        f"{plan.per_pod_img_s:.1f} img/s and 20 img/s needs ⌈20 / {plan.per_pod_img_s:.1f}⌉ = {plan.replicas} replicas"
+        + (f", more than the HPA's maximum of {shape.max_replicas}: it stops at {shape.max_replicas} and the load is not "
+           "met. " if plan.above_hpa_max else f" (within the HPA's {shape.min_replicas}–{shape.max_replicas}). ")
+        + f"A node like this machine ({cores:g} cores, {node_memory_mb / 1024:.1f} GiB; allocatable "
+        f"{plan.allocatable_cpu:g} CPU and {plan.allocatable_memory_mb / 1024:.1f} GiB after the kubelet's eviction "
+        f"reserve) holds {plan.pods_per_node} pod(s) of {shape.cpu_request:g} CPU and "
+        f"{shape.memory_request_mb / 1024:g} GiB — its {'CPU' if plan.limited_by == 'cpu' else 'memory'} runs out first"
+        + (f" — so {plan.replicas} replicas need {plan.nodes} such nodes." if plan.pods_per_node else
+           ", so no pod fits: this load needs bigger nodes, not more of them.")
+        + (f" The service's measured memory ({pod_rss_mb:.0f} MB) is "
+           + ("above its 1 GiB request: the scheduler would pack pods the node cannot hold, so raise the request."
+              if plan.memory_request_too_low else "within its memory request, so CPU, not memory, sets the packing.")
+           if pod_rss_mb else ""))
 else:
     step.not_run("replica estimate from a measured throughput", "no FastAPI load measurement in this run's records",
                  "run notebook 01 or 04 in the same run")
@@ -125,9 +151,12 @@ step.not_run("kind cluster, rollout, autoscaling under load", "no Kubernetes clu
 # %% [markdown]
 # ### Exercise: probes for a model server
 # Kubernetes asks a pod three questions: *has it started?* (`startupProbe`; the other probes wait until it
-# passes), *can it take traffic now?* (`readinessProbe`; failing takes the pod out of the Service) and *is
-# the process alive?* (`livenessProbe`; failing restarts the container). The startup probe must allow for
-# the model's load time — this run's cold start (measured in notebook 02, or here when 02 did not run):
+# passes; failing past its allowance restarts the container), *can it take traffic now?* (`readinessProbe`;
+# failing takes the pod out of the Service) and *is the process alive?* (`livenessProbe`; failing restarts
+# the container). For a model server "started" means the model loaded, so the startup probe asks the same
+# endpoint as readiness: `/healthz` answers the moment the process listens, and a startup probe on it would
+# pass while the model is still loading — its allowance would time nothing. That allowance must cover the
+# model's load time — this run's cold start (measured in notebook 02, or here when 02 did not run):
 
 # %%
 cold = step.records(experiment="cold-start", server="fastapi")
@@ -152,7 +181,7 @@ def service_probes(cold_start_s):
     # BEGIN SOLUTION
     period_s = 5
     attempts = int(2 * cold_start_s / period_s) + 2
-    return (f"startupProbe: {{httpGet: {{path: /healthz, port: http}}, periodSeconds: {period_s}, "
+    return (f"startupProbe: {{httpGet: {{path: /readyz, port: http}}, periodSeconds: {period_s}, "
             f"failureThreshold: {attempts}}}\n"
             "readinessProbe: {httpGet: {path: /readyz, port: http}, periodSeconds: 5, failureThreshold: 2}\n"
             "livenessProbe: {httpGet: {path: /healthz, port: http}, periodSeconds: 10, failureThreshold: 3}\n")

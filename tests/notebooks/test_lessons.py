@@ -33,3 +33,43 @@ def test_sources_page_names_the_hardware():
     sources = (nbs.discover()[0].parent / "SOURCES.md").read_text()
     for hardware in ("RTX A4000", "A100", "RTX 4080", "P100"):
         assert hardware in sources
+
+
+def first_markdown(py) -> str:
+    cells = re.split(r"^# %%", py.read_text(), flags=re.M)
+    return next(c for c in cells if c.lstrip().startswith("[markdown]"))
+
+
+@pytest.mark.parametrize("py", nbs.discover(), ids=lambda p: p.stem)
+def test_lesson_links_the_troubleshooting_page(py):
+    assert "](../docs/TROUBLESHOOTING.md)" in first_markdown(py), "a student who gets stuck finds the fixes from the top"
+    assert (py.parent.parent / "docs" / "TROUBLESHOOTING.md").is_file()
+
+
+def lesson(name: str) -> str:
+    return next(p for p in nbs.discover() if p.stem.startswith(name)).read_text()
+
+
+def test_replica_estimate_counts_what_a_node_holds():
+    text = lesson("08_")
+    assert "replica_plan(" in text and "allocatable" in markdown(next(p for p in nbs.discover() if p.stem.startswith("08_")))
+
+
+def test_tensorrt_rebuilds_are_described_as_the_ep_does_them():
+    text = lesson("05b_")
+    assert "one per batch size the batcher forms" not in text, "the EP rebuilds when a shape leaves the range seen, not per size"
+    assert ".profile" in text and "trt_engine_cache_enable" in text
+    assert "no engine could be built here" in text, "say what runs where: no engine is built off the GPU node"
+
+
+def test_grpc_lesson_says_what_this_run_shows_about_the_link():
+    text = lesson("07_")
+    assert "reproduce the 1.4–1.7×" in text, "the source's figure is set against what this run shows"
+    assert "payload_bytes_per_request" in text and "framing" in text
+    assert 'for r in ab_batch + ab_conc if r["kind"] == "ab"}.values()' in text, "each configuration once in the headline"
+
+
+def test_capstone_scores_the_embeddings_beside_phash_and_explains_both_directions():
+    text = lesson("09_")
+    assert "grouping_quality(" in text and "served embeddings alone" in text
+    assert "faster than" in text and "slower than" in text, "the throughput answer follows the numbers either way"
