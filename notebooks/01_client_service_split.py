@@ -15,6 +15,8 @@
 # %% [markdown]
 # # 01 · The client/service split
 #
+# Stuck on an error? [When something goes wrong](../docs/TROUBLESHOOTING.md) has the messages and their fixes.
+#
 # **After this notebook you can**
 # - say what crosses the boundary when a model moves out of the application into a service (photos or
 #   tensors, how many bytes, in which encoding) and why that choice matters more than it looks;

@@ -15,6 +15,8 @@
 # %% [markdown]
 # # 02 · Containerize
 #
+# Stuck on an error? [When something goes wrong](../docs/TROUBLESHOOTING.md) has the messages and their fixes.
+#
 # **After this notebook you can**
 # - read a Dockerfile for a model server line by line: base image, dependencies, non-root user, where the
 #   model comes from, and how the platform learns the container is healthy;

@@ -15,6 +15,8 @@
 # %% [markdown]
 # # 03 · GPU deployment: execution providers
 #
+# Stuck on an error? [When something goes wrong](../docs/TROUBLESHOOTING.md) has the messages and their fixes.
+#
 # **After this notebook you can**
 # - explain how ONNX Runtime chooses hardware (an ordered list of execution providers, each operator to the
 #   first that can run it) and why a silent fallback is dangerous for measurements;

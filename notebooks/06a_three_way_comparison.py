@@ -15,6 +15,8 @@
 # %% [markdown]
 # # 06a · Three-way comparison: FastAPI service, LitServe, Triton
 #
+# Stuck on an error? [When something goes wrong](../docs/TROUBLESHOOTING.md) has the messages and their fixes.
+#
 # **After this notebook you can**
 # - put three serving systems side by side fairly: same model, same engine, same requests, same machine;
 # - read a Triton **ensemble** (JPEG bytes → preprocessing model → encoder) and say where each step runs;
