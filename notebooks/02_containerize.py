@@ -139,7 +139,8 @@ step.answer(f"{len(checks)} offline checks ran ({', '.join(f'{n} {k}' for k, n i
 # %%
 from servelab.bench.experiments import cold_start
 
-cold = cold_start(step.run, servers=("fastapi",))[0]
+# three fresh starts (one start is one sample of a noisy machine); a smoke run checks the path with one
+cold = cold_start(step.run, servers=("fastapi",), repeats=1 if load.get("quick") else 3)[0]
 if not cold.get("available", True) or cold.get("start_to_ready_s") is None:
     raise RuntimeError(f"could not start a service to time its cold start: {cold.get('note')}")
 cold_start_s = float(cold["start_to_ready_max_s"])

@@ -395,7 +395,7 @@ from servelab.bench.overload import knee_rows, overload, plot_knee
 knee = None
 if extra_servers:  # two more services, four load levels each: a few minutes on two cores
     overload_recs = overload(step.run, servers=("fastapi", "fastapi-no-admission"), engine="onnx-int8",
-                             levels=(1, 2, 4, 8), duration_s=6.0, queue=32, quick=opts.quick)
+                             levels=(1, 2, 4, 8), duration_s=4.0, queue=32, quick=opts.quick)
     knee = step.table(pd.DataFrame(knee_rows(overload_recs)), "overload_knee",
                       "Goodput and accepted latency past capacity, with and without admission control")
     step.show_plot(plot_knee(overload_recs, step.plot_path("overload_knee")))
