@@ -196,9 +196,9 @@ assignment_checks.k8s_probes(service_probes, cold_start_s=cold_start_s, exercise
 # %%
 startup = 5 * 36  # periodSeconds × failureThreshold of the Deployment's startupProbe above
 step.answer(f"This run's service needed {cold_start_s:.1f} s to become ready; the Deployment's startup probe allows "
-            f"5 s × 36 = {startup} s ({startup / max(cold_start_s, 0.1):.0f}× that) before liveness may restart the pod. "
-            "Too short, and a slow node restarts pods forever while they load; too long only delays the restart of a "
-            "pod that truly hangs at start-up.")
+            f"5 s × 36 = {startup} s ({startup / max(cold_start_s, 0.1):.0f}× that) for `/readyz` to answer before the "
+            "kubelet restarts the container. Too short, and a slow node restarts pods forever while they load; too "
+            "long only delays the restart of a pod whose model load truly hangs.")
 
 # %% [markdown]
 # ## Compared with the source material

@@ -217,12 +217,13 @@ step.answer(
     f"Grouped by the served embeddings alone, precision {by_embedding['precision']:.2f} and recall "
     f"{by_embedding['recall']:.2f} ({int(by_embedding['fp'])} unrelated pairs put together); by pHash alone, precision "
     f"{by_phash['precision']:.2f} and recall {by_phash['recall']:.2f}. "
-    + ("The embeddings were less precise: " if by_embedding["precision"] < by_phash["precision"] else
-       "The embeddings were at least as precise here: ")
-    + ("a random-init network is a fixed random function of the pixels, so edited copies of a scene and different "
-       "scenes land at similar cosines and no threshold separates them. That is why the finder's default for "
-       f"these weights groups by pHash agreement alone ({rule.source})." if random_weights else
-       f"the finder's default for these weights still requires pHash agreement as well ({rule.source}), "
+    + (("The embeddings were less precise. " if by_embedding["precision"] < by_phash["precision"] else
+        "On this folder the embeddings were as precise; on larger folders they were not (`servelab dedup evaluate`). ")
+       + "A random-init network is a fixed random function of the pixels: copies of a scene score high only as far "
+       "as their pixels agree, and unrelated photos with similar colours and layout score high too — "
+       f"{int(by_embedding['fp'])} unrelated pairs here against {int(by_phash['fp'])} for pHash. That is why the "
+       f"finder's default for these weights groups by pHash agreement alone ({rule.source})." if random_weights else
+       f"The finder's default for these weights still requires pHash agreement as well ({rule.source}), "
        "until `servelab dedup evaluate` has calibrated the cosine threshold on labelled photos."))
 
 # %%
