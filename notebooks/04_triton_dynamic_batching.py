@@ -582,8 +582,8 @@ if emu_ready:
         f"{emu_on['latency_p50_ms']:.0f} ms (HTTP and the CPU's share of each request on top). The average executed "
         "batch by concurrency: " + ", ".join(f"{c} client(s) {float((r.get('server_stats') or {}).get('avg_batch') or 0):.2f}"
                                              for c, r in sorted(by_c.items()))
-        + f". On this CPU the same switch gave {triton_ratio['ratio']:.2f}× (its batch-size table caps it at about "
-          f"{1 / per_image_ratio:.2f}×). The gap between the two groups and one full batch of {n} is what a queue "
+        + f". On this CPU the same switch gave {triton_ratio['ratio']:.2f}×, where its batch-size table predicts about "
+          f"{1 / per_image_ratio:.2f}× (a batch costs about what its images cost). The gap between the two groups and one full batch of {n} is what a queue "
           "delay can close: 05a measures that.")
     side_by_side = pd.DataFrame([
         {"device": f"this CPU ({triton_model})", "on_div_off": triton_ratio["ratio"],

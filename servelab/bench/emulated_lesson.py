@@ -35,7 +35,7 @@ TEMPLATE_MAX_BATCH = 32
 
 def short_opts(opts: LoadOpts) -> LoadOpts:
     """The notebook's load options with short windows, for the emulated device (its t(B) is exact, so a few
-    p50s per window already agree); a smoke run's options are shorter still and stay as they are."""
+    p50s per window already agree; warm-up at most 5 s); a smoke run's windows are shorter still and stay as they are."""
     return dataclasses.replace(opts, min_requests=min(opts.min_requests, 8), min_p50s=min(opts.min_p50s, 2.0),
                                min_window_s=min(opts.min_window_s, 1.0), max_windows=min(opts.max_windows, 4),
                                max_warmup_s=min(opts.max_warmup_s, 5.0))
@@ -74,6 +74,18 @@ class EmulatedTriton:
     device_dir: Path
     base: dict  # the model's config as loaded, as a config override
     profile_ref: str = ""  # what the model's device_profile parameter names: the profile's name or its file
+    loaded: dict | None = None  # the configuration this lesson loaded last (None: the model's own)
+
+    def use(self, cfg: dict) -> bool:
+        """Load `cfg` unless it is the one loaded already; whether it loaded. The model's own config comes back
+        when the lesson's `emulated_triton` block ends, not after each measurement: one reload per change."""
+        from servelab.triton.control import load_model
+
+        if cfg == self.loaded:
+            return False
+        load_model(self.http_url, EMULATED_ENCODER, cfg)
+        self.loaded = cfg
+        return True
 
     @property
     def label(self) -> str:
@@ -127,42 +139,36 @@ class EmulatedTriton:
 
     def measure(self, run, experiment: str, cfg: dict, *, concurrency: int, opts: LoadOpts,
                 params: dict | None = None) -> dict:
-        """One closed-loop point of batch-1 requests with the model loaded with `cfg` (restored after)."""
+        """One closed-loop point of batch-1 requests with the model loaded with `cfg`."""
         from servelab.bench.experiments import measure
-        from servelab.triton.control import loaded_with
 
-        with loaded_with(self.http_url, EMULATED_ENCODER, cfg):
-            return measure(self._run(run), experiment, self.handle(cfg), payload="tensor", batch=1, concurrency=concurrency,
-                           opts=opts, params=params)
+        self.use(cfg)
+        return measure(self._run(run), experiment, self.handle(cfg), payload="tensor", batch=1,
+                       concurrency=concurrency, opts=opts, params=params)
 
     def sweep(self, run, experiment: str, cfg: dict, *, concurrencies: tuple, opts: LoadOpts,
               measured: tuple = ()) -> list[dict]:
-        """Batch-1 clients at each concurrency with the model loaded with `cfg` (restored after); a point among
-        `measured` (an A/B's sides with this configuration) is taken from there, not measured again."""
+        """Batch-1 clients at each concurrency with the model loaded with `cfg`; a point among `measured` (an
+        A/B's sides with this configuration) is taken from there, not measured again."""
         from servelab.bench.experiments import already_measured, concurrency_sweep
 
         handle = self.handle(cfg)
-        if all(already_measured(measured, handle, payload="tensor", concurrency=c) for c in concurrencies):
-            return concurrency_sweep(self._run(run), handle, concurrencies=concurrencies, payload="tensor", opts=opts,
-                                     experiment=experiment, measured=measured)
-        from servelab.triton.control import loaded_with
-
-        with loaded_with(self.http_url, EMULATED_ENCODER, cfg):
-            return concurrency_sweep(self._run(run), handle, concurrencies=concurrencies, payload="tensor", opts=opts,
-                                     experiment=experiment, measured=measured)
+        if not all(already_measured(measured, handle, payload="tensor", concurrency=c) for c in concurrencies):
+            self.use(cfg)
+        return concurrency_sweep(self._run(run), handle, concurrencies=concurrencies, payload="tensor", opts=opts,
+                                 experiment=experiment, measured=measured)
 
     def ab(self, run, experiment: str, cfg_a: dict, cfg_b: dict, *, label_a: str, label_b: str, concurrency: int,
            opts: LoadOpts, concurrency_b: int | None = None) -> list[dict]:
         """Two configurations in alternating windows (the model reloaded when the side changes): A's record,
         B's record and the ratio A ÷ B, as servelab.bench.experiments.ab writes them."""
         from servelab.bench.experiments import ab
-        from servelab.triton.control import config_switch
 
-        with config_switch(self.http_url, EMULATED_ENCODER, [cfg_a, cfg_b]) as use:
-            return ab(self._run(run), experiment, self.handle(cfg_a), self.handle(cfg_b), label_a=label_a, label_b=label_b,
-                      payload_a="tensor", payload_b="tensor", concurrency_a=concurrency,
-                      concurrency_b=concurrency_b, opts=opts, prepare=use,
-                      params={"device": self.label, "device_source": self.profile.source})
+        configs = (cfg_a, cfg_b)
+        return ab(self._run(run), experiment, self.handle(cfg_a), self.handle(cfg_b), label_a=label_a,
+                  label_b=label_b, payload_a="tensor", payload_b="tensor", concurrency_a=concurrency,
+                  concurrency_b=concurrency_b, opts=opts, prepare=lambda side: self.use(configs[side]),
+                  params={"device": self.label, "device_source": self.profile.source})
 
 
 @contextlib.contextmanager
@@ -179,7 +185,8 @@ def emulated_triton(http_url: str, device_dir: Path | str, device_profile: str =
     try:
         yield emu
     finally:
-        load_model(http_url, EMULATED_ENCODER, base)
+        if emu.loaded is not None:
+            load_model(http_url, EMULATED_ENCODER, base)
 
 
 # --- what the profile predicts ----------------------------------------------------------------------------

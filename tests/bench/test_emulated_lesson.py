@@ -1,0 +1,72 @@
+"""What the lessons predict from a device profile, and the configurations they load into the emulated model
+(pure functions: no server)."""
+
+from __future__ import annotations
+
+import pytest
+
+from servelab.bench import emulated_lesson as emulated
+from servelab.bench.loadgen import LoadOpts
+from servelab.model.device_profile import PROFILES, DeviceProfile
+
+FLAT = PROFILES["flat"]      # 168 ms up to 4 images, then 40 ms per image
+LINEAR = PROFILES["linear"]  # 40 ms + 1.5 ms per image
+
+
+def test_two_groups_taking_turns_halve_what_one_batch_could_buy_on_a_flat_device():
+    # 8 clients on a device that is flat to 8 images: one batch of 8 would buy 8x, two groups of 4 buy 4x
+    wide = DeviceProfile(name="wide", fixed_ms=10, per_image_ms=1, full_at=16, source="test")
+    assert wide.batching_gain(8) == pytest.approx(8)
+    assert emulated.alternating_groups_gain(wide, 8) == pytest.approx(4)
+    # the issue's trial profile: 8 x 41.5 ms over 2 x 46 ms
+    assert emulated.alternating_groups_gain(LINEAR, 8) == pytest.approx(8 * 41.5 / 92)
+    assert emulated.alternating_groups_gain(LINEAR, 1) == 1.0
+
+
+def test_a_second_instance_pays_while_the_device_has_room_and_a_second_device_once_it_is_full():
+    assert emulated.two_instances_gain(FLAT, 2) == pytest.approx(2.0)          # 1 + 1 images: room
+    assert emulated.two_instances_gain(FLAT, 16) == pytest.approx(1.0, rel=0.02)  # 8 + 8 images: full
+    assert emulated.two_devices_gain(FLAT, 2) == pytest.approx(1.0)            # room: nothing to gain
+    assert emulated.two_devices_gain(FLAT, 16) == pytest.approx(2.0, rel=0.02)  # full: the whole second device
+
+
+def test_short_windows_for_the_emulated_device_leave_the_smoke_windows_as_they_are():
+    default = LoadOpts(min_requests=20, min_p50s=10.0, min_window_s=4.0, max_windows=6, tolerance=0.1)
+    short = emulated.short_opts(default)
+    assert (short.min_requests, short.min_p50s, short.min_window_s, short.max_windows) == (8, 2.0, 1.0, 4)
+    assert short.tolerance == default.tolerance
+    smoke, short_smoke = LoadOpts.smoke(), emulated.short_opts(LoadOpts.smoke())
+    fields = ("min_requests", "min_p50s", "min_window_s", "max_windows", "tolerance", "quick")
+    assert [getattr(short_smoke, f) for f in fields] == [getattr(smoke, f) for f in fields]
+
+
+def _emu(profile_name="vit-b32-h100"):
+    base = {"name": "openclip_vit_b32_emulated", "max_batch_size": 32,
+            "dynamic_batching": {"max_queue_delay_microseconds": "2000"},
+            "instance_group": [{"kind": "KIND_CPU", "count": 1}],
+            "parameters": {"device_profile": {"string_value": "vit-b32-h100"},
+                           "weights": {"string_value": "emulated vit-b32-h100"}}}
+    return emulated.EmulatedTriton("http://127.0.0.1:1", PROFILES[profile_name], "/tmp/devices", base)
+
+
+def test_a_configuration_names_its_profile_devices_and_folder_and_its_handle_says_emulated():
+    emu = _emu("flat")
+    cfg = emu.config(delay_us=5000, max_batch=8, instances=2, devices=2)
+    assert cfg["dynamic_batching"] == {"max_queue_delay_microseconds": "5000"}
+    assert cfg["instance_group"] == [{"kind": "KIND_CPU", "count": 2}]
+    assert cfg["parameters"]["device_profile"] == {"string_value": "flat"}
+    assert cfg["parameters"]["emulated_devices"] == {"string_value": "2"}
+    assert cfg["parameters"]["device_dir"] == {"string_value": "/tmp/devices"}
+    params = emu.handle(cfg).params()
+    assert params["device"] == "emulated flat, 2 devices" and "test profile" in params["device_source"]
+    assert (params["instances"], params["max_queue_delay_us"], params["max_batch"], params["batching"]) == (2, 5000, 8, "on")
+    off = emu.handle(emu.config(batching=False)).params()
+    assert "dynamic_batching" not in emu.config(batching=False)
+    assert (off["batching"], off["max_queue_delay_us"], off["device"]) == ("off", None, "emulated flat")
+
+
+@pytest.mark.parametrize("bad", [dict(max_batch=0), dict(max_batch=33), dict(instances=0), dict(delay_us=-1),
+                                 dict(devices=0)])
+def test_a_configuration_outside_the_model_is_refused(bad):
+    with pytest.raises(ValueError):
+        _emu().config(**bad)
