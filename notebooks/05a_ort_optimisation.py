@@ -294,14 +294,9 @@ def plan_for(device, clients):
 
 
 # %%
-if emu_ready:
-    exercise_ref = device_profile if exercise_device == emu_profile else str(
-        write_profile(exercise_device, step.out_dir / f"device-profile-{exercise_device.name}.json"))
-    with emulated.emulated_triton(triton_http_url, step.out_dir / "emulated-devices", exercise_ref) as emu:
-        checks.emulated_plan(plan_for, emulated=emu, device=exercise_device, run=step.run, clients=top_c,
-                             opts=emu.opts(opts), exercise="05a.3", step=step)
-else:
-    step.not_run("exercise 05a.3 (live on the emulated accelerator)", "this Triton has no emulated model")
+exercise_emu = emulated.attach(triton_http_url, step.out_dir / "emulated-devices", exercise_device) if emu_ready else None
+checks.emulated_plan(plan_for, emulated=exercise_emu, device=exercise_device, run=step.run, clients=top_c,
+                     opts=emulated.short_opts(opts), exercise="05a.3", step=step)
 
 # %% [markdown]
 # ## 3 · JSON lists vs binary tensors vs JPEG, by batch size

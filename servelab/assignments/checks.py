@@ -907,7 +907,7 @@ def emulated_plan(answer, *, emulated, device, run, clients: int, opts, exercise
     and the throughput you predict for it from the profile's t(B), before anything is measured.
 
     Applied live to the emulated accelerator (`emulated`: servelab.bench.emulated_lesson.EmulatedTriton, the lab
-    Triton's emulated model) and measured in alternating windows against the default (dynamic batching without
+    Triton's emulated model; None where the Triton has none: not run) and measured in alternating windows against the default (dynamic batching without
     a queue delay, max_batch_size 32, one instance); the records go to `run` (experiment "<exercise>-plan").
     Graded from those records: correct when every request was served, your configuration is not clearly below
     the default (the ratio's window pairs decide), and the measured throughput is within `rel_tol` of your
@@ -934,9 +934,14 @@ def emulated_plan(answer, *, emulated, device, run, clients: int, opts, exercise
             reject("max_queue_delay_us must be a whole number of microseconds, 0..1,000,000")
         if predicted <= 0:
             reject("predicted_img_s must be positive: your prediction from the profile's t(B)")
+        if emulated is None:
+            raise NotRunHere("this Triton has no emulated accelerator model (a GPU node's repository has none)")
         yours_cfg = emulated.config(delay_us=int(delay), max_batch=int(mb), instances=int(inst))
-        emulated.ab(run, experiment, yours_cfg, emulated.config(delay_us=0),
-                    label_a="your plan", label_b="default", concurrency=clients, opts=opts)
+        try:
+            emulated.ab(run, experiment, yours_cfg, emulated.config(delay_us=0),
+                        label_a="your plan", label_b="default", concurrency=clients, opts=opts)
+        finally:
+            emulated.restore()  # the model's own config again
         recs = [r for r in load_records(run.dir) if r.get("experiment") == experiment]
         yours = next(r for r in reversed(recs) if r.get("kind") == "load" and r["params"].get("side") == "a")
         ratio = next(r for r in reversed(recs) if r.get("kind") == "ab")

@@ -119,6 +119,14 @@ class EmulatedTriton:
         cfg["parameters"] = params
         return cfg
 
+    def restore(self) -> None:
+        """The model's own config again, if the lesson loaded another."""
+        from servelab.triton.control import load_model
+
+        if self.loaded is not None:
+            load_model(self.http_url, EMULATED_ENCODER, self.base)
+            self.loaded = None
+
     def _run(self, run):
         return _LabelledRun(run, self.label)
 
@@ -171,22 +179,34 @@ class EmulatedTriton:
                   params={"device": self.label, "device_source": self.profile.source})
 
 
-@contextlib.contextmanager
-def emulated_triton(http_url: str, device_dir: Path | str, device_profile: str = "vit-b32-h100"
-                    ) -> Iterator[EmulatedTriton]:
-    """The emulated model of the Triton at `http_url`, with `device_profile` (a name or a profile file) and its
-    devices' state under `device_dir`; the model's own config is loaded again on exit."""
-    from servelab.triton.control import config_dict, get_config, load_model
+def attach(http_url: str, device_dir: Path | str, device: DeviceProfile | str = "vit-b32-h100") -> EmulatedTriton:
+    """The emulated model of the Triton at `http_url`, to be loaded with `device` (a profile, its name or a profile
+    file) and its devices' state under `device_dir`. A profile that is not one of the named ones is written next
+    to that folder, for the model to read. `restore()` loads the model's own config again."""
+    from servelab.model.device_profile import PROFILES, write_profile
+    from servelab.triton.control import config_dict, get_config
 
-    chosen = profile(device_profile)  # an unknown name: ValueError listing the names
+    if isinstance(device, DeviceProfile):
+        chosen = device
+        named = PROFILES.get(device.name)
+        ref = (device.name if named is not None and named.with_devices(device.devices) == device
+               else str(write_profile(device, Path(device_dir).resolve().parent / f"device-profile-{device.name}.json")))
+    else:
+        chosen = profile(device)  # an unknown name: ValueError listing the names
+        ref = str(Path(device).resolve()) if device.endswith(".json") else chosen.name
     base = config_dict(get_config(http_url, EMULATED_ENCODER))
-    ref = str(Path(device_profile).resolve()) if device_profile.endswith(".json") else chosen.name
-    emu = EmulatedTriton(http_url, chosen, Path(device_dir).resolve(), base, ref)
+    return EmulatedTriton(http_url, chosen, Path(device_dir).resolve(), base, ref)
+
+
+@contextlib.contextmanager
+def emulated_triton(http_url: str, device_dir: Path | str, device_profile: DeviceProfile | str = "vit-b32-h100"
+                    ) -> Iterator[EmulatedTriton]:
+    """`attach`, with the model's own config loaded again when the block ends."""
+    emu = attach(http_url, device_dir, device_profile)
     try:
         yield emu
     finally:
-        if emu.loaded is not None:
-            load_model(http_url, EMULATED_ENCODER, base)
+        emu.restore()
 
 
 # --- what the profile predicts ----------------------------------------------------------------------------

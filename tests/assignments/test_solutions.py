@@ -19,11 +19,13 @@ from servelab.assignments import checks
 from servelab.assignments.exercises import find, student_source
 from servelab.assignments.live import Trials
 from servelab.assignments.result import NOT_IMPLEMENTED, PASS, STRICT_ENV
+from servelab.bench import emulated_lesson
 from servelab.bench.experiments import LoadOpts
 from servelab.client import InferenceClient
 from servelab.lab.notebooks import discover
 from servelab.lab.step import Step
-from servelab.triton.models import CPU_ENCODER
+from servelab.model.device_profile import DeviceProfile
+from servelab.triton.models import CPU_ENCODER, EMULATED_ENCODER
 
 # variables each exercise's cells use, as the notebook's measuring cells would leave them; a function of the
 # live context (a real tritonserver, this test's Step, photos) for the exercises that run the answer for real
@@ -51,6 +53,16 @@ class Live:
         return self._request.getfixturevalue("assignments_triton")
 
     @property
+    def emulated_triton_url(self):
+        """The live Triton's URL, with its emulated-accelerator model loaded (staged beside the encoder)."""
+        from servelab.triton.control import load_model, model_states
+
+        url = self.triton.http_url
+        if model_states(url).get(EMULATED_ENCODER) != "READY":
+            load_model(url, EMULATED_ENCODER)
+        return url
+
+    @property
     def photos(self):
         self._request.getfixturevalue("onnx_meta")
         return self._request.getfixturevalue("photos")
@@ -74,6 +86,11 @@ BINDINGS: dict[str, dict] = {
         for b in (1, 4) for p, n in (("json-lists", 1_900_000), ("binary-tensor", 602_112), ("jpeg", 24_000),
                                      ("jpeg-reencode", 21_000), ("base64-json", 32_100),
                                      ("preprocess+binary", 602_112))])},
+    # the emulated accelerator, loaded into the live Triton; a profile of the student's own (written to a file)
+    "05a.3": lambda ctx: {"emulated": emulated_lesson, "triton_http_url": ctx.emulated_triton_url, "emu_ready": True,
+                          "top_c": 4, "opts": LoadOpts.smoke(min_requests=4, min_p50s=2, max_windows=3),
+                          "exercise_device": DeviceProfile(name="my-card", fixed_ms=2.0, per_image_ms=0.5, full_at=16,
+                                                           time_scale=10.0, source="a student's guess")},
     "05b.1": {"trt_max_batch": 64, "trt_cache": "/trt_cache"},
     "06a.1": {"concurrency_levels": [1, 4], "recs": [
         _rec(server=t, concurrency=c, windows=w) for t, c, w in (
