@@ -907,8 +907,9 @@ def emulated_plan(answer, *, emulated, device, run, clients: int, opts, exercise
     and the throughput you predict for it from the profile's t(B), before anything is measured.
 
     Applied live to the emulated accelerator (`emulated`: servelab.bench.emulated_lesson.EmulatedTriton, the lab
-    Triton's emulated model; None where the Triton has none: not run) and measured in alternating windows against the default (dynamic batching without
-    a queue delay, max_batch_size 32, one instance); the records go to `run` (experiment "<exercise>-plan").
+    Triton's emulated model; None where the Triton has none: not run) and measured in alternating windows against
+    the default (dynamic batching without a queue delay, max_batch_size 32, one instance); the records go to `run`
+    (experiment "<exercise>-plan"); the model's own config is loaded again after.
     Graded from those records: correct when every request was served, your configuration is not clearly below
     the default (the ratio's window pairs decide), and the measured throughput is within `rel_tol` of your
     prediction. The ratio and both figures are kept in the detail."""
