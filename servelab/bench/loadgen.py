@@ -433,7 +433,7 @@ def interleaved(factory_a: Callable[[int], object], factory_b: Callable[[int], o
                 on_window: Callable[[int, str], None] | None = None, desc: str = "a/b") -> ABResult:
     """Alternate windows of A and B in one sequence (ABBA order, so a linear drift cancels) until the last
     `stable_windows` pair ratios agree within `tolerance`, or (`stop_when_decided`) two or more pairs already give
-    the verdict more pairs would (every pair ratio far clear of the ranking margin, or well inside it), or
+    the verdict more pairs would (every pair ratio past the ranking margin on one side, or well inside it), or
     `max_windows` pairs were measured.
 
     Only one side runs at a time: the other's workers are paused with nothing in flight, and each window opens
