@@ -171,6 +171,7 @@ def stop_process_group(pid: int, timeout: float = 10.0, proc: subprocess.Popen |
         _kill_leftovers(pid)
         return proc.returncode
     _signal_group(pid, signal.SIGTERM)
+    _signal_group(pid, signal.SIGCONT)  # a group paused by an A/B (SIGSTOP) handles its SIGTERM now, not at SIGKILL
     deadline = time.monotonic() + timeout
     code: int | None = None
     while time.monotonic() < deadline:

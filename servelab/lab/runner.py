@@ -284,7 +284,30 @@ def run(profile: str = "default", only: list[str] | None = None, params: list[st
         pin_cores: bool = False) -> dict:
     p = plan(profile=profile, only=only, params=params, place=place, run_id=run_id, results_dir=results_dir,
              notebook_dir=notebook_dir)
-    return execute(p, ports=ports, say=say, progress_bar=progress_bar, pin_cores=pin_cores)
+    with _terminate_cleanly():
+        return execute(p, ports=ports, say=say, progress_bar=progress_bar, pin_cores=pin_cores)
+
+
+@contextlib.contextmanager
+def _terminate_cleanly():
+    """SIGTERM (`kill`, a CI timeout, a container stopping) ends the run the way Ctrl-C does: the stack it
+    started is stopped and the report written. Python's default would exit at once and leave the servers
+    running, holding their ports (and a server an A/B had paused, stopped for good)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 __all__ = ["run", "plan", "execute", "RunPlan", "NotebookFailed"]

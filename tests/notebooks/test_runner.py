@@ -170,3 +170,35 @@ def test_a_stack_that_cannot_start_is_one_line_and_in_the_report(tmp_path, monke
     assert r.returncode == 1
     assert r.stderr.strip().splitlines()[-1].startswith("error: tritonserver binary not found")
     assert "| 07_grpc_vs_http | not run (run stopped: tritonserver binary not found" in (tmp_path / "s" / "report.md").read_text()
+
+
+def test_a_lab_run_stopped_with_sigterm_stops_its_stack_and_writes_its_report(tmp_path):
+    """`kill` (or a CI timeout) ends a run like Ctrl-C: the service and tritonserver it started are stopped, so
+    their ports are free for the next run, and the report says the run was interrupted."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from servelab.config import CHECKOUT
+
+    cmd = [sys.executable, "-m", "servelab.cli", "lab", "run", "--profile", "smoke", "--only", "01", "--run-id", "t",
+           "--ports", "free", "--results", str(tmp_path), "--no-progress-bar"]
+    proc = subprocess.Popen(cmd, cwd=CHECKOUT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "stack ready" in line:
+            break
+    assert any("stack ready" in x for x in lines), "".join(lines)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    rest, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, "".join(lines) + rest
+    endpoints = json.loads((tmp_path / "t" / "run.json").read_text())["endpoints"]
+    for key in ("service_url", "triton_http_url"):
+        with pytest.raises(httpx.TransportError):
+            httpx.get(endpoints[key], timeout=2)
+    assert "| 01_client_service_split | not run (run interrupted) |" in (tmp_path / "t" / "report.md").read_text()

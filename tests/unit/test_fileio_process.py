@@ -106,3 +106,23 @@ def test_a_server_that_exits_is_one_line_naming_its_log(tmp_path):
     assert str(tmp_path / "server.log") in msg and "\n" not in msg
     assert "cannot bind" in (tmp_path / "server.log").read_text()
     assert not srv.running()
+
+
+def test_a_paused_process_group_stops_at_once_not_at_the_kill_timeout():
+    """A server an A/B had paused (SIGSTOP) when its run was stopped: the SIGTERM is continued and handled at
+    once; a stopped group would otherwise sit until the SIGKILL timeout and never run its own shutdown."""
+    import os
+    import signal
+    import subprocess
+
+    from servelab.managed_process import stop_process_group
+
+    proc = subprocess.Popen([sys.executable, "-c", "import signal, sys, time; print('up', flush=True); "
+                             "signal.signal(signal.SIGTERM, lambda *a: sys.exit(3)); time.sleep(60)"],
+                            start_new_session=True, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "up"
+    time.sleep(0.2)  # the handler is installed right after the print
+    os.killpg(proc.pid, signal.SIGSTOP)
+    t0 = time.monotonic()
+    assert stop_process_group(proc.pid, timeout=8, proc=proc) == 3  # its own handler ran, not SIGKILL
+    assert time.monotonic() - t0 < 5
