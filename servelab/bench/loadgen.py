@@ -497,12 +497,12 @@ def interleaved(factory_a: Callable[[int], object], factory_b: Callable[[int], o
     used = ratios[-opts.stable_windows:] if stable else ratios
     lat_used = [x for x in (lat_ratios[-opts.stable_windows:] if stable else lat_ratios) if np.isfinite(x)]
     finite = [x for x in used if np.isfinite(x)]
+    positive = [x for x in finite if x > 0]
     return ABResult(a=ra, b=rb,
                     # the pairs' geometric mean: each pair's two windows share their minutes, so its ratio is free
                     # of the machine's drift; pooling all of A's windows against all of B's is not, once their
                     # lengths differ (a batch-8 window lasts longer than a batch-1 one)
-                    ratio=float(np.exp(np.mean(np.log([x for x in finite if x > 0])))) if any(x > 0 for x in finite)
-                    else None,
+                    ratio=float(np.exp(np.mean(np.log(positive)))) if positive else None,
                     ratio_min=min(finite) if finite else None, ratio_max=max(finite) if finite else None,
                     latency_ratio=float(np.median(lat_used)) if lat_used else None,
                     pairs=len(ratios), stable=stable, quick=opts.quick, settled_by=settled_by)
