@@ -10,6 +10,7 @@ from PIL import Image
 
 from servelab.data import encode, synthetic_photo
 from servelab.model.preprocess import ImageDecodeError, decode_image, preprocess_bytes, preprocess_pil
+from tests.conftest import cosine
 
 
 @pytest.fixture(scope="module")
@@ -107,4 +108,53 @@ def test_limits():
     assert err.value.kind == "too_large"
     with pytest.raises(ImageDecodeError) as err:
         decode_image(data, max_pixels=999_999)
+    assert err.value.kind == "too_many_pixels"
+
+
+def _grace_hopper() -> bytes | None:
+    """A real photo that ships with matplotlib (512x600 JPEG), the lab's one non-synthetic picture."""
+    try:
+        import matplotlib.cbook as cbook
+
+        with cbook.get_sample_data("grace_hopper.jpg") as fh:
+            return fh.read()
+    except Exception:
+        return None
+
+
+def _reduced_decode_cases() -> list:
+    cases = [pytest.param(encode(synthetic_photo(0)), 2, id="lab-photo-640x480"),
+             pytest.param(encode(synthetic_photo(11, (4000, 3000))), 8, id="phone-4000x3000"),
+             pytest.param(encode(synthetic_photo(12, (3024, 4032)), quality=95), 8, id="phone-portrait-3024x4032")]
+    real = _grace_hopper()
+    if real is not None:
+        cases.append(pytest.param(real, 2, id="real-photo-512x600"))
+    return cases
+
+
+@pytest.mark.parametrize("data, scale", _reduced_decode_cases())
+def test_reduced_jpeg_decode_keeps_the_embedding(data, scale, local_embedder):
+    """preprocess_bytes decodes a large JPEG at 1/scale in the DCT; the embedding stays at cosine >= 0.999 of the
+    full decode's."""
+    full = decode_image(data)
+    reduced = decode_image(data, reduce_to=224)
+    assert reduced.size == tuple(-(-side // scale) for side in full.size)  # the scale libjpeg was asked for
+    assert min(reduced.size) >= 224
+    tensors = np.stack([preprocess_pil(full), preprocess_bytes(data)])
+    emb = local_embedder.embed(tensors)
+    assert cosine(emb[0], emb[1]) >= 0.999
+
+
+def test_reduced_decode_leaves_small_jpegs_and_other_formats_whole():
+    small = encode(synthetic_photo(1, (400, 300)))  # under twice 224 on its short side
+    assert decode_image(small, reduce_to=224).size == (400, 300)
+    png = _png(synthetic_photo(1, (1000, 800)))
+    assert decode_image(png, reduce_to=224).size == (1000, 800)
+    assert np.array_equal(preprocess_bytes(small), preprocess_pil(decode_image(small)))
+
+
+def test_reduced_decode_checks_the_limits_on_the_full_size():
+    data = encode(synthetic_photo(6, (2000, 1500)))
+    with pytest.raises(ImageDecodeError) as err:
+        preprocess_bytes(data, max_pixels=2_999_999)
     assert err.value.kind == "too_many_pixels"
