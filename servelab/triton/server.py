@@ -6,6 +6,7 @@
         srv.grpc_url     # "127.0.0.1:<port>"           (what tritonclient.grpc expects)
         srv.metrics_url  # "http://127.0.0.1:<port>/metrics"
         srv.log_path     # the server's stdout+stderr
+        srv.trace_path   # Triton's request trace, off until turned on (servelab.triton.trace.tracing)
         srv.model_states()   # {"openclip_vit_b32_cpu": "READY", ...} (servelab.triton.control.model_states)
 
 A port given as None is a free port (tests, notebooks); `servelab triton up` passes the configured defaults
@@ -34,6 +35,7 @@ from pathlib import Path
 from servelab.config import workspace
 from servelab.managed_process import ManagedProcess
 from servelab.netutil import free_port
+from servelab.triton.trace import server_args as trace_args
 
 HOST = "127.0.0.1"
 
@@ -126,7 +128,8 @@ class EmbeddedTriton(ManagedProcess):
     def __init__(self, repository: Path | str | None = None, http_port: int | None = None,
                  grpc_port: int | None = None, metrics_port: int | None = None, log_path: Path | str | None = None,
                  *, models: list[str] | None = None, host: str = HOST, startup_timeout: float = 180.0,
-                 stop_timeout: float = 15.0, extra_args: list[str] | None = None, log_verbose: int = 0):
+                 stop_timeout: float = 15.0, extra_args: list[str] | None = None, log_verbose: int = 0,
+                 trace_path: Path | str | None = None):
         self.repository = Path(repository or workspace() / "models").resolve()
         self.http_port = http_port or free_port(host)
         self.grpc_port = grpc_port or free_port(host)
@@ -136,6 +139,8 @@ class EmbeddedTriton(ManagedProcess):
         self.models = models
         self.extra_args = list(extra_args or [])
         self.log_verbose = log_verbose
+        # Triton's request trace goes here, OFF until the trace API turns it on (servelab.triton.trace)
+        self.trace_path = Path(trace_path) if trace_path else log_path.with_name(log_path.stem + ".trace.json")
         self.cwd = str(self.repository)
 
     # --- addresses --------------------------------------------------------------------------------
@@ -176,6 +181,7 @@ class EmbeddedTriton(ManagedProcess):
             # idle keep-alive client connections would otherwise hold a graceful shutdown for 30 s
             f"--exit-timeout-secs={max(1, int(self.stop_timeout) - 5)}",
             f"--log-verbose={self.log_verbose}",
+            *([] if any(a.startswith("--trace-config") for a in self.extra_args) else trace_args(self.trace_path)),
             *self.extra_args,
         ]
 

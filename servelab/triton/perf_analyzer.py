@@ -1,0 +1,133 @@
+"""NVIDIA's perf_analyzer against a running Triton, from this machine: find (or fetch) the binary, run one
+point, read its CSV.
+
+    from servelab.triton import perf_analyzer as pa
+    binary = pa.find()                       # Path, or None: `servelab triton get-perf-analyzer` fetches it
+    cmd = pa.command(binary, "127.0.0.1:8003", "openclip_vit_b32_cpu", concurrency=8, csv=Path("pa.csv"))
+    result = pa.run(cmd, csv=Path("pa.csv"))   # PerfResult: throughput, p50/p99, server queue/compute, output
+
+Where the binary comes from: the perf-analyzer wheels need glibc 2.38 and tritonclient >= 2.61 no longer
+ships it, but the `tritonclient==2.51.0` wheel carries a `perf_analyzer` that runs here once two libraries
+resolve, `libcudart.so.12` and `libb64.so.0d`; the nvidia-pytriton wheel (our tritonserver) carries copies of
+both under `nvidia_pytriton.libs`. `install()` downloads that one wheel with pip (no dependencies, nothing
+installed into the environment) and keeps only the binary, in build/perf_analyzer/; `library_dir()` links the
+two libraries under their plain names beside it for LD_LIBRARY_PATH. On a GPU node, NVIDIA's `-sdk` container
+has perf_analyzer already (docker/compose.perf-analyzer.yaml).
+"""
+
+from __future__ import annotations
+
+import csv as csvlib
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from servelab.config import workspace
+
+WHEEL = "tritonclient==2.51.0"
+NAME = "perf_analyzer"
+
+
+def home() -> Path:
+    return workspace() / "build" / NAME
+
+
+def find() -> Path | None:
+    """The perf_analyzer binary: build/perf_analyzer/ first, then PATH; None when neither has one."""
+    local = home() / NAME
+    if local.is_file() and os.access(local, os.X_OK):
+        return local
+    found = shutil.which(NAME)
+    return Path(found) if found else None
+
+
+def install(dest: Path | None = None) -> Path:
+    """Download the tritonclient 2.51.0 wheel with pip and keep its perf_analyzer in `dest` (build/perf_analyzer)."""
+    dest = Path(dest or home())
+    dest.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                        "--platform", "manylinux1_x86_64", WHEEL, "-d", tmp], check=True, capture_output=True)
+        wheel = next(Path(tmp).glob("tritonclient-*.whl"))
+        with zipfile.ZipFile(wheel) as z:
+            member = next(n for n in z.namelist() if n.endswith(f"/bin/{NAME}"))
+            target = dest / NAME
+            with z.open(member) as src, open(target, "wb") as out:
+                shutil.copyfileobj(src, out)
+    target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return target
+
+
+def library_dir(dest: Path | None = None) -> Path:
+    """A folder with libcudart.so.12 and libb64.so.0d linked from the nvidia-pytriton wheel's libraries."""
+    import pytriton
+
+    libs = Path(pytriton.__file__).resolve().parent.parent / "nvidia_pytriton.libs"
+    dest = Path(dest or home() / "lib")
+    dest.mkdir(parents=True, exist_ok=True)
+    for plain, pattern in (("libcudart.so.12", "libcudart-*.so.12*"), ("libb64.so.0d", "libb64-*.so.0d")):
+        found = sorted(libs.glob(pattern))
+        if not found:
+            raise FileNotFoundError(f"{pattern} not in {libs}")
+        link = dest / plain
+        if not (link.is_symlink() and Path(os.readlink(link)) == found[0]):
+            link.unlink(missing_ok=True)
+            link.symlink_to(found[0])
+    return dest
+
+
+def command(binary: Path, address: str, model: str, *, concurrency: int = 8, input_name: str = "pixel_values",
+            shape: str = "3,224,224", requests: int = 24, stability_pct: int = 10, max_trials: int = 5,
+            csv: Path | None = None) -> list[str]:
+    """perf_analyzer's command line for one point: batch-1 requests of random data from `concurrency` clients over
+    HTTP, in windows of `requests` completed requests (count_windows), measured until the last three windows agree
+    within `stability_pct` % or `max_trials` windows were measured (then it fails: "Failed to obtain stable
+    measurement")."""
+    cmd = [str(binary), "-m", model, "-u", address, "-i", "http", "-b", "1", "--shape", f"{input_name}:{shape}",
+           "--concurrency-range", str(concurrency), "--measurement-mode", "count_windows",
+           "--measurement-request-count", str(requests), "--stability-percentage", str(stability_pct),
+           "--max-trials", str(max_trials)]
+    return cmd + (["-f", str(csv)] if csv else [])
+
+
+@dataclass(frozen=True)
+class PerfResult:
+    concurrency: int
+    throughput_img_s: float
+    latency_p50_ms: float
+    latency_p99_ms: float
+    server_queue_ms: float
+    server_compute_ms: float
+    output: str  # what perf_analyzer printed
+
+
+def environment() -> dict:
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(library_dir()), env.get("LD_LIBRARY_PATH", "")) if p)
+    return env
+
+
+def run(cmd: list[str], csv: Path, timeout: float = 120.0) -> PerfResult:
+    """Run `cmd` (from `command`, with the same `csv`); RuntimeError with perf_analyzer's last lines on failure."""
+    proc = subprocess.run(cmd, env=environment(), capture_output=True, text=True, timeout=timeout)
+    output = proc.stdout + proc.stderr
+    if proc.returncode != 0 or not Path(csv).is_file():
+        tail = " | ".join(line for line in output.strip().splitlines()[-3:])
+        raise RuntimeError(f"perf_analyzer exited {proc.returncode}: {tail}")
+    return parse_csv(Path(csv).read_text(), output)
+
+
+def parse_csv(text: str, output: str = "") -> PerfResult:
+    """perf_analyzer's `-f` CSV (latencies in microseconds) -> PerfResult of its first row."""
+    row = next(csvlib.DictReader(text.splitlines()))
+    us = lambda key: float(row[key]) / 1000.0  # noqa: E731
+    return PerfResult(concurrency=int(row["Concurrency"]), throughput_img_s=float(row["Inferences/Second"]),
+                      latency_p50_ms=us("p50 latency"), latency_p99_ms=us("p99 latency"),
+                      server_queue_ms=us("Server Queue"), server_compute_ms=us("Server Compute Infer"),
+                      output=output)
