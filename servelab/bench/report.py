@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 
 from servelab.bench.records import atomic_write, load_records, resolve_run_dir
-from servelab.bench.stats import RATIO_MARGIN
+from servelab.bench.stats import RATIO_MARGIN, Reading, Verdict, Why, read_apart, read_ratio
 
 COLUMNS = [
     "experiment", "kind", "server", "backend", "engine", "provider", "protocol", "payload", "batch", "concurrency",
@@ -478,18 +478,90 @@ def too_close(interleaved: bool = False) -> str:
 
 
 def close(a, b, metric: str = "throughput_img_s") -> bool:
-    """True when two figures differ by no more than `margin()` of the larger (then no sentence ranks them)."""
+    """True when two figures differ by no more than `margin()` of the larger."""
     va, vb = band(a, metric)[0], band(b, metric)[0]
     return abs(va - vb) <= margin() * max(abs(va), abs(vb))
 
 
+def apart_reading(a, b, metric: str = "throughput_img_s", *, higher_is_better: bool | None = None) -> Verdict:
+    """How this run reads two of its figures measured at different times (servelab.bench.stats.read_apart, the
+    rule every sentence and every exercise check uses): their bands (`band`), whether each settled and carries a
+    spread, against `margin()`. Higher is better, except for a latency."""
+    if higher_is_better is None:
+        higher_is_better = not metric.startswith("latency")
+    return read_apart(band(a, metric), band(b, metric), margin=margin(), higher_is_better=higher_is_better,
+                      settled=(_stable(a), _stable(b)), spread=(has_band(a, metric), has_band(b, metric)))
+
+
 def apart(a, b, metric: str = "throughput_img_s") -> bool:
-    """Two figures a sentence may rank: both settled, both carry a spread, their bands do not overlap, and they
-    differ by more than `margin()`. A figure whose windows never settled is never ranked, even with every window
-    on one side: its windows bound where it was going, not where it would have settled (a server slowing down
-    for minutes leaves windows far below its steady figure)."""
-    return (_stable(a) is not False and _stable(b) is not False and has_band(a, metric) and has_band(b, metric)
-            and not overlap(a, b, metric) and not close(a, b, metric))
+    """Two figures a sentence ranks (`apart_reading` says ranked): both settled, both carry a spread, their bands
+    do not overlap, and they differ by more than `margin()`. A figure whose windows never settled is never
+    ranked, even with every window on one side: its windows bound where it was going, not where it would have
+    settled (a server slowing down for minutes leaves windows far below its steady figure)."""
+    return apart_reading(a, b, metric).ranked
+
+
+def ratio_reading(rec) -> Verdict:
+    """How this run reads an interleaved A ÷ B ratio record (or row): servelab.bench.stats.read_ratio on its value,
+    pair range, pair count (`repeats`) and whether the pairs settled, against `margin(interleaved=True)`."""
+    v, lo, hi = band(rec, "ratio")
+    pairs = None
+    if not isinstance(rec, (tuple, list)):
+        n = rec.get("repeats")
+        pairs = None if n is None or _nan(n) else int(n)
+    if not has_band(rec, "ratio"):
+        pairs = 1
+    return read_ratio(v, lo, hi, pairs=pairs, settled=_stable(rec), margin=margin(interleaved=True))
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f} %" if abs(x) < 0.01 else f"{100 * x:.0f} %"
+
+
+def _below_margin(v: Verdict, interleaved: bool) -> str:
+    m = _pct(v.margin)
+    if interleaved:
+        return f"below the {m} margin we rank by"
+    if _machine_drift is not None and _machine_drift >= v.margin:
+        return f"within the {m} this machine drifted during this run (drift probe), so the order may be the machine's"
+    return f"below the {m} margin we rank figures measured at different times by"
+
+
+def said(v: Verdict, name_a: str, name_b: str, *, interleaved: bool) -> str:
+    """A reading in words — the phrase both the sentences below and the exercise checks print:
+    "B ahead by 7 %, all 4 pairs agree, below the 10 % margin we rank by" (consistent), "A ahead by 31 %, every
+    pair past the 10 % margin" (ranked), "A and B are indistinguishable here: their ranges overlap"."""
+    names = {"a": name_a, "b": name_b}
+    x = names.get(v.ahead)
+    other = names.get({"a": "b", "b": "a"}.get(v.ahead))
+    every = f"all {v.pairs} pairs" if v.pairs else "every pair"
+    unsettled = " and ".join(names[s] for s in v.unsettled)
+    if v.reading is Reading.RANKED:
+        if interleaved:
+            return f"{x} ahead by {_pct(v.lead)}, every pair past the {_pct(v.margin)} margin"
+        return f"{x} ahead of {other} by {_pct(v.lead)}, every window apart"
+    if v.reading is Reading.CONSISTENT:
+        if v.why is Why.UNSETTLED:
+            if interleaved:
+                return (f"{every} put {x} ahead (by {_pct(v.lead)}), but the pair ratios never settled, so this run "
+                        "does not rank them")
+            return (f"{x} ahead of {other} in every window (by {_pct(v.lead)}), but {unsettled} never settled (its "
+                    "windows kept moving), so this run does not rank them")
+        if interleaved and v.lead > v.margin:  # the ratio is past the margin, its weakest pairs are not
+            return f"{x} ahead by {_pct(v.lead)}, {every} agree, but not all clear the {_pct(v.margin)} margin we rank by"
+        if interleaved:
+            return f"{x} ahead by {_pct(v.lead)}, {every} agree, {_below_margin(v, True)}"
+        return f"{x} ahead of {other} by {_pct(v.lead)} in every window, {_below_margin(v, False)}"
+    return f"{name_a} and {name_b} are {INDISTINGUISHABLE}: {_why_not(v, unsettled, interleaved)}"
+
+
+def _why_not(v: Verdict, unsettled: str, interleaved: bool) -> str:
+    """Why a comparison that is too close to call was not read either way, in words."""
+    return {Why.BOTH_SIDES: "the pairs fall on both sides of 1, too close to call",
+            Why.OVERLAP: "their ranges overlap",
+            Why.NO_SPREAD: "one window pair, no spread recorded" if interleaved else "one window, no spread recorded",
+            Why.TOO_FEW: f"only {v.pairs} pairs, too few to show a direction",
+            Why.UNSETTLED: f"their ranges overlap and {unsettled} never settled (its windows kept moving)"}[v.why]
 
 
 def _fmt_band(v: float, lo: float, hi: float, unit: str, digits: int) -> str:
@@ -497,10 +569,6 @@ def _fmt_band(v: float, lo: float, hi: float, unit: str, digits: int) -> str:
     if lo == hi:
         return f"{v:.{digits}f}{u}"
     return f"{v:.{digits}f}{u} ({lo:.{digits}f}–{hi:.{digits}f})"
-
-
-def _unsettled_names(*named) -> list[str]:
-    return [n for n, x in named if _stable(x) is False]
 
 
 def _smoke(*named) -> str:
@@ -511,54 +579,49 @@ def _smoke(*named) -> str:
 
 def versus(name_a: str, a, name_b: str, b, *, metric: str = "throughput_img_s", unit: str = "img/s",
            digits: int = 1) -> str:
-    """One sentence comparing two figures of this run, e.g.
-    "fastapi reached 21.0 img/s (19.5–22.1), above litserve's 15.2 img/s (14.8–15.9)" — or, when the
-    bands overlap, "fastapi (21.0 img/s (19.5–22.1)) and litserve (20.2 img/s (18.8–21.0)) are
-    indistinguishable here: their ranges overlap". Bands: see `band`. Ranked only when `apart`; otherwise the
-    sentence says they are indistinguishable here and why: a figure whose windows never settled (named), a figure
-    without a spread, overlapping ranges, or figures within `margin()` of each other."""
+    """One sentence comparing two figures of this run measured at different times (`apart_reading`), e.g.
+    "fastapi reached 21.0 img/s (19.5–22.1), above litserve's 15.2 img/s (14.8–15.9)" (ranked); "fastapi reached
+    6.3 img/s (6.1–6.5), above litserve's 6.0 img/s (5.9–6.1): fastapi ahead of litserve by 5 % in every window,
+    below the 10 % margin …" (every window apart, a smaller lead than the margin: never "indistinguishable");
+    or "fastapi (…) and litserve (…) are indistinguishable here: their ranges overlap" (or one window, no spread)."""
     va, la, ha = band(a, metric)
     vb, lb, hb = band(b, metric)
     fa, fb = _fmt_band(va, la, ha, unit, digits), _fmt_band(vb, lb, hb, unit, digits)
     tail = _smoke((name_a, a), (name_b, b))
-    if apart(a, b, metric):
-        return f"{name_a} reached {fa}, {'above' if va > vb else 'below'} {name_b}'s {fb}{tail}"
-    unsettled = _unsettled_names((name_a, a), (name_b, b))
-    if unsettled:
-        why = f"{' and '.join(unsettled)} never settled (its windows kept moving)"
-    elif not (has_band(a, metric) and has_band(b, metric)):
-        why = "one window, no spread recorded"
-    elif overlap(a, b, metric):
-        why = "their ranges overlap"
-    else:
-        why = too_close()
-    return f"{name_a} ({fa}) and {name_b} ({fb}) are {INDISTINGUISHABLE}: {why}{tail}"
+    v = apart_reading(a, b, metric)
+    if v.reading is Reading.TOO_CLOSE:
+        unsettled = " and ".join({"a": name_a, "b": name_b}[s] for s in v.unsettled)
+        return f"{name_a} ({fa}) and {name_b} ({fb}) are {INDISTINGUISHABLE}: {_why_not(v, unsettled, False)}{tail}"
+    text = f"{name_a} reached {fa}, {'above' if va > vb else 'below'} {name_b}'s {fb}"
+    if v.ranked:
+        return text + tail
+    return f"{text}: {said(v, name_a, name_b, interleaved=False)}{tail}"
 
 
 def ratio_verdict(rec) -> tuple[str | None, str]:
-    """Which side of an interleaved A/B ratio record was ahead — (its name, "") — or (None, why not): the pairs
-    never settled, the pair range spans 1, or the ratio lies within `margin(interleaved=True)` of 1."""
-    v, lo, hi = band(rec, "ratio")
-    if _stable(rec) is False:
-        return None, "the pair ratios never settled"
-    if lo <= 1.0 <= hi:
-        return None, "the pair range spans 1"
-    if abs(v - 1.0) <= margin(interleaved=True):
-        return None, too_close(interleaved=True)
-    return (rec.get("a") if v > 1 else rec.get("b")), ""
+    """Which side of an interleaved A/B ratio record this run ranks ahead — (its name, "") — or (None, the reading
+    in words: a consistent lead below the margin with its size, or why it is too close to call). See
+    `ratio_reading`; `ratio_reading(rec).side(a, b)` also names the side of a consistent lead."""
+    v = ratio_reading(rec)
+    if v.ranked:
+        return v.side(rec.get("a"), rec.get("b")), ""
+    if v.reading is Reading.TOO_CLOSE:
+        return None, _why_not(v, "the pairs", True)
+    return None, said(v, rec.get("a"), rec.get("b"), interleaved=True)
 
 
 def ratio_sentence(rec, *, what: str = "throughput", digits: int = 2) -> str:
     """One sentence for an interleaved A/B ratio record (or row): "grpc ÷ http throughput: 1.12× (pairs
-    1.05–1.18)" plus which side was ahead — or "indistinguishable here" and why (see `ratio_verdict`)."""
+    1.05–1.18)" and its reading (`said`): ranked, a consistent lead below the margin with its size, or
+    "indistinguishable here" and why."""
     v, lo, hi = band(rec, "ratio")
     a, b = rec.get("a"), rec.get("b")
     text = f"{a} ÷ {b} {what}: {v:.{digits}f}×" + (f" (pairs {lo:.{digits}f}–{hi:.{digits}f})" if lo != hi else "")
-    ahead, why = ratio_verdict(rec)
-    text += f"; {ahead} ahead" if ahead else f"; {a} and {b} are {INDISTINGUISHABLE}: {why}"
+    text += "; " + said(ratio_reading(rec), a, b, interleaved=True)
     if rec.get("quick") is True:
         text += " (smoke run: these numbers are not results)"
     return text
+
 
 
 def idle_sentence(rec) -> str:
@@ -590,22 +653,33 @@ def _reason(how) -> str:
 
 def leader(named: dict, *, metric: str = "throughput_img_s", unit: str = "img/s", higher_is_better: bool = True,
            digits: int = 1) -> str:
-    """Who led among several figures ({name: record or row}): the best one is named only when it is `apart`
-    from every other (its band clears theirs by more than `margin()`); otherwise the ones it cannot be
-    told apart from are named with it. Names are listed in the order given, never in an order a tie decided."""
+    """Who led among several figures ({name: record or row}), read pair by pair against the best with
+    `apart_reading`: the best is "clear of" the ones it ranks above; a lead in every window below the margin is
+    said with its size; the ones whose ranges overlap the best's are named with it as indistinguishable at the
+    top. Names are listed in the order given, never in an order a tie decided."""
     given = [(n, x) for n, x in named.items() if x is not None]
     if not given:
         return "nothing measured"
     best_name, best = max(given, key=lambda kv: band(kv[1], metric)[0] * (1 if higher_is_better else -1))
-    top = [(n, x) for n, x in given if n == best_name or not apart(best, x, metric)]  # the best and its ties
+    read = {n: apart_reading(best, x, metric, higher_is_better=higher_is_better) for n, x in given if n != best_name}
+    tied = [n for n, v in read.items() if v.reading is Reading.TOO_CLOSE]
+    small = [n for n, v in read.items() if v.reading is Reading.CONSISTENT]
+    clear = [n for n, v in read.items() if v.ranked]
     tail = _smoke(*given)
     word = "highest" if higher_is_better else "lowest"
-    if len(top) == 1:
+    smalls = "; ".join(said(read[n], best_name, n, interleaved=False) for n in small)
+    if not tied:
         v, lo, hi = band(best, metric)
-        others = ", ".join(n for n, _ in given if n != best_name) or "nothing else"
-        return f"{best_name} ({_fmt_band(v, lo, hi, unit, digits)}) was {word}, clear of {others}{tail}"
-    unsettled = _unsettled_names(*top)
-    why = (f"{' and '.join(unsettled)} never settled (its windows kept moving)" if unsettled
-           else f"their ranges overlap or lie within {100 * margin():.0f} %")
+        head = f"{best_name} ({_fmt_band(v, lo, hi, unit, digits)}) was {word}"
+        if not small:
+            return f"{head}, clear of {', '.join(clear) or 'nothing else'}{tail}"
+        return head + (f", clear of {', '.join(clear)}" if clear else "") + f"; {smalls}{tail}"
+    top = [(n, x) for n, x in given if n == best_name or n in tied]
+    unsettled = [n for n in tied if read[n].unsettled] + ([best_name] if any("a" in read[n].unsettled for n in tied)
+                                                         else [])
+    why = (f"{' and '.join(n for n, _ in top if n in unsettled)} never settled (its windows kept moving)" if unsettled
+           else "one window, no spread recorded" if any(read[n].why is Why.NO_SPREAD for n in tied)
+           else "their ranges overlap")
     names = [f"{n} ({_fmt_band(*band(x, metric), unit, digits)})" for n, x in top]
-    return f"{', '.join(names[:-1])} and {names[-1]} are {INDISTINGUISHABLE} at the top: {why}{tail}"
+    text = f"{', '.join(names[:-1])} and {names[-1]} are {INDISTINGUISHABLE} at the top: {why}"
+    return text + (f"; {smalls}" if small else "") + tail

@@ -7,7 +7,7 @@ from servelab.bench import experiments as ex
 from servelab.bench.goals import goal_record, scaling_efficiency, service_goals, triton_goals
 from servelab.bench.loadgen import LoadOpts
 from servelab.bench.records import Run, load_records
-from servelab.bench.report import cost_table, goals_table, leader, ratio_sentence, ratio_verdict, versus
+from servelab.bench.report import cost_table, goals_table, ratio_sentence
 from servelab.bench.servers import served
 
 SMOKE = LoadOpts.smoke()
@@ -176,77 +176,6 @@ def test_triton_goals_read_the_interleaved_ratios(run):
     assert rows == {"triton-grpc tensor c=4 / offline batch 8": "met (quick run: not a result)",
                     "triton-http tensor c=4 / offline batch 8": "not met (quick run: not a result)",
                     "triton-grpc jpeg / tensor throughput c=4": "met (quick run: not a result)"}
-
-
-def test_sentences_never_rank_overlapping_figures():
-    a = {"throughput_img_s": 20.0, "throughput_min_img_s": 19.0, "throughput_max_img_s": 21.0, "stable": True}
-    b = {"throughput_img_s": 20.5, "window_throughput_img_s": [20.2, 20.5, 20.9], "stable": True}
-    c = {"throughput_img_s": 15.0, "throughput_min_img_s": 14.0, "throughput_max_img_s": 16.0, "stable": False}
-    assert "indistinguishable here" in versus("A", a, "B", b)
-    # settled, every window of C more than 10 % below A's: ranked
-    settled_c = dict(c, stable=True)
-    assert versus("A", a, "C", settled_c) == "A reached 20.0 img/s (19.0–21.0), above C's 15.0 img/s (14.0–16.0)"
-    assert "was highest, clear of C" in leader({"A": a, "C": settled_c})
-    # the same windows from a point that never settled: not ranked, whichever side they lie on, and the reason named
-    assert versus("A", a, "C", c) == ("A (20.0 img/s (19.0–21.0)) and C (15.0 img/s (14.0–16.0)) are "
-                                      "indistinguishable here: C never settled (its windows kept moving)")
-    assert "C never settled" in leader({"A": a, "C": c}) and "clear of" not in leader({"A": a, "C": c})
-    # unsettled and its windows reach A's band: not ranked, and the reason named
-    wobbly = dict(c, throughput_max_img_s=19.5)
-    assert versus("A", a, "W", wobbly) == ("A (20.0 img/s (19.0–21.0)) and W (15.0 img/s (14.0–19.5)) are "
-                                           "indistinguishable here: W never settled (its windows kept moving)")
-    assert "W never settled" in versus("A", a, "W", wobbly) and "W never settled" in leader({"A": a, "W": wobbly})
-    # bands clear of each other but only 8 % apart: figures measured at different times are not ranked
-    near8 = {"throughput_img_s": 18.4, "throughput_min_img_s": 18.2, "throughput_max_img_s": 18.6, "stable": True}
-    assert "too close to call for figures measured at different times" in versus("A", a, "N", near8)
-    assert "within 10 %" in leader({"A": a, "N": near8})
-    near = {"throughput_img_s": 20.9, "throughput_min_img_s": 20.6, "throughput_max_img_s": 21.2, "stable": True}
-    assert "indistinguishable here at the top" in leader({"A": dict(a, throughput_max_img_s=20.1), "N": near})
-    # a tie is named in the order given, whichever measured higher: the sentence does not change with the noise
-    assert leader({"A": a, "N": near}).startswith("A (20.0 img/s (19.0–21.0)) and N (20.9 img/s (20.6–21.2)) are")
-    assert leader({"N": near, "A": a}).startswith("N (20.9 img/s (20.6–21.2)) and A (20.0 img/s (19.0–21.0)) are")
-    assert leader({"C": settled_c, "A": a}) == "A (20.0 img/s (19.0–21.0)) was highest, clear of C"
-    assert "too close to call" in versus("A", dict(a, throughput_max_img_s=20.1), "N", near)
-    assert "too close to call" in ratio_sentence({"ratio": 0.98, "ratio_min": 0.97, "ratio_max": 0.99, "a": "grpc",
-                                                  "b": "http"})
-    unsettled_ratio = {"ratio": 1.5, "ratio_min": 1.4, "ratio_max": 1.6, "a": "grpc", "b": "http", "stable": False}
-    assert "ahead" not in ratio_sentence(unsettled_ratio) and "never settled" in ratio_sentence(unsettled_ratio)
-    assert "ahead" in ratio_sentence(dict(unsettled_ratio, stable=True))
-    assert "indistinguishable here: one window, no spread recorded" in versus("A", a, "D", {"throughput_img_s": 5.0})
-    lat = versus("A", {"latency_p50_ms": 50, "latency_p50_min_ms": 49, "latency_p50_max_ms": 52}, "B",
-                 {"latency_p50_ms": 60, "latency_p50_min_ms": 58, "latency_p50_max_ms": 63}, metric="latency_p50_ms",
-                 unit="ms", digits=0)
-    assert lat == "A reached 50 ms (49–52), below B's 60 ms (58–63)"
-    assert "indistinguishable" in ratio_sentence({"ratio": 1.03, "ratio_min": 0.97, "ratio_max": 1.08, "a": "grpc",
-                                                  "b": "http"})
-
-
-@pytest.fixture
-def drift_20pct():
-    from servelab.bench import report
-
-    report.set_machine_drift(0.2)
-    yield
-    report.set_machine_drift(None)
-
-
-def test_the_machines_drift_widens_the_margin_of_figures_measured_apart(drift_20pct):
-    a = {"throughput_img_s": 20.0, "throughput_min_img_s": 19.0, "throughput_max_img_s": 21.0, "stable": True}
-    b = {"throughput_img_s": 17.0, "throughput_min_img_s": 16.5, "throughput_max_img_s": 17.5, "stable": True}
-    c = {"throughput_img_s": 15.0, "throughput_min_img_s": 14.0, "throughput_max_img_s": 16.0, "stable": True}
-    # 15 % apart, clear bands: ranked with the 10 % floor, not within a 20 % drift
-    said = versus("A", a, "B", b)
-    assert said.endswith("indistinguishable here: within 20 % of each other, no more than this machine drifted "
-                         "during this run (drift probe), too close to call")
-    assert "indistinguishable here at the top" in leader({"A": a, "B": b})
-    assert versus("A", a, "C", c).startswith("A reached 20.0 img/s")  # 25 % apart: ranked
-    # an interleaved ratio cancels the drift: its margin is the fixed 10 %, whatever the probe measured
-    assert ratio_sentence({"ratio": 1.15, "ratio_min": 1.1, "ratio_max": 1.2, "a": "grpc", "b": "http"}).endswith(
-        "grpc ahead")
-    assert ratio_verdict({"ratio": 0.7, "ratio_min": 0.65, "ratio_max": 0.75, "a": "grpc", "b": "http"}) == ("http", "")
-    assert ratio_sentence({"ratio": 1.08, "ratio_min": 1.05, "ratio_max": 1.1, "a": "grpc", "b": "http"}).endswith(
-        "indistinguishable here: within 10 % of each other, less than such ratios move between runs, too close to call")
-    assert ratio_verdict({"ratio": 0.91, "ratio_min": 0.88, "ratio_max": 0.93, "a": "grpc", "b": "http"})[0] is None
 
 
 def test_step_takes_the_margin_from_this_runs_probes(tmp_path):
