@@ -25,6 +25,8 @@ import pandas as pd
 
 from servelab.assignments.result import CheckResult, NotRunHere, reject, run_check
 from servelab.bench.report import margin as ranking_margin
+from servelab.bench.report import said
+from servelab.bench.stats import Reading, Why
 
 __all__ = [
     "outcome", "live_config", "p99_budget", "emulated_plan", "triton_client_call", "python_backend_execute", "fastapi_route",
@@ -112,13 +114,16 @@ def measured_bands(table, *, key: str, metric: str = "throughput_img_s", at: Map
     `<metric>_min` / `<metric>_max` fields, per-window lists); a metric the bench gives no band (a p99) takes
     the row's relative window spread (`spread`, (max−min)/mean of the window throughputs) — in a closed loop
     latency moves with 1/throughput, so the relative spreads match. Rows of one key pool their bands. A
-    single row without any of these has a band of zero width (`source` says so)."""
+    single row without any of these has a band of zero width (`source` says so). `settled`: whether every row's
+    windows settled (None where the table does not say)."""
     from servelab.bench.report import band
 
     df = _where(_frame(table), at)
     out = []
     for k, rows in df.groupby(key, sort=False):
         vals, los, his, source = [], [], [], "one value (no spread measured)"
+        settled = [row.get("stable") for _, row in rows.iterrows() if row.get("stable") is not None
+                   and not pd.isna(row.get("stable"))]
         for _, row in rows.iterrows():
             if pd.isna(pd.to_numeric(row.get(metric), errors="coerce")):
                 continue
@@ -136,16 +141,34 @@ def measured_bands(table, *, key: str, metric: str = "throughput_img_s", at: Map
         if len(vals) > 1 and source.startswith("one value"):
             source = "rows"
         out.append({key: k, "value": sum(vals) / len(vals), "lo": min(los + vals), "hi": max(his + vals),
-                    "source": source})
-    return pd.DataFrame(out).set_index(key) if out else pd.DataFrame(columns=["value", "lo", "hi", "source"])
+                    "source": source, "settled": (all(bool(x) for x in settled) if settled else None)})
+    cols = ["value", "lo", "hi", "source", "settled"]
+    return pd.DataFrame(out).set_index(key) if out else pd.DataFrame(columns=cols)
+
+
+def reading(bands: pd.DataFrame, a, b, higher_is_better: bool = True):
+    """The run's reading of `a` against `b` from `measured_bands` (servelab.bench.report.apart_reading's rule, so a
+    check and the sentence under it agree): ranges that overlap are too close to call; ranges apart give a
+    direction, ranked when the lead exceeds the run's margin and both settled. A table that records no spread
+    for any row is read as exact numbers."""
+    from servelab.bench.stats import read_apart
+
+    ra, rb = bands.loc[a], bands.loc[b]
+    exact = not any(str(x) != "one value (no spread measured)" for x in bands["source"])
+    spread = tuple(exact or r["source"] != "one value (no spread measured)" for r in (ra, rb))
+
+    def settled(r):
+        x = r.get("settled")
+        return None if x is None or pd.isna(x) else bool(x)
+
+    return read_apart((ra["value"], ra["lo"], ra["hi"]), (rb["value"], rb["lo"], rb["hi"]), margin=ranking_margin(),
+                      higher_is_better=higher_is_better, settled=(settled(ra), settled(rb)), spread=spread)
 
 
 def _verdict(bands: pd.DataFrame, a, b, higher_is_better: bool) -> str:
-    """`a`, `b`, or "tie" when their measured bands overlap."""
-    ra, rb = bands.loc[a], bands.loc[b]
-    if ra["lo"] <= rb["hi"] and rb["lo"] <= ra["hi"]:
-        return TIE
-    return a if (ra["value"] > rb["value"]) == higher_is_better else b
+    """`a` or `b` when every window of one lies better than every window of the other (ranked or a consistent
+    lead below the margin), or "tie" when `reading` finds them too close to call."""
+    return reading(bands, a, b, higher_is_better).side(a, b, TIE)
 
 
 TIE = "tie"
@@ -157,14 +180,16 @@ def outcome(answer, table, *, key: str, a, b, metric: str = "throughput_img_s", 
     key=key, metric=metric, at=at) (columns value, lo, hi; one row per `key`), or that value itself.
 
     Correct: the side whose band lies wholly better than the other's, or "tie" when the two bands overlap (a
-    difference inside the measured spread is no difference). `prediction` — what the student wrote down before
+    difference inside the measured spread is no difference) — the reading the run's sentences use
+    (`reading`); the message says it in the same words: ranked, or a lead below the run's margin with its size. `prediction` — what the student wrote down before
     the measurement — is not graded: the result says whether it held, and keeps it for the instructor."""
     bands = measured_bands(table, key=key, metric=metric, at=at)
     for k in (a, b):
         if k not in bands.index:
             raise ValueError(f"no {key}={k} rows with {metric} in the table (has {', '.join(map(str, bands.index))})")
     bands = bands.loc[[a, b]]
-    expected = _verdict(bands, a, b, higher_is_better)
+    read = reading(bands, a, b, higher_is_better)
+    expected = read.side(a, b, TIE)
     choices = {_norm(a): a, _norm(b): b, TIE: TIE}
     better = "higher" if higher_is_better else "lower"
 
@@ -176,14 +201,18 @@ def outcome(answer, table, *, key: str, a, b, metric: str = "throughput_img_s", 
             reject(f"answer with {a!r}, {b!r} or {TIE!r}, got {value!r}", hidden)
         got = choices[_norm(value)]
         if got != expected:
+            if expected == TIE and read.why is Why.NO_SPREAD:
+                reject("this table records no spread for one of the two: a single window cannot be told from noise",
+                       hidden)
             if expected == TIE:
                 reject("the two measured bands overlap: a difference inside the spread is no difference", hidden)
             if got == TIE:
-                reject("the two bands do not overlap here: one side is better beyond the measured spread", hidden)
+                reject("the two bands do not overlap here: every window of one side is better than every window of "
+                       "the other — a difference, even where it is small", hidden)
             reject(f"look at which band is better: for {metric}, {better} is better", hidden)
         ra, rb = bands.loc[a], bands.loc[b]
         text = (f"{a}: {metric} {ra['value']:.4g} [{ra['lo']:.4g}–{ra['hi']:.4g}], {b}: {rb['value']:.4g} "
-                f"[{rb['lo']:.4g}–{rb['hi']:.4g}]{_at(at)} → {expected}")
+                f"[{rb['lo']:.4g}–{rb['hi']:.4g}]{_at(at)} → {expected} ({said(read, a, b, interleaved=False)})")
         return text + _prediction_note(prediction, expected, choices), pdetail
 
     return run_check("outcome", exercise, answer, (bands,), judge, step, strict)
@@ -241,7 +270,7 @@ def queue_delay_for_budget(answer, grid, budget_ms: float, *, concurrency: int |
             reject(f"with {d:g} µs the {latency_col} {at} was {row['lat']:.1f} ms, over the {budget_ms:g} ms budget")
         best = within["thr"].max()
         leader = within["thr"].idxmax()
-        tied = d in bands.index and leader in bands.index and bands.loc[d, "hi"] >= bands.loc[leader, "lo"]
+        tied = d in bands.index and leader in bands.index and reading(bands, d, leader).ahead in (None, "a")
         if not (tied or row["thr"] >= best * (1 - rel_tol)):
             reject(f"{d:g} µs meets the budget, but another delay that also meets it gave clearly more "
                    f"{throughput_col} (beyond the measured spread): compare throughput among the rows within budget")
@@ -382,7 +411,9 @@ def best_choice(answer, table, *, key: str, metric: str, mode: str = "max", at: 
     """answer: a value of column `key` (a backend, a batch size, a protocol …), or fn(table) -> value.
 
     Correct: the `key` whose row (restricted to `at`, e.g. {"concurrency": 16}) has the highest (`mode="max"`)
-    or lowest (`"min"`) `metric`; answers within `rel_tol` of the best are accepted too."""
+    or lowest (`"min"`) `metric`; answers within `rel_tol` of the best are accepted too, and so is any whose
+    band the run's reading (`reading`) finds too close to the best's to call. A lead in every window below the
+    run's margin still names the best (the message gives its size)."""
     if mode not in ("max", "min"):
         raise ValueError("mode must be 'max' or 'min'")
     df = _where(_frame(table), at)
@@ -391,8 +422,10 @@ def best_choice(answer, table, *, key: str, metric: str, mode: str = "max", at: 
     word = "highest" if mode == "max" else "lowest"
     band = measured_bands(df, key=key, metric=metric)
     band.index = band.index.map(_norm)
-    top = band.loc[agg.idxmax() if mode == "max" else agg.idxmin()]
-    tied = {k for k, r in band.iterrows() if r["lo"] <= top["hi"] and top["lo"] <= r["hi"]}
+    top_key = agg.idxmax() if mode == "max" else agg.idxmin()
+    read = {k: reading(band, top_key, k, higher_is_better=mode == "max") for k in band.index if k != top_key}
+    tied = {top_key} | {k for k, v in read.items() if v.ahead is None}
+    small = {k: v for k, v in read.items() if v.reading is Reading.CONSISTENT}
 
     def judge(value):
         v = _norm(value)
@@ -411,7 +444,8 @@ def best_choice(answer, table, *, key: str, metric: str, mode: str = "max", at: 
         if not ok:
             reject(f"{key} {value} has {metric} {got:.4g}{where}; another {key} in this table has a {word} value "
                    f"clearly outside the measured spread")
-        return f"{key} {value}: {metric} {got:.4g}{where}, the {word} in this run"
+        runners = "; ".join(said(small[k], str(value), str(k), interleaved=False) for k in small) if v == top_key else ""
+        return f"{key} {value}: {metric} {got:.4g}{where}, the {word} in this run" + (f" ({runners})" if runners else "")
 
     return run_check("best_choice", exercise, answer, (table,), judge, step, strict)
 
@@ -767,7 +801,8 @@ def _record_row(rec: dict, label: str) -> dict:
     return {"config": label, "throughput_img_s": rec.get("throughput_img_s"),
             "throughput_min_img_s": rec.get("throughput_min_img_s"), "throughput_max_img_s": rec.get("throughput_max_img_s"),
             "window_throughput_img_s": rec.get("window_throughput_img_s"), "latency_p99_ms": rec.get("latency_p99_ms"),
-            "avg_batch": server.get("avg_batch"), "errors": rec.get("errors"), "requests": rec.get("requests")}
+            "avg_batch": server.get("avg_batch"), "errors": rec.get("errors"), "requests": rec.get("requests"),
+            "stable": rec.get("stable")}
 
 
 def _served_ok(rec: dict, what: str) -> None:
@@ -790,7 +825,7 @@ def live_config(answer, *, run, triton_http_url: str, model: str, max_batch: int
     Correct: Triton accepts the stanza, reports its values back, and serves every request with it. The
     comparison with the default (a tie when the measured bands overlap) is reported and kept in the detail,
     not graded: a right config can lose on a machine that batch 1 already saturates — explaining that is the
-    lesson."""
+    lesson. The comparison is read as every sentence of the run reads one (`reading`)."""
     from servelab.assignments.live import NotApplied, config_applied, measure_triton
     from servelab.triton.control import _normalise
 
@@ -824,19 +859,22 @@ def live_config(answer, *, run, triton_http_url: str, model: str, max_batch: int
         _served_ok(after, "with the default config (after)")
         rows = pd.DataFrame([_record_row(before, "default"), _record_row(yours, "yours"), _record_row(after, "default")])
         band = measured_bands(rows, key="config")
-        verdict = _verdict(band, "yours", "default", higher_is_better=True)
+        read = reading(band, "yours", "default")
+        verdict = read.side("yours", "default", TIE)
         word = {"yours": "more throughput than", "default": "less throughput than", TIE: "a tie with"}[verdict]
+        if read.reading is Reading.CONSISTENT:
+            word = f"{'slightly ' if read.why is Why.BELOW_MARGIN else ''}{word}"
         y, d = band.loc["yours"], band.loc["default"]
         p99 = rows.groupby("config")["latency_p99_ms"].mean()
         batch = rows.groupby("config")["avg_batch"].mean()
-        detail = {"verdict": verdict, "yours_img_s": y["value"], "default_img_s": d["value"],
+        detail = {"verdict": verdict, "reading": str(read.reading), "yours_img_s": y["value"], "default_img_s": d["value"],
                   "yours_band": [y["lo"], y["hi"]], "default_band": [d["lo"], d["hi"]],
                   "yours_p99_ms": p99.get("yours"), "default_p99_ms": p99.get("default"),
                   "yours_avg_batch": batch.get("yours"), "default_avg_batch": batch.get("default"), "concurrency": concurrency}
         return (f"Triton loaded your stanza ({summary}) and served {concurrency} clients with it: "
                 f"{y['value']:.1f} img/s [{y['lo']:.1f}–{y['hi']:.1f}], p99 {p99.get('yours', float('nan')):.0f} ms — "
-                f"{word} the default ({d['value']:.1f} img/s [{d['lo']:.1f}–{d['hi']:.1f}], measured before and after); "
-                f"the default config is back in place"), detail
+                f"{word} the default ({d['value']:.1f} img/s [{d['lo']:.1f}–{d['hi']:.1f}], measured before and after: "
+                f"{said(read, 'yours', 'the default', interleaved=False)}); the default config is back in place"), detail
 
     return run_check("live_config", exercise, answer, (max_batch,), judge, step, strict)
 
@@ -879,16 +917,16 @@ def p99_budget(answer, *, trials, budget_ms: float, exercise: str, step=None, st
         band = measured_bands(rows, key="config")
         me = band.loc[int(chosen)]
 
-        def clearly_above(other) -> bool:  # as a report sentence ranks figures measured apart: a measured spread
-            return (other["lo"] > me["hi"] and other["lo"] < other["hi"] and me["lo"] < me["hi"]  # clear of it,
-                    and other["value"] > (1 + ranking_margin()) * me["value"])  # by more than the run's margin (its drift)
+        def clearly_above(other) -> bool:  # as a report sentence ranks figures measured apart (`reading`): both
+            v = reading(band, other, int(chosen))  # with a spread, clear of each other, by more than the run's margin
+            return v.ranked and v.ahead == "a"
 
-        better = [k for k in ok if k != int(chosen) and clearly_above(band.loc[k])]
+        better = [k for k in ok if k != int(chosen) and clearly_above(k)]
         if better:
             reject(f"trial {chosen} meets the budget, but another of your trials also met it with throughput "
                    f"clearly above it (beyond the measured spread)")
         base = band.loc["baseline"]
-        if not trials.is_baseline(rec["params"].get("settings")) and clearly_above(base):  # the baseline's own config differs from it only by the machine
+        if not trials.is_baseline(rec["params"].get("settings")) and clearly_above("baseline"):  # the baseline's own config differs from it only by the machine
             reject(f"trial {chosen} gives less throughput than one client with the default config "
                    f"({base['value']:.1f} img/s) — more clients or batching should not be worse")
         detail = {"score_img_s": me["value"], "p99_ms": p99, "budget_ms": budget_ms, "trial": int(chosen),

@@ -435,3 +435,51 @@ def test_queue_delay_within_the_spread_of_the_best_is_a_tie():
                                                     strict=True)])
     assert checks.queue_delay_for_budget(0, grid, 250.0, exercise="t").passed
     assert not qd(0).passed  # without windows the same numbers are not a tie
+
+
+# --- a check and the sentence under it read the same record the same way -------------------------------------------
+
+def _rec(name, lo, hi, stable=True):
+    return {"server": name, "throughput_img_s": (lo + hi) / 2, "throughput_min_img_s": lo, "throughput_max_img_s": hi,
+            "stable": stable}
+
+
+@pytest.mark.parametrize("fastapi, triton, said", [
+    (_rec("fastapi", 20.0, 22.0), _rec("triton-http", 21.0, 23.0), "indistinguishable here"),    # ranges overlap
+    (_rec("fastapi", 20.0, 21.0), _rec("triton-http", 21.5, 23.0), "below the 10 % margin"),     # apart, 7 %: a lead
+    (_rec("fastapi", 15.0, 16.0), _rec("triton-http", 21.5, 23.0), None),                        # apart, 43 %: ranked
+    (_rec("fastapi", 20.0, 21.0), _rec("triton-http", 25.0, 27.0, stable=False), "never settled"),
+])
+def test_the_check_and_the_sentence_agree(fastapi, triton, said):
+    from servelab.bench.report import apart_reading, versus
+
+    sentence = versus("fastapi", fastapi, "triton-http", triton)
+    reading = apart_reading(fastapi, triton)
+    side = reading.side("fastapi", "triton-http", "tie")
+    kw = dict(key="server", a="fastapi", b="triton-http", exercise="t")
+    results = {answer: checks.outcome(answer, [fastapi, triton], **kw) for answer in ("fastapi", "triton-http", "tie")}
+    assert [a for a, r in results.items() if r.passed] == [side]
+    if side == "tie":
+        assert "indistinguishable here" in sentence
+    else:
+        assert "indistinguishable" not in sentence  # never a tie in the sentence while the check names a side
+        assert sentence.startswith("fastapi reached") and ("below" if side == "triton-http" else "above") in sentence
+    if said:
+        assert said in sentence
+    if side != "tie":
+        assert sentence.split(": ", 1)[-1] in results[side].message or reading.ranked  # the same words
+    best = checks.best_choice(side if side != "tie" else "fastapi", [fastapi, triton], key="server",
+                              metric="throughput_img_s", exercise="t")
+    assert best.passed
+
+
+def test_a_small_consistent_lead_is_named_by_the_check_with_its_size():
+    fastapi, triton = _rec("fastapi", 20.0, 21.0), _rec("triton-http", 21.5, 23.0)
+    r = checks.outcome("triton-http", [fastapi, triton], key="server", a="fastapi", b="triton-http", exercise="t")
+    assert r.passed and "triton-http ahead of fastapi by 9 % in every window, below the 10 % margin" in r.message
+    r = checks.outcome("tie", [fastapi, triton], key="server", a="fastapi", b="triton-http", exercise="t")
+    assert r.status == FAIL and "even where it is small" in r.message
+    r = checks.best_choice("triton-http", [fastapi, triton], key="server", metric="throughput_img_s", exercise="t")
+    assert r.passed and "by 9 % in every window" in r.message
+    assert not checks.best_choice("fastapi", [fastapi, triton], key="server", metric="throughput_img_s",
+                                  exercise="t").passed
