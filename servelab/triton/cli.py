@@ -183,3 +183,15 @@ def stats(
     state = _read_state() or {}
     url = url or state.get("http_url") or f"http://127.0.0.1:{TRITON_HTTP_PORT}"
     typer.echo(json.dumps(read_stats(url, model).summary(), indent=2))
+
+
+@app.command("get-perf-analyzer")
+def get_perf_analyzer():
+    """Fetch NVIDIA's perf_analyzer (from the tritonclient 2.51.0 wheel, with pip) into build/perf_analyzer/."""
+    from servelab.triton import perf_analyzer as pa
+
+    found = pa.find()
+    if found is None:
+        found = pa.install()
+    pa.library_dir()
+    typer.echo(f"{found}\nrun it with LD_LIBRARY_PATH={pa.library_dir()}")

@@ -1,0 +1,46 @@
+"""NVIDIA's perf_analyzer (the binary from the tritonclient 2.51 wheel, fetched by `servelab triton
+get-perf-analyzer`) against a real tritonserver: it runs with the libraries the nvidia-pytriton wheel carries,
+and its figures agree with Triton's own statistics of the same requests."""
+
+from __future__ import annotations
+
+import pytest
+
+from servelab.triton import perf_analyzer as pa
+from servelab.triton.server_stats import stats_delta
+
+pytestmark = pytest.mark.triton
+
+ENCODER = "openclip_vit_b32_cpu"
+
+CSV = """Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,Server Compute Input,Server Compute Infer,Server Compute Output,Client Recv,p50 latency,p90 latency,p95 latency,p99 latency
+8,25.5,120,900,150000,1200,160000,300,40,310000,330000,340000,400000
+"""
+
+
+def test_parse_csv_reads_microseconds_as_ms():
+    r = pa.parse_csv(CSV)
+    assert (r.concurrency, r.throughput_img_s) == (8, 25.5)
+    assert (r.latency_p50_ms, r.latency_p99_ms, r.server_queue_ms, r.server_compute_ms) == (310.0, 400.0, 150.0, 160.0)
+
+
+def test_the_command_is_one_point_of_batch_1_requests():
+    cmd = pa.command(pa.home() / "perf_analyzer", "127.0.0.1:8003", ENCODER, concurrency=8, requests=16)
+    assert cmd[cmd.index("--concurrency-range") + 1] == "8" and cmd[cmd.index("-b") + 1] == "1"
+    assert cmd[cmd.index("--measurement-request-count") + 1] == "16"
+
+
+def test_perf_analyzer_measures_the_running_triton(triton, tmp_path):
+    binary = pa.find()
+    if binary is None:
+        pytest.skip("no perf_analyzer here: `servelab triton get-perf-analyzer` fetches it")
+    csv = tmp_path / "pa.csv"
+    # a loose stability rule: this checks that it runs and reads right, not the figure
+    cmd = pa.command(binary, triton.http_address, ENCODER, concurrency=2, requests=4, stability_pct=100,
+                     max_trials=3, csv=csv)
+    with stats_delta(triton.http_url, ENCODER) as d:
+        r = pa.run(cmd, csv)
+    assert r.concurrency == 2 and r.throughput_img_s > 0
+    assert 0 < r.latency_p50_ms <= r.latency_p99_ms
+    assert "Request concurrency: 2" in r.output
+    assert d.result.summary()["requests"] >= 3 * 4  # at least three windows of four requests reached the server
