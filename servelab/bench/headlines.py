@@ -62,3 +62,25 @@ def compare_headlines(a: dict, b: dict) -> list[dict]:
             verdict = "only in A" if ha else "only in B"
         rows.append({"headline": key, "verdict": verdict, "A": (ha or {}).get("text"), "B": (hb or {}).get("text")})
     return rows
+
+
+def emulated_figures(run_dir: str | Path, key: str) -> str:
+    """The emulated accelerator's interleaved ratios that notebook `key` measured in this run, as one sentence to
+    quote next to its CPU figures ("" when it measured none): each ratio named by its device's label ("emulated
+    <profile>"), so a headline never passes an emulation off as a measurement. Read from the run's records:
+    ratio ("ab") records of the notebook's experiments (`<key>-…`) whose device is emulated."""
+    from servelab.bench.records import load_records
+    from servelab.bench.report import ratio_sentence
+    from servelab.model.device_profile import is_emulated
+
+    try:
+        recs = load_records(run_dir)
+    except FileNotFoundError:
+        return ""
+    ratios = [r for r in recs if r.get("kind") == "ab" and str(r.get("experiment", "")).startswith(f"{key}-")
+              and is_emulated((r.get("params") or {}).get("device"))]
+    if not ratios:
+        return ""
+    parts = [f"{r['params']['device']}" + (f", {r['concurrency']} clients" if r.get("concurrency") else "")
+             + f": {ratio_sentence(r)}" for r in ratios]
+    return "On the emulated accelerator (an emulation, not a GPU measurement): " + "; ".join(parts) + "."

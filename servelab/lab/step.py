@@ -226,9 +226,11 @@ class Step:
     def shows(self, text: str) -> None:
         """The 'What this run shows' paragraph (built from this run's numbers by the notebook); also saved
         as tables/<id>_shows.md so the report carries it, and as this notebook's headline in the run's
-        headlines.json, so `servelab bench compare` can tell whether another run concluded the same."""
-        from servelab.bench.headlines import record_headline
+        headlines.json, so `servelab bench compare` can tell whether another run concluded the same. Where the
+        notebook also measured the emulated accelerator, its ratios follow, labelled with the device's profile."""
+        from servelab.bench.headlines import emulated_figures, record_headline
 
+        text = " ".join(t for t in (text, emulated_figures(self.out_dir, self.id)) if t)
         _display_md(f"**What this run shows.** {text}")
         atomic_write(self.out_dir / "tables" / f"{self.id}_shows.txt", text + "\n")
         record_headline(self.out_dir, self.id, text)

@@ -70,3 +70,23 @@ def test_a_configuration_names_its_profile_devices_and_folder_and_its_handle_say
 def test_a_configuration_outside_the_model_is_refused(bad):
     with pytest.raises(ValueError):
         _emu().config(**bad)
+
+
+def test_a_headline_quotes_the_emulated_ratios_its_notebook_measured_labelled_with_their_profile(tmp_path):
+    from servelab.bench.headlines import claim, emulated_figures
+    from servelab.bench.records import Run
+
+    run = Run(run_id="r", root=tmp_path)
+    assert emulated_figures(run.dir, "06b") == ""  # no records yet
+    common = dict(kind="ab", server="A / B", ratio_min=1.9, ratio_max=2.1, stable=True, repeats=4)
+    run.record("06b-emulated-devices", a="2 instances, 2 devices", b="2 instances, 1 device", ratio=2.0,
+               concurrency=8, params={"device": "emulated flat"}, **common)
+    run.record("06b-threads-instances", a="2 instances x 1 thread", b="1 instance x 2 threads", ratio=1.0,
+               concurrency=8, params={}, **common)  # the CPU's ratio: not quoted as emulated
+    run.record("04-emulated-batching", a="batching on", b="batching off", ratio=3.0, concurrency=8,
+               params={"device": "emulated vit-b32-h100"}, **common)  # another notebook's
+    text = emulated_figures(run.dir, "06b")
+    assert text.startswith("On the emulated accelerator (an emulation, not a GPU measurement): emulated flat, 8 clients:")
+    assert "2 instances, 2 devices ÷ 2 instances, 1 device throughput: 2.00×" in text
+    assert "thread" not in text and "batching" not in text
+    assert "emulated flat" in claim(text)  # the label survives number masking
