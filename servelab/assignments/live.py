@@ -40,6 +40,8 @@ def merged_config(current: dict, fragment) -> dict:
         cfg.instance_group.extend(fragment.instance_group)
     if fragment.max_batch_size:
         cfg.max_batch_size = fragment.max_batch_size
+    for key, value in fragment.parameters.items():  # a parameter in the fragment replaces the model's by key
+        cfg.parameters[key].CopyFrom(value)
     return json_format.MessageToDict(cfg, preserving_proto_field_name=True)
 
 
@@ -174,10 +176,11 @@ class Trials:
     MIN_WINDOW_REQUESTS = 4
 
     def __init__(self, run, triton_http_url: str, model: str, opts, experiment: str, *, kind: str = "KIND_CPU",
-                 max_concurrency: int = 64, max_instances: int = 4):
+                 max_concurrency: int = 64, max_instances: int = 4, max_trials: int | None = None):
         opts = replace(opts, min_requests=max(opts.min_requests, self.MIN_WINDOW_REQUESTS))
         self.run, self.url, self.model, self.opts, self.experiment = run, triton_http_url, model, opts, experiment
         self.kind, self.max_concurrency, self.max_instances = kind, max_concurrency, max_instances
+        self.max_trials = max_trials  # None: no limit; else a trial past it is refused (the assignment's budget)
         self.count = 0
         self._baseline = None
 
@@ -202,17 +205,26 @@ class Trials:
         return self._measure(1, {"trial": "baseline-after", "settings": {"concurrency": 1}})
 
     def __call__(self, *, concurrency: int, max_queue_delay_us: int | None = None, instances: int | None = None,
-                 preferred_batch_size: list[int] | None = None) -> dict:
-        """One trial: `concurrency` batch-1 clients against the model with these settings (None: as it is).
+                 preferred_batch_size: list[int] | None = None, threads: int | None = None,
+                 spinning: bool | None = None) -> dict:
+        """One trial: `concurrency` batch-1 clients against the model with these settings (None: as it is;
+        `threads` and `spinning` set the CPU model's intra_op_threads and intra_op_spinning parameters).
         Returns {trial, settings, throughput_img_s, latency_p99_ms, errors} — the full record is in the run."""
         from tritonclient.grpc import model_config_pb2
 
+        if self.max_trials is not None and self.count >= self.max_trials:
+            raise ValueError(f"the budget is {self.max_trials} trials and you have measured {self.count}: "
+                             "choose among them")
+        if threads is not None and not 1 <= int(threads) <= 64:
+            raise ValueError(f"threads must be 1..64, got {threads}")
         if not 1 <= int(concurrency) <= self.max_concurrency:
             raise ValueError(f"concurrency must be 1..{self.max_concurrency}, got {concurrency}")
         if instances is not None and not 1 <= int(instances) <= self.max_instances:
             raise ValueError(f"instances must be 1..{self.max_instances} on this machine, got {instances}")
         settings = {"concurrency": int(concurrency), "max_queue_delay_us": max_queue_delay_us, "instances": instances,
                     "preferred_batch_size": list(preferred_batch_size) if preferred_batch_size else None}
+        if threads is not None or spinning is not None:  # only when asked: older records keep their layout
+            settings.update(threads=threads, spinning=spinning)
         frag = model_config_pb2.ModelConfig()
         if max_queue_delay_us is not None or preferred_batch_size:
             from servelab.triton.control import _normalise, get_config
@@ -226,6 +238,10 @@ class Trials:
                 frag.dynamic_batching.preferred_batch_size.extend(int(b) for b in preferred_batch_size)
         if instances is not None:
             frag.instance_group.add(kind=model_config_pb2.ModelInstanceGroup.Kind.Value(self.kind), count=int(instances))
+        if threads is not None:
+            frag.parameters["intra_op_threads"].string_value = str(int(threads))
+        if spinning is not None:
+            frag.parameters["intra_op_spinning"].string_value = "1" if spinning else "0"
         self.count += 1
         params = {"trial": self.count, "settings": settings}
         if frag.ByteSize():

@@ -51,6 +51,8 @@ def test_live_config_applies_measures_and_restores(triton, run):
              triton, run)
     assert r.status == PASS, r.message
     assert r.detail["verdict"] in ("yours", "default", "tie") and r.detail["yours_img_s"] > 0
+    assert r.detail["reading"] in ("ranked", "consistent", "too close")  # the sentences' reading, said in the message
+    assert ("indistinguishable here" in r.message) == (r.detail["verdict"] == "tie")
     labels = [rec["params"]["config"] for rec in load_records(run.dir) if rec["experiment"] == "t.live-config"]
     assert labels == ["default", "yours", "default"]  # interleaved: default before and after
     assert _config(triton) == before
@@ -212,3 +214,22 @@ def test_fastapi_route(photos, onnx_meta):
         assert r.status == FAIL and "500" in r.message, r.message
         r = checks.fastapi_route(add_route_wrong_path, **kw)
         assert r.status == FAIL and "/embed-one" in r.message
+
+
+def test_a_trial_sets_the_cpu_models_threads_and_spinning_and_the_trial_budget_is_kept(run):
+    from tritonclient.grpc import model_config_pb2
+
+    from servelab.assignments.live import merged_config
+
+    current = {"name": CPU_ENCODER, "max_batch_size": 32, "instance_group": [{"kind": "KIND_CPU", "count": 1}],
+               "parameters": {"intra_op_threads": {"string_value": "2"}, "weights": {"string_value": "w"}}}
+    frag = model_config_pb2.ModelConfig()
+    frag.instance_group.add(kind=model_config_pb2.ModelInstanceGroup.Kind.Value("KIND_CPU"), count=2)
+    frag.parameters["intra_op_threads"].string_value = "1"
+    merged = merged_config(current, frag)
+    assert merged["instance_group"] == [{"kind": "KIND_CPU", "count": 2}]
+    assert merged["parameters"] == {"intra_op_threads": {"string_value": "1"}, "weights": {"string_value": "w"}}
+    trials = Trials(run, "http://127.0.0.1:9", CPU_ENCODER, OPTS, "t-limit", max_trials=0)
+    with pytest.raises(ValueError, match="budget is 0 trials"):
+        trials(concurrency=2, instances=2, threads=1)
+    assert trials.count == 0
