@@ -3,7 +3,7 @@
 A shared VM's speed changes by minutes (neighbours, steal, frequency), so two figures measured minutes apart —
 two points of one run, or one point in two runs — differ by more than either point's window bands show. The
 *drift probe* measures that floor: the in-process ONNX engine at batch 1 (no server, no client, nothing of the
-stack in the path) for a few seconds, before every notebook of a lab run and once at the end, written as
+stack in the path) for two seconds, before every notebook of a lab run and once at the end, written as
 `kind: "probe"` records. `drift(probes)` says how much two probe measurements taken at different moments
 typically differed; `servelab bench compare` uses it as the noise of figures compared between runs (an
 interleaved ratio cancels drift and keeps its own pair range).
@@ -18,6 +18,9 @@ from datetime import datetime
 import numpy as np
 
 EXPERIMENT = "drift-probe"
+# seconds per probe: about 50 back-to-back calls at batch 1 on two cores, enough for a median that moves only with
+# the machine; 13 probes in a default lab cost half a minute rather than the minute 4-s probes took
+PROBE_S = 2.0
 QUANTILE = 0.9  # "9 of 10 pairs of probes differed by less than this"
 
 
@@ -34,7 +37,7 @@ class DriftProbe:
         for _ in range(3):  # first calls allocate; they are not the machine's speed
             self.embedder.embed(self.tensor)
 
-    def measure(self, seconds: float = 4.0) -> dict:
+    def measure(self, seconds: float = PROBE_S) -> dict:
         """Back-to-back calls for `seconds`: throughput and median latency of this moment."""
         lat = []
         t0 = time.perf_counter()
@@ -47,7 +50,7 @@ class DriftProbe:
                 "latency_p50_ms": round(1000 * float(np.median(lat)), 4), "requests": len(lat),
                 "measured_s": round(elapsed, 3)}
 
-    def record(self, run, before: str, seconds: float = 4.0) -> dict:
+    def record(self, run, before: str, seconds: float = PROBE_S) -> dict:
         """Measure now and write a probe record to `run` (a servelab.bench.records.Run); `before` names the
         moment (the notebook about to start, or "end")."""
         m = self.measure(seconds)
