@@ -383,8 +383,9 @@ BANDS = {
 
 def band(x, metric: str = "throughput_img_s") -> tuple[float, float, float]:
     """(value, low, high) of one figure: a record or a table row (dict / pandas Series) — window min–max for
-    throughput_img_s and latency_p50_ms, pair min–max for an A/B record's `ratio`, min–max for a goal's `value` — or a (value, low, high) tuple.
-    A figure without a band gets low = high = value."""
+    throughput_img_s and latency_p50_ms, pair min–max for an A/B record's `ratio`, min–max for a goal's `value`, the
+    window spread around a tail latency (`_spread_band`) — or a (value, low, high) tuple. A figure without a band
+    gets low = high = value."""
     if isinstance(x, (tuple, list)):
         v, lo, hi = x
         return float(v), float(lo), float(hi)
@@ -396,9 +397,22 @@ def band(x, metric: str = "throughput_img_s") -> tuple[float, float, float]:
     if (lo is None or _nan(lo)) and windows and get(windows) is not None:
         w = [float(t) for t in get(windows) if t is not None]
         lo, hi = (min(w), max(w)) if len(w) >= 2 else (None, None)
+    if (lo is None or _nan(lo)) and _spread_band(x, metric):  # e.g. a tail latency: the windows' relative spread
+        half = float(get("spread")) / 2 * v
+        lo, hi = v - half, v + half
     lo = v if lo is None or _nan(lo) else float(lo)
     hi = v if hi is None or _nan(hi) else float(hi)
     return v, min(lo, v), max(hi, v)
+
+
+def _spread_band(x, metric: str) -> bool:
+    """Whether a measured figure without a band of its own (a p95, a p99) takes the record's relative window
+    spread (`spread`, (max − min) / mean of the window throughputs) as its band: in a closed loop latency moves
+    with 1 / throughput, so the relative spreads match. The exercise checks band such figures the same way."""
+    if metric in ("ratio", "value") or isinstance(x, (tuple, list)):
+        return False
+    sp = x.get("spread")
+    return sp is not None and not _nan(sp) and (x.get("repeats") or 2) >= 2
 
 
 WINDOWS = {"throughput_img_s": "window_throughput_img_s", "latency_p50_ms": "window_latency_p50_ms"}
@@ -412,7 +426,9 @@ def has_band(x, metric: str = "throughput_img_s") -> bool:
     if x.get(lo_key) is not None and not _nan(x.get(lo_key)) and (x.get("repeats") or 2) >= 2:
         return True
     w = x.get(WINDOWS.get(metric, "")) if WINDOWS.get(metric) else None
-    return w is not None and not isinstance(w, float) and len([t for t in w if t is not None]) >= 2
+    if w is not None and not isinstance(w, float) and len([t for t in w if t is not None]) >= 2:
+        return True
+    return _spread_band(x, metric)
 
 
 def _nan(v) -> bool:

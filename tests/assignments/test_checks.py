@@ -483,3 +483,17 @@ def test_a_small_consistent_lead_is_named_by_the_check_with_its_size():
     assert r.passed and "by 9 % in every window" in r.message
     assert not checks.best_choice("fastapi", [fastapi, triton], key="server", metric="throughput_img_s",
                                   exercise="t").passed
+
+
+def test_a_tail_latency_is_banded_alike_by_the_check_and_the_sentence():
+    from servelab.bench.report import versus
+
+    http = {"protocol": "http", "latency_p99_ms": 100.0, "spread": 0.2, "stable": True}   # band 90–110
+    grpc = {"protocol": "grpc", "latency_p99_ms": 80.0, "spread": 0.1, "stable": True}    # band 76–84: apart, 25 %
+    kw = dict(key="protocol", a="http", b="grpc", metric="latency_p99_ms", higher_is_better=False, exercise="t")
+    assert checks.outcome("grpc", [http, grpc], **kw).passed
+    assert versus("gRPC", grpc, "HTTP", http, metric="latency_p99_ms", unit="ms", digits=0) == (
+        "gRPC reached 80 ms (76–84), below HTTP's 100 ms (90–110)")
+    grpc_near = dict(grpc, latency_p99_ms=95.0)  # overlapping bands: a tie in both
+    assert checks.outcome("tie", [http, grpc_near], **kw).passed
+    assert "indistinguishable here" in versus("gRPC", grpc_near, "HTTP", http, metric="latency_p99_ms", unit="ms")
