@@ -18,7 +18,8 @@ block, on an error or Ctrl-C too.
 
 Only a server this machine started can be stopped: a local process that leads its own process group (every
 server `servelab.managed_process` starts does). A remote or containerised server (no local pid), the engine
-running in this process, or one process serving both sides is not paused, and the record says why.
+running in this process, or one process serving both sides is not paused, and the record says why; when one
+server (or the engine in this process) is both sides, no idle cost is measured either: there is no rival.
 """
 
 from __future__ import annotations
@@ -155,7 +156,10 @@ class IdleSides:
                                        if isinstance(group, int) else group))
 
     def __enter__(self) -> IdleSides:
-        for side, cost in zip(self.sides, idle_cpu_pct([s.pid for s in self.sides], self.probe_s), strict=True):
+        pids = [s.pid for s in self.sides]
+        if len(set(pids)) < 2:  # one server on both sides (or none here): no rival to measure, nothing to wait for
+            return self
+        for side, cost in zip(self.sides, idle_cpu_pct(pids, self.probe_s), strict=True):
             side.idle_cpu_pct = cost
         return self
 

@@ -67,6 +67,15 @@ def test_what_cannot_be_stopped_says_why():
     assert all(s.how.startswith("not paused") for s in sides.sides)
 
 
+@pytest.mark.timeout(20)  # a 60-s idle probe would run past it
+def test_one_server_on_both_sides_has_no_idle_rival_to_measure():
+    import os
+
+    with IdleSides([os.getpid(), os.getpid()], ["batch 8", "batch 1"], probe_s=60) as sides:
+        assert [s.idle_cpu_pct for s in sides.sides] == [None, None]
+        assert [s.group for s in sides.sides] == [None, None]
+
+
 @pytest.mark.triton
 def test_stopped_servers_answer_again_over_the_connections_they_held(service, tiny_triton, tiny_factory, tmp_path):
     """The servelab service, LitServe (five processes) and Triton (a python-backend stub) are each stopped longer
