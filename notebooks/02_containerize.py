@@ -16,6 +16,7 @@
 # # 02 · Containerize
 #
 # Stuck on an error? [When something goes wrong](../docs/TROUBLESHOOTING.md) has the messages and their fixes.
+# How a measurement is read here (windows, drift, alternating windows, and when a lead is ranked): [How this lab reads a measurement](../docs/METHOD.md).
 #
 # **After this notebook you can**
 # - read a Dockerfile for a model server line by line: base image, dependencies, non-root user, where the

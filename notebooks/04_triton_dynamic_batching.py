@@ -16,6 +16,7 @@
 # # 04 · Triton and dynamic batching
 #
 # Stuck on an error? [When something goes wrong](../docs/TROUBLESHOOTING.md) has the messages and their fixes.
+# How a measurement is read here (windows, drift, alternating windows, and when a lead is ranked): [How this lab reads a measurement](../docs/METHOD.md).
 #
 # **After this notebook you can**
 # - read a Triton model repository (`config.pbtxt` + a python-backend `model.py`) and say what each stanza does;

@@ -16,6 +16,7 @@
 # # 05a · ONNX Runtime optimisation
 #
 # Stuck on an error? [When something goes wrong](../docs/TROUBLESHOOTING.md) has the messages and their fixes.
+# How a measurement is read here (windows, drift, alternating windows, and when a lead is ranked): [How this lab reads a measurement](../docs/METHOD.md).
 #
 # **After this notebook you can**
 # - profile an ONNX Runtime session and say which operators the time goes to, and what that implies for

@@ -16,6 +16,7 @@
 # # 05b · TensorRT execution provider
 #
 # Stuck on an error? [When something goes wrong](../docs/TROUBLESHOOTING.md) has the messages and their fixes.
+# How a measurement is read here (windows, drift, alternating windows, and when a lead is ranked): [How this lab reads a measurement](../docs/METHOD.md).
 #
 # **After this notebook you can**
 # - say what TensorRT does to a graph (fuses kernels, picks fp16, tunes for one GPU and a range of shapes)

@@ -16,6 +16,7 @@
 # # 06a · Three-way comparison: FastAPI service, LitServe, Triton
 #
 # Stuck on an error? [When something goes wrong](../docs/TROUBLESHOOTING.md) has the messages and their fixes.
+# How a measurement is read here (windows, drift, alternating windows, and when a lead is ranked): [How this lab reads a measurement](../docs/METHOD.md).
 #
 # **After this notebook you can**
 # - put three serving systems side by side fairly: same model, same engine, same requests, same machine;

@@ -16,6 +16,7 @@
 # # 06b · Scaling: instance groups, efficiency, cost per 1,000 images
 #
 # Stuck on an error? [When something goes wrong](../docs/TROUBLESHOOTING.md) has the messages and their fixes.
+# How a measurement is read here (windows, drift, alternating windows, and when a lead is ranked): [How this lab reads a measurement](../docs/METHOD.md).
 #
 # **After this notebook you can**
 # - write an `instance_group` that places model copies on CPUs or on chosen GPUs;

@@ -16,6 +16,7 @@
 # # 08 · Kubernetes
 #
 # Stuck on an error? [When something goes wrong](../docs/TROUBLESHOOTING.md) has the messages and their fixes.
+# How a measurement is read here (windows, drift, alternating windows, and when a lead is ranked): [How this lab reads a measurement](../docs/METHOD.md).
 #
 # **After this notebook you can**
 # - read a Deployment for a model server: replicas, resource requests and limits, and the three probes;

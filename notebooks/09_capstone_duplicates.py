@@ -16,6 +16,7 @@
 # # 09 · Capstone: find the duplicates in a photo folder
 #
 # Stuck on an error? [When something goes wrong](../docs/TROUBLESHOOTING.md) has the messages and their fixes.
+# How a measurement is read here (windows, drift, alternating windows, and when a lead is ranked): [How this lab reads a measurement](../docs/METHOD.md).
 #
 # **After this notebook you can**
 # - choose a serving backend from measured records instead of from reputation, and say what the choice
