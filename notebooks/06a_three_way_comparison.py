@@ -60,6 +60,7 @@ place = ""                # local | node ("": $SERVELAB_PLACE, else local)
 out_dir = ""              # "": results/interactive in this checkout
 service_url = ""          # "": the place's service (local :8002, node :8080)
 triton_http_url = ""      # "": the place's Triton HTTP (local :8003, node :8000)
+triton_metrics_url = ""   # "": the place's Triton metrics (local :8005, node :8002)
 triton_model = ""         # "": the place's encoder (openclip_vit_b32_cpu | openclip_vit_b32)
 triton_jpeg_model = ""    # "": the JPEG ensemble (openclip_vit_b32_jpeg)
 service_pid = 0
@@ -71,6 +72,7 @@ extra_servers = True     # start LitServe for the comparison
 # how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
 load = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 4.0, "max_windows": 5, "tolerance": 0.1,
         "quick": False}
+monitor_step_s = 2.0     # seconds per step of the monitoring view's stepped load (a quick run takes 0.5)
 
 # %%
 from servelab.lab.places import place_defaults
@@ -385,6 +387,23 @@ step.shows(
 # *Goodput* is what matters to users: images per second answered 200. Latency is counted from each
 # request's scheduled arrival, so waiting anywhere counts.
 #
+# ### The gate, in the service's code
+# Before the harness takes over, read the lines that do the shedding. Every embedding route depends on
+# `admitted`: it asks the gate for a slot before FastAPI reads the body, answers 503 at once when there is
+# none, and gives the slot back when the answer is done, whatever happened in between. The gate itself is a
+# counter with a limit; its `drain_s()` (requests in flight ÷ images per second the engine has been doing)
+# becomes the `Retry-After` a refused client is told.
+
+# %%
+from servelab.service.admission import Admission
+from servelab.service.app import admitted
+
+show_code(admitted)
+show_code(Admission.try_enter)
+show_code(Admission.leave)
+show_code(Admission.drain_s)
+
+# %% [markdown]
 # **Predict first.** At 8× capacity, what happens to goodput and to the p99 latency of the *accepted*
 # requests, with and without admission control? Does refusing requests lower goodput or raise it?
 
@@ -440,3 +459,125 @@ if knee is not None:
 # for nobody. Triton does the same with `max_queue_size` in its dynamic batcher's queue policy (which the
 # benchmark turns on; notebook 04 says why this lab's own config leaves it off); LitServe has no bound.
 # `servelab bench overload` measures all four side by side.
+
+# %% [markdown]
+# ## Watching it happen: a monitoring view
+# The tables above were written after the fact by the load generator. An operator sees a server while it
+# runs, through its metrics: the service and Triton both publish Prometheus counters and histograms at
+# `/metrics`, and a **Prometheus** server scrapes them on a timer, stores the series and answers queries in
+# PromQL. Here a real Prometheus (started for this section on a free loopback port, with a temporary data
+# folder, and stopped at its end) scrapes both every 0.5 s while a **stepped load** runs: 1, 2, 3, 5, 3, 2 and
+# 1 clients, each step a couple of seconds, sent to the service and to Triton at once (two deployments on the
+# same cores, so they also compete for them). The service here admits 4 requests at a time: at 5 clients it
+# must refuse some. One alert rule watches for that.
+#
+# The queries read:
+# - the service's latency quantiles with `histogram_quantile` over its `servelab_request_latency_seconds`
+#   histogram (rates of the bucket counters over a short window);
+# - its answers per second by status, from `servelab_requests_total`;
+# - Triton's queue and compute time per request: its cumulative microsecond counters
+#   `nv_inference_queue_duration_us` and `nv_inference_compute_infer_duration_us`, each rate divided by the
+#   rate of `nv_inference_request_success`.
+#
+# **Predict first.** At 5 clients, most of the service's answers will be instant 503s. What will the p50
+# from `histogram_quantile` do during that step — rise, stay, or fall? And will the alert start at the first
+# 503 and stop at the last, or later, and by about how much?
+
+# %%
+import contextlib
+
+from servelab.bench.inputs import sample_jpegs
+from servelab.bench.loadgen import client_factory
+from servelab.bench.monitoring import STEPS, Target, monitor, plot_monitoring
+from servelab.client import InferenceClient
+
+step_s = min(monitor_step_s, 0.5) if opts.quick else monitor_step_s
+interval_s = min(0.5, step_s / 2)  # Prometheus scrapes (and evaluates the rule) at least twice per step
+monitored = None
+with contextlib.ExitStack() as stack:
+    if extra_servers:  # a service that admits 4 at a time, on the engine the overload section used
+        svc = stack.enter_context(served("fastapi", "onnx-int8", payload="jpeg", max_queue=32,
+                                         env={"SERVELAB_MAX_IN_FLIGHT": 4, "SERVELAB_REQUEST_TIMEOUT_S": 10},
+                                         log_path=step.out_dir / "logs" / "monitored-service.log"))
+        monitored_url, admits = svc.url, 4
+    else:  # a quick run starts no extra server: the run's own service, whose limit is far above 5 clients
+        monitored_url, admits = fastapi.url, None
+    jpegs = list(sample_jpegs(1))
+    view = monitor(
+        [Target("servelab", monitored_url + "/metrics"), Target("triton", triton_metrics_url)],
+        {"servelab": client_factory(lambda: InferenceClient(mode="remote", backend="fastapi", url=monitored_url,
+                                                            payload="jpeg", retries=0), blobs=jpegs),
+         "triton": client_factory(triton_http.make_client, blobs=jpegs)},
+        triton_model=triton_model, steps=STEPS, step_s=step_s, interval_s=interval_s,
+        log_path=step.out_dir / "logs" / "prometheus.log")
+print(view.prometheus if view.scraped else f"{view.prometheus}: the stepped load below comes from servelab's "
+      "own records only")
+if view.scraped:  # what was asked of Prometheus, and the rule it evaluated
+    print("\n".join(f"{name:>17}: {q}" for name, q in view.queries.items()) + "\n\n" + view.rules)
+if admits is None:
+    step.not_run("shedding under the stepped load", "a quick run uses the run's own service, which admits far more "
+                 "than 5 requests", "the same view without 503s; the default profile starts a service admitting 4")
+steps_table = step.table(pd.DataFrame(view.steps), "monitoring_steps",
+                         "The stepped load from servelab's own records: per server and step, answers/s and the "
+                         "accepted requests' latency")
+step.show_plot(plot_monitoring(view, step.plot_path("monitoring")))
+
+# %%
+def _own(target, clients):
+    rows = [r for r in view.steps if r["target"] == target and r["clients"] == clients]
+    return rows[-1] if rows else {}
+
+
+def _ms(x):
+    return "no value" if x is None or x != x else f"{x:.0f} ms"  # None or NaN: no answer in that step
+
+
+top_clients = max(STEPS)
+one, five = _own("servelab", 1), _own("servelab", top_clients)
+parts = [f"In servelab's own records, at 1 client the service answered {one.get('ok_rps', 0):.1f} req/s (accepted "
+         f"p99 {_ms(one.get('accepted_p99_ms'))}); at {top_clients} clients {five.get('ok_rps', 0):.1f} req/s "
+         f"answered 200 and {five.get('shed_rps', 0):.1f} req/s were refused with 503 (accepted p99 "
+         f"{_ms(five.get('accepted_p99_ms'))})"]
+if view.scraped:
+    p50_1, p50_5 = view.during("p50_ms", 1), view.during("p50_ms", top_clients)
+    parts.append(f"Prometheus's histogram_quantile gave a p50 of {_ms(p50_1)} at 1 client and {_ms(p50_5)} at "
+                 f"{top_clients} (p99 {_ms(view.during('p99_ms', top_clients))})"
+                 + (": the p50 fell because the histogram counts the instant refusals with the answers"
+                    if view.shed_span and p50_1 is not None and p50_5 is not None and p50_5 < p50_1 else ""))
+    q1, q5 = view.during("triton_queue_ms", 1), view.during("triton_queue_ms", top_clients)
+    c5 = view.during("triton_compute_ms", top_clients)
+    if None not in (q1, q5, c5):
+        parts.append(f"Triton's queue time per request went from {q1:.0f} ms at 1 client to {q5:.0f} ms at "
+                     f"{top_clients}, beside {c5:.0f} ms of compute per request"
+                     + (": past what the cores finish, the extra clients wait in its queue" if q5 > q1 else ""))
+    if view.shed_span and view.alert_firing:
+        (a, b), (s0, s1) = (view.alert_firing[0][0], view.alert_firing[-1][1]), view.shed_span
+        parts.append(f"the first 503 left the service {s0:.1f} s into the load and the last at {s1:.1f} s; the "
+                     f"alert fired from {a:.1f} s to {b:.1f} s, {a - s0:.1f} s after the first refusal and "
+                     f"{b - s1:.1f} s past the last (scrapes every {view.interval_s:g} s, rates over a "
+                     f"{view.queries['shed_rps'].split('[')[1].split(']')[0]} window)")
+    elif view.shed_span:
+        parts.append("the service shed, but the alert never fired: the refusals were over before two scrapes "
+                     "had seen them")
+    else:
+        parts.append("the service never shed, so the alert stayed silent")
+step.answer("; ".join(parts) + ".")
+
+# %% [markdown]
+# ### Why the monitoring view looks the way it does
+# - **`histogram_quantile` estimates.** Prometheus never sees a single request's latency, only how many fell
+#   into each bucket (here ≤ 5, 10, 25, 50, 75, 100, 250, 500, 750 ms, 1 s, …), and it interpolates
+#   linearly inside a bucket. A p99 is only as sharp as the bucket that holds it; compare the lines with the
+#   dots of servelab's own records.
+# - **It counts what the histogram counts.** The service records every answer of an embedding route in one
+#   histogram, refusals included. When most answers are millisecond 503s, the median answer *is* a 503: the
+#   p50 falls just as the service is in trouble. Watch the answers by status beside it, or keep accepted and
+#   refused latencies apart (a `status` label on the histogram) before putting a latency SLO on a dashboard.
+# - **An alert is late by construction.** A series that appears with the first 503 needs two scrapes before
+#   `rate()` has a value, the rule is evaluated on its own timer, and the rate window keeps the alert firing
+#   until the last refusal has slid out of it. Lag ≈ one or two scrape intervals plus an evaluation; linger ≈
+#   the window. Production rules add `for: 1m` so that a blip pages no one; here `for: 0s` shows the mechanism.
+# - **Refused clients come straight back.** The load generator's clients resend at once, ignoring
+#   `Retry-After`, so a couple of clients over the limit make many refusals per second. Each costs the
+#   service almost nothing — that is the point of refusing before reading the body — but well-behaved clients
+#   wait the `Retry-After` they were given.
