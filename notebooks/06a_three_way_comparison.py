@@ -554,8 +554,7 @@ if view.scraped:
         (a, b), (s0, s1) = (view.alert_firing[0][0], view.alert_firing[-1][1]), view.shed_span
         parts.append(f"the first 503 left the service {s0:.1f} s into the load and the last at {s1:.1f} s; the "
                      f"alert fired from {a:.1f} s to {b:.1f} s, {a - s0:.1f} s after the first refusal and "
-                     f"{b - s1:.1f} s past the last (scrapes every {view.interval_s:g} s, rates over a "
-                     f"{view.queries['shed_rps'].split('[')[1].split(']')[0]} window)")
+                     f"{b - s1:.1f} s past the last (scrapes every {view.interval_s:g} s, rates over {view.window_s:g} s)")
     elif view.shed_span:
         parts.append("the service shed, but the alert never fired: the refusals were over before two scrapes "
                      "had seen them")

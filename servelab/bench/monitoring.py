@@ -313,6 +313,7 @@ class MonitoringView:
     series: dict[str, tuple] = field(default_factory=dict)  # name -> (t_s from the load's start, values)
     alert_firing: list[tuple] = field(default_factory=list)  # [(start_s, end_s)] of the ALERT
     interval_s: float = 0.5
+    window_s: float = 2.0  # the rate window of every query and of the alert
     rules: str = ""  # the rules file Prometheus evaluated
     shed_span: tuple | None = None  # (first, last) 503 answer of the service, s from the load's start (servelab records)
 
@@ -356,7 +357,7 @@ def monitor(targets: Sequence[Target], factories: dict[str, Callable[[int], tupl
         t0, requests = stepped_load(factories, steps, step_s)
         end = t0 + len(steps) * step_s
         view = MonitoringView(steps=step_rows(t0, requests, steps, step_s), step_s=step_s, clients=tuple(steps),
-                              prometheus=why, queries=qs, interval_s=interval_s)
+                              prometheus=why, queries=qs, interval_s=interval_s, window_s=window_s)
         shed = [r.t_start - t0 for r in requests if r.job == "servelab" and r.outcome == "shed"]
         view.shed_span = (min(shed), max(shed)) if shed else None
         if prom is not None:
