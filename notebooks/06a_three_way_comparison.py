@@ -554,7 +554,10 @@ if view.scraped:
         (a, b), (s0, s1) = (view.alert_firing[0][0], view.alert_firing[-1][1]), view.shed_span
         parts.append(f"the first 503 left the service {s0:.1f} s into the load and the last at {s1:.1f} s; the "
                      f"alert fired from {a:.1f} s to {b:.1f} s, {a - s0:.1f} s after the first refusal and "
-                     f"{b - s1:.1f} s past the last (scrapes every {view.interval_s:g} s, rates over {view.window_s:g} s)")
+                     f"{b - s1:.1f} s past the last. Expected from the settings: a lag of up to "
+                     f"{3 * view.interval_s:g} s (the 503 series appears at the next scrape, rate() needs a second "
+                     f"one, the rule runs on its own {view.interval_s:g} s timer) and a linger of about the "
+                     f"{view.window_s:g} s rate window")
     elif view.shed_span:
         parts.append("the service shed, but the alert never fired: the refusals were over before two scrapes "
                      "had seen them")
