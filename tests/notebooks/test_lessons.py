@@ -73,3 +73,9 @@ def test_capstone_scores_the_embeddings_beside_phash_and_explains_both_direction
     text = lesson("09_")
     assert "grouping_quality(" in text and "served embeddings alone" in text
     assert "faster than" in text and "slower than" in text, "the throughput answer follows the numbers either way"
+
+
+@pytest.mark.parametrize("py", nbs.discover(), ids=lambda p: p.stem)
+def test_lesson_links_the_page_that_says_how_a_measurement_is_read(py):
+    assert "](../docs/METHOD.md)" in first_markdown(py), "windows, drift and interleaving are explained once, there"
+    assert (py.parent.parent / "docs" / "METHOD.md").is_file()
