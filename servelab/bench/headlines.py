@@ -3,7 +3,8 @@ can be compared, not only their numbers.
 
 A headline's *claim* is its sentence with every number masked: "tritonhttp ahead by 1.31× (windows 20.1–21.0 vs
 15.2–16.0, no overlap)" and "tritonhttp ahead by 1.27× (…)" make the same claim; "… indistinguishable here …"
-makes a different one. Why two figures were not ranked (their ranges overlap, one never settled, they lie
+makes a different one, and a consistent lead below the ranking margin ("http ahead by 7 %, all 4 pairs agree, below
+the 10 % margin we rank by") a third: the three readings of servelab.bench.stats, see docs/METHOD.md. Why two figures were not ranked (their ranges overlap, one never settled, they lie
 within the margin) is evidence, like the numbers: "A and B are indistinguishable here: <reason>" claims the same
 whatever the reason (servelab.bench.report says every unranked comparison that way). Sentences are built from a
 run's numbers by the same code in every run, so the words change only when the conclusion does.
