@@ -22,9 +22,13 @@
 # - read a Triton model repository (`config.pbtxt` + a python-backend `model.py`) and say what each stanza does;
 # - call Triton by hand with `tritonclient` — `InferInput`, `set_data_from_numpy`, binary vs JSON tensors;
 # - read Triton's statistics endpoint before and after a load, and work out the average executed batch;
+# - edit a model's `config.pbtxt` and load it into the running Triton with one repository-API request;
+# - measure a point with NVIDIA's `perf_analyzer` and read its output next to servelab's own;
+# - switch Triton's request trace on at runtime and draw it: requests grouped into the executions that ran them;
 # - predict, from one compute time, how long a request waits at concurrency N, and check it against the run;
 # - explain when dynamic batching pays (many waiting single-image requests, hardware with idle parallelism)
-#   and when it cannot (a CPU that batch 1 already saturates).
+#   and when it cannot (a CPU that batch 1 already saturates), and why in-process PyTorch still gains from a
+#   batch on the same CPU.
 #
 # A model is most efficient on big batches, but clients send one photo at a time. **Dynamic batching** lets the
 # server take several waiting requests from its queue and run them as one batch. This notebook measures the
@@ -348,6 +352,219 @@ step.answer(f"At concurrency 1 Triton computed a request in t = {t:.0f} ms and t
             f"in the sweep; in alternating windows, {ratio_sentence(conc_ratio)}.")
 
 # %% [markdown]
+# ## NVIDIA's perf_analyzer on the same point
+# servelab's load generator is one way to measure; NVIDIA's `perf_analyzer` is the tool the Chameleon lab
+# and Triton's own documentation use. Here it runs against the same running Triton, at the highest
+# concurrency, with batch-1 requests of random data: windows of a fixed number of requests, repeated until the
+# last three agree within a stability percentage (10 % is its default), the rule servelab's windows
+# borrowed. On this machine the binary comes from the `tritonclient` 2.51 wheel (`servelab triton
+# get-perf-analyzer` fetches it into `build/perf_analyzer/`) and runs with the CUDA runtime and `libb64` that
+# the nvidia-pytriton wheel carries; on a GPU node, NVIDIA's SDK container has it.
+#
+# **Predict first.** Both tools keep N requests in flight against the same model and config. Should their
+# throughput agree within servelab's window spread? Which one might be a little faster, and why?
+
+# %%
+from servelab.triton import perf_analyzer as pa
+
+pa_binary = pa.find()
+pa_csv = step.out_dir / "perf_analyzer.csv"
+pa_cmd = pa.command(pa_binary or Path("perf_analyzer"), triton_http_url.split("://")[-1], triton_model,
+                    concurrency=hi_c, requests=4 if opts.quick else 24, stability_pct=100 if opts.quick else 10,
+                    max_trials=3 if opts.quick else 6, csv=pa_csv)
+print("$ " + " ".join(pa_cmd))
+pa_result = None
+if pa_binary is None:
+    step.not_run("perf_analyzer", "no binary on this machine", "the command above; `servelab triton get-perf-analyzer` fetches it")
+else:
+    try:
+        pa_result = pa.run(pa_cmd, pa_csv)
+        print(pa_result.output[pa_result.output.find("Request concurrency"):].strip())
+    except (RuntimeError, OSError) as exc:
+        step.not_run("perf_analyzer", str(exc), "servelab's own measurement only")
+
+# %%
+ours = triton_conc[-1]
+if pa_result is not None:
+    stats_of = ours.get("server_stats") or {}
+    side = pd.DataFrame([
+        {"tool": "perf_analyzer (NVIDIA, C++ client)", "concurrency": pa_result.concurrency,
+         "throughput_img_s": pa_result.throughput_img_s, "latency_p50_ms": pa_result.latency_p50_ms,
+         "latency_p99_ms": pa_result.latency_p99_ms, "server_queue_ms": pa_result.server_queue_ms,
+         "server_compute_ms": pa_result.server_compute_ms},
+        {"tool": "servelab closed loop (Python threads)", "concurrency": ours["concurrency"],
+         "throughput_img_s": ours["throughput_img_s"], "latency_p50_ms": ours["latency_p50_ms"],
+         "latency_p99_ms": ours["latency_p99_ms"], "server_queue_ms": stats_of.get("avg_queue_ms"),
+         "server_compute_ms": stats_of.get("avg_compute_infer_ms")}])
+    step.table(side.round(1), "perf_analyzer", f"The same point measured by two tools, concurrency {hi_c}, "
+                                               "minutes apart (not alternating windows)")
+    inside = ours["throughput_min_img_s"] <= pa_result.throughput_img_s <= ours["throughput_max_img_s"]
+    step.answer(f"perf_analyzer measured {pa_result.throughput_img_s:.1f} img/s at p50 {pa_result.latency_p50_ms:.0f} ms; "
+                f"servelab's sweep {ours['throughput_img_s']:.1f} img/s (windows {ours['throughput_min_img_s']:.1f}–"
+                f"{ours['throughput_max_img_s']:.1f}) at p50 {ours['latency_p50_ms']:.0f} ms: a ratio of "
+                f"{pa_result.throughput_img_s / ours['throughput_img_s']:.2f}, "
+                + ("inside servelab's window range, so the two tools agree here. "
+                   if inside else "outside servelab's window range. ")
+                + "Both keep the same number of requests in flight, so the server sees the same queue; what differs is "
+                  "the client. perf_analyzer's C++ client costs less CPU per request than Python threads, and on a "
+                  "machine where client and server share two cores that CPU is taken from the model. The two were "
+                  "measured minutes apart, so the machine's drift is in this ratio too.")
+
+# %% [markdown]
+# ## Batching, request by request: Triton's trace
+# The statistics count executions; Triton's **trace** shows them. Started with `--trace-config
+# triton,file=<path>`, Triton can write, for every request, when it entered the scheduler's queue, when the
+# execution that ran it started computing and when that finished. Tracing is switched on and off at runtime
+# through the trace API (`POST /v2/models/<model>/trace/setting`, `trace_level` TIMESTAMPS, `trace_rate` 1)
+# while a few clients send batch-1 requests, then the file is read back. Requests that one execution ran
+# together share their compute start and end to the nanosecond: that is how they are grouped below.
+#
+# The load for it is the short loop at the heart of any load generator: N threads, each with its own client
+# (tritonclient's HTTP client is not thread-safe), each sending its next request as soon as the last one is
+# answered. servelab's `closed_loop` is this loop plus measurement windows.
+#
+# **Predict first.** With the model's own config and N clients, sketch the timeline: will all N requests
+# run as one execution, or will they split into groups? How long does a request that arrives while an
+# execution is running wait in the queue?
+
+# %%
+import threading
+
+from servelab.bench.report import plot_batch_histogram
+from servelab.triton import trace
+
+show_code(trace.tracing)
+client_address = triton_http_url.split("://")[-1]
+
+
+def send(clients: int, per_client: int) -> None:
+    """`clients` threads, each with its own client, sending batch-1 requests back to back."""
+    def worker():
+        own = httpclient.InferenceServerClient(client_address)
+        for _ in range(per_client):
+            inp = httpclient.InferInput("pixel_values", list(pixels.shape), "FP32")
+            inp.set_data_from_numpy(pixels)
+            own.infer(triton_model, inputs=[inp])
+        own.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def traced(clients: int, per_client: int) -> list:
+    """Send the load with Triton's trace on; the traced requests (servelab.triton.trace.RequestSpan)."""
+    with trace.tracing(triton_http_url, triton_model) as window:
+        send(clients, per_client)
+    return window.spans(expected=clients * per_client)
+
+
+trace_per_client = 1 if opts.quick else 3
+try:
+    spans_on = traced(hi_c, trace_per_client)
+    if not spans_on:
+        step.not_run("Triton's trace", "its trace file held no request of this window (a server on another "
+                     "machine writes it there)", "the executed-batch histogram from /stats")
+except RuntimeError as exc:  # a Triton started without a trace file, or one whose file is on another machine
+    spans_on = []
+    step.not_run("Triton's trace", str(exc), "the executed-batch histogram from /stats")
+if spans_on:
+    runs_on = trace.executions(spans_on)
+    step.show_plot(trace.plot_timeline(spans_on, step.plot_path("trace_timeline_on"),
+                                       title=f"{triton_model}, its own config: {hi_c} clients, batch-1 requests"))
+    step.show_plot(plot_batch_histogram(triton_conc, step.plot_path("batch_sizes")))  # /stats, the sweep above
+
+# %%
+def trace_summary(spans, label):
+    runs = trace.executions(spans)
+    queue = np.array([s.queue_ms for s in spans])
+    compute = np.array([r.compute_end - r.compute_start for r in runs]) / 1e6
+    return {"config": label, "requests": len(spans), "executions": len(runs),
+            "batch_sizes": str(trace.batch_histogram(runs)), "queue_ms_median": float(np.median(queue)),
+            "queue_ms_max": float(queue.max()), "execution_ms_median": float(np.median(compute)),
+            "window_ms": (max(s.request_end for s in spans) - min(s.queue_start for s in spans)) / 1e6}
+
+
+if spans_on:
+    on_row = trace_summary(spans_on, "its own config")
+    step.table(pd.DataFrame([on_row]).round(1), "trace_on", "One traced window: requests, executions, queue waits")
+    step.answer(f"{on_row['requests']} requests ran in {on_row['executions']} executions, by batch size "
+                f"{on_row['batch_sizes']}; the concurrency sweep's /stats counted {histogram}. A request waited "
+                f"{on_row['queue_ms_median']:.0f} ms in the queue (median; at most {on_row['queue_ms_max']:.0f} ms) "
+                f"while an execution took {on_row['execution_ms_median']:.0f} ms: a request that arrives during an "
+                "execution waits for the rest of it, and then rides in the next one with everyone who arrived "
+                "meanwhile. That is why the timeline shows groups taking turns rather than one batch of all "
+                f"{hi_c} clients.")
+
+# %% [markdown]
+# ## Your edit, loaded into the running Triton by hand
+# Triton's repository API loads a model with a config given in the request, no restart (the server runs in
+# explicit model-control mode, `--model-control-mode=explicit`). Below, the model's `config.pbtxt` is read as
+# text and **you edit the text**: by default the edit deletes the `dynamic_batching` stanza (batching off);
+# change `my_edit` to set a queue delay instead. The text is parsed into Triton's own `ModelConfig` (a typo
+# fails here, as Triton would refuse it) and sent as JSON with one request, the same as
+# `curl -X POST <url>/v2/repository/models/<model>/load -d '{"parameters": {"config": "<json>"}}'`.
+# Triton swaps the model in place, and keeps that config until a load with another one; the last cell of
+# this section loads the file's own text back the same way.
+#
+# **Predict first.** With batching off, what will the same traced load look like: how many executions, and
+# what happens to the queue wait?
+
+# %%
+import difflib
+import re
+
+from google.protobuf import json_format, text_format
+from tritonclient.grpc import model_config_pb2
+
+config_path = repository / triton_model / "config.pbtxt"
+if repository == Path(triton_repository):  # the running server's own repository
+    pbtxt = config_path.read_text()
+else:  # a server whose files are elsewhere (the node's): its loaded config, written out as config.pbtxt text
+    pbtxt = text_format.MessageToString(json_format.ParseDict(client.get_model_config(triton_model),
+                                                              model_config_pb2.ModelConfig(), ignore_unknown_fields=True))
+my_edit = "off"  # "off": delete the dynamic_batching stanza; or a number: max_queue_delay_microseconds
+stanza = re.compile(r"(?ms)^dynamic_batching\s*\{.*?^\}\n")  # from its first line to the closing brace
+if my_edit == "off":
+    my_pbtxt = stanza.sub("", pbtxt)
+else:
+    my_pbtxt = stanza.sub(f"dynamic_batching {{\n  max_queue_delay_microseconds: {int(my_edit)}\n}}\n", pbtxt)
+print("".join(difflib.unified_diff(pbtxt.splitlines(True), my_pbtxt.splitlines(True), "config.pbtxt", "your edit")))
+assert my_pbtxt != pbtxt, f"the edit changed nothing: is there a dynamic_batching stanza in {config_path}?"
+my_json = json_format.MessageToJson(text_format.Parse(my_pbtxt, model_config_pb2.ModelConfig()),
+                                    preserving_proto_field_name=True)
+print(f"POST {triton_http_url}/v2/repository/models/{triton_model}/load  (config: {len(my_json)} bytes of JSON)")
+client.load_model(triton_model, config=my_json)
+print("the running server now says:", client.get_model_config(triton_model).get("dynamic_batching", "no dynamic_batching"))
+
+# %%
+try:
+    spans_mine = traced(hi_c, trace_per_client) if spans_on else []
+finally:
+    own_json = json_format.MessageToJson(text_format.Parse(pbtxt, model_config_pb2.ModelConfig()),
+                                         preserving_proto_field_name=True)
+    client.load_model(triton_model, config=own_json)  # the file's own config back, by the same request
+print("restored:", client.get_model_config(triton_model).get("dynamic_batching", "no dynamic_batching"))
+if spans_mine:
+    step.show_plot(trace.plot_timeline(spans_mine, step.plot_path("trace_timeline_edit"),
+                                       title=f"{triton_model}, your edit ({my_edit}): {hi_c} clients"))
+    mine_row = trace_summary(spans_mine, f"your edit ({my_edit})")
+    step.table(pd.DataFrame([on_row, mine_row]).round(1), "trace_edit",
+               "The same traced load with the model's own config and with your edit (one short window each: "
+               "a picture, not a throughput measurement; the alternating windows below measure that)")
+    step.answer(f"With your edit ({my_edit}) the {mine_row['requests']} requests ran in {mine_row['executions']} "
+                f"executions ({mine_row['batch_sizes']}) against {on_row['executions']} with the model's own config; "
+                f"the median queue wait was {mine_row['queue_ms_median']:.0f} ms against {on_row['queue_ms_median']:.0f} ms, "
+                f"an execution {mine_row['execution_ms_median']:.0f} ms against {on_row['execution_ms_median']:.0f} ms. "
+                "Without batching every request waits for every request ahead of it, one execution each; with it, "
+                "for the executions ahead of it, each carrying several requests for about as many times the "
+                "compute on this CPU. The whole window took "
+                f"{mine_row['window_ms']:.0f} ms against {on_row['window_ms']:.0f} ms: on two cores that is close, "
+                "which the alternating windows below measure properly.")
+
+# %% [markdown]
 # ## Baseline: dynamic batching off, measured in alternating windows
 # Does batching cause any of that? The same model **without** its `dynamic_batching` stanza is loaded
 # through Triton's repository API (no restart), and windows of batching **on** and **off** alternate in one
@@ -471,10 +688,9 @@ checks.live_config(triton_stanzas, run=step.run, triton_http_url=triton_http_url
                    concurrency=max(concurrency_levels), opts=opts, exercise="04.2", step=step)
 
 # %%
-from servelab.bench.report import plot_batch_histogram, plot_latency_throughput
+from servelab.bench.report import plot_latency_throughput
 
 step.show_plot(plot_latency_throughput(service_conc + triton_conc, step.plot_path("latency_vs_throughput")))
-step.show_plot(plot_batch_histogram(triton_conc, step.plot_path("batch_sizes")))
 
 # %% [markdown]
 # ## Why: the mechanism, with this run's numbers
@@ -508,6 +724,56 @@ step.answer(f"In this run one batch-{B} request took {bb[B]:.0f} ms against {bb[
             f"the concurrency sweep reached {top['throughput_img_s'] / one['throughput_img_s']:.2f}× its concurrency-1 "
             "throughput. On the Chameleon lab's P100 the same ratio was about 0.08 (batch 16 in 24 ms vs 19 ms for one "
             "image), which is why batching multiplies GPU throughput.")
+
+# %% [markdown]
+# ### Why PyTorch gains from a batch on this CPU and ONNX Runtime in Triton hardly does
+# The batch-size table shows two engines on the same two cores reacting differently to a batch: in-process
+# PyTorch gains clearly from batch 1 to the largest batch, ONNX Runtime behind Triton much less. A batch can
+# only save what a single image wastes, and the two engines waste different amounts at batch 1:
+#
+# - **PyTorch (eager)** runs the network one operator at a time from Python: each of the few hundred operator
+#   calls is dispatched, allocates its output, and splits a small matrix product (50 tokens × 768) over the
+#   two threads, which then meet again. That per-call cost is paid once per *call*, whatever the batch, so a
+#   batch of B shares it among B images.
+# - **ONNX Runtime** runs a graph optimised once when the session is created (fused attention, GELU and
+#   layer-norm kernels, memory planned ahead) and its intra-op threads already keep both cores busy on one image.
+#   There is little per-call cost left to share, so batch B costs about B single images, and dynamic batching in
+#   Triton can only recover that small remainder.
+#
+# The cell below works out, from this run's table, how much per-image time a batch saved for each engine, and
+# how close each engine's batch-1 rate came to its own largest-batch rate.
+
+# %%
+def per_image_ms(records, batch):
+    row = next(r for r in records if r["batch"] == batch)
+    return row["latency_p50_ms"] / batch, row["throughput_img_s"]
+
+
+lo_b, hi_b = min(batch_sizes), max(batch_sizes)
+engines_cmp = []
+for label, records in (("PyTorch in-process", torch_batches), (f"ONNX Runtime in Triton ({triton_hw})", triton_batches)):
+    (t1, x1), (tb_, xb) = per_image_ms(records, lo_b), per_image_ms(records, hi_b)
+    engines_cmp.append({"engine": label, f"ms_per_image_batch_{lo_b}": t1, f"ms_per_image_batch_{hi_b}": tb_,
+                        "saved_ms_per_image": t1 - tb_, f"img_s_batch_{lo_b}": x1, f"img_s_batch_{hi_b}": xb,
+                        "batch_gain": xb / x1})
+engines_cmp = step.table(pd.DataFrame(engines_cmp).round(2), "batch_gain_by_engine",
+                         f"What batch {hi_b} saved per image, by engine (p50 per request ÷ batch; one client)")
+pt, ox = engines_cmp.iloc[0], engines_cmp.iloc[1]
+step.answer(f"PyTorch took {pt[f'ms_per_image_batch_{lo_b}']:.0f} ms per image at batch {lo_b} and "
+            f"{pt[f'ms_per_image_batch_{hi_b}']:.0f} ms at batch {hi_b}: {pt['saved_ms_per_image']:.0f} ms per image was "
+            f"per-call cost that the batch shared out, a gain of {pt['batch_gain']:.2f}× (in alternating windows: "
+            f"{ratio_sentence(torch_ratio)}). ONNX Runtime in Triton took {ox[f'ms_per_image_batch_{lo_b}']:.0f} and "
+            f"{ox[f'ms_per_image_batch_{hi_b}']:.0f} ms, saving {ox['saved_ms_per_image']:.0f} ms per image "
+            f"({ox['batch_gain']:.2f}×), and dynamic batching on ÷ off gave {triton_ratio['ratio']:.2f}× under "
+            f"concurrent clients. At batch {hi_b} the two engines ran at {pt[f'img_s_batch_{hi_b}']:.1f} and "
+            f"{ox[f'img_s_batch_{hi_b}']:.1f} img/s: "
+            + ("close to each other, the rate these two cores can do this network's arithmetic; the engines differ at "
+               "batch 1, in how much of that rate a single image already reaches. "
+               if abs(pt[f"img_s_batch_{hi_b}"] / ox[f"img_s_batch_{hi_b}"] - 1) < 0.25 else
+               "not the same rate, so the engines differ in their arithmetic too, not only in per-call cost. ")
+            + "Batching pays where a single request leaves capacity unused, per-call overhead on a CPU or idle "
+              "multiply units on a GPU; ONNX Runtime on two cores leaves little of either.")
+
 
 # %% [markdown]
 # ## The same switch on an emulated accelerator

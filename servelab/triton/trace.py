@@ -4,7 +4,7 @@ the executions that ran them: dynamic batching made visible.
     from servelab.triton.trace import tracing, executions, plot_timeline
     with tracing(http_url, model) as window:   # TIMESTAMPS at rate 1 through the trace API, OFF again on exit
         ...                                      # send requests
-    spans = window.spans()                       # list[RequestSpan], the requests this window traced
+    spans = window.spans(expected=n)             # list[RequestSpan] (waits until n are in the file)
     runs = executions(spans)                     # list[Execution]: the requests one `execute` call ran together
     plot_timeline(spans, "timeline.png")         # one bar per request: waiting in the queue, then computing
 
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,7 +138,18 @@ class TraceWindow:
         self.path, self.model = path, model
         self.offset = path.stat().st_size if path.exists() else 0
 
-    def spans(self) -> list[RequestSpan]:
+    def spans(self, expected: int | None = None, timeout: float = 10.0) -> list[RequestSpan]:
+        """The requests traced since the window opened. Triton writes a request's trace just after its answer
+        has gone out, so a client can be answered before its trace is in the file: given `expected`, wait (up
+        to `timeout` s) until that many are there."""
+        deadline = time.monotonic() + timeout
+        while True:
+            spans = self._read()
+            if expected is None or len(spans) >= expected or time.monotonic() > deadline:
+                return spans
+            time.sleep(0.05)
+
+    def _read(self) -> list[RequestSpan]:
         if not self.path.exists():
             return []
         with self.path.open("rb") as f:

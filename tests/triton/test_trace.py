@@ -55,7 +55,7 @@ def test_trace_groups_concurrent_requests_into_the_executions_triton_counts(trit
     with stats_delta(triton.http_url, ENCODER, expected_requests=clients * per_client) as d, \
             trace.tracing(triton.http_url, ENCODER) as window:
         send_from_clients(triton, clients, per_client)
-    spans = window.spans()
+    spans = window.spans(expected=clients * per_client)
     assert len(spans) == clients * per_client  # every request of the window, none from before it
     assert all(s.model == ENCODER for s in spans)
     assert all(s.queue_start <= s.compute_start < s.compute_end <= s.request_end for s in spans)
