@@ -23,7 +23,10 @@
 # - read a Triton **ensemble** (JPEG bytes → preprocessing model → encoder) and say where each step runs;
 # - split a request's latency into client-side, queueing, compute and "everything else" from Triton's own
 #   statistics, and tell which part a faster model, a faster server or a faster network would shrink;
-# - refuse to rank two systems whose measured ranges overlap.
+# - refuse to rank two systems whose measured ranges overlap;
+# - read the few lines of the service that refuse work past capacity, and watch them act through a real
+#   Prometheus: latency quantiles from a histogram, Triton's queue and compute time, and an alert — and say
+#   when each one lags or misleads.
 #
 # Three ways to put the same ONNX Runtime engine behind HTTP, sent the same requests (one JPEG per request,
 # decoded by the server: servelab's multipart upload, LitServe's base64 JSON, Triton's JPEG ensemble):
