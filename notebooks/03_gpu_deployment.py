@@ -16,6 +16,7 @@
 # # 03 · GPU deployment: execution providers
 #
 # Stuck on an error? [When something goes wrong](../docs/TROUBLESHOOTING.md) has the messages and their fixes.
+# How a measurement is read here (windows, drift, alternating windows, and when a lead is ranked): [How this lab reads a measurement](../docs/METHOD.md).
 #
 # **After this notebook you can**
 # - explain how ONNX Runtime chooses hardware (an ordered list of execution providers, each operator to the
@@ -122,6 +123,12 @@ from servelab.assignments import checks
 checks.best_choice(batch_job_engine, table, key="engine", metric="throughput_img_s",
                    at={"provider": "cpu", "batch": max(batch_sizes)}, exercise="03.1", step=step)
 
+# %% [markdown]
+# These points were measured one after another, minutes apart, so the machine's drift lies between them. A
+# lead is ranked only when every window of one beat every window of the other by more than this run's margin
+# (10 %, or the drift the probe measured when larger); a smaller lead in every window is still reported, with
+# its size and the reason it is not ranked ([how a measurement is read](../docs/METHOD.md)).
+
 # %%
 from servelab.bench.report import leader, versus
 
@@ -183,7 +190,7 @@ measured = table[table["available"] != False].dropna(subset=["throughput_img_s"]
 for provider, why in providers_seen.not_run.items():
     step.not_run(f"engines on {provider}", why, f"measured here: {', '.join(providers_seen.measured) or 'nothing'}; "
                  "run with --place node on the node")
-# each engine at its best batch; only a lead wider than the window bands (and the run's margin) is called a lead
+# each engine at its best batch, read as above: ranked past the run's margin, a smaller lead in every window with its size
 by_engine = measured.sort_values("throughput_img_s", ascending=False).drop_duplicates(["engine", "provider"])
 recs_by_point = {(r["engine"], r.get("provider"), r["batch"]): r for r in recs if r.get("throughput_img_s")}
 cosines = by_engine["cosine_vs_torch_fp32"].dropna()

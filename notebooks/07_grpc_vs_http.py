@@ -16,6 +16,7 @@
 # # 07 · gRPC vs HTTP
 #
 # Stuck on an error? [When something goes wrong](../docs/TROUBLESHOOTING.md) has the messages and their fixes.
+# How a measurement is read here (windows, drift, alternating windows, and when a lead is ranked): [How this lab reads a measurement](../docs/METHOD.md).
 #
 # **After this notebook you can**
 # - call the same Triton model over HTTP/REST and over gRPC with `tritonclient`, and say what each puts on
@@ -43,7 +44,7 @@
 # **Honest framing for this machine.** Both front-ends feed the same scheduler and the same model; only
 # the path to the queue differs. On loopback that path costs well under a millisecond per 602 KB, while a
 # ViT-B/32 on two cores takes tens to hundreds of milliseconds, so expect the two protocols to be
-# indistinguishable here. The source measured them over the internet, where bytes and round trips cost real
+# too close to call here. The source measured them over the internet, where bytes and round trips cost real
 # time; a WAN-like shaped link, where the lab provides it, shows what bytes and a round trip add to each.
 
 # %% tags=["parameters"]
@@ -208,7 +209,8 @@ step.answer(protocol_pairs(ab_conc, "concurrency") + ".")
 # ### Exercise: the protocol for many small requests — was your prediction right?
 # A fleet of clients sends single photos concurrently and you care about the tail. `bands` holds, per
 # protocol, the p99 at the highest concurrency (`value`) and the band around it this run's window spread
-# gives (`lo`, `hi`). Lower is better; overlapping bands are a tie.
+# gives (`lo`, `hi`). Lower is better; overlapping bands are a tie; bands apart name the lower one, however
+# small the gap — the sentence under the check says whether the gap is large enough to rank.
 
 # %% tags=["exercise"]
 # Exercise 07.2: read which protocol kept p99 lower under concurrency, ties included
@@ -228,6 +230,14 @@ busiest = step.frame(recs)
 busiest = busiest[busiest["concurrency"] == max(concurrency_levels)]
 checks.outcome(lower_tail, busiest, key="protocol", a="http", b="grpc", metric="latency_p99_ms",
                higher_is_better=False, prediction=prediction_07, exercise="07.2", step=step)
+
+# %%
+from servelab.bench.report import versus
+
+tails = {r["protocol"]: r for r in recs if r["concurrency"] == max(concurrency_levels)}
+step.answer(f"With {max(concurrency_levels)} clients, p99 latency: "
+            + versus("gRPC", tails["grpc"], "HTTP", tails["http"], metric="latency_p99_ms", unit="ms", digits=0)
+            + ".")
 
 # %% [markdown]
 # ## Why the protocol barely matters here
@@ -339,37 +349,45 @@ else:
 # node (see `SOURCES.md` for the write-ups and their hardware).
 
 # %%
-from servelab.bench.report import ratio_verdict
+from servelab.bench.report import ratio_reading, said
+from servelab.bench.stats import Reading
 
 ratios = list({(r["batch"], r["concurrency"]): r for r in ab_batch + ab_conc if r["kind"] == "ab"}.values())
 step.table(step.frame(ratios, *ratio_cols), "ratios",
            "gRPC ÷ HTTP throughput, interleaved windows (min–max over the window pairs)")
-ahead = [(r, ratio_verdict(r)[0]) for r in ratios if ratio_verdict(r)[0]]
 values = [r["ratio"] for r in ratios]
 name = {"grpc": "gRPC", "http": "HTTP"}
 
 
-def clients(n):
-    return f"{n} client" + ("s" if n != 1 else "")
-
-
-def spoken(values):
-    """[1, 8, 16] -> "1, 8 and 16"."""
-    words = [str(v) for v in values]
+def spoken(words):
+    """["a", "b", "c"] -> "a, b and c"."""
+    words = list(words)
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
-loopback = (f"On loopback, at batch sizes {spoken(batch_sizes)} and with {spoken(concurrency_levels)} clients, gRPC moved {min(values):.2f} to {max(values):.2f} times "
-            "as many images per second as HTTP")
-loopback += (": the two protocols were indistinguishable everywhere." if not ahead else
-             "; " + "; ".join(f"{name.get(side, side)} was ahead at batch {r['batch']} with {clients(r['concurrency'])} "
-                              f"({r['ratio']:.2f}×)" for r, side in ahead) + ", and they were indistinguishable elsewhere.")
+def setting(r):
+    """One measured configuration in words, each said once: "one client sending batches of 8"."""
+    what = "one image" if r["batch"] == 1 else f"batches of {r['batch']}"
+    if r["concurrency"] == 1:
+        return "one client sending one image at a time" if r["batch"] == 1 else f"one client sending {what}"
+    return f"{r['concurrency']} clients sending {what} each"
+
+
+def finding(r):
+    """What one gRPC ÷ HTTP ratio shows, in the words every sentence and check of this lab uses; None when too
+    close to call."""
+    v = ratio_reading(r)
+    return None if v.reading is Reading.TOO_CLOSE else said(v, name[r["a"]], name[r["b"]], interleaved=True)
+
+
+leads = [f"with {setting(r)}, {finding(r)}" for r in ratios if finding(r)]
+too_close = [setting(r) for r in ratios if not finding(r)]
+if too_close:
+    leads.append(f"{'the two protocols' if len(leads) == 0 else 'they'} were too close to call with {spoken(too_close)}")
+loopback = f"On loopback, {'; '.join(leads)} (gRPC ÷ HTTP between {min(values):.2f}× and {max(values):.2f}×)."
 over_link = ""
 if link_ab:
-    wan_ahead = ratio_verdict(wan_ratio)[0]
-    over_link = (f" Over the shaped {link} link each request took about {min(added.values()):.0f}–"
-                 f"{max(added.values()):.0f} ms longer on either protocol, and gRPC moved {wan_ratio['ratio']:.2f} times "
-                 "as many images per second as HTTP: "
-                 + (f"{name.get(wan_ahead, wan_ahead)} ahead." if wan_ahead else
-                    f"not a difference this run can call ({ratio_verdict(wan_ratio)[1]})."))
+    over_link = (f" Over the shaped {link} link the mean request time changed by {added['http']:+.0f} ms on HTTP "
+                 f"and {added['grpc']:+.0f} ms on gRPC, and "
+                 + (finding(wan_ratio) or f"the two were too close to call ({wan_ratio['ratio']:.2f}×)") + ".")
 step.shows(f"{loopback}{over_link}")
