@@ -104,7 +104,10 @@ def config_switch(http_url: str, model: str, configs: list[dict], timeout: float
     whether it loaded): two configurations of one model measured in alternating windows
     (servelab.bench.experiments.ab's `prepare`). The config the model had before is loaded again on exit."""
     original = config_dict(get_config(http_url, model))
-    current: list[int | None] = [None]
+    # a reload costs seconds on a CPU (a new ONNX Runtime session): the model's own config, when it is one of
+    # `configs`, counts as loaded, and is loaded again on exit only if another one is loaded then
+    current: list[int | None] = [next((i for i, c in enumerate(configs) if c == original), None)]
+    start = current[0]
 
     def use(i: int) -> bool:
         if current[0] == i:
@@ -116,7 +119,8 @@ def config_switch(http_url: str, model: str, configs: list[dict], timeout: float
     try:
         yield use
     finally:
-        load_model(http_url, model, original, timeout=timeout)
+        if start is None or current[0] != start:
+            load_model(http_url, model, original, timeout=timeout)
 
 
 def config_with(http_url: str, model: str, *, max_queue_delay_us: int | None = None, instances: int | None = None,
