@@ -20,8 +20,10 @@ import yaml
 # LitServe peer in 06a); the smoke profile skips them to stay at seconds per notebook and says so.
 # cold_build: where a Docker engine answers, 02 also times the service image built from scratch (--no-cache:
 # every package downloaded again, about a minute on 2 cores); the smoke profile times the cached rebuild only.
-SMOKE_LOAD = {"min_requests": 1, "min_p50s": 1.0, "max_windows": 3, "tolerance": 0.5, "max_warmup_s": 10.0,
-              "quick": True}
+# A smoke run checks that every step runs: two windows per point and one ABBA block (two pairs) per interleaved
+# comparison exercise every path the results take, and the suite runs the smoke lab several times
+SMOKE_LOAD = {"min_requests": 1, "min_p50s": 1.0, "max_windows": 2, "stable_windows": 2, "tolerance": 0.5,
+              "max_warmup_s": 10.0, "quick": True}
 # min_window_s: a shared machine's speed moves in bursts of seconds; a window of 20 requests at a 70 ms p50
 # (1.4 s) rides one burst, so windows last at least 4 s whatever the p50. Past that, 10 requests and 5 p50s: at
 # batch 8 or 8 clients (p50 0.3-0.6 s) 20 requests and 10 p50s stretched windows to 6-12 s for no steadier a
