@@ -19,6 +19,8 @@
 # How a measurement is read here (windows, drift, alternating windows, and when a lead is ranked): [How this lab reads a measurement](../docs/METHOD.md).
 #
 # **After this notebook you can**
+# - create an ONNX Runtime session with its options (graph optimisation level, threads, profiling), change
+#   them and measure what each buys, int8 included, after checking the CPU for VNNI;
 # - profile an ONNX Runtime session and say which operators the time goes to, and what that implies for
 #   int8, batching and GPUs;
 # - explain what `max_queue_delay_microseconds` does — and what it cannot do — and choose it for a latency
@@ -89,6 +91,123 @@ from servelab.lab.step import Step
 
 step = Step("05a", out_dir, place)
 opts = step.opts(load)
+
+# %% [markdown]
+# ## 0 · ONNX Runtime by hand: the session and its options
+# Before the harness takes over, the code at its heart. An ONNX Runtime **session** is made once from the
+# `.onnx` file and a `SessionOptions`; three options decide most of what this notebook measures:
+#
+# - `graph_optimization_level`: how much ONNX Runtime rewrites the graph when the session is created
+#   (`ORT_DISABLE_ALL`, `ORT_ENABLE_BASIC`: constant folding and redundant nodes, `ORT_ENABLE_EXTENDED`: fused
+#   attention, GELU and layer-norm kernels, `ORT_ENABLE_ALL`: also memory-layout changes);
+# - `intra_op_num_threads`: how many threads split one operator's work (0 = one per core);
+# - `enable_profiling`: write a JSON timeline of every kernel run (section 1 reads one).
+#
+# This is how servelab's profiling experiment makes its session (the same options as its ONNX engine, plus the
+# profiler):
+
+# %%
+import onnxruntime as ort
+
+from servelab.lab.step import show_code
+
+show_code(ort_profile, "so = ort.SessionOptions()", "x = sample_tensor")
+
+# %% [markdown]
+# Now change the options yourself and measure them. Four sessions of the same model at batch 1, on this
+# machine's CPU: the graph left as exported (`ORT_DISABLE_ALL`), fully optimised (`ORT_ENABLE_ALL`, what every
+# engine here uses), fully optimised on **one** thread, and the dynamically quantised **int8** model. They are
+# timed in rounds, each round running every session a few times in turn, so the machine's drift hits all four
+# alike; each ratio is taken within a round, and its spread over the rounds is shown.
+#
+# int8 matrix products are fast on CPUs with **VNNI** instructions (`avx512_vnni` or `avx_vnni` among the CPU
+# flags) and slower without them. **Predict first.** Look at the flag printed below. How much faster than fp32
+# will int8 be here? What will fusing kernels (`ORT_ENABLE_ALL` vs `ORT_DISABLE_ALL`) buy at batch 1? And how
+# much slower will one thread be than two?
+
+# %%
+import time
+from pathlib import Path
+
+import numpy as np
+
+from servelab.bench.inputs import sample_tensor
+from servelab.config import Settings
+from servelab.model.export import ensure_exported
+
+cpu_flags = next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), []) \
+    if Path("/proc/cpuinfo").is_file() else []
+vnni = sorted(f for f in cpu_flags if "vnni" in f)
+print(f"VNNI flags on this CPU: {', '.join(vnni) if vnni else 'none'}")
+
+meta = ensure_exported(Settings.from_env())
+
+
+def session(path, level, threads=0):
+    so = ort.SessionOptions()
+    so.graph_optimization_level = level
+    if threads:
+        so.intra_op_num_threads = threads
+    return ort.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
+
+
+GOL = ort.GraphOptimizationLevel
+variants = {"fp32, ORT_DISABLE_ALL": session(meta["path"], GOL.ORT_DISABLE_ALL),
+            "fp32, ORT_ENABLE_ALL": session(meta["path"], GOL.ORT_ENABLE_ALL),
+            "fp32, ORT_ENABLE_ALL, 1 thread": session(meta["path"], GOL.ORT_ENABLE_ALL, threads=1),
+            "int8, ORT_ENABLE_ALL": session(meta["int8"]["path"], GOL.ORT_ENABLE_ALL)}
+x1 = sample_tensor(1)
+outputs = {name: sess.run(None, {sess.get_inputs()[0].name: x1})[0] for name, sess in variants.items()}  # + warm-up
+rounds, runs_per_round = (1, 1) if opts.quick else (5, 3)
+times = {name: [] for name in variants}  # per round: median ms of its runs
+for _ in range(rounds):
+    for name, sess in variants.items():
+        feed = {sess.get_inputs()[0].name: x1}
+        one = []
+        for _ in range(runs_per_round):
+            t0 = time.perf_counter()
+            sess.run(None, feed)
+            one.append(1000 * (time.perf_counter() - t0))
+        times[name].append(float(np.median(one)))
+del variants  # four sessions hold about 1 GB
+
+# %%
+base = "fp32, ORT_ENABLE_ALL"
+ref = outputs[base] / np.linalg.norm(outputs[base])
+options_rows = []
+for name, ms in times.items():
+    ratios = np.array(times[base]) / np.array(ms)  # > 1: faster than fp32 ORT_ENABLE_ALL, round by round
+    out = outputs[name] / np.linalg.norm(outputs[name])
+    options_rows.append({"session": name, "ms_batch_1_median": float(np.median(ms)), "ms_min": min(ms), "ms_max": max(ms),
+                         "speed_vs_enable_all": float(np.median(ratios)), "ratio_min": float(ratios.min()),
+                         "ratio_max": float(ratios.max()), "cosine_vs_fp32": float((out * ref).sum())})
+options_table = step.table(pd.DataFrame(options_rows).round(3), "ort_options",
+                           f"One image through ONNX Runtime on this CPU, {rounds} round(s) × {runs_per_round} run(s) "
+                           "per session, ratios within each round")
+
+# %%
+row = options_table.set_index("session")
+int8_x, fused_x = row.loc["int8, ORT_ENABLE_ALL", "speed_vs_enable_all"], 1 / row.loc["fp32, ORT_DISABLE_ALL", "speed_vs_enable_all"]
+one_thread_x = 1 / row.loc["fp32, ORT_ENABLE_ALL, 1 thread", "speed_vs_enable_all"]
+int8_row = row.loc["int8, ORT_ENABLE_ALL"]
+step.answer(f"This CPU has {'VNNI (' + ', '.join(vnni) + ')' if vnni else 'no VNNI'}. int8 ran one image "
+            f"{int8_x:.2f}× as fast as fp32 (rounds {int8_row['ratio_min']:.2f}–{int8_row['ratio_max']:.2f}), with an "
+            f"embedding at cosine {int8_row['cosine_vs_fp32']:.6f} to fp32's"
+            + (": the matrix products, most of the time (section 1), run on 8-bit multiply-add instructions. "
+               if vnni and int8_x > 1.2 else
+               ", less than VNNI usually gives: the 8-bit products were not the bottleneck in this run. " if vnni else
+               ": without VNNI the 8-bit products run on wider instructions, so less is gained. ")
+            + f"The optimised graph ran {fused_x:.2f}× as fast as the graph as exported"
+            + (": fused kernels make fewer operator calls and fewer passes over memory. " if fused_x > 1.05 else
+               ", no clear gain in this run: for this network most of the time is in the matrix products, which "
+               "fusion does not make cheaper. ")
+            + f"Two threads against one: {one_thread_x:.2f}×"
+            + (", so at batch 1 ONNX Runtime already spreads one image over both cores: a batch, or Triton's dynamic "
+               "batching, has little idle capacity left to fill here (notebook 04). " if one_thread_x > 1.3 else
+               ", less than the two cores promise: while other work runs on this machine the two threads wait for "
+               "each other at every operator, so the second core added little or even cost time. ")
+            + ("(Smoke profile: one run per session, the figures are not results.)" if opts.quick else ""))
+
 
 # %% [markdown]
 # ## 1 · Operator profile (ONNX Runtime, fp32, batch 8)
