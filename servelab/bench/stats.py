@@ -20,17 +20,16 @@ RATIO_MARGIN = 0.10
 
 
 def ratio_decided(ratios: Sequence[float], margin: float = RATIO_MARGIN, least: int = 2) -> bool:
-    """True when `least` or more pair ratios already give the verdict more pairs would (`read_ratio`): every one of
-    them clear of the margin on the same side (A or B ahead by more than the margin), or pairs on both sides of 1
-    and well inside the margin (within margin / 2 of 1: too close to call, which no further pair can undo). Pairs
-    all on one side inside the margin are not decided: more pairs tell a small consistent lead from noise. A band
-    that straddles the margin is left to the agreement rule. More pairs would not make a clear verdict safer: what
-    moves it is the ratio itself moving between runs."""
+    """True when `least` or more pair ratios already give the verdict more pairs would: every one of them clear of
+    the margin on the same side (A or B ahead by more than the margin), or every one well inside it (within
+    margin / 2 of 1: too close to call — two pairs on one side that close read as too few to show a direction,
+    see `read_ratio`). A band that straddles the margin is left to the agreement rule. More pairs would not make a
+    clear verdict safer: what moves it is the ratio itself moving between runs."""
     v = np.asarray(ratios, dtype=np.float64)
     if v.size < least or np.any(~np.isfinite(v)) or np.any(v <= 0):
         return False
     lo, hi = float(v.min()), float(v.max())
-    return lo > 1 + margin or hi < 1 - margin or (1 - margin / 2 <= lo <= 1 <= hi <= 1 + margin / 2)
+    return lo > 1 + margin or hi < 1 - margin or (lo >= 1 - margin / 2 and hi <= 1 + margin / 2)
 
 
 # --- one way to read a comparison -------------------------------------------------------------------------------

@@ -84,6 +84,7 @@ def test_pairs_on_both_sides_of_one_are_too_close_to_call():
 
 def test_a_direction_needs_three_pairs_and_a_ratio_two():
     assert read_ratio(1.05, 1.02, 1.08, pairs=2).why is Why.TOO_FEW  # two pairs agree by chance half the time
+    assert ratio_decided([1.02, 1.04]) and read_ratio(1.03, 1.02, 1.04, pairs=2).why is Why.TOO_FEW  # the stop rule
     assert read_ratio(1.31, 1.31, 1.31, pairs=1).why is Why.NO_SPREAD
     assert read_ratio(float("nan"), 1.0, 1.1).why is Why.NO_SPREAD
 
@@ -114,8 +115,3 @@ def test_lower_is_better_reads_the_lower_latency_as_ahead():
     assert v.ranked and v.ahead == "a" and v.lead == pytest.approx(0.2)
     v = read_apart((50.0, 49.0, 52.0), (60.0, 58.0, 63.0), margin=0.10, settled=(None, False), higher_is_better=False)
     assert v.reading is Reading.CONSISTENT and v.why is Why.UNSETTLED
-
-
-def test_the_stop_rule_keeps_measuring_a_small_lead_that_every_pair_shows():
-    assert not ratio_decided([1.02, 1.04])  # one side, inside the margin: more pairs tell a lead from noise
-    assert ratio_decided([0.98, 1.03])      # both sides, well inside: no pair can make it a direction
