@@ -111,13 +111,14 @@ def test_prometheus_scrapes_service_and_triton_and_alerts_while_the_service_shed
     compute = view.during("triton_compute_ms", 1)
     assert compute is not None and 0.8 * DELAY_MS <= compute <= 10 * DELAY_MS, compute
     assert view.peak("triton_queue_ms") is not None
-    # one client is admitted, three are not all: the service shed, and the alert fired after the first refusal
+    # one request is admitted at a time and three clients send: the service shed, and the alert fired after
+    # the first refusal
     assert view.shed_span is not None
     assert view.alert_firing, f"no {ALERT} while the service shed {view.shed_span}"
     first_fire = view.alert_firing[0][0]
     assert view.shed_span[0] <= first_fire <= view.shed_span[1] + 3.0
-    assert not [r for r in view.steps if r["target"] == "servelab" and r["clients"] == 1 and r["step"] == 1
-                and r["shed_rps"] > 0]
+    own = {r["step"]: r for r in view.steps if r["target"] == "servelab"}
+    assert own[1]["ok_rps"] > 0 and own[2]["shed_rps"] > own[1]["shed_rps"], own
     assert plot_monitoring(view, tmp_path / "monitoring.png").stat().st_size > 0
 
 
