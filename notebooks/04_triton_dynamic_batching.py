@@ -370,7 +370,7 @@ from servelab.triton import perf_analyzer as pa
 pa_binary = pa.find()
 pa_csv = step.out_dir / "perf_analyzer.csv"
 pa_cmd = pa.command(pa_binary or Path("perf_analyzer"), triton_http_url.split("://")[-1], triton_model,
-                    concurrency=hi_c, requests=4 if opts.quick else 24, stability_pct=100 if opts.quick else 10,
+                    concurrency=hi_c, requests=2 if opts.quick else 24, stability_pct=100 if opts.quick else 10,
                     max_trials=3 if opts.quick else 6, csv=pa_csv)
 print("$ " + " ".join(pa_cmd))
 pa_result = None
@@ -726,8 +726,8 @@ step.answer(f"In this run one batch-{B} request took {bb[B]:.0f} ms against {bb[
             "image), which is why batching multiplies GPU throughput.")
 
 # %% [markdown]
-# ### Why PyTorch gains from a batch on this CPU and ONNX Runtime in Triton hardly does
-# On these two cores the two engines react differently to a batch: in default runs of this lab, in-process
+# ### Why, on a two-core CPU, PyTorch gains from a batch and ONNX Runtime in Triton hardly does
+# On a two-core CPU the two engines react differently to a batch: in default runs of this lab, in-process
 # PyTorch gained about 1.5× from batch 1 to batch 8, while ONNX Runtime behind Triton gained a few percent
 # from a batch and about 1.07× from dynamic batching (the cell below says what this run measured). A batch can
 # only save what a single image wastes, and the two engines waste different amounts at batch 1:
@@ -768,7 +768,7 @@ step.answer(f"PyTorch took {pt[f'ms_per_image_batch_{lo_b}']:.0f} ms per image a
             f"({ox['batch_gain']:.2f}×), and dynamic batching on ÷ off gave {triton_ratio['ratio']:.2f}× under "
             f"concurrent clients. At batch {hi_b} the two engines ran at {pt[f'img_s_batch_{hi_b}']:.1f} and "
             f"{ox[f'img_s_batch_{hi_b}']:.1f} img/s: "
-            + ("close to each other, the rate these two cores can do this network's arithmetic; the engines differ at "
+            + ("close to each other, the rate this hardware can do this network's arithmetic; the engines differ at "
                "batch 1, in how much of that rate a single image already reaches. "
                if abs(pt[f"img_s_batch_{hi_b}"] / ox[f"img_s_batch_{hi_b}"] - 1) < 0.25 else
                "not the same rate, so the engines differ in their arithmetic too, not only in per-call cost. ")
