@@ -3,8 +3,8 @@ the executions that ran them: dynamic batching made visible.
 
     from servelab.triton.trace import tracing, executions, plot_timeline
     with tracing(http_url, model) as window:   # TIMESTAMPS at rate 1 through the trace API, OFF again on exit
-        ...                                      # send requests
-    spans = window.spans(expected=n)             # list[RequestSpan] (waits until n are in the file)
+        ...                                      # send 24 requests
+    spans = window.spans(expected=24)            # list[RequestSpan] (waits until the 24 are in the file)
     runs = executions(spans)                     # list[Execution]: the requests one `execute` call ran together
     plot_timeline(spans, "timeline.png")         # one bar per request: waiting in the queue, then computing
 
