@@ -457,11 +457,12 @@ checks.gpu_instance_group(two_gpu_instance_group, gpus=[0, 1], per_gpu=2, exerci
 # with clearly more throughput (beyond the measured spread), and it must not be clearly worse than one client
 # on the default config. Your score is its throughput.
 #
-# **Your budget: `trial_limit` trials** (8 unless your instructor says otherwise; a ninth is refused), each a
-# reload and one measurement — about 20 s on two cores, under 3 minutes in all. That is enough to try the
-# three things that matter on a small machine — how many clients the latency budget admits (Little's law:
-# clients in flight ≈ throughput × latency), how the cores are split between instances, and whether a
-# queue delay buys anything — and too few to try every combination: choose, as you would on a real lease.
+# **Your budget: `trial_limit` trials** (8 unless your instructor says otherwise; one more is refused), each a
+# reload and one measurement: up to about half a minute each on two cores, a few minutes in all. That is
+# enough to try the three things that matter on a small machine — how many clients the latency budget admits
+# (Little's law: clients in flight ≈ throughput × latency), how the cores are split between instances and
+# threads, and whether a queue delay buys anything — and too few to try every combination: choose, as you
+# would on a real lease.
 
 # %%
 from servelab.assignments.live import Trials
