@@ -197,8 +197,9 @@ checks.triton_client_call(embed_over_grpc, triton_http_url=triton_http_url, trit
 prediction_07 = None
 
 # %%
+# one client sending one image is also the first point of the batch table: its A/B is taken from there
 ab_conc = http_vs_grpc(step.run, triton, batches=(1,), concurrencies=tuple(concurrency_levels), opts=opts,
-                       experiment="07-protocol-concurrency")
+                       experiment="07-protocol-concurrency", measured=ab_batch)
 recs = sides(ab_conc)
 by_conc = step.table(step.frame(recs, *cols), "by_concurrency", "gRPC vs HTTP by concurrency (batch 1)")
 

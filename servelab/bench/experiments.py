@@ -367,14 +367,22 @@ def payload(run: Run, srv: Served, *, batch: int = 1, concurrency: int = 4, json
 # --- Triton ----------------------------------------------------------------------------------------
 
 def http_vs_grpc(run: Run, triton: TritonServed, *, batches: tuple = (1,), concurrencies: tuple = (1, 16),
-                 payload: str = "tensor", opts: LoadOpts | None = None, experiment: str = "http-grpc") -> list[dict]:
-    """The same Triton model over gRPC and HTTP, each (batch, concurrency) an interleaved A/B (ratio gRPC ÷ HTTP)."""
+                 payload: str = "tensor", opts: LoadOpts | None = None, experiment: str = "http-grpc",
+                 measured: Sequence[dict] = ()) -> list[dict]:
+    """The same Triton model over gRPC and HTTP, each (batch, concurrency) an interleaved A/B (ratio gRPC ÷ HTTP).
+    A point whose A/B is among `measured` (an earlier call's records: gRPC side, HTTP side, ratio) is taken from
+    there, not measured again."""
     g, h = triton.variant(protocol="grpc", payload=payload), triton.variant(protocol="http", payload=payload)
     out = []
     for b in batches:
         for c in concurrencies:
-            out += ab(run, experiment, g, h, label_a="grpc", label_b="http", batch_a=b, batch_b=b, concurrency_a=c,
-                      opts=opts)
+            sides = (already_measured(measured, g, payload=payload, batch=b, concurrency=c),
+                     already_measured(measured, h, payload=payload, batch=b, concurrency=c))
+            ratio = next((r for r in measured if r.get("kind") == "ab" and all(sides)
+                          and r.get("experiment") == sides[0].get("experiment") and (r.get("a"), r.get("b")) == ("grpc", "http")
+                          and (r.get("batch"), r.get("concurrency")) == (b, c)), None)
+            out += [*sides, ratio] if ratio else ab(run, experiment, g, h, label_a="grpc", label_b="http", batch_a=b,
+                                                   batch_b=b, concurrency_a=c, opts=opts)
     return out
 
 

@@ -102,7 +102,14 @@ def test_two_instance_counts_interleave_on_one_model_and_the_count_comes_back(ru
 
 @pytest.mark.triton
 def test_triton_protocols_and_payloads_are_interleaved(run, bench_triton):
-    _ab_ok(ex.http_vs_grpc(run, bench_triton, concurrencies=(2,), opts=SMOKE), "grpc", "http")
+    first = ex.http_vs_grpc(run, bench_triton, concurrencies=(2,), opts=SMOKE, experiment="by-batch")
+    _ab_ok(first, "grpc", "http")
+    # a second table sharing a point takes that point's A/B from the first, and measures only what is new
+    both = ex.http_vs_grpc(run, bench_triton, batches=(2,), concurrencies=(2,), opts=SMOKE, experiment="by-conc",
+                           measured=first) + ex.http_vs_grpc(run, bench_triton, concurrencies=(2,), opts=SMOKE,
+                                                              experiment="by-conc", measured=first)
+    assert both[3:] == first and both[0]["batch"] == 2 and both[0]["experiment"] == "by-conc"
+    assert sum(r["kind"] == "ab" for r in load_records(run.dir)) == 2
     recs = ex.payload(run, bench_triton, concurrency=1, opts=SMOKE)
     _ab_ok(recs[:3], "triton-http jpeg", "triton-http tensor")
     assert recs[3]["payload"] == "json-lists" and recs[3]["payload_bytes_per_request"] > 3 * 602112
