@@ -8,7 +8,7 @@ STAMP := $(VENV)/.servelab-installed
 TEST_STAMP := $(VENV)/.servelab-test-installed
 PYTEST_ARGS ?=
 
-.PHONY: help setup lock lint export stage lab test test-fast serve triton-up triton-down browser clean rehearse-node
+.PHONY: help setup lock lint export stage lab test test-fast serve triton-up triton-down browser prometheus clean rehearse-node
 
 help:
 	@echo "make lab    run the lab: notebooks -> results/<run-id>/ (CPU, no Docker)"
@@ -42,6 +42,10 @@ browser:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
+# Prometheus + promtool for 06a's monitoring view and its tests (Debian package; best effort, skipped where present).
+prometheus:
+	@bash scripts/prometheus.sh
+
 export: setup
 	$(VENV)/bin/servelab export
 
@@ -58,7 +62,7 @@ triton-down:
 	$(VENV)/bin/servelab triton down
 
 # The lab also installs the test tools: notebooks 02 and 08 run the repository's offline deploy checks with pytest.
-lab: export $(TEST_STAMP)
+lab: export $(TEST_STAMP) prometheus
 	$(VENV)/bin/servelab lab run $(LAB_ARGS)
 
 # JupyterLab on the notebooks, with the `servelab` kernel (start the servers first: `make serve`, `make triton-up`)
@@ -71,7 +75,7 @@ lint: $(TEST_STAMP)
 
 # A Docker engine for the container tests: one that answers is used as it is; as root with none (CI), one is
 # installed and started, and stopped again after the tests (scripts/docker_engine.sh).
-test: export browser lint
+test: export browser prometheus lint
 	@bash scripts/docker_engine.sh start
 	@$(PY) -m pytest --durations=25 $(PYTEST_ARGS); rc=$$?; bash scripts/docker_engine.sh stop; exit $$rc
 
