@@ -162,9 +162,10 @@ if config_file.is_file():
 #      -d '{"parameters": {"config": "{\"instance_group\": [{\"kind\": \"KIND_CPU\", \"count\": 2}], ...}"}}'
 # ```
 #
-# With `config` the file is not read. Without it (`load_model(name)`) Triton reloads only if the model's files
-# changed since the last load — they have not, so your config stays loaded (the cell shows it); the staged
-# configuration comes back by sending the file's own text as the config. Try a count of 3, or threads that
+# With `config` the file is not read. Without it (`load_model(name)`) Triton goes back to the repository, but
+# reloads only when it sees the model's files changed since it last loaded them, so whether your config stays
+# loaded depends on what it finds (the cell prints what happened). To be sure the staged configuration is back,
+# send the file's own text as the config, as the cell's last request does. Try a count of 3, or threads that
 # add up to more than the cores, and read what the server reports.
 
 # %%
@@ -208,7 +209,7 @@ if cpu_hands:
     loaded = client.get_model_config(triton_model)
     print("loaded:", loaded["instance_group"], {k: v["string_value"] for k, v in loaded["parameters"].items()
                                                 if k.startswith("intra_op")})
-    client.load_model(triton_model)  # no config, files unchanged: Triton keeps what is loaded (your config)
+    client.load_model(triton_model)  # no config: from the repository, if Triton sees the files changed
     print("after a load without config:", client.get_model_config(triton_model)["instance_group"][0]["count"],
           "instance(s)")
     client.load_model(triton_model, config=as_json(staged_text))  # the file's own config, sent as an override
