@@ -12,12 +12,15 @@ Triton writes the trace file itself; where it goes is fixed when the server star
 triton,file=<path>`: the trace API refuses to move it, "trace file location can not be updated through network
 protocol"). EmbeddedTriton always starts with a trace file next to its log and tracing OFF, which costs
 nothing; `tracing` turns it on and off at runtime (`update_trace_settings`, the same call as
-`curl -X POST <url>/v2/trace/setting -d '{"trace_level": ["TIMESTAMPS"], "trace_rate": "1"}'`) and reads what
-was appended to the file in between. `trace_file(http_url)` is None when the server was started without one.
+`curl -X POST <url>/v2/models/<model>/trace/setting -d '{"trace_level": ["TIMESTAMPS"], "trace_rate": "1"}'`)
+and reads the requests that reached the queue in between (Triton's timestamps are CLOCK_MONOTONIC, the clock
+of time.monotonic_ns). `trace_file(http_url)` is None when the server was started without one.
 
 The file is a JSON list of small objects, each carrying a trace `id` and either the model's name or one
 timestamp (`{"id": 7, "timestamps": [{"name": "QUEUE_START", "ns": ...}]}`); it is appended to as requests
-finish and closed with `]` only at shutdown, so it is read object by object. Requests that one `execute` call
+finish and closed with `]` only at shutdown, so it is read object by object. Triton holds back the trace of the
+last request it traced until another traced request comes (seen with the bundled 2.51 and its python backend),
+so `tracing` ends its window with one request of zeros that is left out of it. Requests that one `execute` call
 ran share their COMPUTE_START and COMPUTE_END to the nanosecond (the backend reports one set of timestamps per
 execution), which is how `executions` groups them.
 """
@@ -132,16 +135,18 @@ def trace_file(http_url: str) -> Path | None:
 
 
 class TraceWindow:
-    """What `tracing` yields: the trace file and where this window's part of it begins."""
+    """What `tracing` yields: the trace file and the window's start and end on Triton's clock (CLOCK_MONOTONIC,
+    the same clock as Python's time.monotonic_ns on Linux)."""
 
     def __init__(self, path: Path, model: str | None):
         self.path, self.model = path, model
-        self.offset = path.stat().st_size if path.exists() else 0
+        self.opened_ns = time.monotonic_ns()
+        self.closed_ns: int | None = None
 
     def spans(self, expected: int | None = None, timeout: float = 10.0) -> list[RequestSpan]:
-        """The requests traced since the window opened. Triton writes a request's trace just after its answer
-        has gone out, so a client can be answered before its trace is in the file: given `expected`, wait (up
-        to `timeout` s) until that many are there."""
+        """The requests that reached Triton's queue while the window was open. Triton writes a request's trace
+        a moment after its answer has gone out: given `expected`, wait (up to `timeout` s) until that many are
+        in the file."""
         deadline = time.monotonic() + timeout
         while True:
             spans = self._read()
@@ -152,16 +157,34 @@ class TraceWindow:
     def _read(self) -> list[RequestSpan]:
         if not self.path.exists():
             return []
-        with self.path.open("rb") as f:
-            f.seek(self.offset)
-            text = f.read().decode("utf-8", errors="replace")
-        return spans_from(read_objects(text), self.model)
+        text = self.path.read_text(encoding="utf-8", errors="replace")
+        end = self.closed_ns if self.closed_ns is not None else time.monotonic_ns()
+        return [s for s in spans_from(read_objects(text), self.model) if self.opened_ns <= s.queue_start <= end]
+
+
+def _one_more_request(http_url: str, model: str) -> None:
+    """One request of zeros (batch 1): Triton keeps the trace of the last request it traced until another one
+    comes, so the window's last request reaches the file only after this one."""
+    import numpy as np
+    import tritonclient.http as th
+    from tritonclient.utils import triton_to_np_dtype
+
+    with management_client(http_url, f"a closing request to {model!r}", timeout=120.0) as c:
+        meta = c.get_model_metadata(model)
+        inputs = []
+        for spec in meta["inputs"]:
+            shape = [1 if d < 0 else d for d in spec["shape"]]
+            inp = th.InferInput(spec["name"], shape, spec["datatype"])
+            inp.set_data_from_numpy(np.zeros(shape, dtype=triton_to_np_dtype(spec["datatype"])))
+            inputs.append(inp)
+        c.infer(model, inputs)
 
 
 @contextlib.contextmanager
-def tracing(http_url: str, model: str | None = None, *, rate: int = 1):
-    """Trace every `rate`-th request (TIMESTAMPS) inside the block, `model`'s only if given; tracing is OFF again
-    after it. RuntimeError when the server writes no trace file, or the file is not on this machine."""
+def tracing(http_url: str, model: str, *, rate: int = 1):
+    """Trace every `rate`-th request to `model` (TIMESTAMPS) inside the block; after it, one request of zeros
+    pushes the last traced request into the file (it is not part of the window), and tracing is OFF again.
+    RuntimeError when the server writes no trace file, or the file is not on this machine."""
     path = trace_file(http_url)
     if path is None:
         raise RuntimeError("this Triton writes no trace file (start it with --trace-config triton,file=<path>)")
@@ -174,8 +197,12 @@ def tracing(http_url: str, model: str | None = None, *, rate: int = 1):
     try:
         yield window
     finally:
-        with management_client(http_url, "trace settings") as c:
-            c.update_trace_settings(model_name=model, settings={"trace_level": ["OFF"]})
+        window.closed_ns = time.monotonic_ns()
+        try:
+            _one_more_request(http_url, model)
+        finally:
+            with management_client(http_url, "trace settings") as c:
+                c.update_trace_settings(model_name=model, settings={"trace_level": ["OFF"]})
 
 
 def plot_timeline(spans: list[RequestSpan], path: Path | str, *, title: str = "", max_requests: int = 60):

@@ -52,8 +52,8 @@ def test_the_server_starts_with_a_trace_file_and_tracing_off(triton):
 
 def test_trace_groups_concurrent_requests_into_the_executions_triton_counts(triton, tmp_path):
     clients, per_client = 8, 3
-    with stats_delta(triton.http_url, ENCODER, expected_requests=clients * per_client) as d, \
-            trace.tracing(triton.http_url, ENCODER) as window:
+    with trace.tracing(triton.http_url, ENCODER) as window, \
+            stats_delta(triton.http_url, ENCODER, expected_requests=clients * per_client) as d:
         send_from_clients(triton, clients, per_client)
     spans = window.spans(expected=clients * per_client)
     assert len(spans) == clients * per_client  # every request of the window, none from before it
@@ -106,3 +106,14 @@ def test_a_config_pbtxt_edited_as_text_and_loaded_by_hand_changes_the_running_se
         client.load_model(ENCODER, config=own)  # the file's own config back (an override stays until replaced)
     file_delay = text_format.Parse(pbtxt, model_config_pb2.ModelConfig()).dynamic_batching.max_queue_delay_microseconds
     assert int(client.get_model_config(ENCODER)["dynamic_batching"]["max_queue_delay_microseconds"]) == file_delay
+
+
+def test_each_of_two_small_windows_in_a_row_holds_its_own_requests(triton):
+    """Triton holds back the trace of the last request it traced until another one comes: the window's closing
+    request pushes it out, and each window keeps only the requests that reached the queue while it was open."""
+    for _ in range(2):
+        with trace.tracing(triton.http_url, ENCODER) as window:
+            send_from_clients(triton, 2, 1)
+        spans = window.spans(expected=2)
+        assert len(spans) == 2
+        assert all(window.opened_ns <= s.queue_start <= window.closed_ns for s in spans)
