@@ -196,7 +196,7 @@ step.answer(f"This CPU has {'VNNI (' + ', '.join(vnni) + ')' if vnni else 'no VN
             + (": the matrix products, most of the time (section 1), run on 8-bit multiply-add instructions. "
                if vnni and int8_x > 1.2 else
                ", less than VNNI usually gives: the 8-bit products were not the bottleneck in this run. " if vnni else
-               ": without VNNI the 8-bit products run on wider instructions, so less is gained. ")
+               ": without VNNI the 8-bit products run on wider instructions, so it gains less than on a CPU with VNNI. ")
             + f"The optimised graph ran {fused_x:.2f}× as fast as the graph as exported"
             + (": fused kernels make fewer operator calls and fewer passes over memory. " if fused_x > 1.05 else
                ", no clear gain in this run: for this network most of the time is in the matrix products, which "
