@@ -493,10 +493,13 @@ if spans_on:
     step.answer(f"{on_row['requests']} requests ran in {on_row['executions']} executions, by batch size "
                 f"{on_row['batch_sizes']}; the concurrency sweep's /stats counted {histogram}. A request waited "
                 f"{on_row['queue_ms_median']:.0f} ms in the queue (median; at most {on_row['queue_ms_max']:.0f} ms) "
-                f"while an execution took {on_row['execution_ms_median']:.0f} ms: a request that arrives during an "
-                "execution waits for the rest of it, and then rides in the next one with everyone who arrived "
-                "meanwhile. That is why the timeline shows groups taking turns rather than one batch of all "
-                f"{hi_c} clients.")
+                f"while an execution took {on_row['execution_ms_median']:.0f} ms. "
+                + (f"All {on_row['requests']} arrived while the instance was free, within the batcher's queue delay, "
+                   "and ran as one batch; with more requests per client they fall out of step. "
+                   if on_row["executions"] == 1 else
+                   "A request that arrives during an execution waits for the rest of it, and then rides in the next "
+                   "one with everyone who arrived meanwhile: that is why the timeline shows groups taking turns "
+                   f"rather than one batch of all {hi_c} clients."))
 
 # %% [markdown]
 # ## Your edit, loaded into the running Triton by hand
@@ -559,10 +562,10 @@ if spans_mine:
                 f"the median queue wait was {mine_row['queue_ms_median']:.0f} ms against {on_row['queue_ms_median']:.0f} ms, "
                 f"an execution {mine_row['execution_ms_median']:.0f} ms against {on_row['execution_ms_median']:.0f} ms. "
                 "Without batching every request waits for every request ahead of it, one execution each; with it, "
-                "for the executions ahead of it, each carrying several requests for about as many times the "
-                "compute on this CPU. The whole window took "
-                f"{mine_row['window_ms']:.0f} ms against {on_row['window_ms']:.0f} ms: on two cores that is close, "
-                "which the alternating windows below measure properly.")
+                f"for the executions ahead of it, each carrying several requests (on {triton_hw}, for about as many "
+                f"times the compute, as the batch-size table showed). The whole window took {mine_row['window_ms']:.0f} ms "
+                f"against {on_row['window_ms']:.0f} ms ({mine_row['window_ms'] / on_row['window_ms']:.2f}×), one short "
+                "window each: the alternating windows below measure the difference properly.")
 
 # %% [markdown]
 # ## Baseline: dynamic batching off, measured in alternating windows
