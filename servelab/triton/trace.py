@@ -234,7 +234,8 @@ def plot_timeline(spans: list[RequestSpan], path: Path | str, *, title: str = ""
     ax.invert_yaxis()
     ax.set_xlabel("ms since the first request reached Triton's queue")
     ax.set_ylabel("request (arrival order)")
-    ax.set_title(title or "Triton trace: grey = waiting in the queue, colour = the execution that ran it")
+    ax.set_title((title + "\n" if title else "Triton trace\n") + "grey: waiting in the queue · colour: the execution "
+                 "that ran it", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
