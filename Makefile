@@ -8,7 +8,7 @@ STAMP := $(VENV)/.servelab-installed
 TEST_STAMP := $(VENV)/.servelab-test-installed
 PYTEST_ARGS ?=
 
-.PHONY: help setup lock lint export stage lab test test-fast serve triton-up triton-down browser prometheus clean rehearse-node
+.PHONY: help setup lock lint export stage lab test test-fast serve triton-up triton-down browser prometheus perf-analyzer clean rehearse-node
 
 help:
 	@echo "make lab    run the lab: notebooks -> results/<run-id>/ (CPU, no Docker)"
@@ -46,6 +46,12 @@ browser:
 prometheus:
 	@bash scripts/prometheus.sh
 
+# NVIDIA's perf_analyzer for notebook 04 and its test (from the tritonclient wheel; best effort: 04 shows the command
+# instead where it cannot be fetched)
+perf-analyzer: setup
+	@$(VENV)/bin/servelab triton get-perf-analyzer >/dev/null 2>&1 || \
+	  echo "perf_analyzer could not be fetched (servelab triton get-perf-analyzer): notebook 04 shows its command instead"
+
 export: setup
 	$(VENV)/bin/servelab export
 
@@ -62,7 +68,7 @@ triton-down:
 	$(VENV)/bin/servelab triton down
 
 # The lab also installs the test tools: notebooks 02 and 08 run the repository's offline deploy checks with pytest.
-lab: export $(TEST_STAMP) prometheus
+lab: export $(TEST_STAMP) prometheus perf-analyzer
 	$(VENV)/bin/servelab lab run $(LAB_ARGS)
 
 # JupyterLab on the notebooks, with the `servelab` kernel (start the servers first: `make serve`, `make triton-up`)
@@ -75,7 +81,7 @@ lint: $(TEST_STAMP)
 
 # A Docker engine for the container tests: one that answers is used as it is; as root with none (CI), one is
 # installed and started, and stopped again after the tests (scripts/docker_engine.sh).
-test: export browser prometheus lint
+test: export browser prometheus perf-analyzer lint
 	@bash scripts/docker_engine.sh start
 	@$(PY) -m pytest --durations=25 $(PYTEST_ARGS); rc=$$?; bash scripts/docker_engine.sh stop; exit $$rc
 
