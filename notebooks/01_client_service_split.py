@@ -133,9 +133,21 @@ with InferenceClient(mode="auto", backend="fastapi", url="http://127.0.0.1:9") a
 
 # %% [markdown]
 # ## What the hop costs: in-process engine vs the service, by batch size
+# Every figure in this lab comes from one small loop, the load generator's worker: it sends its next request as
+# soon as the last one is answered (a *closed loop*: N workers keep N requests in flight) and writes down when
+# each started and ended. A window is a stretch of those timings; `pause()` lets the other side of a comparison
+# run alone.
+
+# %%
+from servelab.bench.loadgen import _Pool
+
+show_code(_Pool._loop)
+
+# %% [markdown]
 # Closed loop, one request at a time (concurrency 1). Windows of the service and of the in-process engine
-# alternate in one sequence (each window at least 20 requests and 10 median latencies long, repeated until the
-# last three agree), so a change in the machine's load affects both sides alike.
+# alternate in one sequence (each window at least 3 s, 10 requests and 5 median latencies long, until the pairs
+# agree or already give the verdict), so a change in the machine's load affects both sides alike
+# ([how a measurement is read](../docs/METHOD.md)).
 # The same float32 tensors go to both, so the difference is the hop: serialisation, HTTP, the micro-batcher.
 #
 # **Predict first.** A batch-1 request carries 3×224×224×4 = 602,112 bytes of float32. On loopback, will the

@@ -482,6 +482,30 @@ if knee is not None:
 #   `nv_inference_queue_duration_us` and `nv_inference_compute_infer_duration_us`, each rate divided by the
 #   rate of `nv_inference_request_success`.
 #
+# First, Triton's `/metrics` read by hand: plain text, one line per counter and model. These counters only
+# grow, so what they say is an average since the server started.
+
+# %%
+import urllib.error
+import urllib.request
+
+counters = ("nv_inference_request_success", "nv_inference_queue_duration_us", "nv_inference_compute_infer_duration_us")
+try:
+    metrics_text = urllib.request.urlopen(triton_metrics_url, timeout=5).read().decode()
+except (urllib.error.URLError, OSError) as exc:
+    step.not_run("Triton's /metrics read by hand", f"{triton_metrics_url} did not answer ({exc})")
+else:
+    lines = [ln for ln in metrics_text.splitlines() if ln.startswith(counters) and f'model="{triton_model}"' in ln]
+    print("\n".join(lines))
+    total = {name: sum(float(ln.rsplit(" ", 1)[1]) for ln in lines if ln.startswith(name + "{")) for name in counters}
+    if total["nv_inference_request_success"]:
+        n = total["nv_inference_request_success"]
+        step.answer(f"Since Triton started, {triton_model} answered {n:.0f} requests; on average each waited "
+                    f"{total['nv_inference_queue_duration_us'] / n / 1000:.1f} ms in the queue and computed for "
+                    f"{total['nv_inference_compute_infer_duration_us'] / n / 1000:.1f} ms. Averages since start hide the "
+                    "present: the view below takes the rate of each counter over a short window instead.")
+
+# %% [markdown]
 # **Predict first.** At 5 clients, most of the service's answers will be instant 503s. What will the p50
 # from `histogram_quantile` do during that step — rise, stay, or fall? And will the alert start at the first
 # 503 and stop at the last, or later, and by about how much?
