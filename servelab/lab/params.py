@@ -28,7 +28,7 @@ SMOKE_LOAD = {"min_requests": 1, "min_p50s": 1.0, "max_windows": 2, "stable_wind
 # (1.4 s) rides one burst, so windows last at least 3 s whatever the p50 (a ratio's pairs share their minutes, so
 # the drift between them cancels; 4-s windows made the default lab minutes longer). Past that,
 # 10 requests and 5 p50s: at batch 8 or 8 clients (p50 0.3-0.6 s) 20 requests and 10 p50s stretched windows to
-# 6-12 s for no steadier a figure, and a point that has not settled in 4 windows seldom settled in 5 or 6
+# 6-12 s for no steadier a figure. At most 4 windows: a point still moving after them says it never settled
 DEFAULT_LOAD = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 3.0, "max_windows": 4, "tolerance": 0.1,
                 "quick": False}
 FULL_LOAD = {"min_requests": 40, "min_p50s": 10.0, "min_window_s": 6.0, "max_windows": 12, "tolerance": 0.05,
