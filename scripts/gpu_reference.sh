@@ -202,8 +202,104 @@ print("bundled tritonserver starts:", done.returncode == 0 or "Usage" in done.st
 EOF
 }
 
+# --- The reference run within one short lease (`servelab bench gpu-reference`): only what it needs travels ----
+# The roots of what the stages need: the engine, the service, the Triton client and server, and the records.
+# What they require in turn comes too (scripts/lease_closure.py), pinned, less what the machine has.
+REFERENCE_SET="fastapi starlette uvicorn httptools python-multipart tenacity open_clip_torch tritonclient
+python-rapidjson geventhttpclient jsonschema nvidia-ml-py nvidia-pytriton onnxruntime-gpu"
+# The GPU machine's own packages (its image, as the device notes list them, 2026-11): never shipped
+DEVICE_PACKAGES="absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs build certifi
+charset-normalizer click cloudpickle colorama contourpy cycler filelock flatbuffers fonttools frozenlist fsspec grpcio h11
+hf-xet httpcore httpx huggingface-hub idna imageio iniconfig jinja2 joblib kiwisolver markdown markdown-it-py markupsafe
+matplotlib mdurl ml-dtypes mpmath msgpack multidict networkx numpy nvidia-cublas nvidia-cuda-cupti nvidia-cuda-nvrtc
+nvidia-cuda-runtime nvidia-cudnn-cu13 nvidia-cufft nvidia-cufile nvidia-curand nvidia-cusolver nvidia-cusparse
+nvidia-cusparselt-cu13 nvidia-nccl-cu13 nvidia-nvjitlink nvidia-nvshmem-cu13 nvidia-nvtx onnx packaging pandas pillow
+pip pluggy prometheus-client propcache protobuf psutil pygments pyparsing pytest python-dateutil pyyaml regex requests
+rich safetensors scipy setuptools shellingham six sympy tabulate timm torch torchvision tqdm triton typer
+typing-extensions urllib3 uvloop wheel wrapt yarl zipp"
+LEASE=${GPU_LEASE_DIR:-$ROOT/build/gpu-lease}   # git-ignored; carry build/gpu-lease/part-N, one per call
+LEASE_MIB=${LEASE_MIB:-60}                      # each call carries 64 MiB with the working tree (about 2.5)
+
+# Here: the reference set as wheels, onnxruntime-gpu re-packed as tar.xz (255 -> 193 MiB: one call fewer), all
+# of it spread over part-1 … part-N of at most LEASE_MIB each, with a manifest in every part.
+lease_pack() {
+    local cache="$LEASE/cache"
+    if [ ! -s "$cache/ort-gpu.tar.xz" ]; then  # downloads and the xz take minutes: kept for the next pack
+        rm -rf "$cache" && mkdir -p "$cache/wheels"
+        (cd "$ROOT" && ROOTS="$REFERENCE_SET" DEVICE_PACKAGES="$DEVICE_PACKAGES" WHEELS="$cache/wheels" \
+            PLATFORM_ARGS="${PLATFORMS[*]}" python3 scripts/lease_closure.py) > "$cache/PINS"
+        say "$(wc -l < "$cache/PINS") wheels: $(tr '\n' ' ' < "$cache/PINS")"
+        local ort
+        ort=$(ls "$cache"/wheels/onnxruntime_gpu-*.whl)
+        mkdir -p "$cache/ort" && (cd "$cache/ort" && unzip -q "$ort")
+        tar -C "$cache/ort" -cf - . | xz -9 -T0 > "$cache/ort-gpu.tar.xz.tmp" && mv "$cache/ort-gpu.tar.xz.tmp" "$cache/ort-gpu.tar.xz"
+        rm -rf "$cache/ort" "$ort"
+    fi
+    rm -rf "$LEASE"/part-* "$LEASE/chunks" && mkdir -p "$LEASE/chunks"
+    # chunks of a fifth of a part fill the room the wheels leave
+    split -b "$((LEASE_MIB * 1024 * 1024 / 5))" -d -a 3 "$cache/ort-gpu.tar.xz" "$LEASE/chunks/ort-gpu.tar.xz.chunk-"
+    { (cd "$cache" && sha256sum ort-gpu.tar.xz); echo "chunks $(ls "$LEASE"/chunks | wc -l)"; } > "$LEASE/MANIFEST"
+    # first fit, smallest wheels first: part-1 brings everything the engine and the service need
+    local limit=$((LEASE_MIB * 1024 * 1024)) f size n placed
+    local -a used=()
+    for f in $(ls -Sr "$cache"/wheels/*.whl) $(ls "$LEASE"/chunks/*); do
+        size=$(stat -c %s "$f") placed=""
+        for ((n = 0; ; n++)); do
+            if [ $((${used[$n]:-0} + size)) -le "$limit" ]; then
+                mkdir -p "$LEASE/part-$((n + 1))" && cp -l "$f" "$LEASE/part-$((n + 1))/" 2>/dev/null ||
+                    cp "$f" "$LEASE/part-$((n + 1))/"
+                used[$n]=$((${used[$n]:-0} + size)) placed=1
+                break
+            fi
+        done
+    done
+    rm -rf "$LEASE/chunks"
+    for d in "$LEASE"/part-*; do cp "$LEASE/MANIFEST" "$d/"; say "$(basename "$d"): $(du -sm "$d" | cut -f1) MiB, $(ls "$d" | wc -l) files"; done
+}
+
+# There, once per call: the part this call carried joins what earlier calls left in /tmp/gpu-lease; its wheels
+# go into /tmp/gpu-site (no index, no dependencies: the set is pinned and complete); once every chunk has come,
+# onnxruntime-gpu is checked against the manifest and unpacked into /tmp/gpu-ort, ahead of the CPU build on
+# PYTHONPATH (`lease_env`).
+lease_install() {
+    local part=${1:?which part (build/gpu-lease/part-N)} have=/tmp/gpu-lease
+    mkdir -p "$have" /tmp/gpu-site
+    cp -r "$ROOT/$part"/. "$have/"
+    ls "$have"/*.whl >/dev/null 2>&1 &&
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gpu-site "$have"/*.whl &&
+        rm -f "$have"/*.whl
+    local want
+    want=$(awk '/^chunks/ {print $2}' "$have/MANIFEST")
+    if [ ! -d /tmp/gpu-ort ] && [ "$(ls "$have"/ort-gpu.tar.xz.chunk-* 2>/dev/null | wc -l)" = "$want" ]; then
+        cat "$have"/ort-gpu.tar.xz.chunk-* > "$have/ort-gpu.tar.xz"
+        (cd "$have" && sha256sum --quiet -c <(head -1 MANIFEST)) || { say "onnxruntime-gpu damaged in transit"; exit 1; }
+        mkdir -p /tmp/gpu-ort && xz -dc -T0 "$have/ort-gpu.tar.xz" | tar -C /tmp/gpu-ort -xf - && rm "$have"/ort-gpu.tar.xz*
+    fi
+    say "installed: $(ls /tmp/gpu-site | grep -c dist-info) packages; onnxruntime-gpu $([ -d /tmp/gpu-ort ] && echo ready || echo "$(ls "$have"/ort-gpu.tar.xz.chunk-* 2>/dev/null | wc -l)/$want chunks")"
+}
+
+lease_env() {
+    echo "export PYTHONPATH=/tmp/gpu-ort:/tmp/gpu-site:$ROOT SERVELAB_RESULTS=/tmp/gpu-results PYTHONUNBUFFERED=1"
+}
+
+# There: one stage of `servelab bench gpu-reference` into the run gpu-reference, then the run as one archive in
+# $OUT (what comes back from that machine), whether the stage finished or not.
+lease_stage() {
+    local stage=${1:?raw | service | triton} budget=${2:-200}
+    eval "$(lease_env)"
+    timeout "$((budget + 60))" python3 -m servelab.cli bench gpu-reference --stage "$stage" --run-id gpu-reference \
+        --budget-s "$budget" || say "stage $stage ended early (exit $?)"
+    if [ -n "${OUT:-}" ] && [ -d /tmp/gpu-results/gpu-reference ]; then
+        tar -C /tmp/gpu-results -czf "$OUT/gpu-reference.tar.gz" gpu-reference
+    fi
+}
+
 case "${1:-}" in
     gather) gather ;;
+    lease-pack) lease_pack ;;
+    lease-install) lease_install "${2:-}" ;;
+    lease-env) lease_env ;;
+    lease-stage) lease_stage "${2:-}" "${3:-}" ;;
     pack) pack ;;
     rehearse) rehearse ;;
     install) install ;;

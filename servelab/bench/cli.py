@@ -394,6 +394,20 @@ def compare(run_a: str = typer.Argument(..., help="baseline run (id or folder)")
         raise typer.Exit(1)
 
 
+@app.command("gpu-reference")
+def gpu_reference(
+    stage: str = typer.Option(..., help="raw (the engine on the GPU, no server) | service (FastAPI on the GPU) | "
+                                        "triton (the embedded tritonserver, encoder on KIND_GPU)"),
+    run_id: str | None = RUN_ID,
+    budget_s: float = typer.Option(240.0, help="about how long the stage may take; optional steps are skipped past it"),
+):
+    """One stage of the GPU reference run (scripts/gpu_reference.sh runs them all); stages share one run."""
+    from servelab.bench.gpu_reference import run_stage
+
+    run = _new_run(run_id, "gpu-reference")
+    _finish(run, run_stage(run, stage, budget_s=budget_s))
+
+
 @app.command("device-profile")
 def device_profile(run: str = typer.Argument(..., help="run id or folder with raw in-process batch records"),
                    engine: str | None = typer.Option(None, help="the engine whose curve to fit (needed when the run "

@@ -182,7 +182,11 @@ def _torch_reference(engines: tuple, threads: int = 0):
     """torch fp32 (CPU) embeddings of 8 synthetic photos: the reference every engine's cosine is taken against."""
     if "torch" not in engines:
         return None
-    emb = make_embedder("torch", "cpu", threads)
+    from servelab.config import Settings
+    from servelab.model.engines import make_embedder as build
+
+    # fp32 whatever SERVELAB_PRECISION says: a half-precision run is compared with the fp32 model, not with itself
+    emb = build(Settings.from_env(), engine="torch", provider="cpu", precision="fp32", threads=threads or None)
     ref = emb.embed(sample_tensor(8))
     del emb
     gc.collect()
@@ -214,7 +218,7 @@ def raw_engines(run: Run, *, engines: tuple = ENGINES, providers: tuple = ("cpu"
             raw = InProcess(server="in-process", engine=emb.engine, url=None, protocol="inproc", embedder=emb)
             for b in batches:
                 out.append(measure(run, experiment, raw, payload="tensor", batch=b, opts=opts,
-                                   cosine_vs_torch_fp32=cos))
+                                   cosine_vs_torch_fp32=cos, precision=getattr(emb, "precision", None)))
             del emb, raw
             gc.collect()
     return out

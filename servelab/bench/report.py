@@ -12,16 +12,18 @@ from servelab.bench.records import atomic_write, load_records, resolve_run_dir
 from servelab.bench.stats import RATIO_MARGIN, Reading, Verdict, Why, read_apart, read_ratio
 
 COLUMNS = [
-    "experiment", "kind", "server", "backend", "engine", "provider", "protocol", "payload", "batch", "concurrency",
+    "experiment", "kind", "server", "backend", "engine", "precision", "variant", "provider", "protocol", "payload",
+    "batch", "concurrency",
     "rate_rps", "link", "instances", "max_queue_delay_us", "throughput_img_s", "throughput_min_img_s",
     "throughput_max_img_s", "latency_p50_ms", "latency_p50_min_ms", "latency_p50_max_ms", "latency_p95_ms",
     "latency_p99_ms", "errors", "requests", "repeats", "windows_used", "stable", "spread", "quick", "a", "b", "ratio",
     "ratio_min", "ratio_max", "idle_cpu_pct", "idle_cpu_pct_a", "idle_cpu_pct_b", "idle_paused_a", "idle_paused_b",
-    "goal", "loadgen_cpu_pct", "client_process_cpu_pct", "server_cpu_pct",
+    "goal", "loadgen_cpu_pct", "client_process_cpu_pct", "server_cpu_pct", "gpu_util_pct", "gpu_mem_used_mb",
+    "compile_s",
     "cpu_pinning", "server_avg_batch", "server_queue_ms", "server_compute_ms",
     "rss_mb", "gpu_mem_mb", "payload_bytes_per_request", "bytes_per_request", "start_to_ready_s",
     "start_to_ready_min_s", "start_to_ready_max_s", "first_request_ms", "backlog", "late_starts",
-    "dropped", "rate_held", "value", "value_min", "value_max", "threshold", "met", "available", "note",
+    "dropped", "rate_held", "value", "value_mean", "value_min", "value_max", "threshold", "met", "available", "note",
 ]
 
 

@@ -423,8 +423,10 @@ def serve_litserve(engine: str = "onnx", *, payload: str = "jpeg", max_batch: in
 @contextlib.contextmanager
 def serve_triton(protocol: str = "http", *, payload: str = "tensor", instances: int = 1,
                  max_delay_us: int | None = None, max_batch: int | None = None, threads: int | None = None,
-                 engine: str = "onnx", log_path: Path | None = None, repository: Path | None = None):
-    """Stage a CPU repository into a temporary folder and run the embedded tritonserver on free ports."""
+                 engine: str = "onnx", log_path: Path | None = None, repository: Path | None = None,
+                 device: str = "cpu"):
+    """Stage a CPU repository into a temporary folder and run the embedded tritonserver on free ports (`device`
+    cuda: the python-backend encoder on KIND_GPU with ONNX Runtime's CUDA provider)."""
     from servelab.config import Settings
     from servelab.triton.repository import stage
     from servelab.triton.server import EmbeddedTriton
@@ -439,7 +441,7 @@ def serve_triton(protocol: str = "http", *, payload: str = "tensor", instances: 
     try:
         t0 = time.perf_counter()
         info = stage("cpu", repository, instances=instances, max_delay_us=max_delay_us, max_batch=max_batch,
-                     threads=threads, settings=Settings.from_env())
+                     threads=threads, settings=Settings.from_env(), device=device)
         stage_s = time.perf_counter() - t0
         t1 = time.perf_counter()
         with EmbeddedTriton(repository, log_path=log_path) as tri:
@@ -449,7 +451,8 @@ def serve_triton(protocol: str = "http", *, payload: str = "tensor", instances: 
                                grpc_url=tri.grpc_url, model=EMULATED_ENCODER if engine == "emulated" else CPU_ENCODER, jpeg_model=ENSEMBLE, repository=repository,
                                instances=instances, max_queue_delay_us=max_delay_us, served_by=this_machine(),
                                settings={"intra_op_threads": info.get("threads"), "stage_s": round(stage_s, 3),
-                                         "server_build": "embedded tritonserver (python backend, onnxruntime CPU)"})
+                                         "server_build": "embedded tritonserver (python backend, onnxruntime "
+                                                         f"{'CUDA' if device == 'cuda' else 'CPU'})"})
             with contextlib.suppress(Exception):
                 srv.read_state()
             yield srv

@@ -1,0 +1,307 @@
+"""The GPU reference run: what one short lease on a GPU machine measures, stage by stage, into one run folder.
+
+    servelab bench gpu-reference --stage raw --run-id R       # the engine itself, no server
+    servelab bench gpu-reference --stage service --run-id R   # the FastAPI service on the GPU
+    servelab bench gpu-reference --stage triton --run-id R    # the embedded tritonserver, encoder on KIND_GPU
+
+A lease can end between two calls, so each stage is its own command and adds its records to the same run; the
+report is rewritten after each one. The stages:
+
+- raw: the torch engine with its input already on the GPU, timed with CUDA events (what the device can do):
+  fp32 / fp16 / bf16 at batch 1 … 256, then CUDA graphs and torch.compile at the best precision; the same engine
+  fed from host memory as a server feeds it (the copy to the GPU included); fp16 and bf16 against fp32 on the
+  lab's photos (cosine); JPEG decode and resize on the GPU (nvJPEG, batched) against the CPU path on every core.
+- service: the FastAPI service on the GPU (torch, the best half precision), batch-1 requests from 1 to 128
+  clients, tensor-in and JPEG-in.
+- triton: the embedded tritonserver with the python-backend encoder on KIND_GPU (ONNX Runtime's CUDA provider;
+  the bundled server has no onnxruntime backend), the same sweep; and ONNX Runtime CUDA in-process.
+
+The clients are this machine's one Python process (threads): past a few thousand requests per second the load
+generator, not the server, can be the limit. Each served record says how busy the client process and the
+server were (`client_process_cpu_pct`, `server_cpu_pct`, % of one core) and the GPU's mean utilisation
+(`gpu_util_pct`, NVML), so a reader can tell which one was.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from servelab.bench.records import Run
+
+STAGES = ("raw", "service", "triton")
+PRECISIONS = ("fp32", "fp16", "bf16")
+BATCHES = (1, 8, 32, 64, 128, 256)
+CONCURRENCIES = (1, 16, 64, 128)
+SERVED_MAX_BATCH = 128  # the service's micro-batch and Triton's max_batch_size: every client's request in one batch
+
+
+def _windows(step, images: int, *, window_s: float, windows: int, sync) -> list[float]:
+    """images/s of `windows` windows of repeated `step()` calls, each at least `window_s` long (after warm-up)."""
+    for _ in range(3):
+        step()
+    sync()
+    t0 = time.perf_counter()
+    step()
+    sync()
+    n = max(3, int(window_s / max(time.perf_counter() - t0, 1e-6)))
+    rates = []
+    for _ in range(windows):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            step()
+        sync()
+        rates.append(n * images / (time.perf_counter() - t0))
+    return rates
+
+
+def _rate_fields(rates: list[float], batch: int) -> dict:
+    med = float(np.median(rates))
+    return {"throughput_img_s": round(med, 1), "throughput_min_img_s": round(min(rates), 1),
+            "throughput_max_img_s": round(max(rates), 1), "latency_p50_ms": round(1000 * batch / med, 3),
+            "window_throughput_img_s": [round(r, 1) for r in rates], "windows_used": len(rates),
+            "repeats": len(rates), "spread": round((max(rates) - min(rates)) / med, 4), "stable": True}
+
+
+def device_resident(run: Run, *, device: str = "cuda", precisions=PRECISIONS, batches=BATCHES,
+                    window_s: float = 0.5, windows: int = 5) -> list[dict]:
+    """The torch engine's module on inputs already on `device`: what the engine itself does, no copy, no server.
+    Every precision at every batch size, run as PyTorch runs it (eager: one launch per kernel)."""
+    import torch
+
+    from servelab.config import Settings
+    from servelab.model.engines import make_embedder
+
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    out = []
+    for precision in precisions:
+        emb = make_embedder(Settings.from_env(), engine="torch", provider=device, precision=precision)
+        module, dtype = emb.module, emb.dtype
+        for b in batches:
+            x = torch.randn(b, 3, 224, 224, device=device, dtype=dtype)
+            with torch.inference_mode():
+                rates = _windows(lambda m=module, x=x: m(x), b, window_s=window_s, windows=windows, sync=sync)
+            out.append(_record(run, precision, "eager", b, rates, device))
+        del emb
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    return out
+
+
+def best_precision(records: list[dict]) -> str:
+    """The precision of the fastest device-resident eager record (fp16 when there is none)."""
+    eager = [r for r in records if r.get("experiment") == "gpu-raw" and r.get("variant") == "eager"]
+    return max(eager, key=lambda r: r["throughput_img_s"])["precision"] if eager else "fp16"
+
+
+def launch_variants(run: Run, precision: str, *, batches=BATCHES, window_s: float = 0.5, windows: int = 5,
+                    time_left=lambda: 1e9) -> list[dict]:
+    """At one precision, the forward pass captured in a CUDA graph (one launch for the whole network) at every
+    batch size, then compiled by torch.compile at the smallest and largest, each while `time_left()` allows."""
+    import torch
+
+    from servelab.config import Settings
+    from servelab.model.engines import make_embedder
+
+    sync, out = torch.cuda.synchronize, []
+    emb = make_embedder(Settings.from_env(), engine="torch", provider="cuda", precision=precision)
+    for b in batches:
+        if time_left() < 30:
+            return out
+        out.append(_graphed(run, emb, b, precision, window_s, windows))
+    compiled = torch.compile(emb.module, dynamic=False)
+    for b in (batches[0], batches[-1]):
+        if time_left() < 90:  # a compile of this network takes tens of seconds per shape
+            return out
+        x = torch.randn(b, 3, 224, 224, device="cuda", dtype=emb.dtype)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            compiled(x)
+            sync()
+            compile_s = time.perf_counter() - t0
+            rates = _windows(lambda x=x: compiled(x), b, window_s=window_s, windows=windows, sync=sync)
+        out.append(_record(run, precision, "compile", b, rates, "cuda", compile_s=round(compile_s, 1)))
+    return out
+
+
+def _graphed(run: Run, emb, b: int, precision: str, window_s: float, windows: int) -> dict:
+    """One CUDA graph of the forward pass at batch `b`, replayed: the launch cost of ~150 kernels paid once."""
+    import torch
+
+    static_x = torch.randn(b, 3, 224, 224, device="cuda", dtype=emb.dtype)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.inference_mode():
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                emb.module(static_x)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            emb.module(static_x)
+    rates = _windows(graph.replay, b, window_s=window_s, windows=windows, sync=torch.cuda.synchronize)
+    return _record(run, precision, "cuda-graph", b, rates, "cuda")
+
+
+def _record(run: Run, precision: str, variant: str, batch: int, rates: list[float], device: str, **extra) -> dict:
+    return run.record("gpu-raw", kind="raw", server="in-process", backend="torch (input on the device)",
+                      engine="torch", provider=device, protocol="inproc", payload="tensor", batch=batch,
+                      concurrency=1, precision=precision, variant=variant,
+                      errors=0, requests=None, **_rate_fields(rates, batch), **extra,
+                      note="timed on the device: the input is already there, nothing is copied; "
+                           f"{variant}, {precision}")
+
+
+def precision_parity(run: Run, *, device: str = "cuda", n: int = 32) -> list[dict]:
+    """fp16 and bf16 against fp32 on the lab's photos: the cosine of each photo's two embeddings (min, mean)."""
+    from servelab.bench.inputs import sample_tensor
+    from servelab.config import Settings
+    from servelab.model.engines import make_embedder
+    from servelab.model.export import cosine_rows
+
+    x = sample_tensor(n)
+    settings = Settings.from_env()
+    ref = make_embedder(settings, engine="torch", provider=device, precision="fp32").embed(x)
+    out = []
+    for precision in ("fp16", "bf16"):
+        got = make_embedder(settings, engine="torch", provider=device, precision=precision).embed(x)
+        cos = cosine_rows(ref, got)
+        out.append(run.record("gpu-precision", kind="derived", server="in-process", engine="torch", provider=device,
+                              precision=precision, batch=n, value=round(float(cos.min()), 6),
+                              value_mean=round(float(cos.mean()), 6), threshold=0.999,
+                              met=bool(cos.min() >= 0.999),
+                              note=f"cosine of {precision} vs fp32 embeddings, {n} lab photos (min; mean in value_mean)"))
+    return out
+
+
+def decode(run: Run, *, n: int = 256, window_s: float = 0.5, windows: int = 5) -> list[dict]:
+    """JPEG -> [N, 3, 224, 224] on the GPU (one batched nvJPEG call) and on the CPU (PIL, a thread per core)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    from servelab.bench.inputs import sample_jpegs
+    from servelab.model.gpu_decode import preprocess_jpegs
+    from servelab.model.preprocess import preprocess_bytes
+
+    jpegs = list(sample_jpegs(n))
+    out = []
+    rates = _windows(lambda: preprocess_jpegs(jpegs, device="cuda"), n, window_s=window_s, windows=windows,
+                     sync=torch.cuda.synchronize)
+    out.append(_decode_record(run, "gpu (nvJPEG, batched)", n, rates))
+    cores = os.cpu_count() or 1
+    with ThreadPoolExecutor(cores) as pool:
+        rates = _windows(lambda: list(pool.map(preprocess_bytes, jpegs)), n, window_s=window_s, windows=windows,
+                         sync=lambda: None)
+    out.append(_decode_record(run, f"cpu (PIL, {cores} threads)", n, rates))
+    return out
+
+
+def _decode_record(run: Run, where: str, n: int, rates: list[float]) -> dict:
+    return run.record("gpu-decode", kind="raw", server="in-process", backend=where, engine=None, payload="jpeg",
+                      batch=n, concurrency=1, **_rate_fields(rates, n),
+                      note=f"JPEG decode + resize + normalise of {n} lab photos (640×480), {where}")
+
+
+class GpuMeter:
+    """Meter for the load generator: the GPU's mean utilisation (NVML, every 50 ms) and its memory in use."""
+
+    def __init__(self, index: int = 0):
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self.nvml, self.handle = pynvml, pynvml.nvmlDeviceGetHandleByIndex(index)
+        except Exception:  # no NVML (no NVIDIA driver, or nvidia-ml-py missing): the fields stay null
+            self.nvml = self.handle = None
+
+    def start(self) -> None:
+        import threading
+
+        self._samples, self._stop = [], threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True, name="gpu-meter")
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while self.nvml is not None and not self._stop.wait(0.05):
+            self._samples.append(self.nvml.nvmlDeviceGetUtilizationRates(self.handle).gpu)
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self._thread.join()
+        if self.nvml is None:
+            return {"gpu_util_pct": None, "gpu_mem_used_mb": None}
+        used = self.nvml.nvmlDeviceGetMemoryInfo(self.handle).used / 2**20
+        return {"gpu_util_pct": round(float(np.mean(self._samples)), 1) if self._samples else None,
+                "gpu_mem_used_mb": round(used)}
+
+
+def served_sweep(run: Run, server: str, *, engine: str, payloads=("tensor", "jpeg"), concurrencies=CONCURRENCIES,
+                 opts=None, **serve_kw) -> list[dict]:
+    """Batch-1 requests from 1 … 128 clients against `server` on the GPU, per payload."""
+    from servelab.bench import experiments as ex
+    from servelab.bench.cpu import CpuMeter
+    from servelab.bench.servers import served
+
+    out = []
+    log = run.dir / f"{server}-gpu.log"
+    with served(server, engine=engine, log_path=log, max_batch=SERVED_MAX_BATCH, **serve_kw) as srv:
+        for payload in payloads:
+            for c in concurrencies:
+                meters = (CpuMeter(server_pid=srv.pid), GpuMeter())
+                out.append(ex.measure(run, "gpu-served", srv, payload=payload, batch=1, concurrency=c, opts=opts,
+                                      meters=meters))
+    return out
+
+
+def _env(**values) -> None:
+    """Settings for this process's engines and the servers it starts (they inherit the environment)."""
+    os.environ.update({f"SERVELAB_{k.upper()}": str(v) for k, v in values.items()})
+
+
+def run_stage(run: Run, stage: str, *, budget_s: float = 240.0) -> list[dict]:
+    """One stage of the reference run (see the module docstring), within about `budget_s` seconds. A step that
+    fails leaves an `unavailable` record with its error, and the stage goes on with the next."""
+    from servelab.bench import experiments as ex
+    from servelab.bench.loadgen import LoadOpts
+    from servelab.lab.params import GPU_LOAD
+
+    if stage not in STAGES:
+        raise ValueError(f"stage must be one of {', '.join(STAGES)}, got {stage!r}")
+    deadline = time.monotonic() + budget_s
+    opts = LoadOpts(**GPU_LOAD)
+    out: list[dict] = []
+
+    def step(name: str, fn) -> None:
+        t0 = time.perf_counter()
+        try:
+            out.extend(fn())
+        except Exception as exc:  # the records so far stay; the error is recorded, not raised
+            out.append(run.record(f"gpu-{stage}", kind="unavailable", server="in-process", available=False,
+                                  note=f"{name}: {type(exc).__name__}: {exc}"[:600]))
+        print(f"gpu-reference {stage}: {name} took {time.perf_counter() - t0:.0f} s", flush=True)
+
+    if stage == "raw":
+        step("device-resident sweep", lambda: device_resident(run))
+        best = best_precision(out)
+        step("precision parity", lambda: precision_parity(run))
+        step("GPU JPEG decode", lambda: decode(run))
+        _env(engine="torch", provider="cuda", precision=best)
+        step("host-fed engine", lambda: ex.raw_engines(run, engines=("torch",), providers=("cuda",),
+                                                       batches=(1, 64, 256), opts=opts, experiment="gpu-raw-host"))
+        step("CUDA graphs and torch.compile",
+             lambda: launch_variants(run, best, time_left=lambda: deadline - time.monotonic()))
+    elif stage == "service":
+        _env(engine="torch", provider="cuda", precision=best_precision(run.records))
+        step("FastAPI service", lambda: served_sweep(
+            run, "fastapi", engine="torch", opts=opts,
+            env={"SERVELAB_DECODE_THREADS": max(1, (os.cpu_count() or 2) // 2)}))
+    else:  # triton: ONNX Runtime's CUDA provider, in-process and behind the embedded tritonserver
+        _env(engine="onnx", provider="cuda", precision="fp32")
+        step("ONNX Runtime CUDA engine", lambda: ex.raw_engines(run, engines=("onnx",), providers=("cuda",),
+                                                                batches=(1, 64, 256), opts=opts,
+                                                                experiment="gpu-raw-host"))
+        step("Triton", lambda: served_sweep(run, "triton-grpc", engine="onnx", opts=opts, device="cuda"))
+    return out
