@@ -15,6 +15,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+RESULTS_OUT=${OUT:-}                        # the device tool's folder for what comes back (set there)
 OUT=${GPU_WHEELS:-$ROOT/build/gpu-wheels}   # git-ignored
 PART_MIB=${PART_MIB:-56}
 PY_VERSION=3.12
@@ -228,7 +229,10 @@ lease_pack() {
         rm -rf "$cache" && mkdir -p "$cache/wheels"
         (cd "$ROOT" && ROOTS="$REFERENCE_SET" DEVICE_PACKAGES="$DEVICE_PACKAGES" WHEELS="$cache/wheels" \
             PLATFORM_ARGS="${PLATFORMS[*]}" python3 scripts/lease_closure.py) > "$cache/PINS"
-        say "$(wc -l < "$cache/PINS") wheels: $(tr '\n' ' ' < "$cache/PINS")"
+        # numpy 1 for the python-backend stub's environment (the bundled backend answers empty tensors under numpy 2)
+        python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version "$PY_VERSION" \
+            "${PLATFORMS[@]}" -d "$cache/wheels" "$(grep '^numpy==1' "$ROOT/requirements-gpu.txt")"
+        say "$(wc -l < "$cache/PINS") wheels and numpy 1 for the stub: $(tr '\n' ' ' < "$cache/PINS")"
         local ort
         ort=$(ls "$cache"/wheels/onnxruntime_gpu-*.whl)
         mkdir -p "$cache/ort" && (cd "$cache/ort" && unzip -q "$ort")
@@ -257,29 +261,45 @@ lease_pack() {
     for d in "$LEASE"/part-*; do cp "$LEASE/MANIFEST" "$d/"; say "$(basename "$d"): $(du -sm "$d" | cut -f1) MiB, $(ls "$d" | wc -l) files"; done
 }
 
-# There, once per call: the part this call carried joins what earlier calls left in /tmp/gpu-lease; its wheels
-# go into /tmp/gpu-site (no index, no dependencies: the set is pinned and complete); once every chunk has come,
-# onnxruntime-gpu is checked against the manifest and unpacked into /tmp/gpu-ort, ahead of the CPU build on
-# PYTHONPATH (`lease_env`).
+# There, once per call: the part this call carried joins what earlier calls left in /tmp/gpu-lease. Its wheels
+# go into /tmp/gpu-site (no index, no dependencies: the set is pinned and complete), on PYTHONPATH ahead of the
+# machine's own packages (`lease_env`). Triton's python-backend stub ignores PYTHONPATH and needs numpy 1, so it
+# gets an environment of its own, /tmp/gpu-stub: a venv with numpy 1 and, once every
+# chunk has come and matched the manifest, onnxruntime-gpu, ahead of the machine's packages (a .pth file names
+# them). This process's onnxruntime-gpu is /tmp/gpu-ort.
 lease_install() {
-    local part=${1:?which part (build/gpu-lease/part-N)} have=/tmp/gpu-lease
+    local part=${1:?which part (build/gpu-lease/part-N)} have=/tmp/gpu-lease stub=/tmp/gpu-stub
     mkdir -p "$have" /tmp/gpu-site
+    local stub_site
+    if [ ! -x "$stub/bin/python" ]; then  # its own site-packages first, then the machine's (a .pth file)
+        python3 -m venv --without-pip "$stub"
+        stub_site=$("$stub/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+        python3 -c "import sysconfig; p = sysconfig.get_paths(); print('\n'.join(dict.fromkeys([p['purelib'], p['platlib']])))" \
+            > "$stub_site/machine.pth"
+    fi
+    stub_site=$("$stub/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
     cp -r "$ROOT/$part"/. "$have/"
-    ls "$have"/*.whl >/dev/null 2>&1 &&
-        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gpu-site "$have"/*.whl &&
-        rm -f "$have"/*.whl
+    local pip=(python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade)
+    if ls "$have"/numpy-*.whl >/dev/null 2>&1; then
+        "${pip[@]}" --target "$stub_site" "$have"/numpy-*.whl && rm -f "$have"/numpy-*.whl
+    fi
+    if ls "$have"/*.whl >/dev/null 2>&1; then
+        "${pip[@]}" --target /tmp/gpu-site "$have"/*.whl && rm -f "$have"/*.whl
+    fi
     local want
     want=$(awk '/^chunks/ {print $2}' "$have/MANIFEST")
     if [ ! -d /tmp/gpu-ort ] && [ "$(ls "$have"/ort-gpu.tar.xz.chunk-* 2>/dev/null | wc -l)" = "$want" ]; then
         cat "$have"/ort-gpu.tar.xz.chunk-* > "$have/ort-gpu.tar.xz"
         (cd "$have" && sha256sum --quiet -c <(head -1 MANIFEST)) || { say "onnxruntime-gpu damaged in transit"; exit 1; }
         mkdir -p /tmp/gpu-ort && xz -dc -T0 "$have/ort-gpu.tar.xz" | tar -C /tmp/gpu-ort -xf - && rm "$have"/ort-gpu.tar.xz*
+        cp -r /tmp/gpu-ort/. "$stub_site/"
     fi
-    say "installed: $(ls /tmp/gpu-site | grep -c dist-info) packages; onnxruntime-gpu $([ -d /tmp/gpu-ort ] && echo ready || echo "$(ls "$have"/ort-gpu.tar.xz.chunk-* 2>/dev/null | wc -l)/$want chunks")"
+    say "installed: $(ls /tmp/gpu-site | grep -c dist-info) packages; the stub's numpy $("$stub/bin/python" -c 'import numpy; print(numpy.__version__)' 2>&1 | tail -1); onnxruntime-gpu $([ -d /tmp/gpu-ort ] && echo ready || echo "$(ls "$have"/ort-gpu.tar.xz.chunk-* 2>/dev/null | wc -l)/$want chunks")"
 }
 
 lease_env() {
-    echo "export PYTHONPATH=/tmp/gpu-ort:/tmp/gpu-site:$ROOT SERVELAB_RESULTS=/tmp/gpu-results PYTHONUNBUFFERED=1"
+    echo "export PYTHONPATH=/tmp/gpu-ort:/tmp/gpu-site:$ROOT SERVELAB_RESULTS=/tmp/gpu-results PYTHONUNBUFFERED=1" \
+        "SERVELAB_TRITON_PYTHON=/tmp/gpu-stub/bin/python"
 }
 
 # There: one stage of `servelab bench gpu-reference` into the run gpu-reference, then the run as one archive in
@@ -289,8 +309,8 @@ lease_stage() {
     eval "$(lease_env)"
     timeout "$((budget + 60))" python3 -m servelab.cli bench gpu-reference --stage "$stage" --run-id gpu-reference \
         --budget-s "$budget" || say "stage $stage ended early (exit $?)"
-    if [ -n "${OUT:-}" ] && [ -d /tmp/gpu-results/gpu-reference ]; then
-        tar -C /tmp/gpu-results -czf "$OUT/gpu-reference.tar.gz" gpu-reference
+    if [ -n "$RESULTS_OUT" ] && [ -d /tmp/gpu-results/gpu-reference ]; then
+        tar -C /tmp/gpu-results -czf "$RESULTS_OUT/gpu-reference.tar.gz" gpu-reference
     fi
 }
 

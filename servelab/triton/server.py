@@ -18,17 +18,27 @@ one that is never stopped outlives this Python (the CLI's `up`); `servelab.manag
 stops it later.
 
 How the bundled server is made to run: a backend folder `python/` with links to
-libtriton_python.so, triton_python_backend_utils.py and the stub for this Python version; the venv's bin first
-on PATH (the stub runs `python3` from PATH, so model.py sees the venv's numpy/onnxruntime/servelab); and
-LD_LIBRARY_PATH = this interpreter's LIBDIR so the stub loads the matching libpython.
+libtriton_python.so, triton_python_backend_utils.py and the stub for the stub's Python version; that
+interpreter's bin first on PATH (the stub runs `python3` from PATH, so model.py sees that environment's
+numpy/onnxruntime/servelab); and LD_LIBRARY_PATH = its LIBDIR so the stub loads the matching libpython.
+
+The stub's interpreter is this one, or the one `SERVELAB_TRITON_PYTHON` names. Two things about it are checked
+before the server starts, because both fail silently otherwise:
+- The stub ignores PYTHONPATH: model.py imports from that environment's own site-packages, never from a
+  folder on PYTHONPATH. An onnxruntime-gpu reached only through PYTHONPATH was missed this way, and the
+  machine's CPU build was used instead.
+- The bundled python backend (nvidia-pytriton 0.7) was built for numpy 1. Under numpy 2 it answers every
+  request with an empty tensor.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import re
+import subprocess
 import sys
-import sysconfig
 import tempfile
 from pathlib import Path
 
@@ -59,10 +69,44 @@ def find_tritonserver() -> Path:
     return binary
 
 
+def stub_python() -> str:
+    """The interpreter the python-backend stub runs: SERVELAB_TRITON_PYTHON, else this one."""
+    return os.environ.get("SERVELAB_TRITON_PYTHON") or sys.executable
+
+
+_PROBE = ("import json, sys, sysconfig\n"
+          "try:\n    import numpy; np = numpy.__version__\nexcept Exception:\n    np = None\n"
+          "print(json.dumps({'version': '%d.%d' % sys.version_info[:2], 'libdir': sysconfig.get_config_var('LIBDIR'),"
+          " 'numpy': np}))")
+
+
+@functools.cache
+def probe_stub_python(python: str) -> dict:
+    """{version, libdir, numpy} of `python` as the stub sees it: without PYTHONPATH, which the stub ignores."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    try:
+        done = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, env=env, timeout=120)
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
+        raise TritonStartError(f"the python-backend interpreter {python} cannot be run: {exc}") from None
+
+
+def stub_numpy_problem(numpy_version: str | None) -> str | None:
+    """Why the bundled python backend cannot run with this numpy (None: it can)."""
+    if numpy_version is None:
+        return ("numpy cannot be imported by the python backend's interpreter without PYTHONPATH (the stub "
+                "ignores PYTHONPATH): install numpy<2 into that environment")
+    if int(numpy_version.split(".")[0]) >= 2:
+        return (f"the bundled python backend (nvidia-pytriton 0.7, built for numpy 1) answers with empty tensors "
+                f"under numpy {numpy_version}: run Triton from an environment with numpy<2 (the triton extra pins "
+                "it), or name one in SERVELAB_TRITON_PYTHON")
+    return None
+
+
 def backend_directory(root: Path | None = None) -> Path:
-    """A backends folder whose python/ links the bundled python backend and this Python's stub."""
+    """A backends folder whose python/ links the bundled python backend and the stub for its interpreter."""
     src = bundled_root()
-    ver = f"{sys.version_info.major}.{sys.version_info.minor}"
+    ver = probe_stub_python(stub_python())["version"]
     parts = {
         "libtriton_python.so": src / "backends" / "python" / "libtriton_python.so",
         "triton_python_backend_utils.py": src / "backends" / "python" / "triton_python_backend_utils.py",
@@ -87,9 +131,10 @@ def backend_directory(root: Path | None = None) -> Path:
 
 def server_env() -> dict:
     env = dict(os.environ)
-    venv_bin = str(Path(sys.executable).parent)
+    python = stub_python()
+    venv_bin = str(Path(python).parent)
     env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "")
-    libdir = sysconfig.get_config_var("LIBDIR") or ""
+    libdir = probe_stub_python(python)["libdir"] or ""
     env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (libdir, env.get("LD_LIBRARY_PATH", "")) if p)
     return env
 
@@ -197,6 +242,9 @@ class EmbeddedTriton(ManagedProcess):
             raise TritonStartError(
                 f"model repository {self.repository} is missing or empty; run `servelab triton stage` first"
             )
+        problem = stub_numpy_problem(probe_stub_python(stub_python())["numpy"])
+        if problem:
+            raise TritonStartError(problem)
         super().check()
 
     def fatal_in_log(self, log_text: str) -> str | None:

@@ -139,3 +139,40 @@ def test_cli_up_on_taken_port(echo_repo, tmp_path):
     assert r.returncode == 1
     assert r.stderr.strip() == (f"error: Triton HTTP port {taken} on 127.0.0.1 is already in use; "
                                 "stop what holds it or pick another with --http-port")
+
+
+def test_an_interpreter_without_numpy_for_the_stub_is_refused_before_the_server_starts(echo_repo, tmp_path,
+                                                                                      monkeypatch):
+    """SERVELAB_TRITON_PYTHON names the stub's interpreter; a bare venv has no numpy, so no model could run."""
+    venv = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    monkeypatch.setenv("SERVELAB_TRITON_PYTHON", str(venv / "bin" / "python"))
+    srv = EmbeddedTriton(echo_repo, log_path=tmp_path / "t.log")
+    with pytest.raises(TritonStartError, match="numpy cannot be imported by the python backend's interpreter"):
+        srv.start()
+    assert srv.proc is None  # refused before anything was started
+
+
+def test_the_stub_interpreter_is_probed_without_pythonpath(tmp_path, monkeypatch):
+    """The stub ignores PYTHONPATH, so the probe must too: a numpy on PYTHONPATH is not the one the stub gets."""
+    from servelab.triton.server import probe_stub_python
+
+    fake = tmp_path / "shadow" / "numpy"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("__version__ = '9.9.9'\n")
+    monkeypatch.setenv("PYTHONPATH", str(fake.parent))
+    probe_stub_python.cache_clear()
+    import numpy
+
+    assert probe_stub_python(sys.executable)["numpy"] == numpy.__version__ != "9.9.9"
+
+
+@pytest.mark.parametrize(("version", "refused"), [("1.26.4", False), ("2.5.2", True), ("2.0.0", True)])
+def test_numpy_2_is_refused_for_the_bundled_python_backend(version, refused):
+    """Under numpy 2 the bundled stub answers with empty tensors (seen on the GPU machine, reproduced on a CPU)."""
+    from servelab.triton.server import stub_numpy_problem
+
+    problem = stub_numpy_problem(version)
+    assert (problem is not None) == refused
+    if refused:
+        assert "empty tensors" in problem and version in problem

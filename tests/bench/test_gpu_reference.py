@@ -1,0 +1,67 @@
+"""The GPU reference run's parts that a CPU can run: the device-resident timer, the precision labels, the served
+sweep's meters (a real uvicorn on loopback). The CUDA-only parts (graphs, nvJPEG, KIND_GPU) ran on an H100:
+reference/nvidia-h100-80gb-hbm3/."""
+
+from __future__ import annotations
+
+import pytest
+
+from servelab.bench import gpu_reference as gr
+from servelab.bench.loadgen import LoadOpts
+from servelab.bench.records import Run
+
+
+@pytest.fixture
+def run(tmp_path):
+    return Run("gpu-ref-test", root=tmp_path)
+
+
+def test_device_resident_records_name_precision_variant_and_batch(run):
+    recs = gr.device_resident(run, device="cpu", precisions=("fp32", "bf16"), batches=(1, 2), window_s=0.05,
+                              windows=2)
+    assert [(r["precision"], r["variant"], r["batch"]) for r in recs] == [
+        ("fp32", "eager", 1), ("fp32", "eager", 2), ("bf16", "eager", 1), ("bf16", "eager", 2)]
+    for r in recs:
+        assert r["kind"] == "raw" and r["provider"] == "cpu" and r["throughput_img_s"] > 0
+        assert r["throughput_min_img_s"] <= r["throughput_img_s"] <= r["throughput_max_img_s"]
+        assert r["latency_p50_ms"] == pytest.approx(1000 * r["batch"] / r["throughput_img_s"], rel=0.01)
+        assert "nothing is copied" in r["note"]
+    fastest = max(recs, key=lambda r: r["throughput_img_s"])
+    assert gr.best_precision(recs) == fastest["precision"]
+    assert gr.best_precision([]) == "fp16"
+
+
+def test_half_precision_is_compared_with_fp32_not_with_itself(run, monkeypatch):
+    """With SERVELAB_PRECISION=bf16 the host-fed engine runs bf16, and its cosine is taken against fp32."""
+    from servelab.bench import experiments as ex
+
+    monkeypatch.setenv("SERVELAB_ENGINE", "torch")
+    monkeypatch.setenv("SERVELAB_PRECISION", "bf16")
+    (rec,) = ex.raw_engines(run, engines=("torch",), providers=("cpu",), batches=(1,), opts=LoadOpts.smoke())
+    assert rec["precision"] == "bf16"
+    assert 0.999 <= rec["cosine_vs_torch_fp32"] < 0.999999  # bf16 against itself would be 1.0
+
+
+def test_precision_parity_measures_fp16_and_bf16_against_fp32(run):
+    recs = gr.precision_parity(run, device="cpu", n=4)
+    assert [r["precision"] for r in recs] == ["fp16", "bf16"]
+    for r in recs:
+        assert 0.999 <= r["value"] <= 1.0 and r["met"] is True and r["value_mean"] >= r["value"]
+
+
+def test_served_sweep_records_what_the_server_the_client_and_the_gpu_used(run, monkeypatch):
+    """On a machine without NVML the GPU fields are null, never made up; the CPU fields are measured."""
+    monkeypatch.setenv("SERVELAB_ENGINE", "onnx")
+    recs = gr.served_sweep(run, "fastapi", engine="onnx", payloads=("tensor",), concurrencies=(1, 2),
+                           opts=LoadOpts.smoke())
+    assert [r["concurrency"] for r in recs] == [1, 2]
+    for r in recs:
+        assert r["experiment"] == "gpu-served" and r["throughput_img_s"] > 0 and r["errors"] == 0
+        assert r["server_cpu_pct"] is not None and r["loadgen_cpu_pct"] is not None
+        assert "gpu_util_pct" in r and "gpu_mem_used_mb" in r
+    assert (run.dir / "fastapi-gpu.log").exists()
+
+
+def test_an_unknown_stage_is_one_clear_error(run):
+    with pytest.raises(ValueError, match="stage must be one of raw, service, triton"):
+        gr.run_stage(run, "warp-speed")
