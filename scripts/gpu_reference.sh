@@ -2,6 +2,13 @@
 # The GPU reference run, in two halves: the first here (a machine with a package registry), the second on the
 # GPU machine (none there), so its short lease is spent measuring, not installing.
 #
+#   The reference run within one short lease (`servelab bench gpu-reference`, three stages):
+#   scripts/gpu_reference.sh lease-pack                  # here: what the stages need -> build/gpu-lease/part-N/
+#   scripts/gpu_reference.sh lease-install <part folder> # there, each call: install what this part completes
+#   scripts/gpu_reference.sh lease-stage <stage> [s]     # there: raw | service | triton -> $OUT/gpu-reference.tar.gz
+#   scripts/gpu_reference.sh lease-env                   # there: the exports the stages run with
+#
+#   The whole GPU lab set (the gpu profile through the notebooks; ~440 MB, 8 calls):
 #   scripts/gpu_reference.sh gather     # here: every wheel the GPU machine lacks -> build/gpu-wheels/part-NN/
 #   scripts/gpu_reference.sh rehearse   # here: reassemble, verify and install the parts into a Python 3.12 venv
 #   scripts/gpu_reference.sh install    # there: reassemble, verify, install (no index), check CUDA really runs
@@ -326,5 +333,5 @@ case "${1:-}" in
     measure) measure ;;
     wanted) wanted ;;
     roots) roots ;;
-    *) sed -n '2,9p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,15p' "$0" >&2; exit 2 ;;
 esac

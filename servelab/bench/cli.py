@@ -413,6 +413,10 @@ def device_profile(run: str = typer.Argument(..., help="run id or folder with ra
                    engine: str | None = typer.Option(None, help="the engine whose curve to fit (needed when the run "
                                                                  "measured several)"),
                    provider: str | None = typer.Option(None, help="its execution provider (cpu, cuda, tensorrt)"),
+                   precision: str | None = typer.Option(None, help="its precision, where the run measured several "
+                                                                   "(fp32, fp16, bf16)"),
+                   experiment: str | None = typer.Option(None, help="the experiment whose records to fit, where "
+                                                                    "several hold that engine's batch curve"),
                    name: str | None = typer.Option(None, help="profile name (default: <engine>-<provider>-<run id>)"),
                    time_scale: float | None = typer.Option(None, "--time-scale", help="real seconds per measured "
                                                            "second (default: t(1) about 0.1 s, at least 1)"),
@@ -429,18 +433,20 @@ def device_profile(run: str = typer.Argument(..., help="run id or folder with ra
 
     run_dir = resolve_run_dir(run)
     records = load_records(run_dir)
-    curve = batch_curve(records, engine=engine, provider=provider)
+    curve = batch_curve(records, engine=engine, provider=provider, precision=precision, experiment=experiment)
     first = next(r for r in records if r.get("kind") == "raw" and r.get("batch") in curve
-                 and (engine is None or r.get("engine") == engine))
+                 and (engine is None or r.get("engine") == engine)
+                 and (experiment is None or r.get("experiment") == experiment))
     engine, provider = first.get("engine"), first.get("provider") or "cpu"
+    what = " ".join(x for x in (engine, first.get("precision")) if x)
     env_path = run_dir / "environment.json"
     env = json.loads(env_path.read_text()) if env_path.is_file() else {}
     gpus = ", ".join(g.get("name", "?") if isinstance(g, dict) else str(g) for g in env.get("gpus") or [])
     machine = gpus if provider != "cpu" and gpus else (env.get("cpu_model") or "an unrecorded machine")
     p = fit_profile(curve, name=name or re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{engine}-{provider}-{run_dir.name}"),
-                    source=f"fitted to run {run_dir.name}: {engine} on {provider} ({machine}), raw in-process "
-                           "batches, one caller", time_scale=time_scale)
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{engine}-{provider}")
+                    source=f"fitted to run {run_dir.name}: {what} on {provider} ({machine}), raw in-process "
+                           f"batches ({first.get('experiment')}), one caller", time_scale=time_scale)
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", "-".join(x for x in (engine, provider, first.get("precision")) if x))
     path = write_profile(p, Path(out) if out else run_dir / f"device-profile-{slug}.json")
     typer.echo(f"{p.label}: t(B) = {p.fixed_ms:g} ms + {p.per_image_ms:g} ms × max(B, {p.full_at}), "
                f"slowed {p.time_scale:g}× (t(1) = {p.t_s(1) * 1000:.0f} ms here)")

@@ -18,19 +18,27 @@ import numpy as np
 from servelab.model.device_profile import DeviceProfile
 
 
-def batch_curve(records: list[dict], *, engine: str | None = None, provider: str | None = None) -> dict[int, float]:
-    """{batch size: seconds per batch} from a run's raw in-process records (the median where a size repeats)."""
+def batch_curve(records: list[dict], *, engine: str | None = None, provider: str | None = None,
+                precision: str | None = None, experiment: str | None = None) -> dict[int, float]:
+    """{batch size: seconds per batch} from a run's raw in-process records (the median where a size repeats).
+    `precision` and `experiment` pick one curve where a run measured several (the GPU reference: fp32, fp16 and
+    bf16; the engine with its input on the device, `gpu-raw`, or fed from host memory, `gpu-raw-host`)."""
+    wanted = {"engine": engine, "provider": provider, "precision": precision, "experiment": experiment}
     rows = [r for r in records if r.get("kind") == "raw" and r.get("available", True) is not False
-            and r.get("batch") and r.get("throughput_img_s")
-            and (engine is None or r.get("engine") == engine) and (provider is None or r.get("provider") == provider)]
+            and r.get("batch") and r.get("throughput_img_s") and r.get("variant") in (None, "eager")
+            and all(v is None or r.get(k) == v for k, v in wanted.items())]
     if not rows:
-        which = ", ".join(f"{k} {v}" for k, v in (("engine", engine), ("provider", provider)) if v) or "any engine"
+        which = ", ".join(f"{k} {v}" for k, v in wanted.items() if v) or "any engine"
         raise ValueError(f"the run has no raw in-process batch records for {which}: run `servelab bench engines` "
                          "or `servelab bench batch-sweep` there first")
     found = {(r.get("engine"), r.get("provider")) for r in rows}
     if len(found) > 1:
         raise ValueError(f"the run measured several engines ({', '.join(f'{e} on {p}' for e, p in sorted(found))}): "
                          "choose one with --engine and --provider")
+    curves = {(r.get("precision"), r.get("experiment")) for r in rows}
+    if len(curves) > 1:
+        raise ValueError(f"the run measured several curves of that engine ({', '.join(sorted(f'{p} in {e}' for p, e in curves))}): "
+                         "choose one with --precision and --experiment")
     times: dict[int, list[float]] = {}
     for r in rows:
         times.setdefault(int(r["batch"]), []).append(r["batch"] / r["throughput_img_s"])

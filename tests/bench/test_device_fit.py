@@ -56,3 +56,23 @@ def test_a_profile_written_from_a_measured_run_reproduces_the_device_that_was_me
     for b in (1, 4, 8, 12):  # within 15 %: one-request smoke windows carry a busy machine's scheduling delays
         assert fitted.t_s(b) == pytest.approx(profile("flat").t_s(b), rel=0.15)
     assert profile(str(path)).name == fitted.name  # SERVELAB_DEVICE_PROFILE accepts the file
+
+
+def test_the_measured_h100_profile_is_the_fit_of_the_reference_run():
+    """vit-b32-h100-measured is what `servelab bench device-profile` fits to the committed H100 run; a run with
+    several curves of one engine (precisions, device-resident or host-fed) needs them named."""
+    from pathlib import Path
+
+    from servelab.bench.device_fit import batch_curve, fit_profile
+    from servelab.bench.records import load_records
+    from servelab.model.device_profile import profile
+
+    records = load_records(Path(__file__).resolve().parents[2] / "reference" / "nvidia-h100-80gb-hbm3")
+    with pytest.raises(ValueError, match="several curves of that engine"):
+        batch_curve(records, engine="torch", provider="cuda")
+    curve = batch_curve(records, engine="torch", provider="cuda", precision="bf16", experiment="gpu-raw-host")
+    assert sorted(curve) == [1, 64, 256]
+    fitted, named = fit_profile(curve, name="x", source="test"), profile("vit-b32-h100-measured")
+    assert (fitted.fixed_ms, fitted.per_image_ms, fitted.full_at) == pytest.approx(
+        (named.fixed_ms, named.per_image_ms, named.full_at), rel=1e-3)
+    assert "measured, not estimated" in named.source
