@@ -58,11 +58,10 @@ def _check(srv, run, tmp_path, answer):
 
 def test_a_plan_made_from_the_profile_passes_and_its_records_say_emulated(emulated_only_triton, run, tmp_path):
     result = _check(emulated_only_triton, run, tmp_path, one_batch_per_round)
-    if result.status != PASS and "more than 30% off" in result.message:
-        # quarantined: on some 2-core VMs the 4 clients' resends miss the queue delay and the device waits on the
-        # CPU (about 28 img/s against 40 predicted); the check should call that inconclusive, and does not yet
-        pytest.xfail("the emulated device waited on late clients (slow CPU): " + result.message[:200])
     assert result.status == PASS, result.message
+    # graded on Triton's own time per request: what the CPU adds around it (a third on a busy 2-core VM) is shown
+    assert result.detail["served_img_s"] >= result.detail["measured_img_s"] * 0.95, result.detail
+    assert "end to end" in result.message
     assert result.detail["ratio_vs_default"] > 1.3, result.detail  # one batch of 4 against two groups of 2
     recs = [r for r in load_records(run.dir) if r["experiment"] == "05a.3-plan"]
     assert {r["kind"] for r in recs} == {"load", "ab"}
