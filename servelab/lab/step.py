@@ -227,13 +227,18 @@ class Step:
         """The 'What this run shows' paragraph (built from this run's numbers by the notebook); also saved
         as tables/<id>_shows.md so the report carries it, and as this notebook's headline in the run's
         headlines.json, so `servelab bench compare` can tell whether another run concluded the same. Where the
-        notebook also measured the emulated accelerator, its ratios follow, labelled with the device's profile."""
+        notebook also measured the emulated accelerator, its ratios follow, labelled with the device's profile.
+        The GPU reference run's figures for the same question (servelab.bench.reference) come after, labelled."""
         from servelab.bench.headlines import emulated_figures, record_headline
+        from servelab.bench.reference import reference_line
 
         text = " ".join(t for t in (text, emulated_figures(self.out_dir, self.id)) if t)
         _display_md(f"**What this run shows.** {text}")
         atomic_write(self.out_dir / "tables" / f"{self.id}_shows.txt", text + "\n")
         record_headline(self.out_dir, self.id, text)
+        reference = reference_line(self.id)
+        if reference:  # beside the headline, never in it: another machine's figures, labelled as such
+            _display_md(f"**On a GPU, for comparison (a reference run, not this one).** {reference}")
 
     def answer(self, text: str) -> None:
         """The answer to a 'predict first' question, built by the notebook from this run's numbers."""
