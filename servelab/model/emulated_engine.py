@@ -34,7 +34,9 @@ def stand_in_embedding(batch: np.ndarray) -> np.ndarray:
     """float32 [N, 3, 224, 224] -> a deterministic L2-normalised float32 [N, 512] (not an image embedding)."""
     sample = batch[:, :, ::_STRIDE, ::_STRIDE].reshape(batch.shape[0], -1).astype(np.float32)
     sample = np.concatenate([sample, np.ones((batch.shape[0], 1), np.float32)], axis=1)  # the 1: never a zero vector
-    out = sample @ _projection(sample.shape[1])
+    # einsum, not `@`: a matrix product goes to the BLAS, whose worker threads then spin for a while after each
+    # call (OpenBLAS) and kept a whole core busy in a service that is meant to wait, not compute
+    out = np.einsum("nf,fe->ne", sample, _projection(sample.shape[1]))
     return out / np.linalg.norm(out, axis=1, keepdims=True)
 
 

@@ -79,3 +79,22 @@ def test_the_service_and_another_process_contend_for_one_device(tmp_path):
             w.join()
     print(f"a batch of 4 beside the loaded service: {shared * 1000:.0f} ms; alone: {FLAT.t_s(4) * 1000:.0f} ms")
     assert shared >= 1.4 * FLAT.t_s(4), f"{shared * 1000:.0f} ms beside the service, {FLAT.t_s(4) * 1000:.0f} alone"
+
+
+def test_the_service_waits_on_the_emulated_device_instead_of_burning_a_core(tmp_path):
+    """The emulated device is a wait, not a computation: while one client keeps it busy, the service process
+    sleeps. (Its stand-in vector once went through the BLAS, whose worker thread then spun: a whole core.)"""
+    import psutil
+
+    with _service(tmp_path, tmp_path / "devices", 16) as svc:
+        proc = psutil.Process(svc.proc.pid)
+        with attach("fastapi", svc.url, engine="emulated").make_client() as client:
+            x = np.zeros((1, 3, 224, 224), np.float32)
+            client.embed_tensor(x)
+            t0, c0, calls = time.monotonic(), sum(proc.cpu_times()[:2]), 0
+            while time.monotonic() - t0 < 3.0:
+                client.embed_tensor(x)
+                calls += 1
+            cpu_pct = 100 * (sum(proc.cpu_times()[:2]) - c0) / (time.monotonic() - t0)
+    assert calls >= 5  # 168 ms per request on the flat profile
+    assert cpu_pct < 40, f"the service used {cpu_pct:.0f} % of a core while its engine only waited"
