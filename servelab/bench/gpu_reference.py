@@ -7,12 +7,13 @@
 A lease can end between two calls, so each stage is its own command and adds its records to the same run; the
 report is rewritten after each one. The stages:
 
-- raw: the torch engine with its input already on the GPU, timed with CUDA events (what the device can do):
+- raw: the torch engine with its input already on the GPU, timed around torch.cuda.synchronize (what the device can do):
   fp32 / fp16 / bf16 at batch 1 … 256, then CUDA graphs and torch.compile at the best precision; the same engine
-  fed from host memory as a server feeds it (the copy to the GPU included); fp16 and bf16 against fp32 on the
-  lab's photos (cosine); JPEG decode and resize on the GPU (nvJPEG, batched) against the CPU path on every core.
+  fed from host memory as a server feeds it (the copy to the GPU included), and three ways of making that copy;
+  fp16 and bf16 against fp32 on the lab's photos (cosine); JPEG decode and resize on the GPU (nvJPEG, batched)
+  against the CPU path on every core.
 - service: the FastAPI service on the GPU (torch, the best half precision), batch-1 requests from 1 to 128
-  clients, tensor-in and JPEG-in.
+  clients, tensor-in and JPEG-in; then with 2 CPU-side torch threads instead of one per core.
 - triton: the embedded tritonserver with the python-backend encoder on KIND_GPU (ONNX Runtime's CUDA provider;
   the bundled server has no onnxruntime backend), the same sweep; and ONNX Runtime CUDA in-process.
 
@@ -94,6 +95,37 @@ def best_precision(records: list[dict]) -> str:
     """The precision of the fastest device-resident eager record (fp16 when there is none)."""
     eager = [r for r in records if r.get("experiment") == "gpu-raw" and r.get("variant") == "eager"]
     return max(eager, key=lambda r: r["throughput_img_s"])["precision"] if eager else "fp16"
+
+
+def host_copies(run: Run, precision: str, *, batches=(64, 256), window_s: float = 0.5,
+                windows: int = 5) -> list[dict]:
+    """Where the time of a host-fed batch goes: the engine's own way (`.to(device, dtype)`: PyTorch converts on
+    the CPU, then copies), copying float32 and converting on the GPU, and copying from pinned memory without
+    blocking; each with the forward pass, so the figures compare with the host-fed engine's."""
+    import torch
+
+    from servelab.config import Settings
+    from servelab.model.engines import make_embedder
+
+    emb = make_embedder(Settings.from_env(), engine="torch", provider="cuda", precision=precision)
+    module, dtype, out = emb.module, emb.dtype, []
+    for b in batches:
+        host = torch.randn(b, 3, 224, 224)  # float32, pageable: what torch.from_numpy gives the engine
+        pinned = host.pin_memory()
+        ways = {
+            "convert on the CPU, then copy": lambda h=host: module(h.to("cuda", dtype)),
+            "copy float32, convert on the GPU": lambda h=host: module(h.to("cuda").to(dtype)),
+            "pinned, non-blocking copy, convert on the GPU":
+                lambda h=pinned: module(h.to("cuda", non_blocking=True).to(dtype)),
+        }
+        for way, step in ways.items():
+            with torch.inference_mode():
+                rates = _windows(step, b, window_s=window_s, windows=windows, sync=torch.cuda.synchronize)
+            out.append(run.record("gpu-host-copy", kind="raw", server="in-process", backend=way, engine="torch",
+                                  provider="cuda", protocol="inproc", payload="tensor", batch=b, concurrency=1,
+                                  precision=precision, **_rate_fields(rates, b),
+                                  note=f"a float32 batch from host memory: {way}; with the forward pass"))
+    return out
 
 
 def launch_variants(run: Run, precision: str, *, batches=BATCHES, window_s: float = 0.5, windows: int = 5,
@@ -239,7 +271,7 @@ class GpuMeter:
 
 
 def served_sweep(run: Run, server: str, *, engine: str, payloads=("tensor", "jpeg"), concurrencies=CONCURRENCIES,
-                 opts=None, **serve_kw) -> list[dict]:
+                 opts=None, experiment: str = "gpu-served", **serve_kw) -> list[dict]:
     """Batch-1 requests from 1 … 128 clients against `server` on the GPU, per payload."""
     from servelab.bench import experiments as ex
     from servelab.bench.cpu import CpuMeter
@@ -251,7 +283,7 @@ def served_sweep(run: Run, server: str, *, engine: str, payloads=("tensor", "jpe
         for payload in payloads:
             for c in concurrencies:
                 meters = (CpuMeter(server_pid=srv.pid), GpuMeter())
-                out.append(ex.measure(run, "gpu-served", srv, payload=payload, batch=1, concurrency=c, opts=opts,
+                out.append(ex.measure(run, experiment, srv, payload=payload, batch=1, concurrency=c, opts=opts,
                                       meters=meters))
     return out
 
@@ -291,13 +323,17 @@ def run_stage(run: Run, stage: str, *, budget_s: float = 240.0) -> list[dict]:
         _env(engine="torch", provider="cuda", precision=best)
         step("host-fed engine", lambda: ex.raw_engines(run, engines=("torch",), providers=("cuda",),
                                                        batches=(1, 64, 256), opts=opts, experiment="gpu-raw-host"))
+        step("host copies", lambda: host_copies(run, best))
         step("CUDA graphs and torch.compile",
              lambda: launch_variants(run, best, time_left=lambda: deadline - time.monotonic()))
     elif stage == "service":
         _env(engine="torch", provider="cuda", precision=best_precision(run.records))
-        step("FastAPI service", lambda: served_sweep(
-            run, "fastapi", engine="torch", opts=opts,
-            env={"SERVELAB_DECODE_THREADS": max(1, (os.cpu_count() or 2) // 2)}))
+        decode = {"SERVELAB_DECODE_THREADS": max(1, (os.cpu_count() or 2) // 2)}
+        step("FastAPI service", lambda: served_sweep(run, "fastapi", engine="torch", opts=opts, env=decode))
+        # the first lease saw the service burn 3-10 cores while the GPU idled: its CPU-side torch threads?
+        step("FastAPI service, 2 torch threads", lambda: served_sweep(
+            run, "fastapi", engine="torch", opts=opts, concurrencies=(1, 128), experiment="gpu-served-2-threads",
+            env={**decode, "SERVELAB_THREADS": 2}))
     else:  # triton: ONNX Runtime's CUDA provider, in-process and behind the embedded tritonserver
         _env(engine="onnx", provider="cuda", precision="fp32")
         step("ONNX Runtime CUDA engine", lambda: ex.raw_engines(run, engines=("onnx",), providers=("cuda",),
