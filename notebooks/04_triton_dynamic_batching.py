@@ -67,6 +67,7 @@ concurrency_levels = [1, 8]
 load = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 3.0, "max_windows": 4, "tolerance": 0.1,
         "quick": False}
 extra_servers = True     # start a torch-engine FastAPI service for the comparison (else: this run's onnx service)
+service_batching_baseline = False  # also the FastAPI service with max_batch 1 against batching (full profile)
 service_pid = 0
 device_profile = "vit-b32-h100"  # the emulated accelerator's profile (servelab.model.device_profile), or a *.json file
 
@@ -572,8 +573,8 @@ if spans_mine:
 # Does batching cause any of that? The same model **without** its `dynamic_batching` stanza is loaded
 # through Triton's repository API (no restart), and windows of batching **on** and **off** alternate in one
 # sequence (A B B A A B …) at the highest concurrency, so a machine that gets busier or quieter during the
-# measurement moves both sides alike; the model is reloaded only when the side changes. With the extra
-# servers, the FastAPI service gets the same test against a second service with `max_batch` 1.
+# measurement moves both sides alike; the model is reloaded only when the side changes. The full profile
+# gives the FastAPI service the same test, against a second service with `max_batch` 1.
 #
 # **Predict first.** On this CPU, will turning batching off change throughput by more than the noise? On a
 # GPU?
@@ -591,7 +592,7 @@ with config_switch(triton_http_url, triton_model, [batched, unbatched]) as use:
         payload_a="tensor", payload_b="tensor", concurrency_a=hi_c, opts=opts, prepare=use,
         params={"system": "triton"})
 baseline = [("triton", "off (no dynamic_batching)", triton_off, "on", triton_on, triton_ratio)]
-if extra_servers:
+if extra_servers and service_batching_baseline:
     with served("fastapi", engine="torch", log_path=step.out_dir / "logs" / "04-service-batching.log") as service_on, \
             served("fastapi", engine="torch", max_batch=1,
                    log_path=step.out_dir / "logs" / "04-service-max-batch-1.log") as service_off:
@@ -600,7 +601,9 @@ if extra_servers:
             payload_a="tensor", payload_b="tensor", concurrency_a=hi_c, opts=opts, params={"system": "fastapi"})
     baseline.append(("fastapi", "off (max_batch 1)", service_off_rec, "on", service_on_rec, service_ratio))
 else:
-    step.not_run("FastAPI service with max_batch 1", "extra_servers=False (smoke profile)", "Triton's baseline only")
+    step.not_run("FastAPI service with max_batch 1",
+                 "two more torch services for one ratio (the full profile, `service_batching_baseline=True`)",
+                 "Triton's baseline only")
 batching = step.frame([rec for row in baseline for rec in (row[2], row[4])], "concurrency", "throughput_img_s",
                       "throughput_min_img_s", "throughput_max_img_s", "latency_p50_ms", "latency_p99_ms",
                       "server_stats.avg_batch", "stable")

@@ -16,6 +16,8 @@ import yaml
 # load: how each point is measured (servelab.bench.loadgen.LoadOpts fields): windows of at least `min_requests`
 # completions, `min_p50s` p50 latencies and `min_window_s` seconds, repeated until the last three agree within `tolerance` or
 # `max_windows` were measured; `quick` marks a smoke run whose numbers are not results.
+# service_batching_baseline: 04 also measures the FastAPI service with max_batch 1 against batching (two more
+# torch services for one ratio: full and gpu only; the default lab measures Triton's baseline).
 # extra_servers: start servers beyond the run's stack for a comparison (a torch-engine service in 04, the
 # LitServe peer in 06a); the smoke profile skips them to stay at seconds per notebook and says so.
 # cold_build: where a Docker engine answers, 02 also times the service image built from scratch (--no-cache:
@@ -44,6 +46,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         load=SMOKE_LOAD, batch_sizes=[1, 2], concurrency_levels=[1, 2], queue_delays_us=[0, 2000],
         instance_counts=[1, 2], serialisation_batches=[1, 4], n_photos=12,
         profile_runs=1, extra_servers=False, cold_build=False, engines=["onnx", "onnx-int8"],
+        service_batching_baseline=False,
     ),
     # about 25 minutes on 2 cores for the whole lab: every point settles or says it did not. A window lasts
     # >= 3 s, 5 p50s and 10 requests (at c=8 or batch 8 about 3-4 s), so the sweeps have two points each
@@ -51,6 +54,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         load=DEFAULT_LOAD, batch_sizes=[1, 8], concurrency_levels=[1, 8], queue_delays_us=[0, 4000],
         instance_counts=[1, 2], serialisation_batches=[1, 4, 16], n_photos=60,
         profile_runs=4, extra_servers=True, cold_build=True, engines=["torch", "onnx", "onnx-int8"],
+        service_batching_baseline=False,
     ),
     # longer sweeps, tighter tolerance; for a quiet machine
     "full": dict(
@@ -58,6 +62,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         queue_delays_us=[0, 500, 2000, 5000, 10000, 20000], instance_counts=[1, 2, 3, 4],
         serialisation_batches=[1, 4, 16, 64], n_photos=200, profile_runs=10,
         extra_servers=True, cold_build=True, engines=["torch", "onnx", "onnx-int8"],
+        service_batching_baseline=True,
     ),
     # one GPU machine (`servelab lab run --device cuda --profile gpu`): batches to 256, clients to 128; the stack
     # is staged with max batch 256 on the GPU. Meant to finish within one short lease (not yet timed on a GPU)
@@ -65,6 +70,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         load=GPU_LOAD, batch_sizes=[1, 16, 64, 256], concurrency_levels=[1, 16, 64, 128],
         queue_delays_us=[0, 500, 2000], instance_counts=[1, 2], serialisation_batches=[1, 16, 64, 256],
         n_photos=256, profile_runs=4, extra_servers=True, cold_build=True, engines=["torch", "onnx", "onnx-int8"],
+        service_batching_baseline=True,
     ),
 }
 

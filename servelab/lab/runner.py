@@ -209,10 +209,14 @@ def execute(p: RunPlan, ports: str = "auto", say: Callable[[str], None] = print,
     return state
 
 
+PROBE_GAP_S = 30.0  # a probe closer than this to the last one is skipped
+
+
 def _drift_probe(p: RunPlan, say: Callable[[str], None]) -> Callable[[str], None]:
     """A profile that produces results measures the machine's own speed (servelab.bench.drift) before each
     notebook and at the end, so figures measured at different moments can be judged against how far the machine
-    alone moved. Smoke runs and runs against a node (whose speed this machine cannot see) skip it."""
+    alone moved; not again within PROBE_GAP_S of the last probe. Smoke runs and runs against a node (whose speed
+    this machine cannot see) skip it."""
     load = p.values.get("load") or {}
     if p.place != "local" or load.get("quick", True):
         return lambda before: None
@@ -225,9 +229,16 @@ def _drift_probe(p: RunPlan, say: Callable[[str], None]) -> Callable[[str], None
         say(f"warning: no drift probe ({type(exc).__name__}: {exc})")
         return lambda before: None
 
+    last = [float("-inf")]
+
     def probe(before: str) -> None:
+        # a notebook that measures nothing (00, 05b, 08) takes seconds: the probe before it still describes the
+        # machine after it, and compare interpolates between the probes it finds by time
+        if time.monotonic() - last[0] < PROBE_GAP_S:
+            return
         run = Run(p.run_id, root=p.out_dir.parent)  # re-read each time: the notebooks appended records since
         rec = ref.record(run, before)
+        last[0] = time.monotonic()
         say(f"  drift probe ({rec['note']}): {rec['throughput_img_s']:.1f} img/s")
 
     return probe

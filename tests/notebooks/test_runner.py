@@ -60,7 +60,8 @@ def test_a_results_run_measures_the_drift_probe_before_each_notebook_and_at_the_
     assert r.returncode == 0, r.stderr
     lines = (tmp_path / "res" / "d" / "records.jsonl").read_text().splitlines()
     probes = [json.loads(x) for x in lines if json.loads(x)["kind"] == "probe"]
-    assert [p["note"] for p in probes] == ["before 00_first", "before 02_after", "end of run"]
+    # both notebooks take a second: the first probe still describes the machine before 02 and at the end
+    assert [p["note"] for p in probes] == ["before 00_first"]
     assert all(p["throughput_img_s"] > 0 and p["engine"] == "onnx" for p in probes)
     assert "drift probe (before 00_first):" in r.stdout + r.stderr
     # a smoke run's numbers are not results: no probe
@@ -202,3 +203,21 @@ def test_a_lab_run_stopped_with_sigterm_stops_its_stack_and_writes_its_report(tm
         with pytest.raises(httpx.TransportError):
             httpx.get(endpoints[key], timeout=2)
     assert "| 01_client_service_split | not run (run interrupted) |" in (tmp_path / "t" / "report.md").read_text()
+
+
+def test_a_probe_within_the_gap_of_the_last_is_skipped(tmp_path, onnx_meta, monkeypatch):
+    """Probes before each notebook and at the end, except within PROBE_GAP_S of the last one."""
+    from types import SimpleNamespace
+
+    from servelab.lab import runner
+
+    plan = SimpleNamespace(place="local", values={"load": {"quick": False}}, run_id="g", out_dir=tmp_path / "g")
+    said = []
+    monkeypatch.setattr(runner, "PROBE_GAP_S", 0.0)
+    probe = runner._drift_probe(plan, said.append)
+    probe("a")
+    probe("b")
+    monkeypatch.setattr(runner, "PROBE_GAP_S", 3600.0)
+    probe("c")
+    notes = [json.loads(x)["note"] for x in (tmp_path / "g" / "records.jsonl").read_text().splitlines()]
+    assert notes == ["before a", "before b"] and len(said) == 2
