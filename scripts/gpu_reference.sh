@@ -227,6 +227,7 @@ rich safetensors scipy setuptools shellingham six sympy tabulate timm torch torc
 typing-extensions urllib3 uvloop wheel wrapt yarl zipp"
 LEASE=${GPU_LEASE_DIR:-$ROOT/build/gpu-lease}   # git-ignored; carry build/gpu-lease/part-N, one per call
 LEASE_MIB=${LEASE_MIB:-60}                      # each call carries 64 MiB with the working tree (about 2.5)
+T=${GPU_LEASE_TMP:-/tmp}                        # there: where the parts, the wheels' site, the stub and results go
 
 # Here: the reference set as wheels, onnxruntime-gpu re-packed as tar.xz (255 -> 193 MiB: one call fewer), all
 # of it spread over part-1 … part-N of at most LEASE_MIB each, with a manifest in every part.
@@ -275,8 +276,8 @@ lease_pack() {
 # chunk has come and matched the manifest, onnxruntime-gpu, ahead of the machine's packages (a .pth file names
 # them). This process's onnxruntime-gpu is /tmp/gpu-ort.
 lease_install() {
-    local part=${1:?which part (build/gpu-lease/part-N)} have=/tmp/gpu-lease stub=/tmp/gpu-stub
-    mkdir -p "$have" /tmp/gpu-site
+    local part=${1:?which part (build/gpu-lease/part-N)} have="$T/gpu-lease" stub="$T/gpu-stub"
+    mkdir -p "$have" "$T/gpu-site"
     local stub_site
     if [ ! -x "$stub/bin/python" ]; then  # its own site-packages first, then the machine's (a .pth file)
         python3 -m venv --without-pip "$stub"
@@ -291,22 +292,22 @@ lease_install() {
         "${pip[@]}" --target "$stub_site" "$have"/numpy-*.whl && rm -f "$have"/numpy-*.whl
     fi
     if ls "$have"/*.whl >/dev/null 2>&1; then
-        "${pip[@]}" --target /tmp/gpu-site "$have"/*.whl && rm -f "$have"/*.whl
+        "${pip[@]}" --target "$T/gpu-site" "$have"/*.whl && rm -f "$have"/*.whl
     fi
     local want
     want=$(awk '/^chunks/ {print $2}' "$have/MANIFEST")
-    if [ ! -d /tmp/gpu-ort ] && [ "$(ls "$have"/ort-gpu.tar.xz.chunk-* 2>/dev/null | wc -l)" = "$want" ]; then
+    if [ ! -d "$T/gpu-ort" ] && [ "$(ls "$have"/ort-gpu.tar.xz.chunk-* 2>/dev/null | wc -l)" = "$want" ]; then
         cat "$have"/ort-gpu.tar.xz.chunk-* > "$have/ort-gpu.tar.xz"
         (cd "$have" && sha256sum --quiet -c <(head -1 MANIFEST)) || { say "onnxruntime-gpu damaged in transit"; exit 1; }
-        mkdir -p /tmp/gpu-ort && xz -dc -T0 "$have/ort-gpu.tar.xz" | tar -C /tmp/gpu-ort -xf - && rm "$have"/ort-gpu.tar.xz*
-        cp -r /tmp/gpu-ort/. "$stub_site/"
+        mkdir -p "$T/gpu-ort" && xz -dc -T0 "$have/ort-gpu.tar.xz" | tar -C "$T/gpu-ort" -xf - && rm "$have"/ort-gpu.tar.xz*
+        cp -r "$T/gpu-ort/." "$stub_site/"
     fi
-    say "installed: $(ls /tmp/gpu-site | grep -c dist-info) packages; the stub's numpy $("$stub/bin/python" -c 'import numpy; print(numpy.__version__)' 2>&1 | tail -1); onnxruntime-gpu $([ -d /tmp/gpu-ort ] && echo ready || echo "$(ls "$have"/ort-gpu.tar.xz.chunk-* 2>/dev/null | wc -l)/$want chunks")"
+    say "installed: $(ls "$T/gpu-site" | grep -c dist-info) packages; the stub's numpy $("$stub/bin/python" -c 'import numpy; print(numpy.__version__)' 2>&1 | tail -1); onnxruntime-gpu $([ -d "$T/gpu-ort" ] && echo ready || echo "$(ls "$have"/ort-gpu.tar.xz.chunk-* 2>/dev/null | wc -l)/$want chunks")"
 }
 
 lease_env() {
-    echo "export PYTHONPATH=/tmp/gpu-ort:/tmp/gpu-site:$ROOT SERVELAB_RESULTS=/tmp/gpu-results PYTHONUNBUFFERED=1" \
-        "SERVELAB_TRITON_PYTHON=/tmp/gpu-stub/bin/python"
+    echo "export PYTHONPATH=$T/gpu-ort:$T/gpu-site:$ROOT SERVELAB_RESULTS=$T/gpu-results PYTHONUNBUFFERED=1" \
+        "SERVELAB_TRITON_PYTHON=$T/gpu-stub/bin/python"
 }
 
 # There: one stage of `servelab bench gpu-reference` into the run gpu-reference, then the run as one archive in
@@ -316,8 +317,8 @@ lease_stage() {
     eval "$(lease_env)"
     timeout "$((budget + 60))" python3 -m servelab.cli bench gpu-reference --stage "$stage" --run-id gpu-reference \
         --budget-s "$budget" || say "stage $stage ended early (exit $?)"
-    if [ -n "$RESULTS_OUT" ] && [ -d /tmp/gpu-results/gpu-reference ]; then
-        tar -C /tmp/gpu-results -czf "$RESULTS_OUT/gpu-reference.tar.gz" gpu-reference
+    if [ -n "$RESULTS_OUT" ] && [ -d "$T/gpu-results"/gpu-reference ]; then
+        tar -C "$T/gpu-results" -czf "$RESULTS_OUT/gpu-reference.tar.gz" gpu-reference
     fi
 }
 

@@ -1,0 +1,106 @@
+"""scripts/gpu_reference.sh's lease half, run for real in a scratch folder (no GPU, no network): each call's part
+installs what it completes; onnxruntime-gpu comes together from chunks spread over parts, checked against the
+manifest; Triton's stub gets an environment of its own whose numpy comes before the machine's."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "gpu_reference.sh"
+
+
+def _wheel(folder: Path, name: str, version: str, body: str) -> None:
+    """A minimal pure-Python wheel: one module and its dist-info."""
+    dist = f"{name}-{version}.dist-info"
+    with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as z:
+        z.writestr(f"{name}/__init__.py", body)
+        z.writestr(f"{dist}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        z.writestr(f"{dist}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(f"{dist}/RECORD", "")
+
+
+def _parts(tmp: Path) -> Path:
+    """part-1: a wheel, numpy 1 (for the stub) and the first chunk; part-2: the second chunk."""
+    lease = tmp / "build" / "gpu-lease"
+    p1, p2 = lease / "part-1", lease / "part-2"
+    for p in (p1, p2):
+        p.mkdir(parents=True)
+    _wheel(p1, "leasecheck", "1.0", "WHERE = 'shipped'\n")
+    _wheel(p1, "numpy", "1.26.4", "__version__ = '1.26.4'\n")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:xz") as t:
+        data = b"__version__ = '1.31.1-gpu'\n" + b"# padding\n" * 5000
+        info = tarfile.TarInfo("onnxruntime/__init__.py")
+        info.size = len(data)
+        t.addfile(info, io.BytesIO(data))
+    blob = buf.getvalue()
+    half = len(blob) // 2
+    (p1 / "ort-gpu.tar.xz.chunk-000").write_bytes(blob[:half])
+    (p2 / "ort-gpu.tar.xz.chunk-001").write_bytes(blob[half:])
+    manifest = f"{hashlib.sha256(blob).hexdigest()}  ort-gpu.tar.xz\nchunks 2\n"
+    for p in (p1, p2):
+        (p / "MANIFEST").write_text(manifest)
+    return lease
+
+
+def _checkout(tmp: Path) -> Path:
+    """A scratch checkout: the script, and the parts it finds beside it under build/gpu-lease."""
+    (tmp / "scripts").mkdir()
+    copy = tmp / "scripts" / "gpu_reference.sh"
+    copy.write_text(SCRIPT.read_text())
+    _parts(tmp)
+    return copy
+
+
+def _run(script: Path, *args: str) -> subprocess.CompletedProcess:
+    tmp = script.parent.parent
+    env = {**os.environ, "GPU_LEASE_TMP": str(tmp / "there"),
+           "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}  # python3: this one, with pip
+    env.pop("PYTHONPATH", None)
+    return subprocess.run(["bash", str(script), *args], capture_output=True, text=True, env=env, cwd=tmp,
+                          timeout=300)
+
+
+def _stub(there: Path, code: str) -> subprocess.CompletedProcess:
+    """What Triton's stub would import: its interpreter, without PYTHONPATH (which the stub ignores)."""
+    return subprocess.run([str(there / "gpu-stub" / "bin" / "python"), "-c", code], capture_output=True, text=True,
+                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+
+
+def test_each_part_installs_what_it_completes_and_the_stub_gets_its_own_numpy(tmp_path):
+    script, there = _checkout(tmp_path), tmp_path / "there"
+    first = _run(script, "lease-install", "build/gpu-lease/part-1")
+    assert first.returncode == 0, first.stderr
+    assert "onnxruntime-gpu 1/2 chunks" in first.stderr and "the stub's numpy 1.26.4" in first.stderr
+    assert (there / "gpu-site" / "leasecheck" / "__init__.py").is_file()
+    assert not (there / "gpu-site" / "numpy").exists()  # numpy 1 is the stub's alone
+    assert not (there / "gpu-ort").exists()
+
+    second = _run(script, "lease-install", "build/gpu-lease/part-2")
+    assert second.returncode == 0, second.stderr
+    assert "onnxruntime-gpu ready" in second.stderr
+    seen = _stub(there, "import numpy, onnxruntime; print(numpy.__version__, onnxruntime.__version__)")
+    assert seen.stdout.split() == ["1.26.4", "1.31.1-gpu"], seen.stderr
+    assert "No module named 'leasecheck'" in _stub(there, "import leasecheck").stderr  # PYTHONPATH's, not the stub's
+
+    exports = _run(script, "lease-env").stdout
+    assert f"PYTHONPATH={there}/gpu-ort:{there}/gpu-site:" in exports
+    assert f"SERVELAB_TRITON_PYTHON={there}/gpu-stub/bin/python" in exports
+
+
+def test_a_damaged_chunk_is_refused(tmp_path):
+    script = _checkout(tmp_path)
+    chunk = tmp_path / "build" / "gpu-lease" / "part-2" / "ort-gpu.tar.xz.chunk-001"
+    chunk.write_bytes(chunk.read_bytes()[:-1] + bytes([chunk.read_bytes()[-1] ^ 1]))
+    assert _run(script, "lease-install", "build/gpu-lease/part-1").returncode == 0
+    done = _run(script, "lease-install", "build/gpu-lease/part-2")
+    assert done.returncode != 0 and "onnxruntime-gpu damaged in transit" in done.stderr
+    assert not (tmp_path / "there" / "gpu-ort").exists()
