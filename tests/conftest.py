@@ -50,3 +50,24 @@ def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a = a / np.linalg.norm(a, axis=-1, keepdims=True)
     b = b / np.linalg.norm(b, axis=-1, keepdims=True)
     return (a * b).sum(-1)
+
+
+def pytest_collection_finish(session):
+    """Start the shared smoke lab run now when a collected test needs it (tests/notebooks/conftest.py): it then
+    runs beside the tests collected before the notebook tests, instead of after them."""
+    if session.config.option.collectonly or not any("smoke_run" in getattr(i, "fixturenames", ())
+                                                    for i in session.items):
+        return
+    from servelab.model.export import load_metadata
+
+    if load_metadata(Settings.from_env()) is None:  # not exported yet: the session's export comes first
+        return
+    from tests.notebooks.conftest import start_smoke_lab
+
+    start_smoke_lab(session.config._tmp_path_factory.mktemp("lab-results"))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    from tests.notebooks.conftest import stop_smoke_lab
+
+    stop_smoke_lab()
