@@ -67,6 +67,16 @@ def pytest_collection_finish(session):
     start_smoke_lab(session.config._tmp_path_factory.mktemp("lab-results"))
 
 
+@pytest.fixture
+def quiet_machine():
+    """For a test that asserts a ratio the machine's spare CPU moves: the background smoke lab (if it is still
+    running) is stopped meanwhile."""
+    from tests.notebooks.conftest import smoke_lab_paused
+
+    with smoke_lab_paused():
+        yield
+
+
 def pytest_sessionfinish(session, exitstatus):
     from tests.notebooks.conftest import stop_smoke_lab
 

@@ -14,7 +14,7 @@ from servelab.bench.records import Run, load_records
 from servelab.triton.control import get_config
 from servelab.triton.models import EMULATED_ENCODER
 
-pytestmark = pytest.mark.triton
+pytestmark = [pytest.mark.triton, pytest.mark.usefixtures("quiet_machine")]
 
 OPTS = LoadOpts(min_requests=4, min_p50s=2.0, max_windows=3, tolerance=0.2, max_warmup_s=3.0)
 CLIENTS = 4

@@ -25,6 +25,8 @@ from servelab.managed_process import stop_process_group
 from servelab.netutil import wait_http
 from servelab.service.process import ServiceProcess
 
+pytestmark = pytest.mark.usefixtures("quiet_machine")  # ratios that spare CPU moves
+
 BURNER = Path(__file__).with_name("idle_burner.py")
 BURNERS = 6  # against the service's few threads: a rival sharing their scheduling group gets a small part of it
 

@@ -8,6 +8,7 @@ import time
 
 import httpx
 import numpy as np
+import pytest
 
 from servelab.bench.loadgen import LoadOpts, closed_loop
 from servelab.bench.servers import attach
@@ -15,6 +16,8 @@ from servelab.config import Settings
 from servelab.model.device_profile import profile
 from servelab.model.engines import make_embedder
 from servelab.service.process import ServiceProcess
+
+pytestmark = pytest.mark.usefixtures("quiet_machine")  # ratios that spare CPU moves
 
 FLAT = profile("flat")  # 168 ms for any batch up to 4 images, then 40 ms per image
 OPTS = LoadOpts(min_requests=8, min_p50s=5.0, max_windows=4, tolerance=0.2, max_warmup_s=10.0)

@@ -8,6 +8,7 @@ wait); the notebook tests, collected late, wait for it to finish. Its numbers ar
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
 from servelab.config import CHECKOUT as REPO_ROOT  # the tests run from a clone
@@ -35,6 +37,30 @@ def start_smoke_lab(results) -> None:
                 proc=subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=out, stderr=err, start_new_session=True))
     out.close()
     err.close()
+
+
+@contextlib.contextmanager
+def smoke_lab_paused():
+    """The background smoke run and everything it started, stopped (SIGSTOP) for a test whose assertion is a
+    ratio the machine's spare CPU moves (a server busy while idle, emulated devices that need their clients
+    served on time), and continued after. Its numbers are not results; its timeouts are minutes."""
+    proc = _lab.get("proc")
+    family = []
+    if proc is not None and proc.poll() is None:
+        try:
+            root = psutil.Process(proc.pid)
+            family = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            family = []
+    for p in family:
+        with contextlib.suppress(psutil.Error):
+            p.suspend()
+    try:
+        yield
+    finally:
+        for p in family:
+            with contextlib.suppress(psutil.Error):
+                p.resume()
 
 
 def stop_smoke_lab() -> None:

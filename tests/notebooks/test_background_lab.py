@@ -1,0 +1,41 @@
+"""The shared smoke run starts in the background (tests/conftest.py) and is paused for the tests whose ratios
+the machine's spare CPU moves: the pause must reach every process it started, and let them go again."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import psutil
+
+from tests.notebooks import conftest as lab
+
+
+def _settle(family, ok, within_s: float = 3.0) -> bool:
+    """Signals arrive asynchronously: wait (briefly) for the states to become what `ok` wants."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if ok({p.status() for p in family}):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_paused_background_run_stops_its_whole_family_and_resumes_it(monkeypatch):
+    spin = "import subprocess, sys; c = subprocess.Popen([sys.executable, '-c', 'while True: pass']); c.wait()"
+    proc = subprocess.Popen([sys.executable, "-c", spin], start_new_session=True)
+    monkeypatch.setattr(lab, "_lab", {"proc": proc})
+    try:
+        for _ in range(50):  # the child is up
+            if psutil.Process(proc.pid).children():
+                break
+            time.sleep(0.1)
+        family = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+        assert len(family) == 2
+        with lab.smoke_lab_paused():
+            assert _settle(family, lambda states: states == {psutil.STATUS_STOPPED})
+        assert _settle(family, lambda states: psutil.STATUS_STOPPED not in states)
+    finally:
+        lab.stop_smoke_lab()
+    assert proc.poll() is not None
