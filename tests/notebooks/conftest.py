@@ -39,17 +39,26 @@ def start_smoke_lab(results) -> None:
     err.close()
 
 
+def _is_triton(p: psutil.Process) -> bool:
+    try:
+        return any("triton" in os.path.basename(x) for x in (p.name(), *(p.cmdline()[:1])))
+    except psutil.Error:
+        return False
+
+
 @contextlib.contextmanager
 def smoke_lab_paused():
-    """The background smoke run and everything it started, stopped (SIGSTOP) for a test whose assertion is a
-    ratio the machine's spare CPU moves (a server busy while idle, emulated devices that need their clients
-    served on time), and continued after. Its numbers are not results; its timeouts are minutes."""
+    """The background smoke run and what it started, stopped (SIGSTOP) for a test whose assertion is a ratio the
+    machine's spare CPU moves (a server busy while idle, emulated devices that need their clients served on
+    time), and continued after. Its numbers are not results; its timeouts are minutes. Triton and its
+    python-backend stubs are left running: stopped in the middle of an execution, the stub's interprocess lock
+    times out and tritonserver aborts (seen); with the notebook's kernel stopped they finish it and idle."""
     proc = _lab.get("proc")
     family = []
     if proc is not None and proc.poll() is None:
         try:
             root = psutil.Process(proc.pid)
-            family = [root, *root.children(recursive=True)]
+            family = [p for p in (root, *root.children(recursive=True)) if not _is_triton(p)]
         except psutil.Error:
             family = []
     for p in family:

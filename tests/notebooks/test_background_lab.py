@@ -39,3 +39,18 @@ def test_a_paused_background_run_stops_its_whole_family_and_resumes_it(monkeypat
     finally:
         lab.stop_smoke_lab()
     assert proc.poll() is not None
+
+
+def test_triton_and_its_stubs_are_left_running(monkeypatch, tmp_path):
+    """A tritonserver stopped mid-execution aborts (its python backend's lock times out): never paused."""
+    fake = tmp_path / "tritonserver"
+    fake.write_text(f"#!{sys.executable}\nwhile True: pass\n")
+    fake.chmod(0o755)
+    proc = subprocess.Popen([str(fake)], start_new_session=True)
+    monkeypatch.setattr(lab, "_lab", {"proc": proc})
+    try:
+        with lab.smoke_lab_paused():
+            time.sleep(0.3)
+            assert psutil.Process(proc.pid).status() != psutil.STATUS_STOPPED
+    finally:
+        lab.stop_smoke_lab()
