@@ -154,8 +154,9 @@ show_commands("here",
 # on Vast.ai instead (RTX A4000, A100 SXM4 80 GB, 4× RTX 4080): a container image and a GPU in minutes, no
 # lease, billed by the hour; `scripts/VASTAI.md` describes that route for this lab. See `SOURCES.md`.
 #
-# The GPU reference results of this repository will be measured on such a node and filed under
-# `reference/`; until then every GPU figure in the lab is quoted from the write-ups.
+# This repository's own GPU reference, one H100 running the embedded stack (2026-11-26), is in
+# `reference/nvidia-h100-80gb-hbm3/`; a GPU node has not run the stacks yet. Every other GPU figure in the lab is
+# quoted from the write-ups.
 
 # %%
 if dry_run:

@@ -292,8 +292,8 @@ if link:
 #   Runtime — the hop was small there too; with 16 concurrent senders the queue, not the model, made
 #   requests slow (notebook 04).
 #
-# This repository's own GPU reference results will be filed under `reference/` once they have been
-# measured on a GPU node; see `SOURCES.md` for the write-ups and their hardware.
+# This repository's own GPU reference (one H100, 2026-11-26) is in `reference/nvidia-h100-80gb-hbm3/`; its figure for
+# this question is printed under the headline. See `SOURCES.md` for the write-ups and their hardware.
 
 # %% [markdown]
 # ### Exercise: write a route of your own

@@ -375,8 +375,8 @@ if engine:
 # health check and exercise 02.1 go one step further and probe `/readyz` (the model can serve) rather than
 # `/healthz` (the process is up), and the run above shows the difference on a real container. The
 # **Chameleon lab** runs its FastAPI endpoint, a Flask front-end and a Jupyter client as three containers of
-# one compose file on the P100 node. See `SOURCES.md`; this repository's own GPU reference results will be
-# filed under `reference/` once measured on a GPU node.
+# one compose file on the P100 node. See `SOURCES.md`; this repository's own GPU reference (one H100,
+# 2026-11-26) is in `reference/nvidia-h100-80gb-hbm3/`: it ran the embedded stack, not these containers.
 
 # %%
 n_ok = int((checks["outcome"] == "passed").sum())

@@ -182,8 +182,8 @@ checks.execution_providers(providers_for, want="tensorrt", exercise="03.2", step
 # 49.0 at batch 4, 54.7 at batch 32 — 1.6× for 32× the batch. On its RTX A4000 the GPU compute per request
 # was 31.1 ms with the ONNX CUDA EP and 4.7 ms with the TensorRT EP (6.6×), and its "Technical Deep-Dive" found the best
 # provider depends on the GPU (ONNX CUDA EP on an A100 at 4.4 ms, TensorRT EP on an RTX 4080 at 2.0 ms).
-# See `SOURCES.md`; this repository's own GPU reference results will be filed under `reference/` once
-# measured on a GPU node (`servelab lab run --place node --only 03`).
+# See `SOURCES.md`; this repository's own GPU reference (one H100, 2026-11-26) is in
+# `reference/nvidia-h100-80gb-hbm3/`; its figure for this question is printed under the headline.
 
 # %%
 measured = table[table["available"] != False].dropna(subset=["throughput_img_s"])  # noqa: E712

@@ -885,9 +885,9 @@ if emu_ready:
 #   for PyTorch/FastAPI and 35.8 req/s for Triton — a tie, as a single queue in front of the same GPU
 #   predicts; its first, JSON-encoded Triton numbers (564 ms single-image p50) measured the encoder, not Triton.
 #
-# This repository's own GPU reference results for this notebook will be filed under `reference/` once
-# they have been measured on a GPU node (`servelab lab run --place node --only 04`); until then, the GPU
-# figures here are the write-ups', not ours.
+# This repository's own GPU reference (one H100, 2026-11-26) is in `reference/nvidia-h100-80gb-hbm3/`; its figure for
+# this question is printed under the headline. It did not measure Triton on the GPU, so the Triton figures here
+# are the write-ups', not ours.
 
 # %%
 t = by_conc[by_conc["server"].str.startswith("triton")].sort_values("concurrency")

@@ -511,8 +511,8 @@ memory = step.table(pd.DataFrame([
 #   with its own ONNX Runtime session); the write-up measured ~2.5 GB of GPU memory at max batch 32 and
 #   3.3 GB for three backends together on an A100.
 #
-# This repository's own GPU reference results will be filed under `reference/` once measured on a GPU
-# node (see `SOURCES.md` for the write-ups and their hardware).
+# This repository's own GPU reference (one H100, 2026-11-26) is in `reference/nvidia-h100-80gb-hbm3/`; its figure for
+# this question is printed under the headline (see `SOURCES.md` for the write-ups and their hardware).
 
 # %%
 top = ops.iloc[0]

@@ -172,7 +172,7 @@ show_commands("node",
 # gRPC/HTTP comparison caught it at ~1,658 ms while an engine was still compiling — the engine cache and
 # profile were not yet set up as they are here. Those are the write-ups' numbers, not this run's: no figure
 # in this notebook comes from a TensorRT engine. See `SOURCES.md`; this repository's own GPU reference
-# results will be filed under `reference/` once measured on a GPU node.
+# (one H100, 2026-11-26, in `reference/nvidia-h100-80gb-hbm3/`) had no TensorRT either.
 
 # %%
 import onnxruntime as ort

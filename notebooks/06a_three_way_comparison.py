@@ -358,8 +358,8 @@ else:
 #   Triton's onnxruntime backend took one client from 51.5 to 138 inferences/s — the kind of gain this
 #   machine cannot show, because its Triton has only the python backend.
 #
-# This repository's own GPU reference results will be filed under `reference/` once measured on a GPU node
-# (see `SOURCES.md` for the write-ups and their hardware).
+# This repository's own GPU reference (one H100, 2026-11-26) is in `reference/nvidia-h100-80gb-hbm3/`; its figure for
+# this question is printed under the headline (see `SOURCES.md` for the write-ups and their hardware).
 
 # %%
 hi_c = max(concurrency_levels)

@@ -509,8 +509,8 @@ checks.p99_budget(tune, trials=trials, budget_ms=budget_ms, exercise="06b.3", st
 #   past the point where copies fill the GPU, they fight over it, as they fight over the cores here. With
 #   the onnxruntime backend two instances on each GPU reached 1,182/s.
 #
-# This repository's own GPU reference results will be filed under `reference/` once measured on a GPU
-# node (see `SOURCES.md` for the write-ups and their hardware).
+# This repository's own GPU reference (one H100, 2026-11-26) is in `reference/nvidia-h100-80gb-hbm3/`; it measured one
+# GPU and no instance counts (see `SOURCES.md` for the write-ups and their hardware).
 
 # %%
 step.shows(

@@ -346,8 +346,8 @@ else:
 # the JSON alternative: 52.5 ms to encode one image with `.tolist()` against 0.01 ms binary (notebook 04
 # measures the served cost of JSON on this machine).
 #
-# This repository's own GPU reference results will be filed under `reference/` once measured on a GPU
-# node (see `SOURCES.md` for the write-ups and their hardware).
+# This repository's own GPU reference (one H100, 2026-11-26) is in `reference/nvidia-h100-80gb-hbm3/`; it did not
+# compare the protocols (see `SOURCES.md` for the write-ups and their hardware).
 
 # %%
 from servelab.bench.report import ratio_reading, said

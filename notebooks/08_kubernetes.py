@@ -209,8 +209,8 @@ step.answer(f"This run's service needed {cold_start_s:.1f} s to become ready; th
 # same objects as `k8s/base` here, which adds the three probes and a GPU overlay. Its scaling lesson carries
 # over: on 4× RTX 4080 one Triton with an instance per GPU reached only 45 % efficiency, and it recommended
 # *horizontal* scaling — several single-GPU replicas behind a load balancer — which is what a Deployment
-# behind a Service is. See `SOURCES.md`; this repository's own GPU reference results will be filed under
-# `reference/` once measured.
+# behind a Service is. See `SOURCES.md`; this repository's own GPU reference (one H100, 2026-11-26) is in
+# `reference/nvidia-h100-80gb-hbm3/`.
 
 # %%
 n_ok = int((checks["outcome"] == "passed").sum())

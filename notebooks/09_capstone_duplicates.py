@@ -328,8 +328,8 @@ step.answer(f"At the configured threshold {at_t['threshold']:g}: precision {at_t
 # Deep-Dive"** runs the same four stages on a Mac's photo library (scan 1–5 min of I/O, embed 10–30 s on a
 # GPU, group in under a second): once the model is served well, the embedding step stops being the
 # bottleneck, and the choice of backend above matters less than what crosses the network (notebooks 01,
-# 06a). See `SOURCES.md`; this repository's own GPU reference results will be filed under `reference/` once
-# measured on a GPU node.
+# 06a). See `SOURCES.md`; this repository's own GPU reference (one H100, 2026-11-26) is in
+# `reference/nvidia-h100-80gb-hbm3/`; its decode figure is printed under the headline.
 
 # %%
 truth_groups = labels[labels["transform"] != "negative"]["base"].nunique()
