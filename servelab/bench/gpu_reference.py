@@ -242,13 +242,14 @@ class GpuMeter:
     """Meter for the load generator: the GPU's mean utilisation (NVML, every 50 ms) and its memory in use."""
 
     def __init__(self, index: int = 0):
-        try:
-            import pynvml
+        from servelab.fingerprint import nvml
 
-            pynvml.nvmlInit()
-            self.nvml, self.handle = pynvml, pynvml.nvmlDeviceGetHandleByIndex(index)
-        except Exception:  # no NVML (no NVIDIA driver, or nvidia-ml-py missing): the fields stay null
-            self.nvml = self.handle = None
+        self.nvml, self.handle = nvml(), None  # no NVML (no NVIDIA driver, or nvidia-ml-py): the fields stay null
+        if self.nvml is not None:
+            try:
+                self.handle = self.nvml.nvmlDeviceGetHandleByIndex(index)
+            except Exception:  # no GPU at that index
+                self.nvml = None
 
     def start(self) -> None:
         import threading

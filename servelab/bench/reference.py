@@ -53,9 +53,11 @@ def _sentences(records: list[dict]) -> dict[str, str]:
 
     engine = (f"the torch engine {_img_s(eager)} ({eager['precision']}, batch {eager['batch']}, input already on the "
               f"GPU), {_img_s(host)} fed from host memory at batch {host['batch']}" if eager and host else "")
+    busy = [r.get("gpu_util_pct") for r in served.values() if r and r.get("gpu_util_pct") is not None]
     service = (f"the FastAPI service served {_img_s(served['tensor', 1])} to 1 client and "
-               f"{_img_s(served['tensor', 128])} to 128 (tensor-in), {_img_s(served['jpeg', 128])} JPEG-in, "
-               "held back by the CPU, not the GPU" if served["tensor", 128] else "")
+               f"{_img_s(served['tensor', 128])} to 128 (tensor-in), {_img_s(served['jpeg', 128])} JPEG-in"
+               + (f", the GPU busy {min(busy):.0f}–{max(busy):.0f} % of the time" if busy else "")
+               if served["tensor", 128] else "")
     triton_s = (f"Triton served {_img_s(triton)}" if triton else
                 "Triton on the GPU was not measured in that run (its README says why)")
     out = {
