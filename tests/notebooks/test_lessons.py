@@ -25,7 +25,11 @@ def test_lesson_structure(py):
     assert "```mermaid" in md, "a diagram of what is measured"
     assert "Predict first" in md, "a question to answer before measuring"
     assert re.search(r"step\.answer\(", text), "the answer to the question, computed from this run's numbers"
-    assert "SOURCES.md" in md and "`reference/`" in md, "source comparison and the repository's own GPU results"
+    assert "SOURCES.md" in md, "the comparison with the published write-ups"
+    cited = re.findall(r"`(reference/[\w./-]*)`", md)
+    assert cited, "the repository's own GPU results, cited as a `reference/...` path"
+    root = py.parent.parent
+    assert all((root / path).exists() for path in cited), f"cited reference paths exist: {cited}"
     assert not re.search(r"\.\./shared|/work/shared", text), "no reference to documents outside the repository"
 
 
