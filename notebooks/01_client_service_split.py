@@ -58,7 +58,7 @@ service_pid = 0
 link = "wan-100mbit-20ms"  # a shaped client-service link measured beside loopback ("": loopback only)
 batch_sizes = [1, 8]
 # how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
-load = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 3.0, "max_windows": 4, "tolerance": 0.1,
+load = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 2.0, "max_windows": 4, "tolerance": 0.1,
         "quick": False}
 n_photos = 60
 
@@ -145,7 +145,7 @@ show_code(_Pool._loop)
 
 # %% [markdown]
 # Closed loop, one request at a time (concurrency 1). Windows of the service and of the in-process engine
-# alternate in one sequence (each window at least 3 s, 10 requests and 5 median latencies long, until the pairs
+# alternate in one sequence (each window at least 2 s, 10 requests and 5 median latencies long, until the pairs
 # agree or already give the verdict), so a change in the machine's load affects both sides alike
 # ([how a measurement is read](../docs/METHOD.md)).
 # The same float32 tensors go to both, so the difference is the hop: serialisation, HTTP, the micro-batcher.

@@ -64,7 +64,7 @@ triton_repository = "../models"  # the running Triton's model repository (the la
 batch_sizes = [1, 8]
 concurrency_levels = [1, 8]
 # how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
-load = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 3.0, "max_windows": 4, "tolerance": 0.1,
+load = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 2.0, "max_windows": 4, "tolerance": 0.1,
         "quick": False}
 extra_servers = True     # start a torch-engine FastAPI service for the comparison (else: this run's onnx service)
 service_batching_baseline = False  # also the FastAPI service with max_batch 1 against batching (full profile)

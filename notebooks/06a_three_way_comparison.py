@@ -73,7 +73,7 @@ triton_repository = "../models"  # the running Triton's model repository (`serve
 concurrency_levels = [1, 8]
 extra_servers = True     # start LitServe for the comparison
 # how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
-load = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 3.0, "max_windows": 4, "tolerance": 0.1,
+load = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 2.0, "max_windows": 4, "tolerance": 0.1,
         "quick": False}
 monitor_step_s = 2.0     # seconds per step of the monitoring view's stepped load (a quick run takes 0.5)
 
@@ -379,7 +379,7 @@ step.shows(
 # ## Past capacity: the overload knee
 # Everything above kept the offered load at or below what the servers can finish. Real traffic does not ask
 # first. Here the clients are **open loop**: requests arrive at a fixed average rate (Poisson), whether or
-# not earlier ones have been answered, at 1×, 2×, 4× and 8× the service's measured capacity. Two copies of
+# not earlier ones have been answered, at 1×, 2× and 8× the service's measured capacity. Two copies of
 # the servelab service take the same arrivals:
 #
 # - **with admission control**: it counts the requests in flight (being read, decoded, queued or run) and,
@@ -416,9 +416,9 @@ import pandas as pd
 from servelab.bench.overload import knee_rows, overload, plot_knee
 
 knee = None
-if extra_servers:  # two more services, four load levels each: a few minutes on two cores
+if extra_servers:  # two more services, three load levels each: about a minute and a half on two cores
     overload_recs = overload(step.run, servers=("fastapi", "fastapi-no-admission"), engine="onnx-int8",
-                             levels=(1, 2, 4, 8), duration_s=4.0, queue=32, quick=opts.quick)
+                             levels=(1, 2, 8), duration_s=4.0, queue=32, quick=opts.quick)
     knee = step.table(pd.DataFrame(knee_rows(overload_recs)), "overload_knee",
                       "Goodput and accepted latency past capacity, with and without admission control")
     step.show_plot(plot_knee(overload_recs, step.plot_path("overload_knee")))

@@ -65,7 +65,7 @@ price_per_hour = 0.50     # USD per hour for the machine serving (set your own: 
 device_profile = "vit-b32-h100"  # the emulated accelerator's profile (servelab.model.device_profile), or a *.json file
 trial_limit = 8           # the open assignment: at most this many trials, each a reload and a short measurement
 # how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
-load = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 3.0, "max_windows": 4, "tolerance": 0.1,
+load = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 2.0, "max_windows": 4, "tolerance": 0.1,
         "quick": False}
 
 # %%
@@ -287,6 +287,51 @@ if cpu_hands:
                   "threads than cores taking turns on them (and spinning while the other waited).")
 else:
     step.answer(sweep_text + f"In alternating windows: {ratio_sentence(instance_ratio)}.")
+
+# %% [markdown]
+# ### The third knob: spinning
+# When ONNX Runtime's intra-op threads finish their share of a run, they do not sleep at once: with
+# `intra_op_spinning` "1" (the staged default, and onnxruntime's) they busy-wait for a while, so the next run
+# starts without waking them. On a GPU box with cores to spare that is free. Here the same two cores also run
+# Triton's HTTP front end, the python-backend stub that unpacks each request, and the load generator.
+#
+# **Predict first.** The staged one instance × 2 threads, with spinning on against spinning off, at the same
+# concurrency in alternating windows: which serves more images per second? Would your answer change at
+# concurrency 1, where the threads wait for the next request after every run?
+
+# %%
+spin_ab = None
+if cpu_hands:
+    spin_off_text = edited(staged_text, 'parameters { key: "intra_op_spinning", value: { string_value: "0" } }')
+    off = dataclasses.replace(one, settings={**one.settings, "spinning": False})
+    with config_switch(triton_http_url, triton_model, [json.loads(as_json(spin_off_text)), staged]) as use:
+        spin_ab = ab(step.run, "06b-spinning", off, one, label_a="spinning off",
+                     label_b="spinning on", concurrency_a=top_c, opts=opts,
+                     prepare=use)
+    print(ratio_sentence(spin_ab[-1]))
+else:
+    step.not_run("spinning on and off", "this Triton's encoder runs on a GPU" if triton.gpus
+                 else f"{config_file} is not readable here", "the threads × instances comparison above")
+
+# %%
+if spin_ab is not None:
+    spin_ratio = spin_ab[-1]
+    spin_ahead, _ = ratio_verdict(spin_ratio)
+    off_rec, on_rec = spin_ab[0], spin_ab[1]
+    spin_reasons = {
+        spin_ratio["a"]: "Turning spinning off came out ahead: between runs the spinning thread held a core that the "
+                         "HTTP front end and the stub needed to get the next batch ready, so each run started later.",
+        spin_ratio["b"]: "Spinning came out ahead: at this concurrency the next batch is usually ready the moment the "
+                         "last one ends, so the thread that spins is caught awake and the wake-up a sleeping thread "
+                         "needs is saved on every run.",
+        None: "At this concurrency a new batch is usually waiting when a run ends, so the threads are rarely idle "
+              "long enough for spinning to cost or save much.",
+    }
+    step.answer(f"One instance × {cores} threads at {top_c} clients: {ratio_sentence(spin_ratio)}; p50 "
+                f"{off_rec['latency_p50_ms']:.0f} ms against {on_rec['latency_p50_ms']:.0f} ms. "
+                + spin_reasons[spin_ahead]
+                + " Spinning matters most where cores are scarce and the gaps between runs are long: at one client "
+                  "on this machine, or with more threads than the machine has cores to spare.")
 
 # %%
 one = points[points["instances"] == min(instance_counts)].set_index("concurrency")["throughput_img_s"]

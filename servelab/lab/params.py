@@ -27,11 +27,11 @@ import yaml
 SMOKE_LOAD = {"min_requests": 1, "min_p50s": 1.0, "max_windows": 2, "stable_windows": 2, "tolerance": 0.5,
               "max_warmup_s": 10.0, "quick": True}
 # min_window_s: a shared machine's speed moves in bursts of seconds; a window of 20 requests at a 70 ms p50
-# (1.4 s) rides one burst, so windows last at least 3 s whatever the p50 (a ratio's pairs share their minutes, so
-# the drift between them cancels; 4-s windows made the default lab minutes longer). Past that,
+# (1.4 s) rides one burst, so windows last at least 2 s whatever the p50 (a ratio's pairs share their minutes, so
+# the drift between them cancels; 3-s windows kept the default lab over its 20 minutes, 4-s ones more). Past that,
 # 10 requests and 5 p50s: at batch 8 or 8 clients (p50 0.3-0.6 s) 20 requests and 10 p50s stretched windows to
 # 6-12 s for no steadier a figure. At most 4 windows: a point still moving after them says it never settled
-DEFAULT_LOAD = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 3.0, "max_windows": 4, "tolerance": 0.1,
+DEFAULT_LOAD = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 2.0, "max_windows": 4, "tolerance": 0.1,
                 "quick": False}
 FULL_LOAD = {"min_requests": 40, "min_p50s": 10.0, "min_window_s": 6.0, "max_windows": 12, "tolerance": 0.05,
              "quick": False}
@@ -49,7 +49,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         service_batching_baseline=False,
     ),
     # about 22-24 minutes on 2 cores for the whole lab: every point settles or says it did not. A window lasts
-    # >= 3 s, 5 p50s and 10 requests (at c=8 or batch 8 about 3-4 s), so the sweeps have two points each
+    # >= 2 s, 5 p50s and 10 requests (at c=8 or batch 8 about 3-4 s), so the sweeps have two points each
     "default": dict(
         load=DEFAULT_LOAD, batch_sizes=[1, 8], concurrency_levels=[1, 8], queue_delays_us=[0, 4000],
         instance_counts=[1, 2], serialisation_batches=[1, 4, 16], n_photos=60,
