@@ -92,7 +92,8 @@ class Job:
     async def embed_images(self, blobs: list[bytes]) -> np.ndarray:
         codecs.check_count(len(blobs), self.limits)
         loop = asyncio.get_running_loop()
-        batch = await loop.run_in_executor(self.svc.decode_pool, codecs.decode_images, blobs, self.limits)
+        with self.svc.batcher.arriving():  # a batch being cut now waits for this one's decode
+            batch = await loop.run_in_executor(self.svc.decode_pool, codecs.decode_images, blobs, self.limits)
         return await self.embed_tensor(batch)
 
     async def embed_tensor(self, batch: np.ndarray) -> np.ndarray:

@@ -1,7 +1,10 @@
 """Server-side micro-batcher: concurrent requests share one engine call.
 
 Requests wait at most `max_delay_s` after the first one arrives for others to join, up to `max_batch`
-images; the engine runs in one worker thread, never on the event loop. While it runs, new requests queue and
+images. Requests already admitted and still being decoded (`arriving()`) are waited for a little longer, never
+longer than the last engine run took: otherwise, under steady load, the first one decoded runs alone and the
+rest form the next batch, and batches alternate small and large, each small one paying a whole run's fixed
+cost. The engine runs in one worker thread, never on the event loop. While it runs, new requests queue and
 form the next batch. The queue is bounded in images: past `max_queue` a request is refused at once
 (`QueueFull`, the service answers 503 + Retry-After) instead of waiting behind an ever-growing line.
 A request may carry a timeout: if it is still waiting when that passes, it leaves the queue
@@ -13,8 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,6 +57,8 @@ class MicroBatcher:
         self.on_batch = on_batch
         self._pending: collections.deque[_Item] = collections.deque()
         self._depth = 0  # images queued, not yet handed to the engine
+        self._arriving = 0  # requests admitted and being decoded: they will be submitted moments from now
+        self._last_run_s = 0.0  # how long the engine's last batch took: the most worth waiting for the arriving
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
@@ -59,6 +66,17 @@ class MicroBatcher:
     @property
     def depth(self) -> int:
         return self._depth
+
+    @contextmanager
+    def arriving(self) -> Iterator[None]:
+        """Around a request's decode: while it lasts, a batch being cut waits for this request too."""
+        self._arriving += 1
+        try:
+            yield
+        finally:
+            self._arriving -= 1
+            if self._wake is not None:
+                self._wake.set()
 
     def start(self) -> None:
         self._wake = asyncio.Event()
@@ -102,10 +120,12 @@ class MicroBatcher:
             if not self._pending:
                 self._wake.clear()
                 await self._wake.wait()
-            # Let a burst of concurrent requests arrive before cutting the batch.
-            deadline = loop.time() + self.max_delay_s
+            # Let a burst of concurrent requests arrive before cutting the batch, and the ones being decoded
+            # finish, while waiting for them costs less than running without them would
+            now = loop.time()
+            deadline, hold = now + self.max_delay_s, now + self._last_run_s
             while self._queued_images() < self.max_batch:
-                remaining = deadline - loop.time()
+                remaining = (max(deadline, hold) if self._arriving else deadline) - loop.time()
                 if remaining <= 0:
                     break
                 self._wake.clear()
@@ -118,7 +138,9 @@ class MicroBatcher:
                 continue
             batch = items[0].batch if len(items) == 1 else np.concatenate([i.batch for i in items])
             try:
+                started = time.perf_counter()
                 out = await loop.run_in_executor(self._executor, self.fn, batch)
+                self._last_run_s = time.perf_counter() - started
             except Exception as exc:  # the engine failed: every caller in this batch hears why
                 for it in items:
                     if not it.future.done():
