@@ -18,10 +18,12 @@ help:
 	@echo "make rehearse-node  the GPU node's bootstrap, stacks and lab, rehearsed on this CPU machine (Docker)"
 
 # requirements*.txt are generated from requirements.lock (`make lock` after changing pyproject's dependencies).
+# --no-compile: pip would byte-compile every installed module (a minute of a fresh 2-core set-up, most of it
+# torch files no lab imports); Python compiles the ones that are imported, once, on first use.
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m servelab.setup_guard requirements.txt
-	$(PIP) install --disable-pip-version-check -q -r requirements.txt
+	$(PIP) install --disable-pip-version-check -q --no-compile -r requirements.txt
 	$(PIP) install --disable-pip-version-check -q --no-deps --no-build-isolation -e .
 	$(PY) -m ipykernel install --sys-prefix --name servelab --display-name "servelab (.venv)" >/dev/null
 	touch $@
@@ -29,7 +31,7 @@ $(STAMP): requirements.txt pyproject.toml
 setup: $(STAMP)
 
 $(TEST_STAMP): $(STAMP) requirements-test.txt
-	$(PIP) install --disable-pip-version-check -q -r requirements-test.txt
+	$(PIP) install --disable-pip-version-check -q --no-compile -r requirements-test.txt
 	touch $@
 
 lock:
