@@ -938,6 +938,9 @@ def p99_budget(answer, *, trials, budget_ms: float, exercise: str, step=None, st
     return run_check("p99_budget", exercise, answer, (trials, budget_ms), judge, step, strict)
 
 
+QUICK_PLAN_TOL = 0.5  # emulated_plan's bound in a smoke run: a prediction off by 2× still fails
+
+
 def emulated_plan(answer, *, emulated, device, run, clients: int, opts, exercise: str, step=None,
                   rel_tol: float = 0.3, strict: bool | None = None) -> CheckResult:
     """answer: fn(device, clients) -> {"max_batch_size", "max_queue_delay_us", "instances", "predicted_img_s"}: the
@@ -949,7 +952,7 @@ def emulated_plan(answer, *, emulated, device, run, clients: int, opts, exercise
     the default (dynamic batching without a queue delay, max_batch_size 32, one instance); the records go to `run`
     (experiment "<exercise>-plan"); the model's own config is loaded again after.
     Graded from those records: correct when every request was served, your configuration is not clearly below
-    the default (the ratio's window pairs decide), and what your plan serves is within `rel_tol` of your
+    the default (the ratio's window pairs decide), and what your plan serves is within `rel_tol` (a smoke run: 50 %) of your
     prediction. "What your plan serves" is the clients ÷ Triton's own time per request (queue wait plus the
     device), by Little's law: the throughput with clients that resend at once. On a laptop the CPU adds time
     around each request that a GPU server's clients would not see in the same way, and a busy 2-core machine
@@ -1006,8 +1009,11 @@ def emulated_plan(answer, *, emulated, device, run, clients: int, opts, exercise
         if ahead == ratio["b"]:
             reject(f"{figures}: clearly below the default — which requests end up in one batch with your settings?",
                    detail)
-        if not _close(served, predicted, rel_tol):
-            reject(f"{figures}: your prediction is more than {rel_tol:.0%} off; from t(B), how many images does one "
+        # a smoke run's windows last a second on a machine it shares with other work: requests that resend late
+        # wait out a queue delay, so its figures are held to a looser bound (and are not results)
+        tol = max(rel_tol, QUICK_PLAN_TOL) if getattr(opts, "quick", False) else rel_tol
+        if not _close(served, predicted, tol):
+            reject(f"{figures}: your prediction is more than {tol:.0%} off; from t(B), how many images does one "
                    f"round of {clients} clients take, and in how many batches?", detail)
         return figures, detail
 

@@ -24,7 +24,9 @@ def test_device_resident_records_name_precision_variant_and_batch(run):
     for r in recs:
         assert r["kind"] == "raw" and r["provider"] == "cpu" and r["throughput_img_s"] > 0
         assert r["throughput_min_img_s"] <= r["throughput_img_s"] <= r["throughput_max_img_s"]
-        assert r["latency_p50_ms"] == pytest.approx(1000 * r["batch"] / r["throughput_img_s"], rel=0.01)
+        # the time per batch at the median rate; the record's rate is rounded to 0.1 img/s (2 % at 3 img/s on a CPU)
+        assert r["latency_p50_ms"] == pytest.approx(1000 * r["batch"] / r["throughput_img_s"],
+                                                    rel=0.06 / r["throughput_img_s"] + 0.001)
         assert "nothing is copied" in r["note"]
     fastest = max(recs, key=lambda r: r["throughput_img_s"])
     assert gr.best_precision(recs) == fastest["precision"]
