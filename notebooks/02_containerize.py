@@ -61,7 +61,7 @@ service_url = ""          # "": the place's service (local :8002, node :8080): t
 service_pid = 0
 cold_build = True         # with an engine, also build from scratch (--no-cache, about a minute); smoke: cached only
 # how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
-load = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 2.0, "max_windows": 4, "tolerance": 0.1,
+load = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 2.0, "stable_windows": 2, "max_windows": 4, "tolerance": 0.1,
         "quick": False}
 
 # %%

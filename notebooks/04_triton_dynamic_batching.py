@@ -64,7 +64,7 @@ triton_repository = "../models"  # the running Triton's model repository (the la
 batch_sizes = [1, 8]
 concurrency_levels = [1, 8]
 # how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
-load = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 2.0, "max_windows": 4, "tolerance": 0.1,
+load = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 2.0, "stable_windows": 2, "max_windows": 4, "tolerance": 0.1,
         "quick": False}
 extra_servers = True     # start a torch-engine FastAPI service for the comparison (else: this run's onnx service)
 service_batching_baseline = False  # also the FastAPI service with max_batch 1 against batching (full profile)
@@ -357,11 +357,13 @@ step.answer(f"At concurrency 1 Triton computed a request in t = {t:.0f} ms and t
 # servelab's load generator is one way to measure; NVIDIA's `perf_analyzer` is the tool the Chameleon lab
 # and Triton's own documentation use. Here it runs against the same running Triton, at the highest
 # concurrency, with batch-1 requests of random data: windows of a fixed number of requests (here six per
-# client), repeated until the last three agree within a stability percentage, the rule servelab's windows
-# borrowed. Its default is 10 %; here it is 15 %, because on a shared 2-core machine windows of three requests
-# per client never agreed within 10 % in six tries, and perf_analyzer then reports nothing at all. On this machine the binary comes from the `tritonclient` 2.51 wheel (`servelab triton
-# get-perf-analyzer` fetches it into `build/perf_analyzer/`) and runs with the CUDA runtime and `libb64` that
-# the nvidia-pytriton wheel carries; on a GPU node, NVIDIA's SDK container has it.
+# client), repeated until the last three agree within a stability percentage: the rule servelab's windows
+# borrowed (its default profile asks two windows, to fit the lab's time). perf_analyzer's default is 10 %;
+# here it is 15 %, because on a shared 2-core machine windows of three requests per client never agreed within
+# 10 % in six tries, and perf_analyzer then reports nothing at all. On this machine the binary comes from the
+# `tritonclient` 2.51 wheel (`servelab triton get-perf-analyzer` fetches it into `build/perf_analyzer/`) and
+# runs with the CUDA runtime and `libb64` that the nvidia-pytriton wheel carries; on a GPU node, NVIDIA's SDK
+# container has it.
 #
 # **Predict first.** Both tools keep N requests in flight against the same model and config. Should their
 # throughput agree within servelab's window spread? Which one might be a little faster, and why?

@@ -72,7 +72,7 @@ serialisation_batches = [1, 4, 16]
 profile_runs = 4
 device_profile = "vit-b32-h100"  # the emulated accelerator's profile (servelab.model.device_profile), or a *.json file
 # how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
-load = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 2.0, "max_windows": 4, "tolerance": 0.1,
+load = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 2.0, "stable_windows": 2, "max_windows": 4, "tolerance": 0.1,
         "quick": False}
 
 # %%

@@ -73,7 +73,7 @@ triton_repository = "../models"  # the running Triton's model repository (`serve
 concurrency_levels = [1, 8]
 extra_servers = True     # start LitServe for the comparison
 # how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
-load = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 2.0, "max_windows": 4, "tolerance": 0.1,
+load = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 2.0, "stable_windows": 2, "max_windows": 4, "tolerance": 0.1,
         "quick": False}
 monitor_step_s = 2.0     # seconds per step of the monitoring view's stepped load (a quick run takes 0.5)
 

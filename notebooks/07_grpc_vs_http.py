@@ -58,7 +58,7 @@ link = "wan-100mbit-20ms"  # a shaped client-server link measured beside loopbac
 batch_sizes = [1, 8]
 concurrency_levels = [1, 8]
 # how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
-load = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 2.0, "max_windows": 4, "tolerance": 0.1,
+load = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 2.0, "stable_windows": 2, "max_windows": 4, "tolerance": 0.1,
         "quick": False}
 
 # %%

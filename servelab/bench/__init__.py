@@ -8,7 +8,7 @@
     srv = attach(server, url, payload=…, model=…, http_url=…, grpc_url=…)   # already running (lab stack, node)
     TritonServed.reconfigure(max_queue_delay_us=…, instances=…) / .configured(…) (restores) / .variant(…)
 
-  Load generation (servelab.bench.loadgen): windows sized by the work, repeated until the last three agree.
+  Load generation (servelab.bench.loadgen): windows sized by the work, repeated until the last few agree.
     LoadOpts(min_requests=20, min_p50s=10, tolerance=0.1, max_windows=8, …), LoadOpts.smoke() (not results)
     closed_loop(factory, concurrency, opts) -> LoadResult;  interleaved(factory_a, factory_b, c, opts) -> ABResult
     open_loop(factory, rate_rps, duration_s=…) -> LoadResult;  Recorder (the one sample store)

@@ -16,7 +16,7 @@ spent in sockets and in engines that release the GIL.
 
 Windows are sized by the work, not the clock: after a warm-up that lasts until every worker has had an answer
 and the latency of successive slices has stopped moving, each window lasts at least `min_p50s` × the p50
-latency and `min_requests` completions, and windows repeat until the last three agree within `tolerance`
+latency and `min_requests` completions, and windows repeat until the last `stable_windows` (three unless a profile says otherwise) agree within `tolerance`
 (perf_analyzer's rule) or `max_windows` is reached; `stable` says which. Windows start and end on completion
 events, so a window holds whole requests.
 

@@ -109,7 +109,7 @@ def write_tables(records: list[dict], out_dir: Path, price_per_hour: float | Non
     if st:
         n_bad = sum(1 for r in st if r["stable"] is False)
         atomic_write(out_dir / "settling.md", f"# Settling\n\n{len(st) - n_bad} of {len(st)} measured points settled "
-                     f"(last three windows within the tolerance); these did not:\n\n"
+                     f"(their last windows within the tolerance); these did not:\n\n"
                      + markdown_table([r for r in st if r["stable"] is False] or [{"point": "(none)"}]))
         written.append(out_dir / "settling.md")
     t = goals_table(records)

@@ -14,8 +14,8 @@ import yaml
 
 # Knobs every profile defines. Notebooks pick what they need; names are the parameter names in the cells.
 # load: how each point is measured (servelab.bench.loadgen.LoadOpts fields): windows of at least `min_requests`
-# completions, `min_p50s` p50 latencies and `min_window_s` seconds, repeated until the last three agree within `tolerance` or
-# `max_windows` were measured; `quick` marks a smoke run whose numbers are not results.
+# completions, `min_p50s` p50 latencies and `min_window_s` seconds, repeated until the last `stable_windows` agree within
+# `tolerance` or `max_windows` were measured; `quick` marks a smoke run whose numbers are not results.
 # service_batching_baseline: 04 also measures the FastAPI service with max_batch 1 against batching (two more
 # torch services for one ratio: full and gpu only; the default lab measures Triton's baseline).
 # extra_servers: start servers beyond the run's stack for a comparison (a torch-engine service in 04, the
@@ -30,9 +30,11 @@ SMOKE_LOAD = {"min_requests": 1, "min_p50s": 1.0, "max_windows": 2, "stable_wind
 # (1.4 s) rides one burst, so windows last at least 2 s whatever the p50 (a ratio's pairs share their minutes, so
 # the drift between them cancels; 3-s windows kept the default lab over its 20 minutes, 4-s ones more). Past that,
 # 10 requests and 5 p50s: at batch 8 or 8 clients (p50 0.3-0.6 s) 20 requests and 10 p50s stretched windows to
-# 6-12 s for no steadier a figure. At most 4 windows: a point still moving after them says it never settled
-DEFAULT_LOAD = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 2.0, "max_windows": 4, "tolerance": 0.1,
-                "quick": False}
+# 6-12 s for no steadier a figure. Two windows that agree settle a point (perf_analyzer asks three; a third window
+# for every point and pair was a third of the default lab's measuring time on two cores, where the lab must fit
+# 20 minutes); at most 4: a point still moving after them says it never settled
+DEFAULT_LOAD = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 2.0, "stable_windows": 2, "max_windows": 4,
+                "tolerance": 0.1, "quick": False}
 FULL_LOAD = {"min_requests": 40, "min_p50s": 10.0, "min_window_s": 6.0, "max_windows": 12, "tolerance": 0.05,
              "quick": False}
 

@@ -63,9 +63,11 @@ async def admitted(request: Request) -> AsyncIterator[Job]:
     if not gate.try_enter():
         shed("overloaded", f"{gate.in_flight} requests in flight, the limit is {gate.limit}; retry later",
              retry_after_s=gate.drain_s())
+    job = Job(svc)
     try:
-        yield Job(svc)
+        yield job
     finally:
+        job.arrived()  # a job refused or failed before reaching the queue: batches stop waiting for it
         gate.leave()
 
 
@@ -74,6 +76,7 @@ class Job:
 
     def __init__(self, svc: Service):
         self.svc, self.limits = svc, svc.limits
+        self.arrived = svc.batcher.expect()  # a batch being cut waits for this job until it is queued
         timeout = svc.settings.request_timeout_s
         self.deadline = time.monotonic() + timeout if timeout > 0 else None
 
@@ -92,14 +95,15 @@ class Job:
     async def embed_images(self, blobs: list[bytes]) -> np.ndarray:
         codecs.check_count(len(blobs), self.limits)
         loop = asyncio.get_running_loop()
-        with self.svc.batcher.arriving():  # a batch being cut now waits for this one's decode
-            batch = await loop.run_in_executor(self.svc.decode_pool, codecs.decode_images, blobs, self.limits)
+        batch = await loop.run_in_executor(self.svc.decode_pool, codecs.decode_images, blobs, self.limits)
         return await self.embed_tensor(batch)
 
     async def embed_tensor(self, batch: np.ndarray) -> np.ndarray:
         svc = self.svc
         try:
-            return await svc.batcher.submit(batch, timeout_s=self.time_left())
+            timeout_s = self.time_left()
+            self.arrived()  # nothing awaited between here and the queue: the batcher sees it queued, not gone
+            return await svc.batcher.submit(batch, timeout_s=timeout_s)
         except QueueFull as exc:
             shed("queue_full", str(exc), svc.admission.drain_s())
         except DeadlineExceeded as exc:

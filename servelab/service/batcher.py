@@ -1,10 +1,10 @@
 """Server-side micro-batcher: concurrent requests share one engine call.
 
 Requests wait at most `max_delay_s` after the first one arrives for others to join, up to `max_batch`
-images. Requests already admitted and still being decoded (`arriving()`) are waited for a little longer, never
-longer than the last engine run took: otherwise, under steady load, the first one decoded runs alone and the
-rest form the next batch, and batches alternate small and large, each small one paying a whole run's fixed
-cost. The engine runs in one worker thread, never on the event loop. While it runs, new requests queue and
+images. Requests already on their way (`expect()`: admitted, their bodies still being read or decoded) are
+waited for a little longer, never longer than the last engine run took: otherwise, under steady load, the first
+one ready runs alone and the rest form the next batch, and batches alternate small and large, each small one
+paying a whole run's fixed cost. The engine runs in one worker thread, never on the event loop. While it runs, new requests queue and
 form the next batch. The queue is bounded in images: past `max_queue` a request is refused at once
 (`QueueFull`, the service answers 503 + Retry-After) instead of waiting behind an ever-growing line.
 A request may carry a timeout: if it is still waiting when that passes, it leaves the queue
@@ -17,9 +17,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,7 +56,7 @@ class MicroBatcher:
         self.on_batch = on_batch
         self._pending: collections.deque[_Item] = collections.deque()
         self._depth = 0  # images queued, not yet handed to the engine
-        self._arriving = 0  # requests admitted and being decoded: they will be submitted moments from now
+        self._arriving = 0  # requests admitted and not yet submitted: they will be, moments from now
         self._last_run_s = 0.0  # how long the engine's last batch took: the most worth waiting for the arriving
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
@@ -67,16 +66,22 @@ class MicroBatcher:
     def depth(self) -> int:
         return self._depth
 
-    @contextmanager
-    def arriving(self) -> Iterator[None]:
-        """Around a request's decode: while it lasts, a batch being cut waits for this request too."""
+    def expect(self) -> Callable[[], None]:
+        """A request on its way (admitted; its body still being read or decoded): until the function returned
+        is called (when it is submitted, or gives up), a batch being cut waits for it too. Calling it again
+        does nothing."""
         self._arriving += 1
-        try:
-            yield
-        finally:
-            self._arriving -= 1
-            if self._wake is not None:
-                self._wake.set()
+        pending = True
+
+        def arrived() -> None:
+            nonlocal pending
+            if pending:
+                pending = False
+                self._arriving -= 1
+                if self._wake is not None:
+                    self._wake.set()
+
+        return arrived
 
     def start(self) -> None:
         self._wake = asyncio.Event()

@@ -160,6 +160,13 @@ def test_the_notebooks_have_exercises():
 
 
 
+# Exercises whose solution measures a live Triton for half a minute: the suite's smoke lab runs the instructor
+# notebooks, these solutions included, against its own Triton, and
+# tests/assignments/test_lab_notebooks.py::test_instructor_notebooks_passed_in_the_last_lab_run fails unless each
+# passed there. Here only the student version runs (it fails before measuring anything).
+SOLVED_IN_THE_SMOKE_LAB = {"04.2", "05a.3", "06b.3"}
+
+
 @pytest.mark.parametrize("nb, exercise", EXERCISES)
 def test_solution_passes_and_student_version_fails_cleanly(nb, exercise, monkeypatch, capsys, request, tmp_path):
     monkeypatch.delenv(STRICT_ENV, raising=False)
@@ -170,9 +177,10 @@ def test_solution_passes_and_student_version_fails_cleanly(nb, exercise, monkeyp
     base = {"checks": checks, "step": step, "pd": pd, "np": np, **bindings}
     ex_src, check_src = nb.cells[exercise.cell].source, nb.cells[exercise.check_cell].source
 
-    result = _run([ex_src, check_src], dict(base))
-    assert result is not None and result.status == PASS, (exercise.id, result and result.message)
-    assert "PASS" in capsys.readouterr().out
+    if exercise.id not in SOLVED_IN_THE_SMOKE_LAB:
+        result = _run([ex_src, check_src], dict(base))
+        assert result is not None and result.status == PASS, (exercise.id, result and result.message)
+        assert "PASS" in capsys.readouterr().out
 
     student = student_source(ex_src, exercise.stub())
     result = _run([student, check_src], dict(base))

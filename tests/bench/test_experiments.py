@@ -10,7 +10,7 @@ from servelab.bench.records import Run, load_records
 from servelab.bench.report import cost_table, goals_table, ratio_sentence
 from servelab.bench.servers import served
 
-SMOKE = LoadOpts.smoke()
+SMOKE = LoadOpts.smoke(max_windows=2)  # one ABBA block per A/B: these tests check that each experiment runs
 
 
 @pytest.fixture

@@ -123,7 +123,7 @@ def test_a_server_busy_while_idle_moves_the_ratio_only_when_it_is_not_stopped(on
     through A's windows and A ÷ B falls far below 1; with B stopped during A's windows the ratio is about 1 again,
     as it is for two quiet copies. The idle costs are in the records either way."""
     run = Run("t", root=tmp_path, weights="random-init")
-    opts = LoadOpts(min_requests=4, min_p50s=1.0, max_windows=4, tolerance=0.5, max_warmup_s=10, quick=True)
+    opts = LoadOpts(min_requests=4, min_p50s=1.0, max_windows=2, tolerance=0.5, max_warmup_s=10, quick=True)
     x = sample_tensor(1)
     with service_in_this_session(tmp_path / "quiet.log") as quiet, \
             service_in_this_session(tmp_path / "busy.log", burners=BURNERS) as busy:

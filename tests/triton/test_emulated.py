@@ -18,7 +18,7 @@ from servelab.triton.server_stats import read_stats
 pytestmark = [pytest.mark.triton, pytest.mark.usefixtures("quiet_machine")]
 
 # windows of at least 5 p50s and 8 answers, three that agree within 20 % or four at most
-OPTS = LoadOpts(min_requests=8, min_p50s=5.0, max_windows=4, tolerance=0.2, max_warmup_s=10.0)
+OPTS = LoadOpts(min_requests=8, min_p50s=3.0, max_windows=4, tolerance=0.2, max_warmup_s=5.0)  # the device time is exact: a few p50s per window agree
 
 
 @pytest.fixture(scope="module")

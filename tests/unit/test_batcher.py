@@ -105,10 +105,11 @@ def _recording_run(batches: list, run_s: float):
 
 
 def _staggered(batcher: MicroBatcher, decode_s: list[float], x: np.ndarray):
-    """Requests admitted together whose decodes end after `decode_s` seconds each (as with one decode thread)."""
+    """Requests admitted together, each submitted `decode_s` seconds later (its body read and decoded)."""
     async def request(delay):
-        with batcher.arriving():
-            await asyncio.sleep(delay)
+        arrived = batcher.expect()
+        await asyncio.sleep(delay)
+        arrived()
         return await batcher.submit(x)
     return asyncio.gather(*(request(d) for d in decode_s))
 
