@@ -50,7 +50,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         profile_runs=1, extra_servers=False, cold_build=False, engines=["onnx", "onnx-int8"],
         service_batching_baseline=False,
     ),
-    # about 22-24 minutes on 2 cores for the whole lab: every point settles or says it did not. A window lasts
+    # about 18-19 minutes on 2 cores for the whole lab: every point settles or says it did not. A window lasts
     # >= 2 s, 5 p50s and 10 requests (at c=8 or batch 8 about 3-4 s), so the sweeps have two points each
     "default": dict(
         load=DEFAULT_LOAD, batch_sizes=[1, 8], concurrency_levels=[1, 8], queue_delays_us=[0, 4000],
