@@ -114,62 +114,57 @@ def _staggered(batcher: MicroBatcher, decode_s: list[float], x: np.ndarray):
     return asyncio.gather(*(request(d) for d in decode_s))
 
 
-def test_a_batch_waits_for_requests_still_being_decoded():
-    """Eight requests decoded one after another (4 ms apart) run as one batch, not as the first one alone and
-    then the other seven: the batcher holds the batch while admitted requests are still decoding."""
+def _after_one_run(run_s: float, scenario) -> list[int]:
+    """The batch sizes the engine saw: one lone request first (so the batcher knows what a run costs), then
+    `await scenario(batcher, x)`."""
     batches: list[int] = []
 
     async def main():
-        b = MicroBatcher(_recording_run(batches, 0.08), max_batch=8, max_delay_s=0.002, max_queue=100)
+        b = MicroBatcher(_recording_run(batches, run_s), max_batch=8, max_delay_s=0.002, max_queue=100)
         b.start()
         x = np.zeros((1, 3, 2, 2), dtype=np.float32)
-        await b.submit(x)  # one run: the batcher now knows what a run costs
-        await _staggered(b, [0.004 * (i + 1) for i in range(8)], x)
+        await b.submit(x)
+        await scenario(b, x)
         await b.stop()
 
     asyncio.run(main())
-    assert batches == [1, 8]
+    return batches
+
+
+def test_a_batch_waits_for_requests_still_being_decoded():
+    """Eight requests decoded one after another (4 ms apart) run as one batch, not as the first one alone and
+    then the other seven: the batcher holds the batch while admitted requests are still decoding."""
+    async def eight(b, x):
+        await _staggered(b, [0.004 * (i + 1) for i in range(8)], x)
+
+    assert _after_one_run(0.08, eight) == [1, 8]
 
 
 def test_the_hold_never_lasts_longer_than_a_run():
     """A decode that takes far longer than an engine run is not waited for: the others run after about one run's
     time, and the slow one in the next batch."""
-    batches: list[int] = []
     waited: list[float] = []
 
-    async def main():
-        b = MicroBatcher(_recording_run(batches, 0.05), max_batch=8, max_delay_s=0.002, max_queue=100)
-        b.start()
-        x = np.zeros((1, 3, 2, 2), dtype=np.float32)
-        await b.submit(x)
+    async def two_fast_one_slow(b, x):
         t0 = time.perf_counter()
         fast = _staggered(b, [0.001, 0.002], x)
         slow = asyncio.ensure_future(_staggered(b, [1.0], x))
         await fast
         waited.append(time.perf_counter() - t0)
         await slow
-        await b.stop()
 
-    asyncio.run(main())
-    assert batches == [1, 2, 1]
+    assert _after_one_run(0.05, two_fast_one_slow) == [1, 2, 1]
     assert waited[0] < 0.5  # about one hold (0.05 s) and one run (0.05 s), far from the slow decode's 1 s
 
 
 def test_a_lone_request_is_not_held():
     """With nothing else admitted, a request runs after max_delay_s, however long the last run took."""
-    batches: list[int] = []
     took: list[float] = []
 
-    async def main():
-        b = MicroBatcher(_recording_run(batches, 0.3), max_batch=8, max_delay_s=0.002, max_queue=100)
-        b.start()
-        x = np.zeros((1, 3, 2, 2), dtype=np.float32)
-        await b.submit(x)
+    async def one(b, x):
         t0 = time.perf_counter()
         await _staggered(b, [0.001], x)
         took.append(time.perf_counter() - t0)
-        await b.stop()
 
-    asyncio.run(main())
-    assert batches == [1, 1]
+    assert _after_one_run(0.3, one) == [1, 1]
     assert took[0] < 0.3 + 0.15  # one run and a little, not a run's worth of hold before it
