@@ -85,7 +85,7 @@ lint: $(TEST_STAMP)
 # installed and started, and stopped again after the tests (scripts/docker_engine.sh).
 test: export browser prometheus perf-analyzer lint
 	@bash scripts/docker_engine.sh start
-	@$(PY) -m pytest --durations=25 $(PYTEST_ARGS); rc=$$?; bash scripts/docker_engine.sh stop; exit $$rc
+	@PY=$(PY) bash scripts/run_tests.sh $(PYTEST_ARGS); rc=$$?; bash scripts/docker_engine.sh stop; exit $$rc
 
 test-fast: export lint
 	$(PY) -m pytest -m "not notebooks and not browser and not docker" $(PYTEST_ARGS)

@@ -1,6 +1,18 @@
-"""Shared fixtures: the exported model, generated photos, and one real uvicorn service on a free loopback port."""
+"""Shared fixtures: the exported model, generated photos, and one real uvicorn service on a free loopback port.
+
+`make test` runs the suite in two phases (scripts/run_tests.sh), chosen by SERVELAB_TEST_PHASE:
+
+- `parallel`: everything except the tests that assert a ratio the machine's spare CPU moves, on two pytest-xdist
+  workers. Half the suite waits (servers starting, emulated devices, containers), so two workers on two cores
+  finish it about 1.5× sooner. The Docker tests stay together on one worker (their images are built once), and
+  so do the shared smoke lab run and the tests that read it.
+- `quiet`: those ratio tests (the ones that use `quiet_machine`), one at a time, with nothing else running.
+
+Unset, a plain `pytest` runs everything in one process, as before."""
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
@@ -52,10 +64,57 @@ def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(-1)
 
 
+PHASES = ("parallel", "quiet")
+INSTRUCTOR_CHECK = "test_instructor_notebooks_passed_in_the_last_lab_run"  # grades the smoke lab run
+
+
+def _phase() -> str | None:
+    phase = os.environ.get("SERVELAB_TEST_PHASE") or None
+    if phase not in (None, *PHASES):
+        raise pytest.UsageError(f"SERVELAB_TEST_PHASE must be one of {', '.join(PHASES)} (or unset), got {phase!r}")
+    return phase
+
+
+def _xdist_worker() -> bool:
+    return bool(os.environ.get("PYTEST_XDIST_WORKER"))
+
+
+def _group(item) -> str | None:
+    """The xdist group an item must share a worker with: the Docker tests (one image build per run), and the smoke
+    lab run with every test that reads it (the run lives in that worker's temporary folder)."""
+    if item.get_closest_marker("docker"):
+        return "docker"
+    if "smoke_run" in getattr(item, "fixturenames", ()) or item.name == INSTRUCTOR_CHECK:
+        return "smoke-lab"
+    return None
+
+
+@pytest.hookimpl(trylast=True)  # after tests/docker's hook has marked its tests
+def pytest_collection_modifyitems(session, config, items):
+    phase = _phase()
+    if phase:
+        keep = [i for i in items if ("quiet_machine" in getattr(i, "fixturenames", ())) == (phase == "quiet")]
+        config.hook.pytest_deselected(items=[i for i in items if i not in keep])
+        items[:] = keep
+    if not _xdist_worker():
+        return
+    # the two long groups first, so each starts at once on its own worker and the short tests fill in around them;
+    # inside the smoke group the tests that wait for the run come before the check that grades it
+    groups = {i: _group(i) for i in items}
+    for item, group in groups.items():
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+    first = [i for i in items if groups[i] == "docker"]
+    smoke = [i for i in items if groups[i] == "smoke-lab" and i.name != INSTRUCTOR_CHECK]
+    smoke += [i for i in items if i.name == INSTRUCTOR_CHECK]
+    items[:] = first + smoke + [i for i in items if not groups[i]]
+
+
 def pytest_collection_finish(session):
     """Start the shared smoke lab run now when a collected test needs it (tests/notebooks/conftest.py): it then
-    runs beside the tests collected before the notebook tests, instead of after them."""
-    if session.config.option.collectonly or not any("smoke_run" in getattr(i, "fixturenames", ())
+    runs beside the tests collected before the notebook tests, instead of after them. Under xdist the worker
+    that runs the smoke group starts it when the group begins, while the other worker runs the rest."""
+    if _xdist_worker() or session.config.option.collectonly or not any("smoke_run" in getattr(i, "fixturenames", ())
                                                     for i in session.items):
         return
     from servelab.model.export import load_metadata
