@@ -1,0 +1,24 @@
+"""`servelab bench overload` on two real copies of the service (uvicorn on loopback): the copy with admission
+control and the one without are offered the same arrival rates, from one capacity measurement."""
+
+from __future__ import annotations
+
+from servelab.bench.overload import EXPERIMENT, knee_rows, overload
+from servelab.bench.records import Run
+
+
+def test_the_two_service_copies_share_one_capacity_and_get_the_same_arrivals(onnx_meta, tmp_path):
+    recs = overload(Run("overload", root=tmp_path), servers=("fastapi", "fastapi-no-admission"), engine="onnx",
+                    levels=(1, 2), queue=16, quick=True)
+    capacity = [r for r in recs if r.get("kind") == "load" and r["params"].get("phase") == "capacity"]
+    assert [r["server"] for r in capacity] == ["fastapi"]
+    rows = knee_rows(recs)
+    assert {(r["server"], r["level"]) for r in rows} == {(s, lv) for s in ("fastapi", "fastapi-no-admission")
+                                                         for lv in (1, 2)}
+    rate = {(r["server"], r["level"]): r["offered_rps"] for r in rows}
+    assert rate[("fastapi", 1)] > 0
+    for level in (1, 2):
+        assert rate[("fastapi-no-admission", level)] == rate[("fastapi", level)]
+    copies = [r for r in recs if r.get("experiment") == EXPERIMENT and r.get("server") == "fastapi-no-admission"
+              and r.get("kind") == "load"]
+    assert {r["params"]["capacity_measured_on"] for r in copies} == {"fastapi"}
