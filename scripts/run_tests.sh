@@ -8,7 +8,7 @@ set -u
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 
-SERVELAB_TEST_PHASE=parallel "$PY" -m pytest -n "${TEST_WORKERS:-2}" --dist loadgroup --no-loadscope-reorder \
+SERVELAB_TEST_PHASE=parallel "$PY" -m pytest -n "${TEST_WORKERS:-2}" --no-loadscope-reorder \
   --durations=25 "$@"
 parallel=$?
 SERVELAB_TEST_PHASE=quiet "$PY" -m pytest --durations=10 "$@"

@@ -79,17 +79,33 @@ def _xdist_worker() -> bool:
     return bool(os.environ.get("PYTEST_XDIST_WORKER"))
 
 
-def _group(item) -> str | None:
-    """The xdist group an item must share a worker with: the Docker tests (one image build per run), and the smoke
-    lab run with every test that reads it (the run lives in that worker's temporary folder)."""
-    if item.get_closest_marker("docker"):
+SMOKE_RUN_TESTS = "tests/notebooks/test_lab_run.py"  # the tests that use the `smoke_run` fixture
+
+
+def _group(nodeid: str) -> str | None:
+    """The worker group a test must share: the Docker tests (one image build per run), and the smoke lab run with
+    every test that reads it (the run lives in that worker's temporary folder)."""
+    if nodeid.startswith("tests/docker/"):
         return "docker"
-    if "smoke_run" in getattr(item, "fixturenames", ()) or item.name == INSTRUCTOR_CHECK:
+    if nodeid.startswith(SMOKE_RUN_TESTS) or f"::{INSTRUCTOR_CHECK}" in nodeid:
         return "smoke-lab"
     return None
 
 
-@pytest.hookimpl(trylast=True)  # after tests/docker's hook has marked its tests
+def pytest_xdist_make_scheduler(config, log):
+    """Under xdist, each group goes to one worker whole and every other test to whichever worker is free, in the
+    order collected. (xdist's own `--dist loadgroup` marks cannot be used: with pytest 9 its group suffix no
+    longer reaches the node ids it schedules by.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Grouped(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _group(nodeid) or nodeid
+
+    return Grouped(config, log)
+
+
+@pytest.hookimpl(trylast=True)  # after tests/assignments' hook has put the instructor check last
 def pytest_collection_modifyitems(session, config, items):
     phase = _phase()
     if phase:
@@ -98,16 +114,13 @@ def pytest_collection_modifyitems(session, config, items):
         items[:] = keep
     if not _xdist_worker():
         return
-    # the two long groups first, so each starts at once on its own worker and the short tests fill in around them;
-    # inside the smoke group the tests that wait for the run come before the check that grades it
-    groups = {i: _group(i) for i in items}
-    for item, group in groups.items():
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
-    first = [i for i in items if groups[i] == "docker"]
-    smoke = [i for i in items if groups[i] == "smoke-lab" and i.name != INSTRUCTOR_CHECK]
+    # the two long groups first, so each starts at once on its own worker and the short tests fill in after
+    # them; inside the smoke group the tests that wait for the run come before the check that grades it
+    groups = {i.nodeid: _group(i.nodeid) for i in items}
+    first = [i for i in items if groups[i.nodeid] == "docker"]
+    smoke = [i for i in items if groups[i.nodeid] == "smoke-lab" and i.name != INSTRUCTOR_CHECK]
     smoke += [i for i in items if i.name == INSTRUCTOR_CHECK]
-    items[:] = first + smoke + [i for i in items if not groups[i]]
+    items[:] = first + smoke + [i for i in items if not groups[i.nodeid]]
 
 
 def pytest_collection_finish(session):
