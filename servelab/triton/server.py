@@ -34,6 +34,7 @@ before the server starts, because both fail silently otherwise:
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import re
@@ -104,7 +105,10 @@ def stub_numpy_problem(numpy_version: str | None) -> str | None:
 
 
 def backend_directory(root: Path | None = None) -> Path:
-    """A backends folder whose python/ links the bundled python backend and the stub for its interpreter."""
+    """A backends folder whose python/ links the bundled python backend and the stub for its interpreter. One
+    folder per installation (named by where the backend lives and the stub's Python): a checkout shared with a
+    container (the lab image mounts it) holds the host's links and the container's side by side, so a Triton
+    started in one never finds the other's paths."""
     src = bundled_root()
     ver = probe_stub_python(stub_python())["version"]
     parts = {
@@ -115,7 +119,10 @@ def backend_directory(root: Path | None = None) -> Path:
     for path in parts.values():
         if not path.exists():
             raise TritonStartError(f"python backend incomplete: {path} missing (Python {ver} stub bundled?)")
-    root = Path(root or workspace() / "build" / "triton" / "backends")
+    if root is None:
+        key = hashlib.sha1(f"{src}|{ver}".encode()).hexdigest()[:10]
+        root = workspace() / "build" / "triton" / f"backends-{key}"
+    root = Path(root)
     pydir = root / "python"
     pydir.mkdir(parents=True, exist_ok=True)
     for name, path in parts.items():

@@ -176,3 +176,23 @@ def test_numpy_2_is_refused_for_the_bundled_python_backend(version, refused):
     assert (problem is not None) == refused
     if refused:
         assert "empty tensors" in problem and version in problem
+
+
+def test_two_installations_sharing_a_checkout_keep_their_own_backend_links(tmp_path, monkeypatch):
+    """The lab image mounts the checkout: a Triton started in the container must not repoint the host's python
+    backend links at paths only the container has (seen: the host's smoke lab then failed to load a model)."""
+    from servelab.triton import server
+
+    monkeypatch.setenv("SERVELAB_HOME", str(tmp_path / "checkout"))
+    here = server.backend_directory()
+    real = server.bundled_root()
+    other = tmp_path / "elsewhere" / "tritonserver"  # another installation's copy of the same files
+    for rel in ("backends/python/libtriton_python.so", "backends/python/triton_python_backend_utils.py",
+                *(str(p.relative_to(real)) for p in (real / "python_backend_stubs").glob("*/triton_python_backend_stub"))):
+        (other / rel).parent.mkdir(parents=True, exist_ok=True)
+        (other / rel).write_bytes(b"")
+    monkeypatch.setattr(server, "bundled_root", lambda: other)
+    there = server.backend_directory()
+    assert here != there and here.parent == there.parent
+    assert (here / "python" / "libtriton_python.so").resolve() == (real / "backends/python/libtriton_python.so").resolve()
+    assert (there / "python" / "libtriton_python.so").resolve() == (other / "backends/python/libtriton_python.so")
