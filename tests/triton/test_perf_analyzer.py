@@ -35,9 +35,10 @@ def test_perf_analyzer_measures_the_running_triton(triton, tmp_path):
     if binary is None:
         pytest.skip("no perf_analyzer here: `servelab triton get-perf-analyzer` fetches it")
     csv = tmp_path / "pa.csv"
-    # a loose stability rule: this checks that it runs and reads right, not the figure
+    # a loose stability rule and room for more windows: this checks that it runs and reads right, not the figure
+    # (beside the suite's other worker, three windows of four requests were once not within 100 % of each other)
     cmd = pa.command(binary, triton.http_address, ENCODER, concurrency=2, requests=4, stability_pct=100,
-                     max_trials=3, csv=csv)
+                     max_trials=10, csv=csv)
     with stats_delta(triton.http_url, ENCODER) as d:
         r = pa.run(cmd, csv)
     assert r.concurrency == 2 and r.throughput_img_s > 0
