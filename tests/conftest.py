@@ -3,9 +3,9 @@
 `make test` runs the suite in two phases (scripts/run_tests.sh), chosen by SERVELAB_TEST_PHASE:
 
 - `parallel`: everything except the tests that assert a ratio the machine's spare CPU moves, on two pytest-xdist
-  workers. Half the suite waits (servers starting, emulated devices, containers), so two workers on two cores
-  finish it about 1.5× sooner. The Docker tests stay together on one worker (their images are built once), and
-  so do the shared smoke lab run and the tests that read it.
+  workers. Much of the suite waits (servers starting, emulated devices, containers), so the Docker tests run on
+  one worker while the other runs the rest. The Docker tests stay together (their images are built once), and so
+  do the shared smoke lab run and the tests that read it.
 - `quiet`: those ratio tests (the ones that use `quiet_machine`), one at a time, with nothing else running.
 
 Unset, a plain `pytest` runs everything in one process, as before."""

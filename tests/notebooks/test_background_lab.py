@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 
@@ -54,3 +55,16 @@ def test_triton_and_its_stubs_are_left_running(monkeypatch, tmp_path):
             assert psutil.Process(proc.pid).status() != psutil.STATUS_STOPPED
     finally:
         lab.stop_smoke_lab()
+
+
+def test_every_test_that_reads_the_smoke_run_is_in_the_file_its_worker_group_names():
+    """Under xdist the smoke run lives on the worker that runs tests/conftest.py's smoke group: a test elsewhere
+    asking for `smoke_run` would start a second run on the other worker."""
+    import re
+
+    from tests.conftest import SMOKE_RUN_TESTS
+
+    root = Path(__file__).resolve().parents[2]
+    users = {str(p.relative_to(root)) for p in (root / "tests").rglob("test_*.py")
+             if re.search(r"def test_\w+\([^)]*\bsmoke_run\b", p.read_text())}
+    assert users == {SMOKE_RUN_TESTS}
