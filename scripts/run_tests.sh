@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test suite as `make test` runs it, in two phases (tests/conftest.py says which test goes where):
-#   1. everything but the CPU-ratio tests, on two pytest-xdist workers: half the suite waits on servers,
-#      emulated devices and containers, so two workers on two cores finish it about 1.5x sooner;
+#   1. everything but the CPU-ratio tests, on two pytest-xdist workers: much of the suite waits on servers,
+#      emulated devices and containers, so the container tests run on one worker while the other runs the rest;
 #   2. the tests that assert a ratio the machine's spare CPU moves, one at a time, with nothing else running.
 # Arguments go to both phases (e.g. `--durations=0`, or test paths). TEST_WORKERS sets the workers (default 2).
 set -u

@@ -109,8 +109,11 @@ def pytest_xdist_make_scheduler(config, log):
 def pytest_collection_modifyitems(session, config, items):
     phase = _phase()
     if phase:
-        keep = [i for i in items if ("quiet_machine" in getattr(i, "fixturenames", ())) == (phase == "quiet")]
-        config.hook.pytest_deselected(items=[i for i in items if i not in keep])
+        keep, drop = [], []
+        for i in items:
+            quiet = "quiet_machine" in getattr(i, "fixturenames", ())
+            (keep if quiet == (phase == "quiet") else drop).append(i)
+        config.hook.pytest_deselected(items=drop)
         items[:] = keep
     if not _xdist_worker():
         return

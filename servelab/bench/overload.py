@@ -1,8 +1,8 @@
 """Overload: what a server does with more work than it can finish (`servelab bench overload`).
 
 For each server: measure its capacity (closed loop, batch-1 JPEG requests; once for the two copies of the
-service, which differ only past capacity), then offer open-loop Poisson arrivals at 1×, 2×, 4× and 8× that rate. Each level is one record: goodput (images/s answered 200 inside the
-measured span), latency of the accepted requests from their scheduled arrival (so waiting for a free client
+service, which differ only past capacity), then offer open-loop Poisson arrivals at 1×, 2×, 4× and 8× that
+rate. Each level is one record: goodput (images/s answered 200 inside the measured span), latency of the accepted requests from their scheduled arrival (so waiting for a free client
 counts), how many were shed (503/429), how many failed otherwise (5xx, no answer), and whether the server
 process survived. The goals, as `derived` records:
 
@@ -175,14 +175,15 @@ def overload(run: Run | str | None = None, *, servers: tuple = SERVERS, engine: 
         with overload_server(name, engine, queue=queue, deadline_s=deadline_s, log_dir=run.dir) as (srv, make, conf):
             queue_limit = TRITON_QUEUE if name == "triton-http" else queue
             base = dict(server=name, backend=srv.backend, engine=engine, protocol="http", payload="jpeg", batch=1)
-            copy = name in SERVICE_COPIES and capacity_concurrency <= queue
-            if copy and service_capacity is not None:
+            shared = name in SERVICE_COPIES and capacity_concurrency <= queue
+            if shared and service_capacity is not None:
                 capacity, measured_on = service_capacity, SERVICE_COPIES[0]
             else:
                 cap = closed_loop(client_factory(make, blobs=jpegs), capacity_concurrency, opts,
                                   desc=f"{EXPERIMENT} {name} capacity")
                 capacity, measured_on = cap.throughput_img_s, name
-                service_capacity = capacity if copy else service_capacity
+                if shared:
+                    service_capacity = capacity
             drain_s = queue_limit / capacity if capacity else None
             params = {**srv.params(), **conf, "queue_limit_for_drain": queue_limit, "drain_s": drain_s,
                       "capacity_img_s": capacity, "capacity_measured_on": measured_on, "load": opts.as_params()}

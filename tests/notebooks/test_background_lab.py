@@ -3,6 +3,7 @@ the machine's spare CPU moves: the pause must reach every process it started, an
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -60,8 +61,6 @@ def test_triton_and_its_stubs_are_left_running(monkeypatch, tmp_path):
 def test_every_test_that_reads_the_smoke_run_is_in_the_file_its_worker_group_names():
     """Under xdist the smoke run lives on the worker that runs tests/conftest.py's smoke group: a test elsewhere
     asking for `smoke_run` would start a second run on the other worker."""
-    import re
-
     from tests.conftest import SMOKE_RUN_TESTS
 
     root = Path(__file__).resolve().parents[2]
