@@ -10,7 +10,9 @@
 # Debian 13's packages if missing: Compose v2 is not packaged for Debian 12, and Debian 13's docker-compose
 # (2.26, one Go binary) runs here as a CLI plugin. Taken from Debian's archive with apt, so its signature is
 # checked against the system's archive keyring, unlike a repackaging on PyPI. It then starts dockerd in the
-# background (no systemd here) and records its pid in build/docker-engine.pid for `stop`.
+# background (no systemd here) and records its pid in build/docker-engine.pid for `stop`. That engine runs at
+# a lower CPU priority (nice 10, which its builds and containers inherit): the suite's other worker runs the
+# smoke lab, whose timed exercises are graded, and a build beside it must not take the cores it measures on.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PIDFILE=build/docker-engine.pid
@@ -46,7 +48,7 @@ start() {
     fi
     mkdir -p build
     say "starting dockerd (log: $LOG)"
-    nohup dockerd >"$LOG" 2>&1 &
+    nohup nice -n 10 dockerd >"$LOG" 2>&1 &
     echo $! > "$PIDFILE"
     for _ in $(seq 60); do answers && break; sleep 1; done
     answers || { say "dockerd did not answer within 60 s: see $LOG"; tail -5 "$LOG"; stop; return 1; }

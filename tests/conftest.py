@@ -139,7 +139,7 @@ def pytest_collection_finish(session):
         return
     from tests.notebooks.conftest import start_smoke_lab
 
-    start_smoke_lab(session.config._tmp_path_factory.mktemp("lab-results"))
+    start_smoke_lab(session.config._tmp_path_factory.mktemp("lab-results"), background=True)
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ from tests.docker.conftest import REPO_ROOT
 @pytest.mark.timeout(3000)  # bootstrap (export, stage, three stacks) and the smoke lab twice, on two cores
 def test_the_node_rehearsal_runs_every_notebook_from_both_sides(standins, tmp_path):
     env = {**os.environ, "REHEARSAL_DIR": str(tmp_path)}
-    try:
-        out = subprocess.run(["bash", "scripts/rehearse_node.sh"], cwd=REPO_ROOT, env=env, capture_output=True,
+    try:  # niced like the engine make test starts: the smoke lab beside it is graded on its timings
+        out = subprocess.run(["nice", "-n", "10", "bash", "scripts/rehearse_node.sh"], cwd=REPO_ROOT, env=env, capture_output=True,
                              text=True, timeout=2900)
     finally:  # a rehearsal stopped from outside leaves its stacks up: take them down here
         for stack in ("06a-all-backends", "jupyter") if (tmp_path / "clone" / "docker").is_dir() else ():
