@@ -192,10 +192,12 @@ def stats_delta(http_url: str, model: str, metrics_url: str | None = None, *, ex
     """`with stats_delta(url, model) as d: ...` then d.result (ModelStats after - before), d.metrics.
 
     Triton counts a request in its statistics and metrics just after it has sent the answer, so a client can hold
-    every answer before the last batch is counted. Given `expected_requests` (or `d.expected_requests` set inside
-    the block), the exit re-reads until that many successful requests are counted, for at most `wait_s`."""
+    every answer before the last batch is counted. At the start, the counts are read until two reads 100 ms apart
+    agree (for at most `wait_s`): a request answered just before the block is counted before it, not in it. Given
+    `expected_requests` (or `d.expected_requests` set inside the block), the exit re-reads until that many
+    successful requests are counted, for at most `wait_s`."""
     d = StatsDelta(http_url, model, metrics_url, expected_requests=expected_requests)
-    d.before = read_stats(http_url, model)
+    d.before = _settled(lambda: read_stats(http_url, model), time.monotonic() + wait_s)
     if metrics_url:
         d.metrics_before = read_metrics(metrics_url, model)
     yield d
@@ -209,6 +211,18 @@ def stats_delta(http_url: str, model: str, metrics_url: str | None = None, *, ex
 
 def _metrics_delta(after: dict, before: dict) -> dict:
     return {k: after.get(k, 0.0) - before.get(k, 0.0) for k in set(after) | set(before)}
+
+
+def _settled(read, deadline: float):
+    """read() every 100 ms until two reads agree or the deadline passes; the last read."""
+    value = read()
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        again = read()
+        if again == value:
+            return again
+        value = again
+    return value
 
 
 def _read_until(read, counted, expected: int | None, deadline: float):
