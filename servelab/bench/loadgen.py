@@ -453,7 +453,10 @@ def interleaved(factory_a: Callable[[int], object], factory_b: Callable[[int], o
     warm = [0.0, 0.0]
     p50 = [0.0, 0.0]
     try:
-        for k, pool in enumerate(pools):
+        # B warms up first and A last, so A, measured first, is still loaded and warm when its window opens: where
+        # `on_window` reconfigures one server per side, warming A first would reload it for its first window
+        for k in (1, 0):
+            pool = pools[k]
             if on_window:
                 on_window(k, "warm-up")
             t0 = time.perf_counter()
