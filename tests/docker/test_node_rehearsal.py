@@ -17,8 +17,8 @@ from tests.docker.conftest import REPO_ROOT
 def test_the_node_rehearsal_runs_every_notebook_from_both_sides(standins, tmp_path):
     env = {**os.environ, "REHEARSAL_DIR": str(tmp_path)}
     try:  # niced like the engine make test starts: the smoke lab beside it is graded on its timings
-        out = subprocess.run(["nice", "-n", "10", "bash", "scripts/rehearse_node.sh"], cwd=REPO_ROOT, env=env, capture_output=True,
-                             text=True, timeout=2900)
+        out = subprocess.run(["nice", "-n", "10", "bash", "scripts/rehearse_node.sh"], cwd=REPO_ROOT, env=env,
+                             capture_output=True, text=True, timeout=2900)
     finally:  # a rehearsal stopped from outside leaves its stacks up: take them down here
         for stack in ("06a-all-backends", "jupyter") if (tmp_path / "clone" / "docker").is_dir() else ():
             subprocess.run(["docker", "compose", "-f", f"docker/compose.{stack}.yaml", "-f",
