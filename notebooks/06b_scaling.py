@@ -535,6 +535,8 @@ def tune(trials, budget_ms):
     fit = max(2, min(8, int(0.7 * budget_ms / 1000 * two["throughput_img_s"])))
     tried = [two, trials(concurrency=fit), trials(concurrency=fit, instances=2, threads=max(1, cores // 2))]
     within = [t for t in tried if not t["errors"] and t["latency_p99_ms"] <= budget_ms]
+    if not within:  # a busy moment on a shared machine: one client, default config (the budget is 3 × its p99)
+        within = [t for t in [trials(concurrency=1)] if not t["errors"] and t["latency_p99_ms"] <= budget_ms]
     return max(within, key=lambda t: t["throughput_img_s"])["trial"] if within else tried[0]["trial"]
     # END SOLUTION
 
