@@ -2,9 +2,10 @@
 
 For each server: measure its capacity (closed loop, batch-1 JPEG requests; once for the two copies of the
 service, which differ only past capacity), then offer open-loop Poisson arrivals at 1×, 2×, 4× and 8× that
-rate. Each level is one record: goodput (images/s answered 200 inside the measured span), latency of the accepted requests from their scheduled arrival (so waiting for a free client
-counts), how many were shed (503/429), how many failed otherwise (5xx, no answer), and whether the server
-process survived. The goals, as `derived` records:
+rate. Each level is one record: goodput (images/s answered 200 inside the measured span), latency of the
+accepted requests from their scheduled arrival (so waiting for a free client counts), how many were shed
+(503/429), how many failed otherwise (5xx, no answer), and whether the server process survived. The goals, as
+`derived` records:
 
   goodput at every overload level  >= 90 % of goodput at capacity
   p99 of accepted requests         <= 2 × the time to drain a full queue (queue limit ÷ capacity)

@@ -34,8 +34,8 @@ def start_smoke_lab(results, *, background: bool) -> None:
     the background beside other tests."""
     if _lab:
         return
-    cmd = ["nice", "-n", "10" if background else "0", sys.executable, "-m", "servelab.cli", "lab", "run", "--profile", "smoke",
-           "--run-id", RUN_ID, "--ports", "free", "--results", str(results), "--no-progress-bar"]
+    cmd = ["nice", "-n", "10" if background else "0", sys.executable, "-m", "servelab.cli", "lab", "run",
+           "--profile", "smoke", "--run-id", RUN_ID, "--ports", "free", "--results", str(results), "--no-progress-bar"]
     out, err = open(results / "lab.stdout", "w"), open(results / "lab.stderr", "w")
     _lab.update(results=results, started=time.monotonic(),
                 proc=subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=out, stderr=err, start_new_session=True))
