@@ -20,18 +20,22 @@ help:
 # requirements*.txt are generated from requirements.lock (`make lock` after changing pyproject's dependencies).
 # --no-compile: pip would byte-compile every installed module (a minute of a fresh 2-core set-up, most of it
 # torch files no lab imports); Python compiles the ones that are imported, once, on first use.
+# --no-deps: each file is already the whole closure of its packages in the lock, so pip's resolver has nothing to
+# add (it took ten seconds of a fresh set-up to find that out); `pip check` then confirms that nothing is missing.
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m servelab.setup_guard requirements.txt
-	$(PIP) install --disable-pip-version-check -q --no-compile -r requirements.txt
+	$(PIP) install --disable-pip-version-check -q --no-compile --no-deps -r requirements.txt
 	$(PIP) install --disable-pip-version-check -q --no-deps --no-build-isolation -e .
+	$(PIP) check --disable-pip-version-check -q
 	$(PY) -m ipykernel install --sys-prefix --name servelab --display-name "servelab (.venv)" >/dev/null
 	touch $@
 
 setup: $(STAMP)
 
 $(TEST_STAMP): $(STAMP) requirements-test.txt
-	$(PIP) install --disable-pip-version-check -q --no-compile -r requirements-test.txt
+	$(PIP) install --disable-pip-version-check -q --no-compile --no-deps -r requirements-test.txt
+	$(PIP) check --disable-pip-version-check -q
 	touch $@
 
 lock:

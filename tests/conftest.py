@@ -1,12 +1,16 @@
 """Shared fixtures: the exported model, generated photos, and one real uvicorn service on a free loopback port.
 
-`make test` runs the suite in two phases (scripts/run_tests.sh), chosen by SERVELAB_TEST_PHASE:
+`make test` runs the suite in three phases (scripts/run_tests.sh), chosen by SERVELAB_TEST_PHASE:
 
-- `parallel`: everything except the tests that assert a ratio the machine's spare CPU moves, on two pytest-xdist
-  workers. Much of the suite waits (servers starting, emulated devices, containers), so the Docker tests run on
-  one worker while the other runs the rest. The Docker tests stay together (their images are built once), and so
-  do the shared smoke lab run and the tests that read it.
-- `quiet`: those ratio tests (the ones that use `quiet_machine`), one at a time, with nothing else running.
+- `parallel`: everything except the ratio tests below, on two pytest-xdist workers (one per core: this phase keeps
+  both busy), the Docker tests on one worker while the other runs the rest. The Docker tests stay together (their
+  images are built once), and so do the shared smoke lab run and the tests that read it.
+- `spare-cores`: the ratio tests on the emulated device (the ones that use `spare_cores`), on three workers (their
+  servers are session fixtures, started once on each worker that needs them). The device waits instead of
+  computing, so each test uses a fraction of a core: neighbours of the same kind leave it the spare CPU it needs,
+  where the parallel phase's saturated cores would not.
+- `quiet`: the tests that assert a ratio the machine's spare CPU itself moves (the ones that use
+  `quiet_machine`), one at a time, with nothing else running.
 
 Unset, a plain `pytest` runs everything in one process, as before."""
 
@@ -64,7 +68,9 @@ def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(-1)
 
 
-PHASES = ("parallel", "quiet")
+PHASES = ("parallel", "spare-cores", "quiet")
+# the fixture that puts a test in a phase of its own; every other test runs in the parallel phase
+PHASE_FIXTURES = {"quiet_machine": "quiet", "spare_cores": "spare-cores"}
 INSTRUCTOR_CHECK = "test_instructor_notebooks_passed_in_the_last_lab_run"  # grades the smoke lab run
 
 
@@ -94,8 +100,8 @@ def _group(nodeid: str) -> str | None:
 
 def pytest_xdist_make_scheduler(config, log):
     """Under xdist, each group goes to one worker whole and every other test to whichever worker is free, in the
-    order collected. (xdist's own `--dist loadgroup` marks cannot be used: with pytest 9 its group suffix no
-    longer reaches the node ids it schedules by.)"""
+    order collected. (xdist's own `--dist loadgroup` marks cannot be used: with pytest 9 its group suffix no longer
+    reaches the node ids it schedules by.)"""
     from xdist.scheduler import LoadScopeScheduling
 
     class Grouped(LoadScopeScheduling):
@@ -105,14 +111,18 @@ def pytest_xdist_make_scheduler(config, log):
     return Grouped(config, log)
 
 
+def _test_phase(item) -> str:
+    names = getattr(item, "fixturenames", ())
+    return next((phase for fixture, phase in PHASE_FIXTURES.items() if fixture in names), "parallel")
+
+
 @pytest.hookimpl(trylast=True)  # after tests/assignments' hook has put the instructor check last
 def pytest_collection_modifyitems(session, config, items):
     phase = _phase()
     if phase:
         keep, drop = [], []
         for i in items:
-            quiet = "quiet_machine" in getattr(i, "fixturenames", ())
-            (keep if quiet == (phase == "quiet") else drop).append(i)
+            (keep if _test_phase(i) == phase else drop).append(i)
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
     if not _xdist_worker():
@@ -124,6 +134,8 @@ def pytest_collection_modifyitems(session, config, items):
     smoke = [i for i in items if groups[i.nodeid] == "smoke-lab" and i.name != INSTRUCTOR_CHECK]
     smoke += [i for i in items if i.name == INSTRUCTOR_CHECK]
     items[:] = first + smoke + [i for i in items if not groups[i.nodeid]]
+    if phase == "spare-cores":  # each file builds up from checks to its long ratios, so the long ones start first
+        items.reverse()
 
 
 def pytest_collection_finish(session):
@@ -140,6 +152,16 @@ def pytest_collection_finish(session):
     from tests.notebooks.conftest import start_smoke_lab
 
     start_smoke_lab(session.config._tmp_path_factory.mktemp("lab-results"), background=True)
+
+
+@pytest.fixture
+def spare_cores():
+    """For a test whose ratios come from the emulated device's waits: no CPU-heavy neighbour (the background smoke
+    lab, if it is still running, is stopped meanwhile), though another such test may run beside it."""
+    from tests.notebooks.conftest import smoke_lab_paused
+
+    with smoke_lab_paused():
+        yield
 
 
 @pytest.fixture

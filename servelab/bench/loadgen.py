@@ -52,6 +52,9 @@ class LoadOpts:
     tolerance: float = 0.1       # last `stable_windows` windows within ±tolerance of their mean
     stable_windows: int = 3
     max_windows: int = 8
+    # an interleaved A/B measures at most this many window pairs (None: max_windows). A smoke run's single pair
+    # checks every path of the comparison without the second pair's model reloads and warm-ups
+    max_pairs: int | None = None
     # an interleaved A/B also stops once two or more pairs give its verdict (stats.ratio_decided)
     stop_when_decided: bool = True
     quick: bool = False          # a smoke run: its numbers are not results
@@ -434,7 +437,7 @@ def interleaved(factory_a: Callable[[int], object], factory_b: Callable[[int], o
     """Alternate windows of A and B in one sequence (ABBA order, so a linear drift cancels) until the last
     `stable_windows` pair ratios agree within `tolerance`, or (`stop_when_decided`) two or more pairs already give
     the verdict more pairs would (every pair ratio past the ranking margin on one side, or well inside it), or
-    `max_windows` pairs were measured.
+    `max_pairs` (default `max_windows`) pairs were measured.
 
     Only one side runs at a time: the other's workers are paused with nothing in flight, and each window opens
     after every worker of its side has had an answer (the server's queue refills). The ratio is A's throughput
@@ -467,7 +470,7 @@ def interleaved(factory_a: Callable[[int], object], factory_b: Callable[[int], o
         since = [p.rec.marks() for p in pools]
         _start(meters)
         stable, settled_by = False, None
-        for n in range(opts.max_windows):
+        for n in range(opts.max_pairs or opts.max_windows):
             order = (0, 1) if n % 2 == 0 else (1, 0)
             for k in order:
                 changed = on_window(k, "start") if on_window else None

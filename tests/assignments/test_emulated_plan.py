@@ -14,7 +14,7 @@ from servelab.bench.records import Run, load_records
 from servelab.triton.control import get_config
 from servelab.triton.models import EMULATED_ENCODER
 
-pytestmark = [pytest.mark.triton, pytest.mark.usefixtures("quiet_machine")]
+pytestmark = [pytest.mark.triton, pytest.mark.usefixtures("spare_cores")]
 
 OPTS = LoadOpts(min_requests=4, min_p50s=2.0, max_windows=3, tolerance=0.2, max_warmup_s=3.0)
 CLIENTS = 4
@@ -25,7 +25,7 @@ def _not_strict(monkeypatch):
     monkeypatch.delenv(STRICT_ENV, raising=False)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # under xdist, once per worker: the worker may run other files' tests between these
 def emulated_only_triton(onnx_meta, settings, tmp_path_factory):
     from servelab.triton.repository import stage
     from servelab.triton.server import EmbeddedTriton

@@ -128,6 +128,20 @@ def test_an_interleaved_ratio_stops_once_its_verdict_is_known_and_not_while_it_s
     assert near.ratio == pytest.approx(1.075, rel=0.03)
 
 
+def test_max_pairs_caps_an_interleaved_comparison_and_one_pair_says_it_never_settled():
+    """A smoke run's single pair: A then B once, a ratio from that pair, and no claim that it settled."""
+    sides = []
+
+    def on_window(side: int, phase: str) -> None:
+        if phase == "start":
+            sides.append(side)
+
+    opts = LoadOpts(min_requests=5, min_p50s=1, max_windows=4, max_pairs=1, tolerance=0.5, max_warmup_s=2)
+    one = interleaved(paced(lambda: 0.010), paced(lambda: 0.020), 1, opts, on_window=on_window)
+    assert sides == [0, 1] and one.pairs == 1 and not one.stable
+    assert one.ratio == one.ratio_min == one.ratio_max == pytest.approx(2.0, rel=0.2)
+
+
 def test_a_side_reconfigured_before_its_window_warms_up_again():
     # side A's "server" is reconfigured before each of its windows and answers its next 5 requests slowly (a
     # reloaded model's first runs); when on_window says so, those fall in a warm-up, not in A's window

@@ -17,7 +17,7 @@ from servelab.model.device_profile import profile
 from servelab.model.engines import make_embedder
 from servelab.service.process import ServiceProcess
 
-pytestmark = pytest.mark.usefixtures("quiet_machine")  # ratios that spare CPU moves
+pytestmark = pytest.mark.usefixtures("spare_cores")  # ratios of the emulated device's waits
 
 FLAT = profile("flat")  # 168 ms for any batch up to 4 images, then 40 ms per image
 OPTS = LoadOpts(min_requests=8, min_p50s=3.0, max_windows=4, tolerance=0.2, max_warmup_s=5.0)  # the device time is exact: a few p50s per window agree

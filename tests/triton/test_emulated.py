@@ -15,18 +15,19 @@ from servelab.triton.repository import stage
 from servelab.triton.server import EmbeddedTriton
 from servelab.triton.server_stats import read_stats
 
-pytestmark = [pytest.mark.triton, pytest.mark.usefixtures("quiet_machine")]
+pytestmark = [pytest.mark.triton, pytest.mark.usefixtures("spare_cores")]
 
 # windows of at least 5 p50s and 8 answers, three that agree within 20 % or four at most
 OPTS = LoadOpts(min_requests=8, min_p50s=3.0, max_windows=4, tolerance=0.2, max_warmup_s=5.0)  # the device time is exact: a few p50s per window agree
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # under xdist, once per worker: the worker may run other files' tests between these
 def emulated_triton(onnx_meta, settings, tmp_path_factory):
     root = tmp_path_factory.mktemp("emulated-triton")
     ours = settings.with_(device_profile="linear", device_dir=root / "devices")
     stage("cpu", root / "models", instances=1, settings=ours)
-    with EmbeddedTriton(root / "models", log_path=root / "tritonserver.log", startup_timeout=240) as srv:
+    with EmbeddedTriton(root / "models", log_path=root / "tritonserver.log", models=[EMULATED_ENCODER],
+                        startup_timeout=240) as srv:
         yield srv
 
 

@@ -58,8 +58,12 @@ def test_random_init_is_identical_across_processes(settings):
         "m,_=build_image_encoder();"
         "print(float(sum(p.double().sum() for p in m.parameters())))"
     )
-    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()[-1]
-            for _ in range(2)]
+    # two processes at once: each spends most of its time importing torch and building the model
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err for _, err in outs]
+    runs = [out.split()[-1] for out, _ in outs]
     assert runs[0] == runs[1]
 
 
