@@ -7,6 +7,11 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.servelab-installed
 TEST_STAMP := $(VENV)/.servelab-test-installed
 PYTEST_ARGS ?=
+# Byte-code caches stay on for everything make starts: an environment that sets PYTHONDONTWRITEBYTECODE (many
+# container images and sandboxes do) makes every kernel, server, Triton python-backend stub and test process compile
+# what it imports from source again, several CPU-seconds each on 2 cores (torch, pandas, onnxruntime); with caches,
+# each module is compiled once, on first use, into the checkout's and .venv's __pycache__ (ignored by git and Docker).
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: help setup lock lint export stage lab test test-fast serve triton-up triton-down browser prometheus perf-analyzer clean rehearse-node
 

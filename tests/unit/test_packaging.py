@@ -23,7 +23,8 @@ def test_wheel_carries_the_triton_and_review_templates(tmp_path):
                     str(tmp_path), str(src)], check=True, timeout=300, capture_output=True)
     (wheel,) = tmp_path.glob("servelab-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    templates = [p.relative_to(ROOT).as_posix() for p in STAGING.rglob("*") if p.is_file()]
+    templates = [p.relative_to(ROOT).as_posix() for p in STAGING.rglob("*")
+                 if p.is_file() and "__pycache__" not in p.parts]  # a byte-code cache is not a template
     assert templates, "no staging templates found"
     assert not [t for t in templates if t not in names], "templates missing from the wheel"
     assert any(n.startswith("servelab/dedup/templates/") for n in names)
