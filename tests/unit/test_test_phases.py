@@ -7,28 +7,30 @@ import subprocess
 import sys
 
 from servelab.config import CHECKOUT
+from tests.conftest import PHASES
 
 FILES = ["tests/bench/test_idle_side.py", "tests/triton/test_emulated.py", "tests/unit/test_batcher.py"]
 
 
-def _env() -> dict[str, str]:
-    """This environment without the phase and xdist worker settings of the pytest running this test."""
-    return {k: v for k, v in os.environ.items() if k != "SERVELAB_TEST_PHASE" and not k.startswith("PYTEST_")}
+def _collect(phase: str | None, *files: str) -> subprocess.CompletedProcess:
+    """`pytest --collect-only` of `files` in `phase`, without the phase and xdist worker settings of the pytest
+    running this test."""
+    env = {k: v for k, v in os.environ.items() if k != "SERVELAB_TEST_PHASE" and not k.startswith("PYTEST_")}
+    if phase:
+        env["SERVELAB_TEST_PHASE"] = phase
+    return subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *files],
+                          cwd=CHECKOUT, env=env, capture_output=True, text=True, timeout=120)
 
 
 def _collected(phase: str | None) -> set[str]:
-    env = _env()
-    if phase:
-        env["SERVELAB_TEST_PHASE"] = phase
-    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *FILES],
-                         cwd=CHECKOUT, env=env, capture_output=True, text=True, timeout=120)
+    out = _collect(phase, *FILES)
     assert out.returncode == 0, out.stdout + out.stderr
     return {line for line in out.stdout.splitlines() if "::" in line}
 
 
 def test_each_test_runs_in_exactly_one_phase_chosen_by_its_fixture():
     every = _collected(None)
-    phases = {p: _collected(p) for p in ("parallel", "spare-cores", "quiet")}
+    phases = {p: _collected(p) for p in PHASES}
     assert set().union(*phases.values()) == every
     assert sum(len(v) for v in phases.values()) == len(every)
     assert phases["quiet"] and all(t.startswith(FILES[0]) for t in phases["quiet"])  # the spare CPU itself
@@ -37,7 +39,5 @@ def test_each_test_runs_in_exactly_one_phase_chosen_by_its_fixture():
 
 
 def test_an_unknown_phase_is_refused():
-    env = {**_env(), "SERVELAB_TEST_PHASE": "loud"}
-    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", FILES[2]],
-                         cwd=CHECKOUT, env=env, capture_output=True, text=True, timeout=120)
+    out = _collect("loud", FILES[2])
     assert out.returncode != 0 and "SERVELAB_TEST_PHASE must be one of parallel, spare-cores, quiet" in out.stdout + out.stderr
