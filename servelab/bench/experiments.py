@@ -113,7 +113,7 @@ def ab(run: Run, experiment: str, a: Served, b: Served, *, label_a: str, label_b
     with IdleSides([_local_pid(a), _local_pid(b)], [label_a, label_b], pause=pause_idle,
                    probe_s=0.25 if opts.quick else 2.0) as idle:
         res = interleaved(a.worker_factory(pa, batch_a), b.worker_factory(pb, batch_b), concurrency_a, opts,
-                          concurrency_b=cb, meters=meters, on_window=on_window,
+                          concurrency_b=cb, meters=meters, on_window=on_window, reconfigures=prepare is not None,
                           desc=f"{experiment} {label_a} / {label_b}")
     extra = {"ab": {"pairs": res.pairs, "order": "ABBA", "a": label_a, "b": label_b}, **(params or {})}
     ra = run.record(experiment, **_point_fields(
@@ -284,8 +284,15 @@ def rate_sweep(run: Run, srv: Served, *, rates: tuple = (5, 10, 20, 40), payload
 
 # --- payload & serialisation --------------------------------------------------------------------------
 
-def serialisation_costs(batch: int = 1, repeats: int = 20) -> list[dict]:
-    """Client-side cost of each wire format, measured apart from any request: encode time and bytes per request."""
+# a format's repeats stop once they have taken this long (after at least MIN_REPEATS): JSON number lists at batch 16
+# take about 1.7 s per body on two cores, and ten of them were a quarter of a minute for a figure three already give
+REPEAT_BUDGET_S = 1.0
+MIN_REPEATS = 3
+
+
+def serialisation_costs(batch: int = 1, repeats: int = 20, budget_s: float = REPEAT_BUDGET_S) -> list[dict]:
+    """Client-side cost of each wire format, measured apart from any request: encode time and bytes per request.
+    Each format is built up to `repeats` times, fewer (at least MIN_REPEATS) once its builds took `budget_s`."""
     import base64
 
     x = sample_tensor(batch)
@@ -330,12 +337,13 @@ def serialisation_costs(batch: int = 1, repeats: int = 20) -> list[dict]:
     ):
         fn()
         times = []
-        for _ in range(repeats):
+        while len(times) < repeats and (len(times) < min(MIN_REPEATS, repeats) or sum(times) < budget_s):
             t0 = time.perf_counter()
             body = fn()
             times.append(time.perf_counter() - t0)
         lat = latency_summary(times)
-        rows.append({"payload": name, "bytes_per_request": len(body), "bytes_per_image": len(body) / batch,
+        rows.append({"payload": name, "repeats": len(times), "bytes_per_request": len(body),
+                     "bytes_per_image": len(body) / batch,
                      "serialise_p50_ms": lat["latency_p50_ms"], "serialise_p99_ms": lat["latency_p99_ms"],
                      "serialise_min_ms": lat["latency_min_ms"], "serialise_max_ms": lat["latency_max_ms"],
                      "note": note})
@@ -352,7 +360,7 @@ def serialisation(run: Run, *, batches: tuple = (1,), repeats: int = 20,
                                   latency_p50_ms=row["serialise_p50_ms"], latency_p99_ms=row["serialise_p99_ms"],
                                   latency_p50_min_ms=row["serialise_min_ms"], latency_p50_max_ms=row["serialise_max_ms"],
                                   bytes_per_request=row["bytes_per_request"], bytes_per_image=row["bytes_per_image"],
-                                  repeats=repeats, note=row["note"], memory=memory_snapshot(label="client process")))
+                                  repeats=row["repeats"], note=row["note"], memory=memory_snapshot(label="client process")))
     return out
 
 

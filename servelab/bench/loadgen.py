@@ -433,7 +433,8 @@ class ABResult:
 
 def interleaved(factory_a: Callable[[int], object], factory_b: Callable[[int], object], concurrency: int = 1,
                 opts: LoadOpts | None = None, *, concurrency_b: int | None = None, meters: Sequence = (),
-                on_window: Callable[[int, str], None] | None = None, desc: str = "a/b") -> ABResult:
+                on_window: Callable[[int, str], None] | None = None, reconfigures: bool = False,
+                desc: str = "a/b") -> ABResult:
     """Alternate windows of A and B in one sequence (ABBA order, so a linear drift cancels) until the last
     `stable_windows` pair ratios agree within `tolerance`, or (`stop_when_decided`) two or more pairs already give
     the verdict more pairs would (every pair ratio past the ranking margin on one side, or well inside it), or
@@ -446,7 +447,10 @@ def interleaved(factory_a: Callable[[int], object], factory_b: Callable[[int], o
     `on_window(side, "warm-up" | "start" | "end")` (side 0 = A, 1 = B) is called while both sides are idle, before
     a side's warm-up, before each of its windows and after it: the place to read a server's counters per side.
     When the "start" call returns True (it reconfigured the server, e.g. reloaded a model), that side warms up
-    in full again before its window instead of only refilling the queue.
+    in full again before its window instead of only refilling the queue. With `reconfigures` (on_window switches
+    one server between the two sides' configurations) B warms up only there, before its first window: warming it
+    beforehand would load B's configuration just to load A's for A's first window (not with `meters`, which must
+    not count a warm-up).
     """
     opts = opts or LoadOpts()
     pools = (_Pool(factory_a, concurrency, "load-a"), _Pool(factory_b, concurrency_b or concurrency, "load-b"))
@@ -454,11 +458,13 @@ def interleaved(factory_a: Callable[[int], object], factory_b: Callable[[int], o
     ratios: list[float] = []
     lat_ratios: list[float] = []
     warm = [0.0, 0.0]
+    warmed = [False, False]
     p50 = [0.0, 0.0]
     try:
-        # B warms up first and A last, so A, measured first, is still loaded and warm when its window opens: where
-        # `on_window` reconfigures one server per side, warming A first would reload it for its first window
-        for k in (1, 0):
+        # B warms up first and A last, so A, measured first, is still warm when its window opens; where `on_window`
+        # reconfigures one server per side, B warms up only before its own first window (see the docstring)
+        defer_b = reconfigures and not meters
+        for k in (0,) if defer_b else (1, 0):
             pool = pools[k]
             if on_window:
                 on_window(k, "warm-up")
@@ -466,7 +472,7 @@ def interleaved(factory_a: Callable[[int], object], factory_b: Callable[[int], o
             pool.resume()
             p50[k] = _warm_up(pool, opts)
             pool.pause()
-            warm[k] = time.perf_counter() - t0
+            warm[k], warmed[k] = time.perf_counter() - t0, True
         since = [p.rec.marks() for p in pools]
         _start(meters)
         stable, settled_by = False, None
@@ -474,9 +480,12 @@ def interleaved(factory_a: Callable[[int], object], factory_b: Callable[[int], o
             order = (0, 1) if n % 2 == 0 else (1, 0)
             for k in order:
                 changed = on_window(k, "start") if on_window else None
+                t0 = time.perf_counter()
                 pools[k].resume()
-                if changed:  # the server was reconfigured for this side: warm up again until the queue is steady
+                if changed or not warmed[k]:  # reconfigured for this side, or not warmed yet: until the queue is steady
                     p50[k] = _warm_up(pools[k], opts) or p50[k]
+                    if not warmed[k]:
+                        warm[k], warmed[k] = time.perf_counter() - t0, True
                 else:
                     _rewarm(pools[k], opts)
                 wins[k].append(_one_window(pools[k], opts, p50[k], since[k]))

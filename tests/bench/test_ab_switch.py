@@ -43,6 +43,7 @@ def test_batching_on_and_off_interleave_on_one_model_and_the_config_comes_back(t
     assert seen and all(batching == (side == 0) for side, batching in seen)
     assert {0, 1} <= set(loaded) and len(loaded) < len(seen)  # reloaded on a change of side only
     assert loaded[0] == 1  # the model's own config (A) counted as loaded: the first reload was B's
+    assert [side for side, _ in seen[:3]] == [0, 0, 1]  # B's config loaded for B's first window, not before A's
     assert a["server_stats"]["avg_batch"] > 1.5          # dynamic batching gathered the 8 clients' requests
     assert b["server_stats"]["avg_batch"] == pytest.approx(1.0)  # without it, one request per execution
     assert r["kind"] == "ab" and r["ratio"] > 2.0        # 20 ms per execution: batching multiplies throughput

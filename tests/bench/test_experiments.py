@@ -142,6 +142,13 @@ def test_serialisation_bytes_are_exact_and_formats_differ():
     assert all(r["serialise_p50_ms"] is not None and r["serialise_p50_ms"] >= 0 for r in rows.values())
 
 
+def test_serialisation_repeats_stop_at_their_time_budget_but_never_below_three():
+    spent = ex.serialisation_costs(batch=1, repeats=6, budget_s=0.0)
+    assert {r["repeats"] for r in spent} == {ex.MIN_REPEATS}
+    roomy = ex.serialisation_costs(batch=1, repeats=4, budget_s=1e9)
+    assert {r["repeats"] for r in roomy} == {4}
+
+
 # --- goals and sentences from records --------------------------------------------------------------
 
 def _rec(run, **kw):

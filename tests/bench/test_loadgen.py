@@ -139,7 +139,8 @@ def test_max_pairs_caps_an_interleaved_comparison_and_one_pair_says_it_never_set
     opts = LoadOpts(min_requests=5, min_p50s=1, max_windows=4, max_pairs=1, tolerance=0.5, max_warmup_s=2)
     one = interleaved(paced(lambda: 0.010), paced(lambda: 0.020), 1, opts, on_window=on_window)
     assert sides == [0, 1] and one.pairs == 1 and not one.stable
-    assert one.ratio == one.ratio_min == one.ratio_max == pytest.approx(2.0, rel=0.2)
+    assert one.ratio_min == one.ratio_max == pytest.approx(2.0, rel=0.2)
+    assert one.ratio == pytest.approx(one.ratio_min, rel=1e-12)  # the geometric mean of one pair (exp of its log)
 
 
 def test_a_side_reconfigured_before_its_window_warms_up_again():
@@ -170,6 +171,22 @@ def test_a_side_reconfigured_before_its_window_warms_up_again():
     ab = interleaved(slow_after_reload, fast, 1, opts, on_window=on_window)
     # five 50 ms answers inside a 20-request window of 10 ms ones would pull A to about 0.5 of B
     assert ab.ratio_min > 0.75
+
+
+def test_where_each_side_is_a_reconfiguration_b_warms_up_before_its_own_first_window_only():
+    # warming B before A's first window would load B's configuration only to load A's again for that window
+    calls = []
+
+    def on_window(side: int, phase: str) -> bool:
+        calls.append((side, phase))
+        return phase == "start"  # every window needs its side's configuration loaded
+
+    ab = interleaved(paced(lambda: 0.01), paced(lambda: 0.01), 1, QUICK, on_window=on_window, reconfigures=True)
+    assert calls[:3] == [(0, "warm-up"), (0, "start"), (0, "end")] and (1, "warm-up") not in calls
+    assert ab.b.warmup_s > 0 and ab.ratio == pytest.approx(1.0, rel=0.5)
+    calls.clear()
+    interleaved(paced(lambda: 0.01), paced(lambda: 0.01), 1, QUICK, on_window=on_window)
+    assert calls[:2] == [(1, "warm-up"), (0, "warm-up")]  # two servers: both warm up before the windows
 
 
 def test_recorder_counts_without_building_arrays():
