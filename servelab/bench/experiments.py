@@ -400,14 +400,32 @@ def http_vs_grpc(run: Run, triton: TritonServed, *, batches: tuple = (1,), concu
 
 def queue_delay_grid(run: Run, triton: TritonServed, *, delays_us: tuple = (0, 1000, 4000, 16000),
                      concurrencies: tuple = (1, 4, 16), payload: str | None = None, opts: LoadOpts | None = None,
-                     experiment: str = "queue-delay") -> list[dict]:
-    """Dynamic-batching max queue delay × concurrency; the model is reloaded between delays and restored after."""
+                     experiment: str = "queue-delay", measured: Sequence[dict] = ()) -> list[dict]:
+    """Dynamic-batching max queue delay × concurrency; the model is reloaded between delays and restored after.
+    A point among `measured` (e.g. the sides of `queue_delays_ab`) is taken from there, not measured again."""
     out = []
     for d in delays_us:
+        at_d = dataclasses.replace(triton, max_queue_delay_us=int(d))
+        known = {c: already_measured(measured, at_d, payload=payload, concurrency=c) for c in concurrencies}
+        if all(known.values()):
+            out += [known[c] for c in concurrencies]
+            continue
         with triton.configured(max_queue_delay_us=int(d)):
-            out += [measure(run, experiment, triton, payload=payload, batch=1, concurrency=c, opts=opts)
+            out += [known[c] or measure(run, experiment, triton, payload=payload, batch=1, concurrency=c, opts=opts)
                     for c in concurrencies]
     return out
+
+
+def queue_delays_ab(run: Run, triton: TritonServed, *, delays_us: tuple[int, int] = (4000, 0), concurrency: int = 8,
+                    payload: str | None = None, opts: LoadOpts | None = None,
+                    experiment: str = "queue-delay-ab") -> list[dict]:
+    """Two queue delays of one Triton model in alternating windows at one concurrency (ratio A ÷ B), like
+    `instances_ab`: a grid measures the delays minutes apart, so the machine's drift is in their ratio; here it
+    cancels."""
+    sides = [dataclasses.replace(triton, max_queue_delay_us=int(d)) for d in delays_us]
+    return _configs_ab(run, triton, sides, [{"max_queue_delay_us": int(d)} for d in delays_us],
+                       [f"delay {d} µs" for d in delays_us], concurrency=concurrency, payload=payload, opts=opts,
+                       experiment=experiment)
 
 
 def instance_scaling(run: Run, triton: TritonServed, *, counts: tuple = (1, 2), concurrencies: tuple = (16,),
@@ -435,13 +453,21 @@ def instances_ab(run: Run, triton: TritonServed, *, instances: tuple[int, int] =
     """Two instance counts of one Triton model in alternating windows at one concurrency (ratio A ÷ B): the
     model is reloaded with A's or B's count when the side changes, and restored after. A sweep measures the
     counts minutes apart, so the machine's drift is in its ratio; here it cancels."""
+    sides = [dataclasses.replace(triton, instances=int(n)) for n in instances]
+    return _configs_ab(run, triton, sides, [{"instances": int(n)} for n in instances],
+                       [f"{n} instance{'' if n == 1 else 's'}" for n in instances], concurrency=concurrency,
+                       payload=payload, opts=opts, experiment=experiment)
+
+
+def _configs_ab(run: Run, triton: TritonServed, sides: list[TritonServed], changes: list[dict], labels: list[str], *,
+                concurrency: int, payload: str | None, opts: LoadOpts | None, experiment: str) -> list[dict]:
+    """`ab` of two configurations of one Triton model (`changes`: config_with's keyword arguments per side), the
+    model reloaded with a side's configuration when the side changes and restored after."""
     from servelab.triton.control import config_switch, config_with
 
-    sides = [dataclasses.replace(triton, instances=int(n)) for n in instances]
-    configs = [config_with(triton.http_url, triton.model, instances=int(n)) for n in instances]
-    label_a, label_b = (f"{n} instance{'' if n == 1 else 's'}" for n in instances)
+    configs = [config_with(triton.http_url, triton.model, **c) for c in changes]
     with config_switch(triton.http_url, triton.model, configs) as use:
-        return ab(run, experiment, *sides, label_a=label_a, label_b=label_b, payload_a=payload, payload_b=payload,
+        return ab(run, experiment, *sides, label_a=labels[0], label_b=labels[1], payload_a=payload, payload_b=payload,
                   concurrency_a=concurrency, opts=opts, prepare=use)
 
 

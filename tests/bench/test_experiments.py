@@ -101,6 +101,19 @@ def test_two_instance_counts_interleave_on_one_model_and_the_count_comes_back(ru
 
 
 @pytest.mark.triton
+def test_two_queue_delays_interleave_and_the_grid_takes_their_points(run, bench_triton):
+    before = bench_triton.read_state().max_queue_delay_us
+    recs = ex.queue_delays_ab(run, bench_triton, delays_us=(3000, 0), concurrency=2, opts=SMOKE)
+    _ab_ok(recs, "delay 3000 µs", "delay 0 µs")
+    a, b, _ = recs
+    assert (a["params"]["max_queue_delay_us"], b["params"]["max_queue_delay_us"]) == (3000, 0)
+    grid = ex.queue_delay_grid(run, bench_triton, delays_us=(0, 3000), concurrencies=(1, 2), opts=SMOKE, measured=recs)
+    assert [r["params"]["max_queue_delay_us"] for r in grid] == [0, 0, 3000, 3000]
+    assert grid[1] is b and grid[3] is a  # concurrency 2 at each delay: the interleaved sides, not measured again
+    assert bench_triton.read_state().max_queue_delay_us == before  # the model's own delay loaded again
+
+
+@pytest.mark.triton
 def test_triton_protocols_and_payloads_are_interleaved(run, bench_triton):
     first = ex.http_vs_grpc(run, bench_triton, concurrencies=(2,), opts=SMOKE, experiment="by-batch")
     _ab_ok(first, "grpc", "http")
