@@ -111,8 +111,8 @@ def for_notebook(declared: set[str], values: dict[str, Any]) -> dict[str, Any]:
 # beside its budget and the report's notebook table shows both, so a notebook that grew is seen at once.
 # Measured: default and smoke runs on a 2-core Intel Xeon VM (AVX-512), the slowest of three default runs × 1.5,
 # rounded up (02's default budget also holds the cold image build where a Docker engine answers). The default
-# budgets add up to about 32 minutes: default runs took 17.6-18.7 minutes on that Xeon, so on the slowest machine the lab is still
-# over the 20 minutes it should take there.
+# budgets add up to about 32 minutes: default runs took 17.6-18.7 minutes on that Xeon, so on the slowest machine
+# the lab is still over the 20 minutes it should take there.
 BUDGETS_S: dict[str, dict[str, float]] = {
     "smoke": {"00": 10, "01": 45, "02": 60, "03": 15, "04": 90, "05a": 60, "05b": 10, "06a": 45, "06b": 160,
               "07": 60, "08": 15, "09": 20},
