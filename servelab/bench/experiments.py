@@ -403,17 +403,8 @@ def queue_delay_grid(run: Run, triton: TritonServed, *, delays_us: tuple = (0, 1
                      experiment: str = "queue-delay", measured: Sequence[dict] = ()) -> list[dict]:
     """Dynamic-batching max queue delay × concurrency; the model is reloaded between delays and restored after.
     A point among `measured` (e.g. the sides of `queue_delays_ab`) is taken from there, not measured again."""
-    out = []
-    for d in delays_us:
-        at_d = dataclasses.replace(triton, max_queue_delay_us=int(d))
-        known = {c: already_measured(measured, at_d, payload=payload, concurrency=c) for c in concurrencies}
-        if all(known.values()):
-            out += [known[c] for c in concurrencies]
-            continue
-        with triton.configured(max_queue_delay_us=int(d)):
-            out += [known[c] or measure(run, experiment, triton, payload=payload, batch=1, concurrency=c, opts=opts)
-                    for c in concurrencies]
-    return out
+    return _setting_grid(run, triton, "max_queue_delay_us", delays_us, concurrencies, payload=payload, opts=opts,
+                         experiment=experiment, measured=measured)
 
 
 def queue_delays_ab(run: Run, triton: TritonServed, *, delays_us: tuple[int, int] = (4000, 0), concurrency: int = 8,
@@ -422,10 +413,8 @@ def queue_delays_ab(run: Run, triton: TritonServed, *, delays_us: tuple[int, int
     """Two queue delays of one Triton model in alternating windows at one concurrency (ratio A ÷ B), like
     `instances_ab`: a grid measures the delays minutes apart, so the machine's drift is in their ratio; here it
     cancels."""
-    sides = [dataclasses.replace(triton, max_queue_delay_us=int(d)) for d in delays_us]
-    return _configs_ab(run, triton, sides, [{"max_queue_delay_us": int(d)} for d in delays_us],
-                       [f"delay {d} µs" for d in delays_us], concurrency=concurrency, payload=payload, opts=opts,
-                       experiment=experiment)
+    return _settings_ab(run, triton, "max_queue_delay_us", delays_us, [f"delay {d} µs" for d in delays_us],
+                        concurrency=concurrency, payload=payload, opts=opts, experiment=experiment)
 
 
 def instance_scaling(run: Run, triton: TritonServed, *, counts: tuple = (1, 2), concurrencies: tuple = (16,),
@@ -434,17 +423,8 @@ def instance_scaling(run: Run, triton: TritonServed, *, counts: tuple = (1, 2), 
     """Triton instance_group count × concurrency (on CPU the analogue of the multi-GPU study); the model is
     reloaded with each count and restored after. Scaling efficiency: goals.scaling_efficiency(records). A point
     among `measured` (e.g. the sides of `instances_ab`) is taken from there, not measured again."""
-    out = []
-    for n in counts:
-        at_n = dataclasses.replace(triton, instances=int(n))
-        known = {c: already_measured(measured, at_n, payload=payload, concurrency=c) for c in concurrencies}
-        if all(known.values()):
-            out += [known[c] for c in concurrencies]
-            continue
-        with triton.configured(instances=int(n)):
-            out += [known[c] or measure(run, experiment, triton, payload=payload, batch=1, concurrency=c, opts=opts)
-                    for c in concurrencies]
-    return out
+    return _setting_grid(run, triton, "instances", counts, concurrencies, payload=payload, opts=opts,
+                         experiment=experiment, measured=measured)
 
 
 def instances_ab(run: Run, triton: TritonServed, *, instances: tuple[int, int] = (2, 1), concurrency: int = 8,
@@ -453,22 +433,39 @@ def instances_ab(run: Run, triton: TritonServed, *, instances: tuple[int, int] =
     """Two instance counts of one Triton model in alternating windows at one concurrency (ratio A ÷ B): the
     model is reloaded with A's or B's count when the side changes, and restored after. A sweep measures the
     counts minutes apart, so the machine's drift is in its ratio; here it cancels."""
-    sides = [dataclasses.replace(triton, instances=int(n)) for n in instances]
-    return _configs_ab(run, triton, sides, [{"instances": int(n)} for n in instances],
-                       [f"{n} instance{'' if n == 1 else 's'}" for n in instances], concurrency=concurrency,
-                       payload=payload, opts=opts, experiment=experiment)
+    labels = [f"{n} instance{'' if n == 1 else 's'}" for n in instances]
+    return _settings_ab(run, triton, "instances", instances, labels, concurrency=concurrency, payload=payload,
+                        opts=opts, experiment=experiment)
 
 
-def _configs_ab(run: Run, triton: TritonServed, sides: list[TritonServed], changes: list[dict], labels: list[str], *,
-                concurrency: int, payload: str | None, opts: LoadOpts | None, experiment: str) -> list[dict]:
-    """`ab` of two configurations of one Triton model (`changes`: config_with's keyword arguments per side), the
-    model reloaded with a side's configuration when the side changes and restored after."""
+def _setting_grid(run: Run, triton: TritonServed, setting: str, values: tuple, concurrencies: tuple, *,
+                  payload: str | None, opts: LoadOpts | None, experiment: str, measured: Sequence[dict]) -> list[dict]:
+    """One Triton setting (`instances` or `max_queue_delay_us`) × concurrency: the model reloaded with each value
+    that has a point left to measure, and restored after; a point among `measured` is taken from there."""
+    out = []
+    for v in values:
+        at_v = dataclasses.replace(triton, **{setting: int(v)})
+        known = {c: already_measured(measured, at_v, payload=payload, concurrency=c) for c in concurrencies}
+        if all(known.values()):
+            out += [known[c] for c in concurrencies]
+            continue
+        with triton.configured(**{setting: int(v)}):
+            out += [known[c] or measure(run, experiment, triton, payload=payload, batch=1, concurrency=c, opts=opts)
+                    for c in concurrencies]
+    return out
+
+
+def _settings_ab(run: Run, triton: TritonServed, setting: str, values: tuple[int, int], labels: list[str], *,
+                 concurrency: int, payload: str | None, opts: LoadOpts | None, experiment: str) -> list[dict]:
+    """`ab` of two values of one Triton setting (`instances` or `max_queue_delay_us`) on one model, reloaded with
+    a side's value when the side changes and restored after; each side's records name its value."""
     from servelab.triton.control import config_switch, config_with
 
-    configs = [config_with(triton.http_url, triton.model, **c) for c in changes]
+    sides = [dataclasses.replace(triton, **{setting: int(v)}) for v in values]
+    configs = [config_with(triton.http_url, triton.model, **{setting: int(v)}) for v in values]
     with config_switch(triton.http_url, triton.model, configs) as use:
-        return ab(run, experiment, *sides, label_a=labels[0], label_b=labels[1], payload_a=payload, payload_b=payload,
-                  concurrency_a=concurrency, opts=opts, prepare=use)
+        return ab(run, experiment, *sides, label_a=labels[0], label_b=labels[1], payload_a=payload,
+                  payload_b=payload, concurrency_a=concurrency, opts=opts, prepare=use)
 
 
 def served_vs_raw(run: Run, srv: Served, raw: InProcess, *, concurrency: int = 16, raw_batch: int = 16,
