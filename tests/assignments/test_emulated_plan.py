@@ -62,9 +62,14 @@ def test_a_plan_made_from_the_profile_passes_and_its_records_say_emulated(emulat
     # graded on Triton's own time per request: what the CPU adds around it (a third on a busy 2-core VM) is shown
     assert result.detail["served_img_s"] >= result.detail["measured_img_s"] * 0.95, result.detail
     assert "end to end" in result.message
-    assert result.detail["ratio_vs_default"] > 1.3, result.detail  # one batch of 4 against two groups of 2
     recs = [r for r in load_records(run.dir) if r["experiment"] == "05a.3-plan"]
     assert {r["kind"] for r in recs} == {"load", "ab"}
+    # one batch of 4 against two groups of 2, on Triton's own time per request (Little's law, as the check grades):
+    # end to end, clients this busy machine schedules late leave the device idle on both sides and squeeze the
+    # ratio towards 1 (1.24x seen once, 1.8x in lab runs); it must still point the plan's way
+    server_ms = {r["params"]["side"]: r["server_stats"]["avg_request_ms"] for r in recs if r["kind"] == "load"}
+    assert server_ms["b"] / server_ms["a"] > 1.3, (server_ms, result.detail)
+    assert result.detail["ratio_vs_default"] > 1.0, result.detail
     for r in recs:
         assert r["weights"] == "emulated vit-b32-h100"
         assert r["params"]["device"] == "emulated vit-b32-h100" and "not a measurement" in r["params"]["device_source"]
