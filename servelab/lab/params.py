@@ -111,7 +111,7 @@ def for_notebook(declared: set[str], values: dict[str, Any]) -> dict[str, Any]:
 # beside its budget and the report's notebook table shows both, so a notebook that grew is seen at once.
 # Measured: default and smoke runs on a 2-core Intel Xeon VM (AVX-512), the slowest of three default runs × 1.5,
 # rounded up (02's default budget also holds the cold image build where a Docker engine answers). The default
-# budgets add up to about 32 minutes: default runs took 17.2-19.4 minutes on that Xeon (the last two with model
+# budgets add up to about 32 minutes: default runs took 16.7-19.4 minutes on that Xeon (the last four with model
 # reloads about half as long as before), so on the slowest machine the lab is still over the 20 minutes it should
 # take there.
 BUDGETS_S: dict[str, dict[str, float]] = {
