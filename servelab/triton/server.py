@@ -232,7 +232,7 @@ class EmbeddedTriton(ManagedProcess):
             "--exit-on-error=true", "--strict-readiness=true",
             # every staged config is complete (inputs, outputs, batch size), and none of our model.py files
             # completes one: without this, each (re)load of a python-backend model first runs a stub process
-            # only to ask model.py for a completion, 1.1-1.3 s of a 1.6-2.7 s reload on 2 cores
+            # only to ask model.py for a completion: 1.0-1.4 s of a 1.5-3.0 s reload on 2 cores
             "--disable-auto-complete-config",
             # idle keep-alive client connections would otherwise hold a graceful shutdown for 30 s
             f"--exit-timeout-secs={max(1, int(self.stop_timeout) - 5)}",
