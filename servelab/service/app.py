@@ -247,9 +247,14 @@ class Service:
 
                 self.embedder = make_embedder(self.settings)
             self.weights = self.embedder.weights
-            dummy = np.zeros((min(self.settings.max_batch, 16), *INPUT_SHAPE), dtype=np.float32)
-            for _ in range(max(self.settings.warmup_iters, 1)):
-                self.embedder.embed(dummy)
+            # warm up at the largest batch and at one image; the last run of each tells the batcher what a
+            # batch's fixed cost is, so it knows from the first request how long a batch is worth holding
+            for n in sorted({min(self.settings.max_batch, 16), 1}, reverse=True):
+                dummy = np.zeros((n, *INPUT_SHAPE), dtype=np.float32)
+                for _ in range(max(self.settings.warmup_iters, 1)):
+                    started = time.perf_counter()
+                    self.embedder.embed(dummy)
+                self.batcher.cost.observe(n, time.perf_counter() - started)
             self.ready = True
             log.info("model ready in %.1fs: %s", time.perf_counter() - t0, self.embedder.info())
         except Exception as exc:  # keep serving /healthz so the reason is visible

@@ -2,11 +2,13 @@
 
 Requests wait at most `max_delay_s` after the first one arrives for others to join, up to `max_batch`
 images. Requests already on their way (`expect()`: admitted, their bodies still being read or decoded) are
-waited for a little longer, never longer than the last engine run took: otherwise, under steady load, the first
-one ready runs alone and the rest form the next batch, and batches alternate small and large, each small one
-paying a whole run's fixed cost. The engine runs in one worker thread, never on the event loop. While it runs, new requests queue and
-form the next batch. The queue is bounded in images: past `max_queue` a request is refused at once
-(`QueueFull`, the service answers 503 + Retry-After) instead of waiting behind an ever-growing line.
+waited for a little longer, but never longer than a run's fixed cost (`RunCost`): a request not waited for runs
+in the next batch, which costs at most one more fixed cost, while every moment of waiting leaves the engine
+idle. On a GPU a batch costs nearly the same at any size, so the wait is long and batches fill; on a CPU, where
+the cost grows with every image, it is short and the engine goes on with whoever is ready. The engine runs in
+one worker thread, never on the event loop. While it runs, new requests queue and form the next batch. The
+queue is bounded in images: past `max_queue` a request is refused at once (`QueueFull`, the service answers
+503 + Retry-After) instead of waiting behind an ever-growing line.
 A request may carry a timeout: if it is still waiting when that passes, it leaves the queue
 (`DeadlineExceeded`) and is never computed, because nobody would read the answer. One already handed to the
 engine is finished: its answer is moments away.
@@ -39,6 +41,31 @@ class _Item:
     taken: bool = False  # handed to the engine
 
 
+class RunCost:
+    """What a batch costs the engine, learnt from its runs: t(n) ≈ fixed + per_image × n, fitted over the batch
+    sizes seen (each size's recent time). The fixed part is what running a request in a batch of its own adds."""
+
+    def __init__(self, smoothing: float = 0.3):
+        self.smoothing = smoothing
+        self._by_size: dict[int, float] = {}
+
+    def observe(self, n: int, seconds: float) -> None:
+        old = self._by_size.get(n)
+        self._by_size[n] = seconds if old is None else old + self.smoothing * (seconds - old)
+
+    def fixed_s(self) -> float:
+        """The fitted fixed cost (least squares), within [0, the cheapest run]; with one size seen, all of that
+        run's time, since nothing yet says how much of it grows with the batch."""
+        if not self._by_size:
+            return 0.0
+        sizes = np.array(list(self._by_size), dtype=float)
+        times = np.array(list(self._by_size.values()))
+        if len(sizes) < 2:
+            return float(times[0])
+        slope, intercept = np.polyfit(sizes, times, 1)
+        return float(min(max(intercept, 0.0), times.min()))
+
+
 class MicroBatcher:
     def __init__(
         self,
@@ -57,7 +84,7 @@ class MicroBatcher:
         self._pending: collections.deque[_Item] = collections.deque()
         self._depth = 0  # images queued, not yet handed to the engine
         self._arriving = 0  # requests admitted and not yet submitted: they will be, moments from now
-        self._last_run_s = 0.0  # how long the engine's last batch took: the most worth waiting for the arriving
+        self.cost = RunCost()  # the engine's fixed cost per batch: the most worth waiting for the arriving
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
@@ -126,9 +153,9 @@ class MicroBatcher:
                 self._wake.clear()
                 await self._wake.wait()
             # Let a burst of concurrent requests arrive before cutting the batch, and the ones being decoded
-            # finish, while waiting for them costs less than running without them would
+            # finish, while waiting for them costs less than running them in a batch of their own would
             now = loop.time()
-            deadline, hold = now + self.max_delay_s, now + self._last_run_s
+            deadline, hold = now + self.max_delay_s, now + self.cost.fixed_s()
             while self._queued_images() < self.max_batch:
                 remaining = (max(deadline, hold) if self._arriving else deadline) - loop.time()
                 if remaining <= 0:
@@ -145,7 +172,7 @@ class MicroBatcher:
             try:
                 started = time.perf_counter()
                 out = await loop.run_in_executor(self._executor, self.fn, batch)
-                self._last_run_s = time.perf_counter() - started
+                self.cost.observe(int(batch.shape[0]), time.perf_counter() - started)
             except Exception as exc:  # the engine failed: every caller in this batch hears why
                 for it in items:
                     if not it.future.done():

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from servelab.service.batcher import DeadlineExceeded, MicroBatcher, QueueFull
+from servelab.service.batcher import DeadlineExceeded, MicroBatcher, QueueFull, RunCost
 
 
 def _slow_identity(batches: list):
@@ -96,10 +96,12 @@ def test_a_request_past_its_timeout_leaves_the_queue_from_any_place_uncomputed()
     assert computed == [0.0, 1.0] and depth == 0
 
 
-def _recording_run(batches: list, run_s: float):
+def _recording_run(batches: list, run_s: float, per_image_s: float = 0.0):
+    """An engine whose batch of n takes run_s + per_image_s × n: flat like a GPU's (per_image_s 0), or growing
+    with every image like a CPU's."""
     def fn(x):
         batches.append(x.shape[0])
-        time.sleep(run_s)
+        time.sleep(run_s + per_image_s * x.shape[0])
         return x[:, :, 0, 0]
     return fn
 
@@ -114,16 +116,18 @@ def _staggered(batcher: MicroBatcher, decode_s: list[float], x: np.ndarray):
     return asyncio.gather(*(request(d) for d in decode_s))
 
 
-def _after_one_run(run_s: float, scenario) -> list[int]:
-    """The batch sizes the engine saw: one lone request first (so the batcher knows what a run costs), then
-    `await scenario(batcher, x)`."""
+def _after_one_run(run_s: float, scenario, per_image_s: float = 0.0) -> list[int]:
+    """The batch sizes the engine saw: one lone request first, and with a per-image cost a batch of four too (so
+    the batcher knows what a run costs, and how much of it is fixed), then `await scenario(batcher, x)`."""
     batches: list[int] = []
 
     async def main():
-        b = MicroBatcher(_recording_run(batches, run_s), max_batch=8, max_delay_s=0.002, max_queue=100)
+        b = MicroBatcher(_recording_run(batches, run_s, per_image_s), max_batch=8, max_delay_s=0.002, max_queue=100)
         b.start()
         x = np.zeros((1, 3, 2, 2), dtype=np.float32)
         await b.submit(x)
+        if per_image_s:
+            await b.submit(np.zeros((4, 3, 2, 2), dtype=np.float32))
         await scenario(b, x)
         await b.stop()
 
@@ -168,3 +172,37 @@ def test_a_lone_request_is_not_held():
 
     assert _after_one_run(0.3, one) == [1, 1]
     assert took[0] < 0.3 + 0.15  # one run and a little, not a run's worth of hold before it
+
+
+def test_where_each_image_costs_the_engine_more_a_batch_does_not_wait_for_slow_decodes():
+    """A CPU-like engine (2 ms per run plus 40 ms per image): the same eight staggered requests are not all
+    waited for. Holding the engine idle for the seventh and eighth would cost more than the 2 ms they save by
+    joining, so the first ones ready run at once and the rest form the next batch while the engine works."""
+    async def eight(b, x):
+        await _staggered(b, [0.004 * (i + 1) for i in range(8)], x)
+
+    batches = _after_one_run(0.002, eight, per_image_s=0.04)
+    assert batches[:2] == [1, 4]  # the two runs that taught it the cost
+    assert sum(batches[2:]) == 8 and batches[2] <= 2  # cut within the max delay and the 2 ms fixed cost
+
+
+def test_the_fixed_cost_is_fitted_from_the_batch_sizes_seen():
+    cost = RunCost()
+    assert cost.fixed_s() == 0.0  # nothing run yet: nothing worth waiting for
+    cost.observe(8, 0.4)
+    assert cost.fixed_s() == 0.4  # one size: nothing yet says how much of the run grows with the batch
+    for n in (1, 2, 16):
+        cost.observe(n, 0.006 + 0.045 * n)
+    cost.observe(8, 0.006 + 0.045 * 8)  # a size seen again moves part way towards its new time
+    assert 0.006 < cost.fixed_s() < 0.4
+    for _ in range(20):
+        cost.observe(8, 0.006 + 0.045 * 8)
+    assert abs(cost.fixed_s() - 0.006) < 0.001
+    flat = RunCost()
+    for n in (1, 4, 16):
+        flat.observe(n, 0.05)
+    assert abs(flat.fixed_s() - 0.05) < 1e-9  # a GPU-like curve: the whole run is fixed
+    steep = RunCost()
+    steep.observe(1, 0.01)
+    steep.observe(4, 0.06)
+    assert steep.fixed_s() == 0.0  # a negative intercept is no fixed cost
