@@ -95,10 +95,24 @@ show_code(service_app.embed_tensor)
 # `max_batch` images are queued), concatenates them, runs the engine once in a worker thread — never on the
 # event loop — and hands each caller its slice. With one client at a time there is never anyone to join,
 # so a lone request pays the short wait and gains nothing; under concurrency, requests that queued while the
-# engine was busy form the next batch without waiting at all.
+# engine was busy form the next batch without waiting at all. Requests already admitted but still being read
+# or decoded are waited for a little longer: at most a batch's *fixed* cost (`self.cost`, fitted from the
+# engine's own runs as t(n) = fixed + per-image × n). A request left out runs in the next batch and costs one
+# more fixed cost; waiting longer than that would idle the engine for more than it saves. On a GPU, where a
+# batch of 8 costs about what a batch of 1 does, that is a long wait and batches fill up; on these CPU cores,
+# where every image adds the same tens of milliseconds, it is a few milliseconds and the engine goes on with
+# whoever is ready.
 
 # %%
 show_code(MicroBatcher._loop)
+
+# %%
+import httpx
+
+cost = httpx.get(f"{service_url}/info", timeout=10).json().get("batcher") or {}
+runs = ", ".join(f"{n} image{'s' if n != '1' else ''} {ms:.0f} ms" for n, ms in cost.get("run_ms_by_batch", {}).items())
+print(f"This service's engine, from its own runs: {runs}. Fitted fixed cost per batch: "
+      f"{cost.get('fixed_cost_ms', float('nan')):.1f} ms, the longest a batch waits for a request still on its way.")
 
 # %% [markdown]
 # ## Same photo, same embedding — in-process and over HTTP

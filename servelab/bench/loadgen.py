@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from servelab.bench.stats import is_stable, latency_summary, ratio_decided, relative_spread
+from servelab.bench.stats import MIN_PAIRS_DIRECTION, is_stable, latency_summary, ratio_decided, relative_spread
 
 Work = Callable[[], int]
 
@@ -475,7 +475,7 @@ def interleaved(factory_a: Callable[[int], object], factory_b: Callable[[int], o
             warm[k], warmed[k] = time.perf_counter() - t0, True
         since = [p.rec.marks() for p in pools]
         _start(meters)
-        stable, settled_by = False, None
+        stable, settled_by, agreed = False, None, None
         for n in range(opts.max_pairs or opts.max_windows):
             order = (0, 1) if n % 2 == 0 else (1, 0)
             for k in order:
@@ -498,7 +498,8 @@ def interleaved(factory_a: Callable[[int], object], factory_b: Callable[[int], o
             ratios.append(a["throughput_img_s"] / b["throughput_img_s"] if b["throughput_img_s"] else float("nan"))
             lat_ratios.append(a["latency_p50_ms"] / b["latency_p50_ms"]
                               if a["latency_p50_ms"] and b["latency_p50_ms"] else float("nan"))
-            if is_stable(ratios, opts.tolerance, opts.stable_windows):
+            agreed = _agreeing_pairs(ratios, opts)
+            if agreed:
                 stable, settled_by = True, "agreement"
                 break
             if opts.stop_when_decided and n % 2 == 1 and ratio_decided(ratios):  # whole ABBA blocks only
@@ -509,8 +510,9 @@ def interleaved(factory_a: Callable[[int], object], factory_b: Callable[[int], o
         for p in pools:
             p.close()
     ra, rb = (_result(pools[k], wins[k], stable, opts, warm[k], measured) for k in (0, 1))
-    used = ratios[-opts.stable_windows:] if stable else ratios
-    lat_used = [x for x in (lat_ratios[-opts.stable_windows:] if stable else lat_ratios) if np.isfinite(x)]
+    last = agreed or opts.stable_windows
+    used = ratios[-last:] if stable else ratios
+    lat_used = [x for x in (lat_ratios[-last:] if stable else lat_ratios) if np.isfinite(x)]
     finite = [x for x in used if np.isfinite(x)]
     positive = [x for x in finite if x > 0]
     return ABResult(a=ra, b=rb,
@@ -521,6 +523,22 @@ def interleaved(factory_a: Callable[[int], object], factory_b: Callable[[int], o
                     ratio_min=min(finite) if finite else None, ratio_max=max(finite) if finite else None,
                     latency_ratio=float(np.median(lat_used)) if lat_used else None,
                     pairs=len(ratios), stable=stable, quick=opts.quick, settled_by=settled_by)
+
+
+def _agreeing_pairs(ratios: list[float], opts: LoadOpts) -> int | None:
+    """How many of the last pair ratios settle the comparison by agreeing within the tolerance, or None. Pairs
+    that agree on one side of 1 without deciding it (stats.ratio_decided) show a direction only once there are
+    MIN_PAIRS_DIRECTION of them (stats.read_ratio): fewer would read as "too few pairs" in one run and as a
+    direction in the next, so until then the agreement rule asks for more pairs."""
+    k = opts.stable_windows
+    if not is_stable(ratios, opts.tolerance, k):
+        return None
+    last = ratios[-k:]
+    if k < MIN_PAIRS_DIRECTION and (min(last) > 1 or max(last) < 1) and not ratio_decided(last):
+        k = MIN_PAIRS_DIRECTION
+        if len(ratios) < k or not is_stable(ratios, opts.tolerance, k):
+            return None
+    return k
 
 
 # --- open loop ----------------------------------------------------------------------------------

@@ -184,6 +184,7 @@ async def info(request: Request):
         "weights": svc.weights,
         "engine": svc.embedder.info() if svc.embedder else {"engine": s.engine, "loaded": False},
         "ready": svc.ready,
+        "batcher": svc.batcher.cost.as_dict() if svc.batcher else None,  # what a batch costs, and so its wait
         "limits": {
             "max_batch": s.max_batch,
             "max_delay_ms": s.max_delay_ms,

@@ -65,6 +65,11 @@ class RunCost:
         slope, intercept = np.polyfit(sizes, times, 1)
         return float(min(max(intercept, 0.0), times.min()))
 
+    def as_dict(self) -> dict:
+        """The fitted fixed cost and each batch size's recent time, in milliseconds (the service's /info)."""
+        return {"fixed_cost_ms": round(self.fixed_s() * 1000, 2),
+                "run_ms_by_batch": {n: round(t * 1000, 2) for n, t in sorted(self._by_size.items())}}
+
 
 class MicroBatcher:
     def __init__(

@@ -18,6 +18,7 @@ from servelab.bench.loadgen import (
     poisson_schedule,
 )
 from servelab.bench.records import make_record, validate_record
+from servelab.bench.stats import Reading, read_ratio
 
 from .conftest import TINY
 
@@ -126,6 +127,18 @@ def test_an_interleaved_ratio_stops_once_its_verdict_is_known_and_not_while_it_s
     near = interleaved(paced(lambda: 0.0150), paced(lambda: 0.016125), 1, opts)
     assert near.pairs >= 3 and near.settled_by != "verdict"
     assert near.ratio == pytest.approx(1.075, rel=0.03)
+
+
+def test_two_agreeing_pairs_that_show_only_a_direction_are_measured_a_third_time():
+    """Two windows per point (the default profile): at 1.075x two pairs agree, but two pairs on one side below the
+    margin read as too few to show a direction; a third pair is measured, and the ratio reads as a direction."""
+    opts = LoadOpts(min_requests=12, min_p50s=1, max_windows=6, tolerance=0.1, max_warmup_s=2, stable_windows=2)
+    near = interleaved(paced(lambda: 0.0150), paced(lambda: 0.016125), 1, opts)
+    assert near.pairs >= 3 and near.settled_by == "agreement"
+    verdict = read_ratio(near.ratio, near.ratio_min, near.ratio_max, pairs=near.pairs, settled=near.stable)
+    assert verdict.reading is Reading.CONSISTENT and verdict.ahead == "a"
+    far = interleaved(paced(lambda: 0.010), paced(lambda: 0.020), 1, opts)
+    assert far.pairs == 2  # clear of the margin: two pairs decide it, as before
 
 
 def test_max_pairs_caps_an_interleaved_comparison_and_one_pair_says_it_never_settled():
