@@ -56,10 +56,10 @@ class RunCost:
     def fixed_s(self) -> float:
         """The fitted fixed cost (least squares), within [0, the cheapest run]; with one size seen, all of that
         run's time, since nothing yet says how much of it grows with the batch."""
-        if not self._by_size:
+        seen = list(self._by_size.items())  # one snapshot: the service's loader thread adds the warm-up's runs
+        if not seen:
             return 0.0
-        sizes = np.array(list(self._by_size), dtype=float)
-        times = np.array(list(self._by_size.values()))
+        sizes, times = (np.array(column, dtype=float) for column in zip(*seen, strict=True))
         if len(sizes) < 2:
             return float(times[0])
         slope, intercept = np.polyfit(sizes, times, 1)
@@ -68,7 +68,7 @@ class RunCost:
     def as_dict(self) -> dict:
         """The fitted fixed cost and each batch size's recent time, in milliseconds (the service's /info)."""
         return {"fixed_cost_ms": round(self.fixed_s() * 1000, 2),
-                "run_ms_by_batch": {n: round(t * 1000, 2) for n, t in sorted(self._by_size.items())}}
+                "run_ms_by_batch": {n: round(t * 1000, 2) for n, t in sorted(list(self._by_size.items()))}}
 
 
 class MicroBatcher:
