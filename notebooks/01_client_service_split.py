@@ -100,7 +100,7 @@ show_code(service_app.embed_tensor)
 # engine's own runs as t(n) = fixed + per-image × n). A request left out runs in the next batch and costs one
 # more fixed cost; waiting longer than that would idle the engine for more than it saves. On a GPU, where a
 # batch of 8 costs about what a batch of 1 does, that is a long wait and batches fill up; on these CPU cores,
-# where every image adds the same tens of milliseconds, it is a few milliseconds and the engine goes on with
+# where every image adds the same tens of milliseconds, it is a few milliseconds or none, and the engine goes on with
 # whoever is ready.
 
 # %%
@@ -110,7 +110,8 @@ show_code(MicroBatcher._loop)
 import httpx
 
 cost = httpx.get(f"{service_url}/info", timeout=10).json().get("batcher") or {}
-runs = ", ".join(f"{n} image{'s' if n != '1' else ''} {ms:.0f} ms" for n, ms in cost.get("run_ms_by_batch", {}).items())
+runs = ", ".join(f"{n} image{'s' if n != '1' else ''} {ms:.0f} ms"
+                 for n, ms in cost.get("run_ms_by_batch", {}).items())
 print(f"This service's engine, from its own runs: {runs}. Fitted fixed cost per batch: "
       f"{cost.get('fixed_cost_ms', float('nan')):.1f} ms, the longest a batch waits for a request still on its way.")
 
