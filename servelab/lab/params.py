@@ -51,7 +51,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         profile_runs=1, extra_servers=False, cold_build=False, engines=["onnx", "onnx-int8"],
         service_batching_baseline=False,
     ),
-    # about 17-19 minutes on 2 cores for the whole lab: every point settles or says it did not. A window lasts
+    # about 15-19 minutes on 2 cores for the whole lab: every point settles or says it did not. A window lasts
     # >= 2 s, 5 p50s and 10 requests (at c=8 or batch 8 about 3-4 s), so the sweeps have two points each
     "default": dict(
         load=DEFAULT_LOAD, batch_sizes=[1, 8], concurrency_levels=[1, 8], queue_delays_us=[0, 4000],
@@ -112,8 +112,8 @@ def for_notebook(declared: set[str], values: dict[str, Any]) -> dict[str, Any]:
 # Measured: default and smoke runs on a 2-core Intel Xeon VM (AVX-512), the slowest of three default runs × 1.5,
 # rounded up (02's default budget also holds the cold image build where a Docker engine answers). The default
 # budgets add up to about 32 minutes: default runs took 16.7-19.4 minutes on that Xeon (the last four with model
-# reloads about half as long as before), so on the slowest machine the lab is still over the 20 minutes it should
-# take there.
+# reloads about half as long as before), and 14.6-15.2 minutes in four runs on a 2-core AMD EPYC Zen 4, so on the
+# slowest machine the lab is still over the 20 minutes it should take there.
 BUDGETS_S: dict[str, dict[str, float]] = {
     "smoke": {"00": 10, "01": 45, "02": 60, "03": 15, "04": 90, "05a": 60, "05b": 10, "06a": 45, "06b": 160,
               "07": 60, "08": 15, "09": 20},
