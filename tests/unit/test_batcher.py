@@ -175,11 +175,12 @@ def test_a_lone_request_is_not_held():
 
 
 def test_where_each_image_costs_the_engine_more_a_batch_does_not_wait_for_slow_decodes():
-    """A CPU-like engine (2 ms per run plus 40 ms per image): the same eight staggered requests are not all
-    waited for. Holding the engine idle for the seventh and eighth would cost more than the 2 ms they save by
-    joining, so the first ones ready run at once and the rest form the next batch while the engine works."""
+    """A CPU-like engine (2 ms per run plus 40 ms per image): eight requests decoded 15 ms apart are not all
+    waited for (the old hold, one whole run of 162 ms, waited for all eight). Holding the engine idle for the later
+    ones would cost more than the 2 ms they save by joining, so the first ones ready run at once and the rest form
+    the next batches while the engine works."""
     async def eight(b, x):
-        await _staggered(b, [0.004 * (i + 1) for i in range(8)], x)
+        await _staggered(b, [0.015 * (i + 1) for i in range(8)], x)
 
     batches = _after_one_run(0.002, eight, per_image_s=0.04)
     assert batches[:2] == [1, 4]  # the two runs that taught it the cost
