@@ -107,9 +107,8 @@ show_code(service_app.embed_tensor)
 show_code(MicroBatcher._loop)
 
 # %%
-import httpx
-
-cost = httpx.get(f"{service_url}/info", timeout=10).json().get("batcher") or {}
+with InferenceClient(mode="remote", backend="fastapi", url=service_url) as remote:
+    cost = remote.info().get("batcher") or {}
 runs = ", ".join(f"{n} image{'s' if n != '1' else ''} {ms:.0f} ms"
                  for n, ms in cost.get("run_ms_by_batch", {}).items())
 print(f"This service's engine, from its own runs: {runs}. Fitted fixed cost per batch: "
