@@ -537,6 +537,7 @@ def ort_profile(run: Run, *, engine: str = "onnx", provider: str = "cpu", batch:
                 threads: int = 0, experiment: str = "ort-profile") -> list[dict]:
     """Share of ORT kernel time by op type, and which execution provider ran each node (the CPU-fallback check)."""
     import os
+    import shutil
     import tempfile
 
     import onnxruntime as ort
@@ -557,6 +558,7 @@ def ort_profile(run: Run, *, engine: str = "onnx", provider: str = "cpu", batch:
     try:
         sess = ort.InferenceSession(str(path), sess_options=so, providers=ort_providers(provider))
     except Exception as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
         return [unavailable(run, experiment, "in-process", exc, engine=engine, provider=provider)]
     x = sample_tensor(batch)
     name = sess.get_inputs()[0].name
@@ -567,6 +569,7 @@ def ort_profile(run: Run, *, engine: str = "onnx", provider: str = "cpu", batch:
     prof = sess.end_profiling()
     with open(prof) as fh:
         events = json.load(fh)
+    shutil.rmtree(tmp, ignore_errors=True)  # a few MB of trace per call; the record keeps what matters
     by_op: dict[str, float] = {}
     by_provider: dict[str, int] = {}
     node_provider: dict[str, str] = {}
