@@ -56,6 +56,14 @@ PROVIDERS = ("cpu", "cuda", "tensorrt")
 PRECISIONS = ("fp32", "fp16", "bf16")  # the torch engine's weights and activations; ONNX engines run fp32
 
 
+def flag(raw: str) -> bool:
+    """An on/off setting: 1/0, true/false, yes/no, on/off."""
+    value = raw.strip().lower()
+    if value not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        raise ValueError(raw)
+    return value in ("1", "true", "yes", "on")
+
+
 def _env(name: str, default, cast=str):
     raw = os.environ.get(f"SERVELAB_{name}")
     if raw is None or raw == "":
@@ -78,6 +86,9 @@ class Settings:
     engine: str = "onnx"
     provider: str = "cpu"
     threads: int = 0  # 0 = library default (all cores)
+    # the service's ONNX engine on a CPU: one single-thread instance per core, each running its own batch, and
+    # a lone image on all cores (servelab.model.engines.CoreInstances); off, every batch runs on all cores
+    per_core_instances: bool = True
     precision: str = "fp32"  # fp32 | fp16 | bf16 (torch engine only)
     # the emulated accelerator (engine `emulated`): its profile, device count (0 = the profile's) and the folder
     # whose state files every process using it shares, as processes share one GPU
@@ -114,6 +125,7 @@ class Settings:
             engine=_env("ENGINE", d.engine),
             provider=_env("PROVIDER", d.provider),
             threads=_env("THREADS", d.threads, int),
+            per_core_instances=_env("PER_CORE_INSTANCES", d.per_core_instances, flag),
             precision=_env("PRECISION", d.precision),
             device_profile=_env("DEVICE_PROFILE", d.device_profile),
             emulated_devices=_env("EMULATED_DEVICES", d.emulated_devices, int),

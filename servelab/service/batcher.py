@@ -6,7 +6,9 @@ waited for a little longer, but never longer than a run's fixed cost (`RunCost`)
 in the next batch, which costs at most one more fixed cost, while every moment of waiting leaves the engine
 idle. On a GPU a batch costs nearly the same at any size, so the wait is long and batches fill; on a CPU, where
 the cost grows with every image, it is short and the engine goes on with whoever is ready. The engine runs in
-one worker thread, never on the event loop. While it runs, new requests queue and form the next batch. The
+worker threads, never on the event loop: one batch at a time, or `parallel` side by side for an engine that
+runs one instance per core (servelab.model.engines.CoreInstances). While every instance is busy, new requests
+queue and form the next batch. The
 queue is bounded in images: past `max_queue` a request is refused at once (`QueueFull`, the service answers
 503 + Retry-After) instead of waiting behind an ever-growing line.
 A request may carry a timeout: if it is still waiting when that passes, it leaves the queue
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -79,20 +82,24 @@ class MicroBatcher:
         max_batch: int = 16,
         max_delay_s: float = 0.002,
         max_queue: int = 64,
-        on_batch: Callable[[int], None] | None = None,
+        on_batch: Callable[[int, float], None] | None = None,
+        parallel: int = 1,
     ):
         self.fn = fn
         self.max_batch = max_batch
         self.max_delay_s = max_delay_s
         self.max_queue = max_queue
-        self.on_batch = on_batch
+        self.on_batch = on_batch  # (images, seconds the run took) after each batch
+        self.parallel = parallel  # batches the engine runs side by side (it may change once the engine is built)
+        self._running = 0
+        self._runs: set[asyncio.Task] = set()
         self._pending: collections.deque[_Item] = collections.deque()
         self._depth = 0  # images queued, not yet handed to the engine
         self._arriving = 0  # requests admitted and not yet submitted: they will be, moments from now
         self.cost = RunCost()  # the engine's fixed cost per batch: the most worth waiting for the arriving
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
+        self._executor = ThreadPoolExecutor(max_workers=max(parallel, os.cpu_count() or 1), thread_name_prefix="engine")
 
     @property
     def depth(self) -> int:
@@ -120,12 +127,13 @@ class MicroBatcher:
         self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        for task in (self._task, *self._runs):
+            if task:
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
         for item in self._pending:
             if not item.future.done():
                 item.future.set_exception(RuntimeError("service is shutting down"))
@@ -154,9 +162,10 @@ class MicroBatcher:
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            if not self._pending:
+            if not self._pending or self._running >= self.parallel:  # nothing to run, or nowhere to run it
                 self._wake.clear()
                 await self._wake.wait()
+                continue
             # Let a burst of concurrent requests arrive before cutting the batch, and the ones being decoded
             # finish, while waiting for them costs less than running them in a batch of their own would
             now = loop.time()
@@ -170,38 +179,50 @@ class MicroBatcher:
                     await asyncio.wait_for(self._wake.wait(), remaining)
                 except TimeoutError:
                     break
-            items = self._take()
-            if not items:
-                continue
-            batch = items[0].batch if len(items) == 1 else np.concatenate([i.batch for i in items])
-            try:
-                started = time.perf_counter()
-                out = await loop.run_in_executor(self._executor, self.fn, batch)
-                self.cost.observe(int(batch.shape[0]), time.perf_counter() - started)
-            except Exception as exc:  # the engine failed: every caller in this batch hears why
-                for it in items:
-                    if not it.future.done():
-                        it.future.set_exception(exc)
-                continue
-            if self.on_batch:
-                self.on_batch(int(batch.shape[0]))
-            start = 0
+            # with several instances free, the queue is shared out between them rather than all given to one
+            free = self.parallel - self._running
+            items = self._take(self.max_batch if free <= 1 else max(1, -(-self._queued_images() // free)))
+            if items:
+                self._running += 1
+                run = loop.create_task(self._run(items))
+                self._runs.add(run)
+                run.add_done_callback(self._runs.discard)
+
+    async def _run(self, items: list[_Item]) -> None:
+        """One batch through the engine; every caller gets its own rows, or the engine's error."""
+        batch = items[0].batch if len(items) == 1 else np.concatenate([i.batch for i in items])
+        try:
+            started = time.perf_counter()
+            out = await asyncio.get_running_loop().run_in_executor(self._executor, self.fn, batch)
+            seconds = time.perf_counter() - started
+            self.cost.observe(int(batch.shape[0]), seconds)
+        except Exception as exc:  # the engine failed: every caller in this batch hears why
             for it in items:
-                n = it.batch.shape[0]
                 if not it.future.done():
-                    it.future.set_result(out[start : start + n])
-                start += n
+                    it.future.set_exception(exc)
+            return
+        finally:
+            self._running -= 1
+            self._wake.set()
+        if self.on_batch:
+            self.on_batch(int(batch.shape[0]), seconds)
+        start = 0
+        for it in items:
+            n = it.batch.shape[0]
+            if not it.future.done():
+                it.future.set_result(out[start : start + n])
+            start += n
 
     def _queued_images(self) -> int:
         return sum(i.batch.shape[0] for i in self._pending)
 
-    def _take(self) -> list[_Item]:
-        """Whole requests, up to max_batch images (a single larger request goes alone)."""
+    def _take(self, limit: int) -> list[_Item]:
+        """Whole requests, up to `limit` images (a single larger request goes alone)."""
         items: list[_Item] = []
         total = 0
         while self._pending:
             n = self._pending[0].batch.shape[0]
-            if items and total + n > self.max_batch:
+            if items and total + n > min(limit, self.max_batch):
                 break
             item = self._pending.popleft()
             item.taken = True

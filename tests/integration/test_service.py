@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import concurrent.futures as cf
 import io
+import os
 
 import httpx
 import numpy as np
@@ -114,6 +115,8 @@ def test_info_and_metrics(http, photos):
     runs = info["batcher"]["run_ms_by_batch"]  # the warm-up's runs taught the batcher what a batch costs
     assert "1" in runs and len(runs) >= 2 and all(ms > 0 for ms in runs.values())
     assert 0 <= info["batcher"]["fixed_cost_ms"] <= min(runs.values())
+    cores = len(os.sched_getaffinity(0))  # one single-thread instance per core, beside the all-cores session
+    assert (info["engine"].get("instances") or {}).get("per_core") == (cores if cores > 1 else None)
     http.post("/embed", content=photos[0], headers={"Content-Type": "image/jpeg"})
     http.post("/embed", content=b"junk", headers={"Content-Type": "image/jpeg"})
     text = http.get("/metrics").text

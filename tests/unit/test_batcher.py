@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import numpy as np
@@ -207,3 +208,33 @@ def test_the_fixed_cost_is_fitted_from_the_batch_sizes_seen():
     steep.observe(1, 0.01)
     steep.observe(4, 0.06)
     assert steep.fixed_s() == 0.0  # a negative intercept is no fixed cost
+
+
+def test_an_engine_of_several_instances_gets_the_queue_shared_out_and_runs_side_by_side():
+    """With two instances free, eight waiting requests go four to each, and the two batches run at once."""
+    batches: list[int] = []
+    running, most = [0], [0]
+    lock = threading.Lock()
+
+    def fn(x):
+        with lock:
+            batches.append(x.shape[0])
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.2)
+        with lock:
+            running[0] -= 1
+        return x[:, :, 0, 0]
+
+    async def main():
+        b = MicroBatcher(fn, max_batch=16, max_delay_s=0.01, max_queue=100, parallel=2)
+        b.start()
+        reqs = [np.full((1, 3, 2, 2), float(i), dtype=np.float32) for i in range(8)]
+        outs = await asyncio.gather(*(b.submit(r) for r in reqs))
+        await b.stop()
+        return reqs, outs
+
+    reqs, outs = asyncio.run(main())
+    assert sorted(batches) == [4, 4] and most[0] == 2
+    for r, o in zip(reqs, outs, strict=True):
+        assert np.all(o == r[0, 0, 0, 0])

@@ -1,0 +1,57 @@
+"""One engine instance per core: a batch alone runs on all cores, overlapping batches each on one core, and both
+ways give the plain engine's embeddings."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from servelab.model.engines import CoreInstances, make_embedder
+from servelab.model.preprocess import preprocess_bytes
+from tests.conftest import cosine
+
+CORES = len(os.sched_getaffinity(0))
+
+
+@pytest.fixture(scope="module")
+def instances(onnx_meta, settings):
+    if CORES < 2:
+        pytest.skip("one core: the service runs its engine as one session (nothing to put side by side)")
+    engine = make_embedder(settings, engine="onnx", per_core=True)
+    assert isinstance(engine, CoreInstances) and engine.parallel_runs == CORES
+    return engine
+
+
+def test_a_batch_alone_runs_on_all_cores_and_overlapping_batches_on_one_each(instances, local_embedder, photos):
+    batch = np.stack([preprocess_bytes(p) for p in photos])
+    reference = local_embedder.embed(batch)
+    before = dict(instances.runs)
+    assert cosine(instances.embed(batch), reference).min() >= 0.9999
+    assert instances.runs["all_cores"] == before["all_cores"] + 1
+
+    outs: dict[int, np.ndarray] = {}
+
+    def embed(k: int, rows: slice) -> None:
+        outs[k] = instances.embed(batch[rows])
+
+    first = threading.Thread(target=embed, args=(0, slice(0, 8)))
+    first.start()
+    time.sleep(0.05)  # the first holds all cores for a few hundred ms: these two wait, then share them
+    late = [threading.Thread(target=embed, args=(k, slice(k * 4 - 4, k * 4))) for k in (1, 2)]
+    for t in late:
+        t.start()
+    for t in (first, *late):
+        t.join()
+    assert instances.runs["one_core"] >= before["one_core"] + 2
+    assert cosine(outs[0], reference).min() >= 0.9999
+    for k in (1, 2):
+        assert cosine(outs[k], reference[k * 4 - 4 : k * 4]).min() >= 0.9999  # each caller got its own rows
+
+
+def test_only_an_onnx_engine_on_several_cores_is_split(settings, onnx_meta):
+    assert not isinstance(make_embedder(settings, engine="onnx", per_core=True, threads=1), CoreInstances)
+    assert not isinstance(make_embedder(settings, engine="onnx", per_core=False), CoreInstances)
