@@ -39,7 +39,7 @@
 #   PRE -->|mode=remote<br/>HTTP POST /embed/tensor<br/>602 KB per image| R
 #   subgraph SVC[FastAPI service process]
 #     R[route handler] --> MB[(micro-batcher queue<br/>max_batch, max_delay)]
-#     MB -->|one engine call per batch| ENG2[ONNX Runtime<br/>one instance per core]
+#     MB -->|one engine call per batch| ENG2[ONNX Runtime<br/>two instances]
 #   end
 #   ENG2 -->|512 floats per image| R
 # ```
@@ -107,19 +107,21 @@ show_code(service_app.embed_tensor)
 show_code(MicroBatcher._loop)
 
 # %% [markdown]
-# What runs the batch. On a CPU of several cores the service keeps one single-thread engine instance per core,
-# and the batcher hands each free instance its own batch, so two batches run side by side (`parallel`). A batch
-# that finds the engine idle, with nothing waiting behind it, runs on all cores instead: one image takes
-# about 88 ms on one of these cores and 52 ms on two. Why not always all cores? ONNX Runtime's threads split
-# every operator between the cores and meet after each one, a few hundred times per image; when the service's
-# decoding takes a core for a moment, both threads wait. Separate instances never wait for each other.
-# On a 2-core EPYC with a decode running beside them, two single-thread instances embedded 21.5 images/s where
-# one two-thread session did 17.6–18.4.
+# What runs the batch. On a CPU of several cores the service keeps two engine instances, each on half the cores
+# (here one core each), and the batcher hands each free instance its own batch, so two batches run side by side
+# (`parallel`). A batch that finds the engine idle, with nothing waiting behind it, runs on all cores instead: one
+# image takes about 88 ms on one of these cores and 52 ms on two. Why not always all cores? ONNX Runtime's
+# threads split every operator between the cores and meet after each one, a few hundred times per image; when
+# the service's decoding takes a core for a moment, both threads wait. Separate instances never wait for each
+# other. On a 2-core EPYC with a decode running beside them, two single-thread instances embedded 21.5 images/s
+# where one two-thread session did 17.6–18.4. Triton's instance groups make the same choice (notebook 06b).
+# The hold above is about a batch on an instance, beside another, so only those runs teach the batcher its
+# cost: a batch alone on all cores is a different engine.
 
 # %%
-from servelab.model.engines import CoreInstances
+from servelab.model.engines import EngineInstances
 
-show_code(CoreInstances._run)
+show_code(EngineInstances._run)
 
 # %%
 with InferenceClient(mode="remote", backend="fastapi", url=service_url) as remote:
@@ -127,8 +129,9 @@ with InferenceClient(mode="remote", backend="fastapi", url=service_url) as remot
 cost, instances = info.get("batcher") or {}, (info.get("engine") or {}).get("instances")
 runs = ", ".join(f"{n} image{'s' if n != '1' else ''} {ms:.0f} ms"
                  for n, ms in cost.get("run_ms_by_batch", {}).items())
-print(f"This service's engine, from its own runs: {runs}. Fitted fixed cost per batch: "
-      f"{cost.get('fixed_cost_ms', float('nan')):.1f} ms, the longest a batch waits for a request still on its way.")
+print(f"This service's engine, from its own runs: {runs or 'none yet that ran beside another'}. Fitted fixed cost "
+      f"per batch: {cost.get('fixed_cost_ms', float('nan')):.1f} ms, the longest a batch waits for a request still "
+      "on its way.")
 print(f"Instances: {instances['note']}; batches so far: {instances['batches_run']}." if instances else
       "Instances: one engine session (this service's engine is not the ONNX one on several CPU cores).")
 

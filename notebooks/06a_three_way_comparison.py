@@ -51,8 +51,8 @@
 #
 # **Honest framing for this machine.** All three servers run the same ONNX Runtime graph on the same two
 # cores. LitServe and Triton (as staged here) run one session on both cores, one batch at a time. servelab's
-# service does that only for a batch that finds the engine idle; once requests overlap it runs one
-# single-thread instance per core, each on its own batch (notebook 06b makes the same choice for Triton's
+# service does that only for a batch that finds the engine idle; once requests overlap it runs two
+# single-thread instances, one per core, each on its own batch (notebook 06b makes the same choice for Triton's
 # instances). Beyond that the servers differ in what surrounds the compute: decoding, copies, Python-to-C++
 # hops, and how well their batching lines requests up. Locally Triton's encoder is a python-backend `model.py` calling ONNX Runtime
 # (each request crosses from tritonserver to the Python stub through shared memory), not the onnxruntime
@@ -311,9 +311,10 @@ compute_ms = float(hi_row["server_compute_ms"]) / max(float((tensor_recs[-1].get
 ceiling = 1000 / max(compute_ms, 1e-9)
 top = max(busiest, key=lambda r: r["throughput_img_s"])
 best = top["throughput_img_s"]
-ran = (f" Since it started, servelab's service has run {instances['batches_run']['one_core']} batches on one core "
-       f"each, side by side, and {instances['batches_run']['all_cores']} on all cores (batches that found the engine "
-       "idle: one client at a time, or a batch of several images alone)."
+ran = (f" Since it started, servelab's service has run {instances['batches_run']['one_instance']} batches on its "
+       f"{instances['count']} instances of {instances['threads_each']} thread(s), side by side, and "
+       f"{instances['batches_run']['all_cores']} on all cores (batches that found the engine idle: one client at a "
+       "time, or a batch of several images alone)."
        if instances else " servelab's service runs one session here, like the others.")
 step.answer(f"Triton reported {hi_row['server_compute_ms']:.0f} ms of compute per request at concurrency "
             f"{int(hi_row['concurrency'])}, about {compute_ms:.0f} ms per image: one session on these cores allows "

@@ -56,14 +56,6 @@ PROVIDERS = ("cpu", "cuda", "tensorrt")
 PRECISIONS = ("fp32", "fp16", "bf16")  # the torch engine's weights and activations; ONNX engines run fp32
 
 
-def flag(raw: str) -> bool:
-    """An on/off setting: 1/0, true/false, yes/no, on/off."""
-    value = raw.strip().lower()
-    if value not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-        raise ValueError(raw)
-    return value in ("1", "true", "yes", "on")
-
-
 def _env(name: str, default, cast=str):
     raw = os.environ.get(f"SERVELAB_{name}")
     if raw is None or raw == "":
@@ -86,9 +78,10 @@ class Settings:
     engine: str = "onnx"
     provider: str = "cpu"
     threads: int = 0  # 0 = library default (all cores)
-    # the service's ONNX engine on a CPU: one single-thread instance per core, each running its own batch, and
-    # a lone image on all cores (servelab.model.engines.CoreInstances); off, every batch runs on all cores
-    per_core_instances: bool = True
+    # the service's ONNX engine on a CPU: this many instances, each on cores ÷ instances threads, running batches
+    # side by side, and a batch that finds them idle on all cores (servelab.model.engines.EngineInstances);
+    # 1: one session on all cores, one batch at a time
+    engine_instances: int = 2
     precision: str = "fp32"  # fp32 | fp16 | bf16 (torch engine only)
     # the emulated accelerator (engine `emulated`): its profile, device count (0 = the profile's) and the folder
     # whose state files every process using it shares, as processes share one GPU
@@ -125,7 +118,7 @@ class Settings:
             engine=_env("ENGINE", d.engine),
             provider=_env("PROVIDER", d.provider),
             threads=_env("THREADS", d.threads, int),
-            per_core_instances=_env("PER_CORE_INSTANCES", d.per_core_instances, flag),
+            engine_instances=_env("ENGINE_INSTANCES", d.engine_instances, int),
             precision=_env("PRECISION", d.precision),
             device_profile=_env("DEVICE_PROFILE", d.device_profile),
             emulated_devices=_env("EMULATED_DEVICES", d.emulated_devices, int),
@@ -159,7 +152,8 @@ class Settings:
             raise ValueError(f"precision {self.precision} needs engine torch: the ONNX engines run the fp32 export")
         if self.pretrained and self.checkpoint:
             raise ValueError("set SERVELAB_PRETRAINED or SERVELAB_CHECKPOINT, not both")
-        for name in ("max_batch", "max_queue", "max_images_per_request", "max_bytes", "max_pixels", "decode_threads"):
+        for name in ("max_batch", "max_queue", "max_images_per_request", "max_bytes", "max_pixels", "decode_threads",
+                     "engine_instances"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
         if self.emulated_devices < 0:

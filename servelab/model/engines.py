@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import threading
 from pathlib import Path
 
@@ -110,7 +111,7 @@ class OrtEmbedder(Embedder):
         self.input_name = self.session.get_inputs()[0].name
         self.output_name = self.session.get_outputs()[0].name
         # one run at a time keeps intra-op threads from oversubscribing; a single-thread session runs each call on
-        # its caller's thread alone, so calls from threads on different cores share it (CoreInstances)
+        # its caller's thread alone, so calls from threads on different cores share it (EngineInstances)
         self._lock = threading.Lock() if self.threads != 1 else contextlib.nullcontext()
         if settings.provider != "cpu":
             self._first_run(wanted)
@@ -132,29 +133,36 @@ class OrtEmbedder(Embedder):
         return {**super().info(), "onnx": str(self.model_path), "active_providers": self.active_providers}
 
 
-class CoreInstances(Embedder):
-    """One engine instance per CPU core, each running its own batch on one thread, side by side; a batch that
-    finds the engine idle, with no other batch waiting, runs on all cores at once instead.
+class EngineInstances(Embedder):
+    """Several engine instances on a CPU, each on its share of the cores, running batches side by side; a batch
+    that finds the engine idle, with no other batch waiting, runs on all cores at once instead.
 
     Why: ONNX Runtime's threads split every operator of one run between the cores and meet after each one, a
     few hundred times per image, so a core that another thread takes for a moment (the service's decoding) stalls
-    both. Instances on separate cores never wait for each other. On a 2-core EPYC with a JPEG decode running
-    beside them, two single-thread instances with 4 images each embedded 21.5 images/s where one two-thread run
-    of 8 did 17.6-18.4. But one image takes 88 ms on one thread and 52 ms on two: a request on its own (one
-    client) keeps both threads. Once a batch has had to wait for such a run, requests are overlapping, and every
-    batch runs on one core until the engine is idle again. Like Triton's instance groups, the server runs
-    `parallel_runs` batches at once (MicroBatcher.parallel). The instances share one single-thread session (its
-    calls run on their callers' threads), so memory holds the model twice, not once per core.
+    all of them. Instances on separate cores never wait for each other. On a 2-core EPYC with a JPEG decode
+    running beside them, two single-thread instances with 4 images each embedded 21.5 images/s where one
+    two-thread run of 8 did 17.6-18.4. But one image takes 88 ms on one thread and 52 ms on two: a request on
+    its own (one client) keeps all the threads. Once a batch has had to wait for such a run, requests are
+    overlapping, and batches run on the instances until the engine is idle again. Like Triton's instance groups
+    (instances × threads = cores, notebook 06b), the server runs `parallel_runs` batches at once
+    (MicroBatcher.parallel). Single-thread instances share one session (its calls run on their callers'
+    threads), so memory holds the model twice, not once per instance.
     """
 
-    def __init__(self, whole: Embedder, per_core: Embedder, cores: int):
-        self.whole, self.per_core, self.parallel_runs = whole, per_core, cores
+    def __init__(self, whole: Embedder, instances: list[Embedder]):
+        self.whole, self.parallel_runs = whole, len(instances)
         self.engine, self.provider, self.weights = whole.engine, whole.provider, whole.weights
         self.threads, self.precision = whole.threads, whole.precision
+        self.threads_each = instances[0].threads
+        self._free: queue.SimpleQueue[Embedder] = queue.SimpleQueue()  # the instances not running a batch
+        for instance in instances:
+            self._free.put(instance)
+        for instance in {id(i): i for i in instances}.values():  # a session's first run allocates: not a request's
+            instance.embed(np.zeros((1, *INPUT_SHAPE), dtype=np.float32))
         self._turn = threading.Condition()
         self._running = 0
         self._all_cores = False  # a run on all cores is in progress: it has them to itself
-        self.runs = {"all_cores": 0, "one_core": 0}  # batches run each way (the service's /info shows them)
+        self.runs = {"all_cores": 0, "one_instance": 0}  # batches run each way (the service's /info shows them)
 
     def _run(self, batch):
         with self._turn:
@@ -163,9 +171,15 @@ class CoreInstances(Embedder):
             all_cores = self._running == 0 and not waited
             self._running += 1
             self._all_cores = all_cores
-            self.runs["all_cores" if all_cores else "one_core"] += 1
+            self.runs["all_cores" if all_cores else "one_instance"] += 1
         try:
-            return (self.whole if all_cores else self.per_core)._run(batch)
+            if all_cores:
+                return self.whole._run(batch)
+            instance = self._free.get()  # the server runs at most parallel_runs batches: one is free
+            try:
+                return instance._run(batch)
+            finally:
+                self._free.put(instance)
         finally:
             with self._turn:
                 self._running -= 1
@@ -174,21 +188,25 @@ class CoreInstances(Embedder):
 
     def info(self) -> dict:
         return {**self.whole.info(), "instances": {
-            "per_core": self.parallel_runs, "threads_each": 1, "batches_run": dict(self.runs),
-            "note": f"{self.parallel_runs} single-thread instances run batches side by side; a batch alone "
-                    f"runs on all {self.whole.threads} threads"}}
+            "count": self.parallel_runs, "threads_each": self.threads_each, "batches_run": dict(self.runs),
+            "note": f"{self.parallel_runs} instances of {self.threads_each} thread(s) run batches side by side; "
+                    f"a batch that finds the engine idle runs on all {self.whole.threads} threads"}}
 
 
-def make_embedder(settings: Settings | None = None, *, per_core: bool = False, **overrides) -> Embedder:
-    """Build the engine the settings name; exports the ONNX model first if it is missing. `per_core`: an ONNX
-    engine on a CPU of several cores, using all of them, becomes CoreInstances. That is a server's choice, as
-    Triton's instance groups are: another server given this engine runs it as one session on all cores."""
+def make_embedder(settings: Settings | None = None, *, instances: int = 1, **overrides) -> Embedder:
+    """Build the engine the settings name; exports the ONNX model first if it is missing. `instances` > 1: an
+    ONNX engine on a CPU of several cores, using all of them, becomes EngineInstances, each instance on
+    cores ÷ instances threads. That is a server's choice, as Triton's instance groups are: another server given
+    this engine runs it as one session on all cores."""
     settings = (settings or Settings.from_env()).with_(**{k: v for k, v in overrides.items() if v is not None})
     settings.validate()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if per_core and settings.engine in ("onnx", "onnx-int8") and settings.provider == "cpu" and not settings.threads \
-            and cores > 1:
-        return CoreInstances(make_embedder(settings), make_embedder(settings, threads=1), cores)
+    n = min(instances, cores)
+    if n > 1 and settings.engine in ("onnx", "onnx-int8") and settings.provider == "cpu" and not settings.threads:
+        threads = cores // n
+        shared = [make_embedder(settings, threads=1)] * n if threads == 1 else None  # one session, n callers
+        return EngineInstances(make_embedder(settings),
+                               shared or [make_embedder(settings, threads=threads) for _ in range(n)])
     if settings.engine == "torch":
         return TorchEmbedder(settings)
     if settings.engine == "emulated":  # no model: an emulated accelerator (servelab.model.emulated_engine)

@@ -245,7 +245,7 @@ class Service:
             if self.embedder is None:
                 from servelab.model.engines import make_embedder
 
-                self.embedder = make_embedder(self.settings, per_core=self.settings.per_core_instances)
+                self.embedder = make_embedder(self.settings, instances=self.settings.engine_instances)
             self.weights = self.embedder.weights
             self.batcher.parallel = getattr(self.embedder, "parallel_runs", 1)  # instances that run side by side
             # warm up at the largest batch and at one image; the last run of each tells the batcher what a
@@ -255,7 +255,8 @@ class Service:
                 for _ in range(max(self.settings.warmup_iters, 1)):
                     started = time.perf_counter()
                     self.embedder.embed(dummy)
-                self.batcher.cost.observe(n, time.perf_counter() - started)
+                if self.batcher.parallel == 1:  # a warm-up batch runs alone, on all cores: not an instance's cost
+                    self.batcher.cost.observe(n, time.perf_counter() - started)
             self.ready = True
             log.info("model ready in %.1fs: %s", time.perf_counter() - t0, self.embedder.info())
         except Exception as exc:  # keep serving /healthz so the reason is visible

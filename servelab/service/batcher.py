@@ -6,8 +6,8 @@ waited for a little longer, but never longer than a run's fixed cost (`RunCost`)
 in the next batch, which costs at most one more fixed cost, while every moment of waiting leaves the engine
 idle. On a GPU a batch costs nearly the same at any size, so the wait is long and batches fill; on a CPU, where
 the cost grows with every image, it is short and the engine goes on with whoever is ready. The engine runs in
-worker threads, never on the event loop: one batch at a time, or `parallel` side by side for an engine that
-runs one instance per core (servelab.model.engines.CoreInstances). While every instance is busy, new requests
+worker threads, never on the event loop: one batch at a time, or `parallel` side by side for an engine of
+several instances (servelab.model.engines.EngineInstances). While every instance is busy, new requests
 queue and form the next batch. The
 queue is bounded in images: past `max_queue` a request is refused at once (`QueueFull`, the service answers
 503 + Retry-After) instead of waiting behind an ever-growing line.
@@ -191,11 +191,15 @@ class MicroBatcher:
     async def _run(self, items: list[_Item]) -> None:
         """One batch through the engine; every caller gets its own rows, or the engine's error."""
         batch = items[0].batch if len(items) == 1 else np.concatenate([i.batch for i in items])
+        # an engine of several instances runs a batch alone on all its cores, and beside another on one
+        # instance: the hold is about the second kind, so only those runs teach the cost
+        alongside = self._running > 1
         try:
             started = time.perf_counter()
             out = await asyncio.get_running_loop().run_in_executor(self._executor, self.fn, batch)
             seconds = time.perf_counter() - started
-            self.cost.observe(int(batch.shape[0]), seconds)
+            if self.parallel == 1 or alongside:
+                self.cost.observe(int(batch.shape[0]), seconds)
         except Exception as exc:  # the engine failed: every caller in this batch hears why
             for it in items:
                 if not it.future.done():

@@ -1,5 +1,5 @@
-"""One engine instance per core: a batch alone runs on all cores, overlapping batches each on one core, and both
-ways give the plain engine's embeddings."""
+"""Engine instances: a batch alone runs on all cores, overlapping batches each on an instance of their own, and
+both ways give the plain engine's embeddings."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from servelab.model.engines import CoreInstances, make_embedder
+from servelab.model.engines import EngineInstances, make_embedder
 from servelab.model.preprocess import preprocess_bytes
 from tests.conftest import cosine
 
@@ -21,12 +21,13 @@ CORES = len(os.sched_getaffinity(0))
 def instances(onnx_meta, settings):
     if CORES < 2:
         pytest.skip("one core: the service runs its engine as one session (nothing to put side by side)")
-    engine = make_embedder(settings, engine="onnx", per_core=True)
-    assert isinstance(engine, CoreInstances) and engine.parallel_runs == CORES
+    engine = make_embedder(settings, engine="onnx", instances=2)
+    assert isinstance(engine, EngineInstances) and engine.parallel_runs == 2
+    assert engine.threads_each == CORES // 2 and engine.whole.threads == CORES
     return engine
 
 
-def test_a_batch_alone_runs_on_all_cores_and_overlapping_batches_on_one_each(instances, local_embedder, photos):
+def test_a_batch_alone_runs_on_all_cores_and_overlapping_batches_on_an_instance_each(instances, local_embedder, photos):
     batch = np.stack([preprocess_bytes(p) for p in photos])
     reference = local_embedder.embed(batch)
     before = dict(instances.runs)
@@ -46,12 +47,12 @@ def test_a_batch_alone_runs_on_all_cores_and_overlapping_batches_on_one_each(ins
         t.start()
     for t in (first, *late):
         t.join()
-    assert instances.runs["one_core"] >= before["one_core"] + 2
+    assert instances.runs["one_instance"] >= before["one_instance"] + 2
     assert cosine(outs[0], reference).min() >= 0.9999
     for k in (1, 2):
         assert cosine(outs[k], reference[k * 4 - 4 : k * 4]).min() >= 0.9999  # each caller got its own rows
 
 
-def test_only_an_onnx_engine_on_several_cores_is_split(settings, onnx_meta):
-    assert not isinstance(make_embedder(settings, engine="onnx", per_core=True, threads=1), CoreInstances)
-    assert not isinstance(make_embedder(settings, engine="onnx", per_core=False), CoreInstances)
+def test_instances_only_for_an_onnx_engine_left_to_use_every_core(settings, onnx_meta):
+    assert not isinstance(make_embedder(settings, engine="onnx", instances=2, threads=1), EngineInstances)
+    assert not isinstance(make_embedder(settings, engine="onnx", instances=1), EngineInstances)
