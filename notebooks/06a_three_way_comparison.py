@@ -54,9 +54,9 @@
 # service does that only for a batch that finds the engine idle; once requests overlap it runs two
 # single-thread instances, one per core, each on its own batch (notebook 06b makes the same choice for Triton's
 # instances). Beyond that the servers differ in what surrounds the compute: decoding, copies, Python-to-C++
-# hops, and how well their batching lines requests up. Locally Triton's encoder is a python-backend `model.py` calling ONNX Runtime
-# (each request crosses from tritonserver to the Python stub through shared memory), not the onnxruntime
-# backend a GPU node uses. The client sits on loopback: no network cost, unlike the source's measurements.
+# hops, and how well their batching lines requests up. Locally Triton's encoder is a python-backend `model.py`
+# calling ONNX Runtime (each request crosses from tritonserver to the Python stub through shared memory), not the
+# onnxruntime backend a GPU node uses. The client sits on loopback: no network cost, unlike the source's measurements.
 # Then a breakdown of where a request's time goes: what the client waited, what the server says it spent
 # queueing and computing (Triton's statistics), and the rest — transport, HTTP handling and decoding.
 

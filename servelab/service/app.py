@@ -248,8 +248,9 @@ class Service:
                 self.embedder = make_embedder(self.settings, instances=self.settings.engine_instances)
             self.weights = self.embedder.weights
             self.batcher.parallel = getattr(self.embedder, "parallel_runs", 1)  # instances that run side by side
-            # warm up at the largest batch and at one image; the last run of each tells the batcher what a
-            # batch's fixed cost is, so it knows from the first request how long a batch is worth holding
+            # warm up at the largest batch and at one image; with one session, the last run of each tells the
+            # batcher what a batch's fixed cost is, so it knows from the first request how long a batch is worth
+            # holding (instances learn theirs from their first batches side by side)
             for n in sorted({min(self.settings.max_batch, 16), 1}, reverse=True):
                 dummy = np.zeros((n, *INPUT_SHAPE), dtype=np.float32)
                 for _ in range(max(self.settings.warmup_iters, 1)):
