@@ -3,9 +3,10 @@ can be compared, not only their numbers.
 
 A headline's *claim* is its sentence with every number masked: "tritonhttp ahead by 1.31× (windows 20.1–21.0 vs
 15.2–16.0, no overlap)" and "tritonhttp ahead by 1.27× (…)" make the same claim; "… indistinguishable here …"
-makes a different one, and a consistent lead below the ranking margin ("http ahead by 7 %, all 4 pairs agree, below
-the 10 % margin we rank by") a third: the three readings of servelab.bench.stats, see docs/METHOD.md. Why two figures were not ranked (their ranges overlap, one never settled, they lie
-within the margin) is evidence, like the numbers: "A and B are indistinguishable here: <reason>" claims the same
+makes a different one, and a consistent lead that is not ranked ("http ahead by 7 %, all 4 pairs agree, below
+the 10 % margin we rank by", or "…, but not all clear the 10 % margin we rank by") a third: the three readings of
+servelab.bench.stats, see docs/METHOD.md. Why two figures were not ranked (their ranges overlap, one never settled,
+they lie within the margin) is evidence, like the numbers: "A and B are indistinguishable here: <reason>" claims the same
 whatever the reason (servelab.bench.report says every unranked comparison that way). Sentences are built from a
 run's numbers by the same code in every run, so the words change only when the conclusion does.
 """
@@ -21,12 +22,18 @@ from servelab.bench.report import INDISTINGUISHABLE
 FILE = "headlines.json"
 _NUMBER = re.compile(r"(?<![\w.])[-+−]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?(?!\w)")
 _REASON = re.compile(rf"({INDISTINGUISHABLE}(?: at the top)?): [^;.]*")
+# a lead in every pair (or window) that is not ranked, whether its size or only its weakest pairs fall short of the
+# margin: one claim, a direction (servelab.bench.report.said), with the reason dropped as for a tie
+_UNRANKED_LEAD = re.compile(r"(agree|in every window), (?:below the # % margin we rank (?:figures measured at "
+                            r"different times )?by|but not all clear the # % margin we rank by|within the # % this "
+                            r"machine drifted during this run \(drift probe\), so the order may be the machine's)")
 
 
 def claim(text: str) -> str:
     """The sentence with numbers masked as '#', the reasons for not ranking dropped and whitespace collapsed: what
     it concludes, not by how much or on what evidence."""
-    return " ".join(_REASON.sub(r"\1", _NUMBER.sub("#", text)).split())
+    masked = _UNRANKED_LEAD.sub(r"\1, not ranked", _NUMBER.sub("#", text))
+    return " ".join(_REASON.sub(r"\1", masked).split())
 
 
 def record_headline(run_dir: str | Path, key: str, text: str) -> dict:

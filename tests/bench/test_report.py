@@ -133,3 +133,6 @@ def test_headlines_tell_a_small_consistent_lead_from_a_ranking_and_a_tie():
     tie = ratio_sentence(_ratio(1.03, 0.97, 1.08))
     assert len({claim(ranked), claim(small), claim(tie)}) == 3
     assert claim(small) == claim(ratio_sentence(_ratio(1.05, 1.01, 1.09)))  # same finding, other numbers
+    # a lead past the margin whose weakest pair is not: the same direction, not ranked either
+    weak_pair = ratio_sentence(_ratio(1.17, 1.09, 1.29))
+    assert "not all clear" in weak_pair and claim(weak_pair) == claim(small)
