@@ -84,13 +84,18 @@ def gpus() -> tuple[list[dict], str | None]:
         return [{"error": str(exc)}], None
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity: a container's cpuset, `taskset`), else all of them."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 @functools.cache
 def machine() -> dict:
     """This machine in a few fields, for saying which machine served a measurement: a server reports it about
     itself (the service's /info), a client about the servers it started (servelab.bench.servers)."""
     gpu_list, _ = gpus()
     return {"hostname": platform.node(), "cpu_model": cpu_model(),
-            "cpu_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+            "cpu_usable": usable_cores(),
             "gpus": [g["name"] for g in gpu_list if g.get("name")], **standin()}
 
 
@@ -122,7 +127,7 @@ def environment_fingerprint(weights: str | None = None) -> dict:
         "cpu_model": cpu_model(),
         "cpu_logical": os.cpu_count(),
         "cpu_physical": psutil.cpu_count(logical=False),
-        "cpu_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "cpu_usable": usable_cores(),
         "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
         "gpus": gpu_list,
         "gpu_note": gpu_note,

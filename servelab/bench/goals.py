@@ -112,11 +112,10 @@ def triton_goals(run: Run, records: list[dict], *, concurrency: int = 16, offlin
 def peer_goals(run: Run, records: list[dict], concurrency: int = 16) -> list[dict]:
     """servelab ÷ LitServe throughput (interleaved) ≥ 1.10 at c (concurrent clients, where the service's engine
     instances run side by side) and ≥ 1.0 at c=1 when measured; the p50 ratio at c reported beside them."""
-    out = []
+    out, r = [], None  # r ends as the record at `concurrency`, the loop's last
     for c, threshold in ((1, 1.0), (concurrency, 1.10)) if concurrency > 1 else ((concurrency, 1.0),):
         r = _find(records, kind="ab", a="fastapi", b="litserve", concurrency=c)
         out += ratio_goal(run, "peer-baseline", f"servelab / LitServe throughput at c={c}", r, ">=", threshold)
-    r = _find(records, kind="ab", a="fastapi", b="litserve", concurrency=concurrency)
     if r and r.get("latency_p50_ratio") is not None:
         out.append(goal_record(run, "peer-baseline", f"servelab / LitServe p50 latency at c={concurrency}",
                                r["latency_p50_ratio"], None, None, inputs=[r], note="median of the window pairs"))

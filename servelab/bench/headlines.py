@@ -6,8 +6,8 @@ A headline's *claim* is its sentence with every number masked: "tritonhttp ahead
 makes a different one, and a consistent lead that is not ranked ("http ahead by 7 %, all 4 pairs agree, below
 the 10 % margin we rank by", or "…, but not all clear the 10 % margin we rank by") a third: the three readings of
 servelab.bench.stats, see docs/METHOD.md. Why two figures were not ranked (their ranges overlap, one never settled,
-they lie within the margin) is evidence, like the numbers: "A and B are indistinguishable here: <reason>" claims the same
-whatever the reason (servelab.bench.report says every unranked comparison that way). Sentences are built from a
+they lie within the margin) is evidence, like the numbers: "A and B are indistinguishable here: <reason>" claims the
+same whatever the reason (servelab.bench.report says every unranked comparison that way). Sentences are built from a
 run's numbers by the same code in every run, so the words change only when the conclusion does.
 """
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from servelab.config import Settings
 from servelab.fileio import file_digest
+from servelab.fingerprint import usable_cores
 from servelab.model.preprocess import INPUT_SHAPE, engine_batch
 from servelab.model.providers import (  # noqa: F401  (the provider names and checks engines are built with)
     CUDA_OPTIONS,
@@ -200,13 +201,15 @@ def make_embedder(settings: Settings | None = None, *, instances: int = 1, **ove
     this engine runs it as one session on all cores."""
     settings = (settings or Settings.from_env()).with_(**{k: v for k, v in overrides.items() if v is not None})
     settings.validate()
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = usable_cores()
     n = min(instances, cores)
     if n > 1 and settings.engine in ("onnx", "onnx-int8") and settings.provider == "cpu" and not settings.threads:
         threads = cores // n
-        shared = [make_embedder(settings, threads=1)] * n if threads == 1 else None  # one session, n callers
-        return EngineInstances(make_embedder(settings),
-                               shared or [make_embedder(settings, threads=threads) for _ in range(n)])
+        if threads == 1:
+            members = [make_embedder(settings, threads=1)] * n  # one session, n callers
+        else:
+            members = [make_embedder(settings, threads=threads) for _ in range(n)]
+        return EngineInstances(make_embedder(settings), members)
     if settings.engine == "torch":
         return TorchEmbedder(settings)
     if settings.engine == "emulated":  # no model: an emulated accelerator (servelab.model.emulated_engine)
