@@ -351,7 +351,6 @@ else:
 
 # %%
 from servelab.bench.report import ratio_reading, said
-from servelab.bench.stats import Reading
 
 ratios = list({(r["batch"], r["concurrency"]): r for r in ab_batch + ab_conc if r["kind"] == "ab"}.values())
 step.table(step.frame(ratios, *ratio_cols), "ratios",
@@ -375,20 +374,20 @@ def setting(r):
 
 
 def finding(r):
-    """What one gRPC ÷ HTTP ratio shows, in the words every sentence and check of this lab uses; None when too
-    close to call."""
+    """What one gRPC ÷ HTTP ratio shows, in the words every sentence and check of this lab uses; None when it is
+    not ranked (too close to call, or a lead in every pair short of the margin: the table shows which)."""
     v = ratio_reading(r)
-    return None if v.reading is Reading.TOO_CLOSE else said(v, name[r["a"]], name[r["b"]], interleaved=True)
+    return said(v, name[r["a"]], name[r["b"]], interleaved=True) if v.ranked else None
 
 
 leads = [f"with {setting(r)}, {finding(r)}" for r in ratios if finding(r)]
-too_close = [setting(r) for r in ratios if not finding(r)]
-if too_close:
-    leads.append(f"{'the two protocols' if len(leads) == 0 else 'they'} were too close to call with {spoken(too_close)}")
+unranked = [setting(r) for r in ratios if not finding(r)]
+if unranked:
+    leads.append(f"{'the two protocols' if len(leads) == 0 else 'they'} were not ranked with {spoken(unranked)}")
 loopback = f"On loopback, {'; '.join(leads)} (gRPC ÷ HTTP between {min(values):.2f}× and {max(values):.2f}×)."
 over_link = ""
 if link_ab:
     over_link = (f" Over the shaped {link} link the mean request time changed by {added['http']:+.0f} ms on HTTP "
                  f"and {added['grpc']:+.0f} ms on gRPC, and "
-                 + (finding(wan_ratio) or f"the two were too close to call ({wan_ratio['ratio']:.2f}×)") + ".")
+                 + (finding(wan_ratio) or f"the two were not ranked ({wan_ratio['ratio']:.2f}×)") + ".")
 step.shows(f"{loopback}{over_link}")

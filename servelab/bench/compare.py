@@ -75,6 +75,7 @@ class Comparison:
     def summary(self) -> str:
         f = self.fraction_within_noise
         same = sum(h["verdict"] == "same" for h in self.headlines)
+        strict = sum(bool(h.get("same_strict")) for h in self.headlines)
         drift_note = ("no drift probe in " + ("either run" if not any(self.probes) else "one run")
                       + ": absolute figures judged on window spreads alone; "
                       if self.machine_drift is None else
@@ -86,7 +87,8 @@ class Comparison:
         return (drift_note + f"{self.within_noise} of {len(self.points)} points within noise "
                 f"({'n/a' if f is None else f'{100 * f:.0f} %'}; " + allowance
                 + f"{self.only_a} only in A, {self.only_b} only in B); "
-                f"{same} of {len(self.headlines)} headlines the same; "
+                f"{same} of {len(self.headlines)} headlines the same ({strict} also in the direction of every lead "
+                "not ranked); "
                 + ("reproduced" if self.reproduced else
                    f"NOT reproduced (needs ≥ {100 * self.min_fraction:.0f} % of points within noise and every headline the same)"))
 

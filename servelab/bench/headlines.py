@@ -3,12 +3,15 @@ can be compared, not only their numbers.
 
 A headline's *claim* is its sentence with every number masked: "tritonhttp ahead by 1.31× (windows 20.1–21.0 vs
 15.2–16.0, no overlap)" and "tritonhttp ahead by 1.27× (…)" make the same claim; "… indistinguishable here …"
-makes a different one, and a consistent lead that is not ranked ("http ahead by 7 %, all 4 pairs agree, below
-the 10 % margin we rank by", or "…, but not all clear the 10 % margin we rank by") a third: the three readings of
-servelab.bench.stats, see docs/METHOD.md. Why two figures were not ranked (their ranges overlap, one never settled,
-they lie within the margin) is evidence, like the numbers: "A and B are indistinguishable here: <reason>" claims the
-same whatever the reason (servelab.bench.report says every unranked comparison that way). Sentences are built from a
-run's numbers by the same code in every run, so the words change only when the conclusion does.
+makes a different one. Why two figures were not ranked (their ranges overlap, one never settled, they lie within the
+margin) is evidence, like the numbers: "A and B are indistinguishable here: <reason>" claims the same whatever the
+reason (servelab.bench.report says every unranked comparison that way). An interleaved ratio that is not ranked is
+one claim, "not ranked", whether its pairs fell on both sides of 1 or all on one side short of the margin: the
+direction of a lead the method does not rank is evidence too (a ratio near the margin leads one way in one run and
+the other way in the next). `claim(text, strict=True)` keeps that direction, for the stricter count `servelab bench
+compare` prints beside it. A lead in every window between figures measured apart keeps its direction, marked "not
+ranked". Sentences are built from a run's numbers by the same code in every run, so the words change only when the
+conclusion does.
 """
 
 from __future__ import annotations
@@ -29,10 +32,21 @@ _UNRANKED_LEAD = re.compile(r"(agree|in every window), (?:below the # % margin w
                             r"machine drifted during this run \(drift probe\), so the order may be the machine's)")
 
 
-def claim(text: str) -> str:
+# an interleaved ratio's reading after its figure ("a ÷ b throughput: #× (pairs #–#); <reading>") when it is not
+# ranked: a lead short of the margin, a lead whose pairs never settled, or a tie
+_UNRANKED_RATIO = re.compile(rf"(#×(?: \(pairs #–#\))?); [^;.]*?(?:agree, (?:below the # % margin we rank by|but not "
+                             rf"all clear the # % margin we rank by)|never settled, so this run does not rank them|"
+                             rf"{INDISTINGUISHABLE}: [^;.]*)")
+
+
+def claim(text: str, *, strict: bool = False) -> str:
     """The sentence with numbers masked as '#', the reasons for not ranking dropped and whitespace collapsed: what
-    it concludes, not by how much or on what evidence."""
-    masked = _UNRANKED_LEAD.sub(r"\1, not ranked", _NUMBER.sub("#", text))
+    it concludes, not by how much or on what evidence. An interleaved ratio that is not ranked reads "not ranked"
+    (`strict`: with the direction of a lead short of the margin, as said)."""
+    masked = _NUMBER.sub("#", text)
+    if not strict:
+        masked = _UNRANKED_RATIO.sub(r"\1; not ranked", masked)
+    masked = _UNRANKED_LEAD.sub(r"\1, not ranked", masked)
     return " ".join(_REASON.sub(r"\1", masked).split())
 
 
@@ -60,15 +74,18 @@ def load_headlines(run_dir: str | Path) -> dict:
 
 
 def compare_headlines(a: dict, b: dict) -> list[dict]:
-    """One row per headline key in either run: same | differs | only in A | only in B."""
+    """One row per headline key in either run: same | differs | only in A | only in B; `same_strict`: the same also
+    in the direction of every unranked lead (`claim(…, strict=True)`)."""
     rows = []
     for key in sorted(set(a) | set(b)):
         ha, hb = a.get(key), b.get(key)
         if ha and hb:
             verdict = "same" if claim(ha["text"]) == claim(hb["text"]) else "differs"
+            strict = claim(ha["text"], strict=True) == claim(hb["text"], strict=True)
         else:
-            verdict = "only in A" if ha else "only in B"
-        rows.append({"headline": key, "verdict": verdict, "A": (ha or {}).get("text"), "B": (hb or {}).get("text")})
+            verdict, strict = ("only in A" if ha else "only in B"), False
+        rows.append({"headline": key, "verdict": verdict, "same_strict": strict, "A": (ha or {}).get("text"),
+                     "B": (hb or {}).get("text")})
     return rows
 
 

@@ -59,7 +59,7 @@ def test_compare_two_runs_points_and_headlines(tmp_path):
     heads = {h["headline"]: h["verdict"] for h in c.headlines}
     assert heads == {"07": "same", "06a": "differs"}
     assert not c.reproduced
-    assert "2 of 3 points within noise (67 %" in c.summary() and "1 of 2 headlines the same" in c.summary()
+    assert "2 of 3 points within noise (67 %" in c.summary() and "1 of 2 headlines the same (1 also in the direction" in c.summary()
     assert compare(tmp_path / "A", tmp_path / "A").reproduced  # a run reproduces itself
 
 

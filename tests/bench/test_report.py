@@ -130,9 +130,18 @@ def test_headlines_tell_a_small_consistent_lead_from_a_ranking_and_a_tie():
     from servelab.bench.headlines import claim
 
     ranked, small = ratio_sentence(_ratio(1.31, 1.2, 1.4)), ratio_sentence(_ratio(1.07, 1.02, 1.12))
-    tie = ratio_sentence(_ratio(1.03, 0.97, 1.08))
-    assert len({claim(ranked), claim(small), claim(tie)}) == 3
+    tie, other_way = ratio_sentence(_ratio(1.03, 0.97, 1.08)), ratio_sentence(_ratio(0.93, 0.9, 0.96))
+    unsettled = ratio_sentence(_ratio(1.5, 1.4, 1.6, stable=False))
+    # not ranked is one claim, whichever way an unranked lead points; ranking them is another
+    assert claim(small) == claim(tie) == claim(other_way) == claim(unsettled) != claim(ranked)
+    assert claim(small).endswith("(pairs #–#); not ranked") and "ahead" in claim(ranked)
     assert claim(small) == claim(ratio_sentence(_ratio(1.05, 1.01, 1.09)))  # same finding, other numbers
-    # a lead past the margin whose weakest pair is not: the same direction, not ranked either
+    # a lead past the margin whose weakest pair is not: not ranked either
     weak_pair = ratio_sentence(_ratio(1.17, 1.09, 1.29))
     assert "not all clear" in weak_pair and claim(weak_pair) == claim(small)
+    # strict: the direction of an unranked lead counts too
+    assert len({claim(small, strict=True), claim(tie, strict=True), claim(other_way, strict=True)}) == 3
+    assert claim(small, strict=True) == claim(ratio_sentence(_ratio(1.05, 1.01, 1.09)), strict=True)
+    # in a longer headline only the unranked ratio's reading is masked, the rest of the sentence stays
+    two = f"Triton: {small}. Batching: {ranked}."
+    assert claim(two) == f"Triton: {claim(small)}. Batching: {claim(ranked)}."
