@@ -116,7 +116,8 @@ show_code(MicroBatcher._loop)
 # other. On a 2-core EPYC with a decode running beside them, two single-thread instances embedded 21.5 images/s
 # where one two-thread session did 17.6–18.4. Triton's instance groups make the same choice (notebook 06b).
 # The hold above is about a batch on an instance, beside another, so only those runs teach the batcher its
-# cost: a batch alone on all cores is a different engine.
+# cost: a batch alone on all cores is a different engine. The engine says which way each run went
+# (`ran_on_an_instance`, asked on the thread that ran it), so the batcher never has to guess.
 
 # %%
 from servelab.model.engines import EngineInstances

@@ -164,6 +164,12 @@ class EngineInstances(Embedder):
         self._running = 0
         self._all_cores = False  # a run on all cores is in progress: it has them to itself
         self.runs = {"all_cores": 0, "one_instance": 0}  # batches run each way (the service's /info shows them)
+        self._last = threading.local()  # how the calling thread's last batch ran
+
+    def ran_on_an_instance(self) -> bool:
+        """Whether the calling thread's last batch ran on one instance (beside others), not alone on all cores:
+        the two take different times, and a server that learns what a batch costs must know which it timed."""
+        return getattr(self._last, "on_instance", False)
 
     def _run(self, batch):
         with self._turn:
@@ -173,6 +179,7 @@ class EngineInstances(Embedder):
             self._running += 1
             self._all_cores = all_cores
             self.runs["all_cores" if all_cores else "one_instance"] += 1
+        self._last.on_instance = not all_cores
         try:
             if all_cores:
                 return self.whole._run(batch)

@@ -84,6 +84,7 @@ class MicroBatcher:
         max_queue: int = 64,
         on_batch: Callable[[int, float], None] | None = None,
         parallel: int = 1,
+        teaches: Callable[[], bool] | None = None,
     ):
         self.fn = fn
         self.max_batch = max_batch
@@ -91,6 +92,9 @@ class MicroBatcher:
         self.max_queue = max_queue
         self.on_batch = on_batch  # (images, seconds the run took) after each batch
         self.parallel = parallel  # batches the engine runs side by side (it may change once the engine is built)
+        # called on the engine's thread right after a run: whether that run's time is the kind the hold is about
+        # (None: every run is); an engine of instances runs a lone batch on all its cores, another engine
+        self.teaches = teaches
         self._running = 0
         self._runs: set[asyncio.Task] = set()
         self._pending: collections.deque[_Item] = collections.deque()
@@ -191,14 +195,11 @@ class MicroBatcher:
     async def _run(self, items: list[_Item]) -> None:
         """One batch through the engine; every caller gets its own rows, or the engine's error."""
         batch = items[0].batch if len(items) == 1 else np.concatenate([i.batch for i in items])
-        # an engine of several instances runs a batch alone on all its cores, and beside another on one
-        # instance: the hold is about the second kind, so only those runs teach the cost
-        alongside = self._running > 1
         try:
             started = time.perf_counter()
-            out = await asyncio.get_running_loop().run_in_executor(self._executor, self.fn, batch)
+            out, teaches = await asyncio.get_running_loop().run_in_executor(self._executor, self._call, batch)
             seconds = time.perf_counter() - started
-            if self.parallel == 1 or alongside:
+            if teaches:
                 self.cost.observe(int(batch.shape[0]), seconds)
         except Exception as exc:  # the engine failed: every caller in this batch hears why
             for it in items:
@@ -216,6 +217,11 @@ class MicroBatcher:
             if not it.future.done():
                 it.future.set_result(out[start : start + n])
             start += n
+
+    def _call(self, batch: np.ndarray) -> tuple[np.ndarray, bool]:
+        """The engine's rows, and (asked on the same thread) whether this run teaches the cost."""
+        out = self.fn(batch)
+        return out, self.teaches is None or self.teaches()
 
     def _queued_images(self) -> int:
         return sum(i.batch.shape[0] for i in self._pending)

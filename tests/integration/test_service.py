@@ -120,7 +120,8 @@ def test_info_and_metrics(http, photos):
     assert all(ms > 0 for ms in runs.values())
     assert 0 <= info["batcher"]["fixed_cost_ms"] <= min(runs.values(), default=0)
     http.post("/embed", content=photos[0], headers={"Content-Type": "image/jpeg"})
-    http.post("/embed", content=b"junk", headers={"Content-Type": "image/jpeg"})
+    junk = http.post("/embed", content=b"junk", headers={"Content-Type": "image/jpeg"})
+    assert junk.status_code == 400 and junk.headers["x-servelab-weights"] == "random-init (seed 0)"  # refusals too
     text = http.get("/metrics").text
     families = {f.name: f for f in text_string_to_metric_families(text)}
     for name in ("servelab_requests", "servelab_request_latency_seconds", "servelab_batch_size",
@@ -129,6 +130,12 @@ def test_info_and_metrics(http, photos):
     ok = sum(s.value for s in families["servelab_requests"].samples
              if s.name == "servelab_requests_total" and s.labels["endpoint"] == "/embed" and s.labels["status"] == "200")
     assert ok >= 1
+    refused = sum(s.value for s in families["servelab_requests"].samples
+                  if s.name == "servelab_requests_total" and s.labels == {"endpoint": "/embed", "status": "400"})
+    assert refused >= 1  # counted under its route's template and the status it got
+    timed = [s.value for s in families["servelab_request_latency_seconds"].samples
+             if s.name == "servelab_request_latency_seconds_count" and s.labels["endpoint"] == "/embed"]
+    assert timed and timed[0] >= 2
     rejected = {s.labels["reason"]: s.value for s in families["servelab_rejections"].samples if s.name.endswith("_total")}
     assert rejected.get("not_an_image", 0) >= 1
     batch_count = [s.value for s in families["servelab_batch_size"].samples if s.name == "servelab_batch_size_count"]

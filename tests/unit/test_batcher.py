@@ -238,3 +238,26 @@ def test_an_engine_of_several_instances_gets_the_queue_shared_out_and_runs_side_
     assert sorted(batches) == [4, 4] and most[0] == 2
     for r, o in zip(reqs, outs, strict=True):
         assert np.all(o == r[0, 0, 0, 0])
+
+
+def test_only_the_runs_the_engine_says_teach_the_cost():
+    """An engine of instances runs a lone batch on all its cores and overlapping ones on an instance each: two
+    engines with different times. The engine says, on its own thread, how each run went; only the instances' runs
+    teach the batcher what a batch costs."""
+    how = threading.local()
+
+    def fn(x):
+        how.on_instance = x.shape[0] > 1  # here: a lone request runs "on all cores", the batches of 4 on instances
+        time.sleep(0.05)
+        return x[:, :, 0, 0]
+
+    async def main():
+        b = MicroBatcher(fn, max_batch=16, max_delay_s=0.01, max_queue=100, parallel=2,
+                         teaches=lambda: how.on_instance)
+        b.start()
+        await b.submit(np.zeros((1, 3, 2, 2), dtype=np.float32))
+        await asyncio.gather(*(b.submit(np.zeros((1, 3, 2, 2), dtype=np.float32)) for _ in range(8)))
+        await b.stop()
+        return b.cost.as_dict()["run_ms_by_batch"]
+
+    assert list(asyncio.run(main())) == [4]  # the lone run of one image taught nothing

@@ -33,11 +33,14 @@ def test_a_batch_alone_runs_on_all_cores_and_overlapping_batches_on_an_instance_
     before = dict(instances.runs)
     assert cosine(instances.embed(batch), reference).min() >= 0.9999
     assert instances.runs["all_cores"] == before["all_cores"] + 1
+    assert not instances.ran_on_an_instance()  # what this thread's last batch did: it had every core
 
     outs: dict[int, np.ndarray] = {}
+    on_instance: dict[int, bool] = {}
 
     def embed(k: int, rows: slice) -> None:
         outs[k] = instances.embed(batch[rows])
+        on_instance[k] = instances.ran_on_an_instance()  # each thread hears how its own batch ran
 
     first = threading.Thread(target=embed, args=(0, slice(0, 8)))
     first.start()
@@ -48,6 +51,7 @@ def test_a_batch_alone_runs_on_all_cores_and_overlapping_batches_on_an_instance_
     for t in (first, *late):
         t.join()
     assert instances.runs["one_instance"] >= before["one_instance"] + 2
+    assert on_instance == {0: False, 1: True, 2: True}
     assert cosine(outs[0], reference).min() >= 0.9999
     for k in (1, 2):
         assert cosine(outs[k], reference[k * 4 - 4 : k * 4]).min() >= 0.9999  # each caller got its own rows
