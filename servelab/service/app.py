@@ -249,7 +249,8 @@ class Service:
                 self.embedder = make_embedder(self.settings, instances=self.settings.engine_instances)
             self.weights = self.embedder.weights
             self.batcher.parallel = getattr(self.embedder, "parallel_runs", 1)  # instances that run side by side
-            # a lone batch runs on all cores, another engine than an instance: only instances' runs teach the hold
+            # a lone batch runs on all cores and takes another time than an instance's: only instances' runs
+            # teach the hold, and the engine says which way each one went
             self.batcher.teaches = getattr(self.embedder, "ran_on_an_instance", None)
             # warm up at the largest batch and at one image; with one session, the last run of each tells the
             # batcher what a batch's fixed cost is, so it knows from the first request how long a batch is worth
