@@ -252,15 +252,16 @@ class Service:
             # a lone batch runs on all cores and takes another time than an instance's: only instances' runs
             # teach the hold, and the engine says which way each one went
             self.batcher.teaches = getattr(self.embedder, "ran_on_an_instance", None)
-            # warm up at the largest batch and at one image; with one session, the last run of each tells the
-            # batcher what a batch's fixed cost is, so it knows from the first request how long a batch is worth
-            # holding (instances learn theirs from their first batches side by side)
+            # warm up at the largest batch and at one image; where the last run of each teaches (one session: yes;
+            # instances: no, a warm-up runs alone on all cores), it tells the batcher what a batch's fixed cost is,
+            # so it knows from the first request how long a batch is worth holding (instances learn theirs from
+            # their first batches side by side)
             for n in sorted({min(self.settings.max_batch, 16), 1}, reverse=True):
                 dummy = np.zeros((n, *INPUT_SHAPE), dtype=np.float32)
                 for _ in range(max(self.settings.warmup_iters, 1)):
                     started = time.perf_counter()
-                    self.embedder.embed(dummy)
-                if self.batcher.parallel == 1:  # a warm-up batch runs alone, on all cores: not an instance's cost
+                    _, teaches = self.batcher.run_now(dummy)
+                if teaches:
                     self.batcher.cost.observe(n, time.perf_counter() - started)
             self.ready = True
             log.info("model ready in %.1fs: %s", time.perf_counter() - t0, self.embedder.info())

@@ -197,7 +197,7 @@ class MicroBatcher:
         batch = items[0].batch if len(items) == 1 else np.concatenate([i.batch for i in items])
         try:
             started = time.perf_counter()
-            out, teaches = await asyncio.get_running_loop().run_in_executor(self._executor, self._call, batch)
+            out, teaches = await asyncio.get_running_loop().run_in_executor(self._executor, self.run_now, batch)
             seconds = time.perf_counter() - started
             if teaches:
                 self.cost.observe(int(batch.shape[0]), seconds)
@@ -218,8 +218,9 @@ class MicroBatcher:
                 it.future.set_result(out[start : start + n])
             start += n
 
-    def _call(self, batch: np.ndarray) -> tuple[np.ndarray, bool]:
-        """The engine's rows, and (asked on the same thread) whether this run teaches the cost."""
+    def run_now(self, batch: np.ndarray) -> tuple[np.ndarray, bool]:
+        """`batch` through the engine on this thread: its rows, and (asked on the same thread) whether this run
+        teaches the cost. The batches use it, and so can a warm-up."""
         out = self.fn(batch)
         return out, self.teaches is None or self.teaches()
 
