@@ -628,18 +628,24 @@ def ratio_verdict(rec) -> tuple[str | None, str]:
     return None, said(v, rec.get("a"), rec.get("b"), interleaved=True)
 
 
-def ratio_sentence(rec, *, what: str = "throughput", digits: int = 2) -> str:
-    """One sentence for an interleaved A/B ratio record (or row): "grpc ÷ http throughput: 1.12× (pairs
-    1.05–1.18)" and its reading (`said`): ranked, a consistent lead below the margin with its size, or
-    "indistinguishable here" and why."""
+def _ratio_number(rec, what: str, digits: int) -> str:
     v, lo, hi = band(rec, "ratio")
-    a, b = rec.get("a"), rec.get("b")
-    text = f"{a} ÷ {b} {what}: {v:.{digits}f}×" + (f" (pairs {lo:.{digits}f}–{hi:.{digits}f})" if lo != hi else "")
-    text += "; " + said(ratio_reading(rec), a, b, interleaved=True)
-    if rec.get("quick") is True:
-        text += " (smoke run: these numbers are not results)"
-    return text
+    return f"{rec.get('a')} ÷ {rec.get('b')} {what}: {v:.{digits}f}×" + (
+        f" (pairs {lo:.{digits}f}–{hi:.{digits}f})" if lo != hi else "")
 
+
+def ratio_figure(rec, *, what: str = "throughput", digits: int = 2) -> str:
+    """An interleaved A/B ratio record's (or row's) figure without its reading: "grpc ÷ http throughput: 1.12×
+    (pairs 1.05–1.18)", for a sentence that quotes a comparison another sentence ranks."""
+    return _ratio_number(rec, what, digits) + _smoke(("", rec))
+
+
+def ratio_sentence(rec, *, what: str = "throughput", digits: int = 2) -> str:
+    """One sentence for an interleaved A/B ratio record (or row): its figure and its reading (`said`): ranked, a
+    consistent lead below the margin with its size, or "indistinguishable here" and why."""
+    return (_ratio_number(rec, what, digits) + "; " + said(ratio_reading(rec), rec.get("a"), rec.get("b"),
+                                                          interleaved=True)
+            + _smoke(("", rec)))
 
 
 def idle_sentence(rec) -> str:

@@ -6,7 +6,7 @@ import pytest
 
 from servelab.bench import report
 from servelab.bench.records import Run, load_records
-from servelab.bench.report import leader, ratio_sentence, ratio_verdict, versus, write_report
+from servelab.bench.report import leader, ratio_figure, ratio_sentence, ratio_verdict, versus, write_report
 
 
 def _run(tmp_path, name, points):
@@ -124,6 +124,20 @@ def test_ratio_sentences_rank_a_consistent_lead_or_call_it_too_close():
     unsettled = ratio_sentence(_ratio(1.5, 1.4, 1.6, stable=False))
     assert "never settled" in unsettled and "rank" in unsettled
     assert ratio_verdict(_ratio(0.7, 0.65, 0.75)) == ("http", "")
+
+
+def test_a_quoted_ratio_keeps_its_figure_and_leaves_the_ranking_to_its_own_sentence():
+    from servelab.bench.headlines import claim
+
+    ranked, tie = _ratio(1.31, 1.2, 1.4), _ratio(1.03, 0.97, 1.08)
+    assert ratio_figure(ranked) == "grpc ÷ http throughput: 1.31× (pairs 1.20–1.40)"
+    assert ratio_sentence(ranked).startswith(ratio_figure(ranked) + "; grpc ahead by 31 %")
+    # a decision that quotes either reading makes one claim: the same choice, whatever the numbers
+    assert claim(f"Chosen: http — {ratio_figure(ranked)}; grpc was kept") == claim(
+        f"Chosen: http — {ratio_figure(tie)}; grpc was kept")
+    smoke = ratio_figure({**tie, "quick": True})
+    assert smoke.endswith("(smoke run: these numbers are not results)")
+    assert ratio_sentence({**tie, "quick": True}).endswith("too close to call (smoke run: these numbers are not results)")
 
 
 def test_headlines_tell_a_small_consistent_lead_from_a_ranking_and_a_tie():
