@@ -316,6 +316,12 @@ ran = (f" Since it started, servelab's service has run {instances['batches_run']
        f"{instances['batches_run']['all_cores']} on all cores (batches that found the engine idle: one client at a "
        "time, or a batch of several images alone)."
        if instances else " servelab's service runs one session here, like the others.")
+probes = [r["throughput_img_s"] for r in step.run.records if r.get("kind") == "probe"]  # the lab's, before each notebook
+host = (f" The drift probe before this notebook, one two-thread session like Triton's encoder and LitServe's, "
+        f"measured {probes[-1]:.1f} img/s (this run's probes so far: {min(probes):.1f}–{max(probes):.1f}). On a "
+        "shared VM such a session's speed changes with the host from minute to minute (its threads wait for each "
+        "other after every operator), while single-thread instances hardly move: the ratios above hold for the "
+        "moment this run measured them." if len(probes) >= 2 else "")
 step.answer(f"Triton reported {hi_row['server_compute_ms']:.0f} ms of compute per request at concurrency "
             f"{int(hi_row['concurrency'])}, about {compute_ms:.0f} ms per image: one session on these cores allows "
             f"about {ceiling:.1f} img/s. The best server here, {top['server']}, delivered {best:.1f} img/s"
@@ -323,7 +329,7 @@ step.answer(f"Triton reported {hi_row['server_compute_ms']:.0f} ms of compute pe
                else f", {100 * best / ceiling:.0f} % of that figure." + (
                    " Instances on separate cores do not wait for each other, so they are not held to it." if instances
                    and top["server"] == "fastapi" else " The servers' overheads are lost in this run's noise."))
-            + ran)
+            + ran + host)
 
 # %% [markdown]
 # ## Measured: JPEGs to the service and tensors to Triton, across a WAN-like link
