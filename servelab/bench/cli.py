@@ -389,6 +389,9 @@ def compare(run_a: str = typer.Argument(..., help="baseline run (id or folder)")
     typer.echo(markdown_table(c.points, cols))
     if c.headlines:
         typer.echo(markdown_table(c.headlines, ["headline", "verdict", "A", "B"]))
+        for h in c.headlines:
+            for d in h.get("differences", []):
+                typer.echo(f"\n{h['headline']} differs here: {d}")
     typer.echo(c.summary())
     if check and not c.reproduced:
         raise typer.Exit(1)

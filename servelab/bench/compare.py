@@ -14,8 +14,10 @@ noise when B ÷ A lies within that noise of the span from 1 (no change) to the m
 moves with it, latency against it): the machine explains the difference, the stack did not change. Where the
 machine did not move, nothing changes. The summary says how many points needed that allowance. Runs without
 probes are judged on window spreads alone. A point is within noise when all its metrics are. Headlines (see
-servelab.bench.headlines) must make the same claims. A run reproduces another when at least `min_fraction` of
-the points are within noise and every headline is the same.
+servelab.bench.headlines) must make the same claims; for one that does not, the statements that differ are named
+with both runs' figures, and whether a ratio's pairs overlapped in the two runs (the margin running through one
+ratio) or not (the ratio moved). A run reproduces another when at least `min_fraction` of the points are within
+noise and every headline is the same.
 """
 
 from __future__ import annotations

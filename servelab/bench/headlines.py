@@ -85,8 +85,48 @@ def compare_headlines(a: dict, b: dict) -> list[dict]:
         else:
             verdict, strict = ("only in A" if ha else "only in B"), False
         rows.append({"headline": key, "verdict": verdict, "same_strict": strict, "A": (ha or {}).get("text"),
-                     "B": (hb or {}).get("text")})
+                     "B": (hb or {}).get("text"),
+                     "differences": differences(ha["text"], hb["text"]) if verdict == "differs" else []})
     return rows
+
+
+# a clause that ends in an interleaved ratio's figure ("… throughput: 1.13× (pairs 1.10–1.16)"): its reading follows
+_FIGURE_END = re.compile(r"\d×(?: \(pairs [\d.]+–[\d.]+\))?$")
+_PAIRS = re.compile(r"([\d.]+)× \(pairs ([\d.]+)–([\d.]+)\)")
+
+
+def _statements(text: str) -> list[str]:
+    """The headline cut into what it states one by one: clauses (at "; " and at sentence ends), a ratio's figure
+    kept together with its reading."""
+    out: list[str] = []
+    for part in re.split(r"; |(?<=[.!?]) (?=[A-Z*])", text):
+        if out and _FIGURE_END.search(out[-1]):
+            out[-1] += "; " + part
+        else:
+            out.append(part)
+    return out
+
+
+def differences(text_a: str, text_b: str) -> list[str]:
+    """Where two runs' versions of one headline part ways: each statement whose claim differs, with both runs'
+    figures ("A: …; B: …"), and for an interleaved ratio whether the two runs' pairs overlap (the same ratio measured
+    twice, read differently because the ranking margin runs through its pairs) or not (the ratio itself moved).
+    The whole texts when the two are not built alike (a different number of statements)."""
+    sa, sb = ([t.rstrip(".") for t in _statements(text)] for text in (text_a, text_b))
+    if len(sa) != len(sb):
+        return [f"A: {text_a} | B: {text_b}"]
+    out = []
+    for x, y in zip(sa, sb, strict=True):
+        if claim(x) == claim(y):
+            continue
+        note = ""
+        pa, pb = _PAIRS.search(x), _PAIRS.search(y)
+        if pa and pb:
+            (lo_a, hi_a), (lo_b, hi_b) = (sorted(map(float, m.groups()[1:])) for m in (pa, pb))
+            note = (" (the two runs' pairs overlap: one ratio, read differently where the margin runs through it)"
+                    if lo_a <= hi_b and lo_b <= hi_a else " (the two runs' pairs do not overlap)")
+        out.append(f"A: {x} | B: {y}{note}")
+    return out
 
 
 def emulated_figures(run_dir: str | Path, key: str) -> str:

@@ -3,7 +3,7 @@
 import json
 
 from servelab.bench.compare import compare
-from servelab.bench.headlines import claim, load_headlines, record_headline
+from servelab.bench.headlines import claim, differences, load_headlines, record_headline
 from servelab.bench.records import Run
 
 
@@ -61,6 +61,25 @@ def test_compare_two_runs_points_and_headlines(tmp_path):
     assert not c.reproduced
     assert "2 of 3 points within noise (67 %" in c.summary() and "1 of 2 headlines the same (1 also in the direction" in c.summary()
     assert compare(tmp_path / "A", tmp_path / "A").reproduced  # a run reproduces itself
+
+
+def test_a_differing_headline_names_the_statements_that_differ_with_both_runs_figures():
+    def said(v, lo, hi, reading):
+        return (f"Triton, in alternating windows: c8 ÷ c1 throughput: {v}× (pairs {lo}–{hi}); {reading}. Batching: "
+                "on ÷ off throughput: 1.72× (pairs 1.70–1.74); on ahead by 72 %, every pair past the 10 % margin.")
+
+    ranked = said("1.13", "1.10", "1.16", "c8 ahead by 13 %, every pair past the 10 % margin")
+    short = said("1.10", "1.07", "1.15", "c8 ahead by 10 %, all 3 pairs agree, below the 10 % margin we rank by")
+    tie = said("1.01", "0.96", "1.04", "c8 and c1 are indistinguishable here: the pairs fall on both sides of 1, too close "
+                                 "to call")
+    (one,) = differences(ranked, short)  # the batching statement is the same claim in both: not named
+    assert one.startswith("A: Triton, in alternating windows: c8 ÷ c1 throughput: 1.13× (pairs 1.10–1.16); c8 ahead")
+    assert "| B: Triton, in alternating windows: c8 ÷ c1 throughput: 1.10× (pairs 1.07–1.15)" in one
+    assert one.endswith("(the two runs' pairs overlap: one ratio, read differently where the margin runs through it)")
+    (moved,) = differences(ranked, tie.replace("0.96–1.04", "0.96–1.09"))
+    assert moved.endswith("(the two runs' pairs do not overlap)")
+    assert differences(short, tie) == []  # not ranked either way: the same claim
+    assert differences(ranked, "Something else entirely.") == [f"A: {ranked} | B: Something else entirely."]
 
 
 def test_record_headline_replaces_and_keeps_the_others(tmp_path):
