@@ -431,6 +431,25 @@ if emu_ready:
           f"{ratio_sentence(full_instances[-1])}; a second device should give {dev_pred:.2f}×, its whole capacity — "
           f"measured: {ratio_sentence(emu_devices[-1])}. On this CPU, {ratio_sentence(instance_ratio)}: the cores "
           "were already busy, so there was no room to add.")
+    # the predictions take the clients' two groups as whole batches; what Triton ran says whether they stayed so
+    avg = [float((r.get("server_stats") or {}).get("avg_batch") or 0)
+           for r in (*emu_instances[:2], *full_instances[:2], *emu_devices[:2])]
+    if all(avg):
+        at_batches = [emulated.throughput_at(emu_profile, avg[0], 2) / emulated.throughput_at(emu_profile, avg[1]),
+                      emulated.throughput_at(flat, avg[2], 2) / emulated.throughput_at(flat, avg[3]),
+                      emulated.throughput_at(flat, avg[4], 2, 2) / emulated.throughput_at(flat, avg[5], 2)]
+        broke = avg[0] < 0.9 * (top_c / 2) or avg[2] < 0.9 * (full_c / 2)  # below the groups' size
+        step.answer(
+            "Those predictions take each group of clients as one batch. Triton reported batches of "
+            f"{avg[0]:.1f} images on average with two instances against {avg[1]:.1f} with one on "
+            f"{emu_profile.label} (groups of {top_c / 2:g}), and {avg[2]:.1f} against {avg[3]:.1f} on {flat.label} "
+            f"(groups of {full_c / 2:g})"
+            + (": with two instances free and no queue delay, a batch starts with whatever has arrived, so the "
+               "groups break up." if broke else ": the groups stayed whole.")
+            + f" At the batches that formed, the profiles allow {at_batches[0]:.2f}×, {at_batches[1]:.2f}× and "
+            f"{at_batches[2]:.2f}× for the three comparisons (`throughput_at`: each instance always running a batch of that size): the "
+            "measurement follows the batches, not the groups. Keeping batches whole in front of several instances "
+            "is what a queue delay is for (notebook 05a).")
     side_by_side = pd.DataFrame([
         {"comparison": f"{instance_ratio['a']} ÷ {instance_ratio['b']}", "device": "this CPU",
          "concurrency": top_c, "ratio": instance_ratio["ratio"], "pairs_min": instance_ratio["ratio_min"],
@@ -448,6 +467,8 @@ if emu_ready:
          "concurrency": full_c, "ratio": emu_devices[-1]["ratio"], "pairs_min": emu_devices[-1]["ratio_min"],
          "pairs_max": emu_devices[-1]["ratio_max"], "predicted": round(dev_pred, 2),
          "predicted_from": "the profile: t(N) ÷ max(t(a), t(b))"}])
+    if all(avg):  # the emulated rows again, at the batches Triton ran
+        side_by_side["at_measured_batches"] = [None, *at_batches]
     step.table(side_by_side.round(2), "scaling_cpu_vs_emulated",
                "Instances and devices, alternating windows: this CPU and the emulated accelerator (an emulation, "
                "not a GPU measurement)")

@@ -240,3 +240,13 @@ def two_devices_gain(p: DeviceProfile, clients: int) -> float:
     if b == 0:
         return 1.0
     return p.t_s(clients) / max(p.t_s(a), p.t_s(b))
+
+
+def throughput_at(p: DeviceProfile, avg_batch: float, instances: int = 1, devices: int = 1) -> float:
+    """Images per second the emulated devices allow when each of `instances` instances (spread evenly over
+    `devices` devices) always has a batch of `avg_batch` images running, as a closed loop with enough clients
+    keeps them: batches that share a device run as one batch of their combined size. Fed the average batch Triton
+    reports, it says what the batches that really formed allow, where the gains above assume that the clients'
+    two groups stay whole."""
+    per_device = instances / devices
+    return instances * avg_batch / p.t_s(per_device * avg_batch)

@@ -30,6 +30,20 @@ def test_a_second_instance_pays_while_the_device_has_room_and_a_second_device_on
     assert emulated.two_devices_gain(FLAT, 16) == pytest.approx(2.0, rel=0.02)  # full: the whole second device
 
 
+def test_what_the_batches_that_formed_allow():
+    wide = DeviceProfile(name="wide", fixed_ms=10, per_image_ms=1, full_at=16, source="test")  # t = 26 ms to 16
+    # whole groups of 4 on two instances sharing a device with room: twice one instance's 4 images per t
+    assert emulated.throughput_at(wide, 4, instances=2) / emulated.throughput_at(wide, 4) == pytest.approx(2.0)
+    # groups broken into batches of 2.5 with two instances, 3.85 with one: what 06b measured (1.30x), not 2x
+    assert emulated.throughput_at(wide, 2.5, instances=2) / emulated.throughput_at(wide, 3.85) == pytest.approx(
+        5 / 3.85)
+    # on a full device, instances sharing it gain nothing, instances on devices of their own double it
+    full = DeviceProfile(name="full", fixed_ms=0, per_image_ms=10, full_at=1, source="test")
+    assert emulated.throughput_at(full, 4, instances=2) == pytest.approx(emulated.throughput_at(full, 4))
+    assert emulated.throughput_at(full, 4, instances=2, devices=2) == pytest.approx(2 * emulated.throughput_at(full, 4))
+    assert emulated.throughput_at(wide, 4) == pytest.approx(4 / wide.t_s(4))
+
+
 def test_short_windows_for_the_emulated_device_leave_the_smoke_windows_as_they_are():
     default = LoadOpts(min_requests=20, min_p50s=10.0, min_window_s=4.0, max_windows=6, tolerance=0.1)
     short = emulated.short_opts(default)
