@@ -447,9 +447,9 @@ if emu_ready:
             + (": with two instances free and no queue delay, a batch starts with whatever has arrived, so the "
                "groups break up." if broke else ": the groups stayed whole.")
             + f" At the batches that formed, the profiles allow {at_batches[0]:.2f}×, {at_batches[1]:.2f}× and "
-            f"{at_batches[2]:.2f}× for the three comparisons (`throughput_at`: each instance always running a batch of that size): the "
-            "measurement follows the batches, not the groups. Keeping batches whole in front of several instances "
-            "is what a queue delay is for (notebook 05a).")
+            f"{at_batches[2]:.2f}× for the three comparisons (`throughput_at`: each instance always running a "
+            "batch of that size): the measurement follows the batches, not the groups. Keeping batches whole in "
+            "front of several instances is what a queue delay is for (notebook 05a).")
     side_by_side = pd.DataFrame([
         {"comparison": f"{instance_ratio['a']} ÷ {instance_ratio['b']}", "device": "this CPU",
          "concurrency": top_c, "ratio": instance_ratio["ratio"], "pairs_min": instance_ratio["ratio_min"],

@@ -109,7 +109,7 @@ def _statements(text: str) -> list[str]:
 
 def differences(text_a: str, text_b: str) -> list[str]:
     """Where two runs' versions of one headline part ways: each statement whose claim differs, with both runs'
-    figures ("A: …; B: …"), and for an interleaved ratio whether the two runs' pairs overlap (the same ratio measured
+    figures ("A: … | B: …"), and for an interleaved ratio whether the two runs' pairs overlap (the same ratio measured
     twice, read differently because the ranking margin runs through its pairs) or not (the ratio itself moved).
     The whole texts when the two are not built alike (a different number of statements)."""
     sa, sb = ([t.rstrip(".") for t in _statements(text)] for text in (text_a, text_b))
