@@ -316,7 +316,9 @@ ran = (f" Since it started, servelab's service has run {instances['batches_run']
        f"{instances['batches_run']['all_cores']} on all cores (batches that found the engine idle: one client at a "
        "time, or a batch of several images alone)."
        if instances else " servelab's service runs one session here, like the others.")
-probes = [r["throughput_img_s"] for r in step.run.records if r.get("kind") == "probe"]  # the lab's, before each notebook
+from servelab.bench.drift import probe_values
+
+probes = probe_values(step.run.records)  # the lab's drift probes, one before each notebook so far
 host = (f" The drift probe before this notebook, one two-thread session like Triton's encoder and LitServe's, "
         f"measured {probes[-1]:.1f} img/s (this run's probes so far: {min(probes):.1f}–{max(probes):.1f}). On a "
         "shared VM such a session's speed changes with the host from minute to minute (its threads wait for each "
