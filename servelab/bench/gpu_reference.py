@@ -31,6 +31,7 @@ import time
 import numpy as np
 
 from servelab.bench.records import Run
+from servelab.fingerprint import usable_cores
 
 STAGES = ("raw", "service", "triton")
 PRECISIONS = ("fp32", "fp16", "bf16")
@@ -224,7 +225,7 @@ def decode(run: Run, *, n: int = 256, window_s: float = 0.5, windows: int = 5) -
     rates = _windows(lambda: preprocess_jpegs(jpegs, device="cuda"), n, window_s=window_s, windows=windows,
                      sync=torch.cuda.synchronize)
     out.append(_decode_record(run, "gpu (nvJPEG, batched)", n, rates))
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     with ThreadPoolExecutor(cores) as pool:
         rates = _windows(lambda: list(pool.map(preprocess_bytes, jpegs)), n, window_s=window_s, windows=windows,
                          sync=lambda: None)
@@ -330,7 +331,7 @@ def run_stage(run: Run, stage: str, *, budget_s: float = 240.0) -> list[dict]:
              lambda: launch_variants(run, best, time_left=lambda: deadline - time.monotonic()))
     elif stage == "service":
         _env(engine="torch", provider="cuda", precision=best_precision(run.records))
-        decode = {"SERVELAB_DECODE_THREADS": max(1, (os.cpu_count() or 2) // 2)}
+        decode = {"SERVELAB_DECODE_THREADS": max(1, usable_cores() // 2)}
         step("FastAPI service", lambda: served_sweep(run, "fastapi", engine="torch", opts=opts, env=decode))
         # the first lease saw the service burn 3-10 cores while the GPU idled: its CPU-side torch threads?
         step("FastAPI service, 2 torch threads", lambda: served_sweep(

@@ -8,7 +8,6 @@ fallback: numbers measured on the wrong device would be a lie.
 from __future__ import annotations
 
 import contextlib
-import os
 import queue
 import threading
 from pathlib import Path
@@ -100,9 +99,10 @@ class OrtEmbedder(Embedder):
             )
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        if settings.threads > 0:
-            so.intra_op_num_threads = settings.threads
-        self.threads = settings.threads or (os.cpu_count() or 1)
+        # ONNX Runtime's own default counts every core of the machine, not the ones this process may use (a
+        # container's cpuset, `taskset`): on 2 of 16 cores it would start 16 threads that take turns on 2
+        self.threads = settings.threads or usable_cores()
+        so.intra_op_num_threads = self.threads
         try:
             self.session = ort.InferenceSession(str(self.model_path), sess_options=so, providers=providers)
         except Exception as exc:  # e.g. the CUDA provider's libraries or device missing

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
+
+from servelab.fingerprint import usable_cores
 
 
 class QueueFull(RuntimeError):
@@ -103,7 +104,7 @@ class MicroBatcher:
         self.cost = RunCost()  # the engine's fixed cost per batch: the most worth waiting for the arriving
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
-        self._executor = ThreadPoolExecutor(max_workers=max(parallel, os.cpu_count() or 1), thread_name_prefix="engine")
+        self._executor = ThreadPoolExecutor(max_workers=max(parallel, usable_cores()), thread_name_prefix="engine")
 
     @property
     def depth(self) -> int:

@@ -36,6 +36,7 @@ from pathlib import Path
 import servelab
 from servelab.config import Settings, workspace
 from servelab.fileio import atomic_write, file_digest
+from servelab.fingerprint import usable_cores
 from servelab.triton.models import EMULATED_ENCODER, ENCODERS, PREPROCESS, TRT_ENCODER
 from servelab.triton.tensorrt import ACCELERATOR, profile_shapes
 
@@ -242,7 +243,7 @@ def stage(
     weights = meta.get("weights", "")
     onnx_sha256 = meta.get("sha256") or file_digest(onnx)
     if threads is None:
-        threads = max(1, (os.cpu_count() or 1) // instances)
+        threads = max(1, usable_cores() // instances)
     servelab_path = servelab_path if servelab_path is not None else PACKAGE_PARENT
 
     out.parent.mkdir(parents=True, exist_ok=True)

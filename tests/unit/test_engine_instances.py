@@ -60,3 +60,21 @@ def test_a_batch_alone_runs_on_all_cores_and_overlapping_batches_on_an_instance_
 def test_instances_only_for_an_onnx_engine_left_to_use_every_core(settings, onnx_meta):
     assert not isinstance(make_embedder(settings, engine="onnx", instances=2, threads=1), EngineInstances)
     assert not isinstance(make_embedder(settings, engine="onnx", instances=1), EngineInstances)
+
+
+def test_a_cpu_session_takes_as_many_threads_as_the_cores_this_process_may_use(settings, onnx_meta):
+    """ONNX Runtime's own default counts the machine's cores, not the process's CPU affinity (a container's
+    cpuset, `taskset`): on one allowed core it would still start a thread per machine core to take turns on it."""
+    if CORES < 2:
+        pytest.skip("one core: the affinity cannot be narrowed")
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(allowed)})
+    try:
+        before = len(os.listdir("/proc/self/task"))
+        engine = make_embedder(settings, engine="onnx", instances=2)
+        started = len(os.listdir("/proc/self/task")) - before
+    finally:
+        os.sched_setaffinity(0, allowed)
+    assert not isinstance(engine, EngineInstances)  # one core: nothing to put side by side
+    assert engine.threads == 1
+    assert started == 0, f"the session started {started} thread(s) of its own on one allowed core"
