@@ -137,18 +137,32 @@ show_code(repository / triton_jpeg_model / "config.pbtxt", "name:", lang="protob
 # other's windows (SIGSTOP to its processes; its connections stay open) and continued before its own.
 
 # %%
+from servelab.client import InferenceClient
+
+
+def service_batches() -> dict:
+    """The batches the service has run so far (its /info): on its instances side by side, or alone on all cores
+    ({} when it runs one session: a GPU, one core)."""
+    with InferenceClient(mode="remote", backend="fastapi", url=service_url) as remote:
+        return dict(((remote.info().get("engine") or {}).get("instances") or {}).get("batches_run") or {})
+
+
 fastapi = attach("fastapi", service_url, payload="jpeg", pid=service_pid or None)
 triton_http = attach("triton-http", triton_http_url, payload="jpeg", model=triton_model, jpeg_model=triton_jpeg_model,
                      pid=triton_pid or None)
 # the verdict: alternating windows at the highest concurrency, where drift cancels
+ran_before = service_batches()
 head_to_head = compare_servers(step.run, fastapi, triton_http, concurrencies=(max(concurrency_levels),),
                                payload="jpeg", opts=opts, experiment="06a-servelab-vs-triton")
+ran_during = {k: v - ran_before.get(k, 0) for k, v in service_batches().items()}  # at the highest concurrency only
 recs = sweep(fastapi, measured=head_to_head) + sweep(triton_http, measured=head_to_head)
 peer = []  # servelab ÷ LitServe at the highest concurrency, measured in alternating windows (drift cancels)
 if extra_servers:
     with served("litserve", engine="onnx", payload="jpeg", log_path=step.out_dir / "logs" / "litserve.log") as litserve:
+        ran_before = service_batches()
         peer = compare_servers(step.run, fastapi, litserve, concurrencies=(max(concurrency_levels),), payload="jpeg",
                                opts=opts, experiment="06a-servelab-vs-litserve")
+        ran_during = {k: v - ran_before.get(k, 0) + ran_during.get(k, 0) for k, v in service_batches().items()}
         recs += sweep(litserve, measured=peer)
 else:
     step.not_run("LitServe peer baseline", "extra_servers=False (smoke profile)", "FastAPI service and Triton compared")
@@ -303,18 +317,16 @@ step.show_plot(plot_server_breakdown(tensor_recs, step.plot_path("server_breakdo
 # GPU the compute shrinks to a few milliseconds and the overheads, and the network, become the whole story.
 
 # %%
-from servelab.client import InferenceClient
-
 with InferenceClient(mode="remote", backend="fastapi", url=service_url) as remote:
     instances = (remote.info().get("engine") or {}).get("instances")  # None: one session (a GPU, one core)
 compute_ms = float(hi_row["server_compute_ms"]) / max(float((tensor_recs[-1].get("server_stats") or {}).get("avg_batch") or 1), 1)
 ceiling = 1000 / max(compute_ms, 1e-9)
 top = max(busiest, key=lambda r: r["throughput_img_s"])
 best = top["throughput_img_s"]
-ran = (f" Since it started, servelab's service has run {instances['batches_run']['one_instance']} batches on its "
-       f"{instances['count']} instances of {instances['threads_each']} thread(s), side by side, and "
-       f"{instances['batches_run']['all_cores']} on all cores (batches that found the engine idle: one client at a "
-       "time, or a batch of several images alone)."
+ran = (f" During the {max(concurrency_levels)}-client comparisons, servelab's service ran "
+       f"{ran_during.get('one_instance', 0)} batches on its {instances['count']} instances of "
+       f"{instances['threads_each']} thread(s), side by side, and {ran_during.get('all_cores', 0)} alone on all cores "
+       "(a batch that finds the engine idle takes every core)."
        if instances else " servelab's service runs one session here, like the others.")
 from servelab.bench.drift import probe_values
 

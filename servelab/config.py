@@ -77,7 +77,7 @@ class Settings:
     # engine
     engine: str = "onnx"
     provider: str = "cpu"
-    threads: int = 0  # 0 = library default (all cores)
+    threads: int = 0  # 0 = every core this process may use (servelab.fingerprint.usable_cores)
     # the service's ONNX engine on a CPU: this many instances, each on cores ÷ instances threads, running batches
     # side by side, and a batch that finds them idle on all cores (servelab.model.engines.EngineInstances);
     # 1: one session on all cores, one batch at a time
