@@ -7,6 +7,7 @@
 #   scripts/gpu_reference.sh lease-install <part folder> # there, each call: install what this part completes
 #   scripts/gpu_reference.sh lease-stage <stage> [s]     # there: raw | service | triton -> $OUT/gpu-reference.tar.gz
 #   scripts/gpu_reference.sh lease-env                   # there: the exports the stages run with
+#   scripts/gpu_reference.sh lease-closure <folder> <root …> # here: those roots' wheels for that machine (other packers)
 #
 #   The whole GPU lab set (the gpu profile through the notebooks; ~440 MB, 8 calls):
 #   scripts/gpu_reference.sh gather     # here: every wheel the GPU machine lacks -> build/gpu-wheels/part-NN/
@@ -229,14 +230,21 @@ LEASE=${GPU_LEASE_DIR:-$ROOT/build/gpu-lease}   # git-ignored; carry build/gpu-l
 LEASE_MIB=${LEASE_MIB:-60}                      # each call carries 64 MiB with the working tree (about 2.5)
 T=${GPU_LEASE_TMP:-/tmp}                        # there: where the parts, the wheels' site, the stub and results go
 
+# Here: the wheels for the roots given and all they require, pinned by requirements-gpu.txt, less what the GPU
+# machine has, downloaded into a folder; prints the pins (scripts/lease_closure.py does the walking)
+lease_closure() {
+    local wheels=${1:?folder for the wheels} && shift
+    (cd "$ROOT" && ROOTS="$*" DEVICE_PACKAGES="$DEVICE_PACKAGES" WHEELS="$wheels" PLATFORM_ARGS="${PLATFORMS[*]}" \
+        python3 scripts/lease_closure.py)
+}
+
 # Here: the reference set as wheels, onnxruntime-gpu re-packed as tar.xz (255 -> 193 MiB: one call fewer), all
 # of it spread over part-1 … part-N of at most LEASE_MIB each, with a manifest in every part.
 lease_pack() {
     local cache="$LEASE/cache"
     if [ ! -s "$cache/ort-gpu.tar.xz" ]; then  # downloads and the xz take minutes: kept for the next pack
         rm -rf "$cache" && mkdir -p "$cache/wheels"
-        (cd "$ROOT" && ROOTS="$REFERENCE_SET" DEVICE_PACKAGES="$DEVICE_PACKAGES" WHEELS="$cache/wheels" \
-            PLATFORM_ARGS="${PLATFORMS[*]}" python3 scripts/lease_closure.py) > "$cache/PINS"
+        lease_closure "$cache/wheels" $REFERENCE_SET > "$cache/PINS"
         # numpy 1 for the python-backend stub's environment (the bundled backend answers empty tensors under numpy 2)
         python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version "$PY_VERSION" \
             "${PLATFORMS[@]}" -d "$cache/wheels" "$(grep '^numpy==1' "$ROOT/requirements-gpu.txt")"
@@ -325,6 +333,7 @@ lease_stage() {
 case "${1:-}" in
     gather) gather ;;
     lease-pack) lease_pack ;;
+    lease-closure) shift; lease_closure "$@" ;;
     lease-install) lease_install "${2:-}" ;;
     lease-env) lease_env ;;
     lease-stage) lease_stage "${2:-}" "${3:-}" ;;

@@ -19,13 +19,9 @@ WHEELS=$ROOT/build/cpu-kind/wheels   # git-ignored; carried to the machine
 ROOTS="fastapi starlette uvicorn httptools python-multipart open_clip_torch litserve"
 say() { echo "lease_cpu_kind: $*" >&2; }
 
-pack() {
-    local platforms devices
-    platforms=$(grep -o -- '--platform [a-z0-9_]*' "$ROOT/scripts/gpu_reference.sh" | sort -u | tr '\n' ' ')
-    devices=$(sed -n '/^DEVICE_PACKAGES="/,/"$/p' "$ROOT/scripts/gpu_reference.sh" | tr -d '"' | sed 's/^DEVICE_PACKAGES=//')
+pack() {  # the GPU reference's packer knows that machine (its platforms, what it has installed)
     rm -rf "$WHEELS" && mkdir -p "$WHEELS"
-    (cd "$ROOT" && ROOTS="$ROOTS" DEVICE_PACKAGES="$devices" WHEELS="$WHEELS" PLATFORM_ARGS="$platforms" \
-        python3 scripts/lease_closure.py) > "$WHEELS/PINS"
+    bash "$ROOT/scripts/gpu_reference.sh" lease-closure "$WHEELS" $ROOTS > "$WHEELS/PINS"
     say "$(ls "$WHEELS"/*.whl | wc -l) wheels, $(du -sh "$WHEELS" | cut -f1)"
 }
 
