@@ -1,27 +1,33 @@
 """Two runs compared point by point and headline by headline: is the second a reproduction of the first?
 
-Points are matched by what was measured (experiment, server, engine, protocol, payload, batch, concurrency, rate,
-link, Triton instances / queue delay, A/B side; the k-th repeat of a point in A with the k-th in B). For each metric the
-two runs have (throughput, p50 latency, an interleaved A/B ratio) the difference is *within noise* when the two
-runs' window ranges overlap, or when it is no larger than the noise: the larger recorded window spread (at least
-`min_noise`) and, for a throughput or latency (measured minutes apart, unlike a ratio, whose sides interleave),
-the machine's own drift across the two runs — how far the drift probe's measurements (servelab.bench.drift,
-taken before every notebook of a lab run) differed from each other, 9 pairs in 10.
+Points are matched by what was measured (experiment, server, engine, protocol, payload, batch, concurrency, rate
+— for an overload point, the multiple of its run's capacity — link, Triton instances / queue delay, A/B side; the
+k-th repeat of a point in A with the k-th in B). For each metric the two runs have (throughput, p50 latency, an
+interleaved A/B ratio) the difference is *within noise* when the two runs' window ranges overlap, or when it is no
+larger than the noise: the larger recorded window spread (at least `min_noise`) and, for a throughput or latency
+(measured minutes apart, unlike a ratio, whose sides interleave), the machine's own drift across the two runs — how
+far the drift probe's measurements (servelab.bench.drift, taken before every notebook of a lab run) differed from
+each other, 9 pairs in 10.
 
 A shared machine can also be measurably faster in one run than in the other at the moment a point was taken (the
 probes before and after it say by how much). An absolute figure that differs by more than the noise is still within
 noise when B ÷ A lies within that noise of the span from 1 (no change) to the machine's own speed ratio (throughput
 moves with it, latency against it): the machine explains the difference, the stack did not change. Where the
-machine did not move, nothing changes. The summary says how many points needed that allowance. Runs without
-probes are judged on window spreads alone. A point is within noise when all its metrics are. Headlines (see
-servelab.bench.headlines) must make the same claims; for one that does not, the statements that differ are named
-with both runs' figures, and whether a ratio's pairs overlapped in the two runs (the margin running through one
-ratio) or not (the ratio moved). A run reproduces another when at least `min_fraction` of the points are within
-noise and every headline is the same.
+machine did not move, nothing changes. And a lab run measures some configurations more than once, minutes apart
+(Triton's encoder at batch 1 and one client, in several notebooks): the spread of those measurements is how far
+that very workload moved within one run, which the probe (another workload) can understate. An absolute figure is
+also within noise when the two runs' ranges for its configuration overlap: the rule for window ranges, with the
+run's other measurements of the configuration as further windows. The summary says how many points needed each
+allowance. Runs without probes are judged on window spreads alone. A point is within noise when all its metrics
+are. Headlines (see servelab.bench.headlines) must make the same claims; for one that does not, the statements
+that differ are named with both runs' figures, and whether a ratio's pairs overlapped in the two runs (the margin
+running through one ratio) or not (the ratio moved). A run reproduces another when at least `min_fraction` of the
+points are within noise and every headline is the same.
 """
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +38,11 @@ from servelab.bench.records import load_records, resolve_run_dir
 
 KEY = ("experiment", "kind", "server", "backend", "engine", "provider", "protocol", "payload", "batch", "concurrency",
        "rate_rps")
-KEY_PARAMS = ("instances", "max_queue_delay_us", "link", "side")
+KEY_PARAMS = ("instances", "max_queue_delay_us", "link", "side", "level")
 KINDS = ("load", "raw", "cold-start", "ab")
+# params that describe how or where a point was measured, not what was measured: two records that differ only in
+# these (and in the experiment that took them) measured the same configuration
+BOOKKEEPING_PARAMS = frozenset({"load", "served_by", "attached", "ab", "side", "device_source", "link_shaping"})
 # metric, its window range (min and max fields, or else a list of per-window values)
 METRICS = (
     ("throughput_img_s", ("throughput_min_img_s", "throughput_max_img_s"), "window_throughput_img_s"),
@@ -54,8 +63,14 @@ class Comparison:
 
     @property
     def within_noise_as_measured(self) -> int:
-        """Points within noise without allowing for the machine's speed at their moment."""
-        return sum(p["within_noise"] and not p["for_machine"] for p in self.points)
+        """Points within noise without allowing for the machine's speed at their moment, or for the spread of
+        their configuration's other measurements in each run."""
+        return sum(p["within_noise"] and not p["for_machine"] and not p["for_repeats"] for p in self.points)
+
+    @property
+    def within_noise_for_repeats(self) -> int:
+        """Points within noise only once their configuration's other measurements in each run are allowed for."""
+        return sum(p["within_noise"] and p["for_repeats"] for p in self.points)
 
     @property
     def within_noise(self) -> int:
@@ -83,9 +98,11 @@ class Comparison:
                       if self.machine_drift is None else
                       f"9 of 10 pairs of drift-probe measurements differed by less than {100 * self.machine_drift:.0f} % ("
                       f"{self.probes[0]} + {self.probes[1]} measurements; absolute figures are judged within that); ")
+        for_machine = self.within_noise - self.within_noise_as_measured - self.within_noise_for_repeats
         allowance = (f"{self.within_noise_as_measured} as measured, "
-                     f"{self.within_noise - self.within_noise_as_measured} more once the machine's speed at their "
-                     "moment, as the probes measured it, is allowed for; " if self.machine_drift is not None else "")
+                     f"{for_machine} more once the machine's speed at their moment, as the probes measured it, is "
+                     f"allowed for, {self.within_noise_for_repeats} more once the same configuration's other "
+                     "measurements in each run are; " if self.machine_drift is not None else "")
         return (drift_note + f"{self.within_noise} of {len(self.points)} points within noise "
                 f"({'n/a' if f is None else f'{100 * f:.0f} %'}; " + allowance
                 + f"{self.only_a} only in A, {self.only_b} only in B); "
@@ -96,8 +113,33 @@ class Comparison:
 
 
 def point_key(r: dict) -> tuple:
+    """What a point is matched by between runs. An open-loop point offered a multiple of the capacity its run
+    measured (`servelab bench overload`) is matched by that multiple, `level`: its rate in requests/s differs
+    from run to run with the capacity."""
     p = r.get("params") or {}
-    return tuple(r.get(k) for k in KEY) + tuple(str(p.get(k)) for k in KEY_PARAMS)
+    relative = p.get("level") is not None
+    return tuple(None if relative and k == "rate_rps" else r.get(k) for k in KEY) + tuple(
+        str(p.get(k)) for k in KEY_PARAMS)
+
+
+def config_key(r: dict) -> tuple:
+    """What was measured, whichever experiment measured it: the point's fields but the experiment, and every
+    parameter but the bookkeeping ones."""
+    p = r.get("params") or {}
+    return tuple(r.get(k) for k in KEY if k != "experiment") + tuple(
+        sorted((k, json.dumps(v, sort_keys=True, default=str)) for k, v in p.items() if k not in BOOKKEEPING_PARAMS))
+
+
+def repeat_ranges(recs: list[dict]) -> dict[tuple, tuple[float, float]]:
+    """(config_key, metric) -> (lowest, highest) value, for each absolute metric of a configuration that these
+    records measured more than once (load and raw points)."""
+    values: dict[tuple, list[float]] = defaultdict(list)
+    for r in recs:
+        if r.get("kind") in ("load", "raw") and r.get("available", True) is not False:
+            for name, _, _ in METRICS:
+                if name != "ratio" and r.get(name) is not None:
+                    values[(config_key(r), name)].append(float(r[name]))
+    return {k: (min(v), max(v)) for k, v in values.items() if len(v) >= 2}
 
 
 def point_label(r: dict) -> str:
@@ -129,24 +171,43 @@ def _judge(va: float, vb: float, ba, bb, ra: dict, rb: dict, floor: list[float])
 
 
 def _metric(ra: dict, rb: dict, name: str, fields: tuple, windows: str | None, min_noise: float,
-            machine_drift: float | None = None, faster: float | None = None) -> dict | None:
-    """`faster`: how many times as fast the machine was in B as in A when the point was taken (from the probes)."""
+            machine_drift: float | None = None, faster: float | None = None,
+            repeats: tuple[dict, dict] = ({}, {})) -> dict | None:
+    """`faster`: how many times as fast the machine was in B as in A when the point was taken (from the probes);
+    `repeats`: each run's `repeat_ranges`."""
     va, vb = ra.get(name), rb.get(name)
     if va is None or vb is None or va == 0:
         return None
     ba, bb = _band(ra, fields, windows), _band(rb, fields, windows)
     absolute = name != "ratio"
     out = {"A": va, "B": vb, **_judge(va, vb, ba, bb, ra, rb, [min_noise] + (
-        [machine_drift] if machine_drift is not None and absolute else [])), "for_machine": False}
-    if out["within_noise"] or not absolute or not faster or machine_drift is None:
+        [machine_drift] if machine_drift is not None and absolute else [])), "for_machine": False,
+           "for_repeats": False}
+    if out["within_noise"] or not absolute:
         return out
+    if faster and machine_drift is not None and _explained_by_machine(name, va, vb, faster, out["noise_pct"] / 100):
+        out.update(within_noise=True, for_machine=True)
+        return out
+    # the runs' other measurements of this configuration, where either run has some: do the two ranges overlap?
+    reps = [rep.get((config_key(r), name)) for rep, r in zip(repeats, (ra, rb), strict=True)]
+    if any(reps):
+        (la, ha), (lb, hb) = (rep or band or (v, v) for rep, band, v in zip(reps, (ba, bb), (va, vb), strict=True))
+        if la <= hb and lb <= ha:
+            out.update(within_noise=True, for_repeats=True, repeat_ranges=((la, ha), (lb, hb)))
+    return out
+
+
+def _explained_by_machine(name: str, va: float, vb: float, faster: float, noise: float) -> bool:
     # B ÷ A as the machine alone would have moved it: 1 (no change) up to the probes' speed ratio at that moment
     # (a faster machine: more img/s, fewer ms); within noise when B ÷ A is within the same noise of that span
     k = faster if name.startswith("throughput") else 1 / faster
-    q, noise = vb / va, out["noise_pct"] / 100
-    if min(1, k) - noise <= q <= max(1, k) + noise:
-        out.update(within_noise=True, for_machine=True)
-    return out
+    q = vb / va
+    return min(1, k) - noise <= q <= max(1, k) + noise
+
+
+def _ranges_said(metric: str, ranges) -> str:
+    (la, ha), (lb, hb) = ranges
+    return f"{metric} A {la:.4g}–{ha:.4g}, B {lb:.4g}–{hb:.4g}"
 
 
 def compare(run_a, run_b, min_noise: float = 0.02, min_fraction: float = 0.9) -> Comparison:
@@ -164,6 +225,7 @@ def compare(run_a, run_b, min_noise: float = 0.02, min_fraction: float = 0.9) ->
     probes = [probe_values(rs) for rs in recs]
     machine_drift = drift(probes[0] + probes[1]) if probes[0] and probes[1] else None
     speed_a, speed_b = (machine_speed(rs) for rs in recs)
+    repeats = (repeat_ranges(recs[0]), repeat_ranges(recs[1]))
     points, only_a, only_b = [], 0, 0
     for key in list(ga) + [k for k in gb if k not in ga]:
         la, lb = ga.get(key, []), gb.get(key, [])
@@ -171,7 +233,7 @@ def compare(run_a, run_b, min_noise: float = 0.02, min_fraction: float = 0.9) ->
         only_b += max(0, len(lb) - len(la))
         for (ia, ra), (ib, rb) in zip(la, lb, strict=False):
             faster = speed_b[ib] / speed_a[ia] if ia in speed_a and ib in speed_b else None
-            metrics = {m: _metric(ra, rb, m, f, w, min_noise, machine_drift, faster)
+            metrics = {m: _metric(ra, rb, m, f, w, min_noise, machine_drift, faster, repeats)
                        for m, f, w in METRICS}
             metrics = {m: v for m, v in metrics.items() if v}
             if not metrics:
@@ -179,12 +241,17 @@ def compare(run_a, run_b, min_noise: float = 0.02, min_fraction: float = 0.9) ->
             within = all(v["within_noise"] for v in metrics.values())
             row = {"experiment": ra.get("experiment"), "point": point_label(ra), "within_noise": within,
                    "for_machine": within and any(v["for_machine"] for v in metrics.values()),
+                   "for_repeats": within and any(v["for_repeats"] for v in metrics.values()),
                    "machine B÷A": None if faster is None or "ratio" in metrics else round(faster, 3)}
             for m, v in metrics.items():
                 row.update({f"{m} A": v["A"], f"{m} B": v["B"], f"{m} Δ%": v["delta_pct"],
                             f"{m} noise%": v["noise_pct"]})
             if row["for_machine"]:
                 row["verdict"] = f"within noise once the machine's speed is allowed for (B's {faster:.2f}× A's)"
+            elif row["for_repeats"]:
+                row["verdict"] = "within noise once this configuration's other measurements in each run are allowed " \
+                                 "for: " + ", ".join(_ranges_said(m, v["repeat_ranges"]) for m, v in metrics.items()
+                                                     if v["for_repeats"])
             elif within:
                 row["verdict"] = "within noise"
             else:

@@ -180,3 +180,46 @@ def test_a_machine_measurably_faster_at_that_moment_explains_an_absolute_differe
     _timed_run(tmp_path, "E", fast_then, 21, [14.6, 14.8, 15.0])
     for other in "DE":
         assert not compare(tmp_path / "A", tmp_path / other).points[0]["within_noise"]
+
+
+def _triton_point(run, experiment, windows, **params):
+    thr = sum(windows) / len(windows)
+    run.record(experiment, kind="load", server="triton-http", engine="onnx", protocol="http", payload="tensor",
+               batch=1, concurrency=1, throughput_img_s=thr, window_throughput_img_s=windows,
+               params={"instances": 1, "max_queue_delay_us": 2000, **params})
+
+
+def test_a_configuration_measured_again_in_the_same_run_widens_its_noise_to_that_runs_own_range(tmp_path):
+    # no probes, so the noise is the window spread (2 %); each run measured the same Triton configuration in two
+    # notebooks, minutes apart, 15.2 and 17.4 img/s in A, 17.8 and 17.3 in B: in B, 04's point is 17 % above A's
+    for name, (first, later) in (("A", (15.2, 17.4)), ("B", (17.8, 17.3))):
+        run = Run(run_id=name, root=tmp_path, weights="w")
+        _triton_point(run, "04-triton-batch", [first * 0.99, first * 1.01], served_by="this machine")
+        _triton_point(run, "07-protocol-batch", [later * 0.99, later * 1.01], side="b", ab={"pairs": 2},
+                      served_by="the Triton server")  # bookkeeping params: the same configuration
+        _triton_point(run, "05a-queue-delay", [first * 0.99, first * 1.01], max_queue_delay_us=0)  # another one
+    c = compare(tmp_path / "A", tmp_path / "B")
+    by = {p["experiment"]: p for p in c.points}
+    assert by["04-triton-batch"]["within_noise"] and by["04-triton-batch"]["for_repeats"]
+    assert "throughput_img_s A 15.2–17.4, B 17.3–17.8" in by["04-triton-batch"]["verdict"]
+    # a configuration measured once per run gets no such allowance: its queue delay sets it apart
+    assert not by["05a-queue-delay"]["within_noise"]
+    assert (c.within_noise_as_measured, c.within_noise_for_repeats) == (1, 1)  # 07's points: 17.4 vs 17.3
+    # ranges that do not meet still differ: B's configuration moved beyond anything A measured of it
+    run = Run(run_id="C", root=tmp_path, weights="w")
+    _triton_point(run, "04-triton-batch", [19.8, 20.2])
+    _triton_point(run, "07-protocol-batch", [20.8, 21.2], side="b")
+    assert not {p["experiment"]: p for p in compare(tmp_path / "A", tmp_path / "C").points}["04-triton-batch"][
+        "within_noise"]
+
+
+def test_overload_points_are_matched_by_their_multiple_of_capacity_not_their_rate(tmp_path):
+    for name, capacity in (("A", 50.2), ("B", 52.5)):
+        run = Run(run_id=name, root=tmp_path, weights="w")
+        for level in (1, 8):
+            run.record("overload", kind="load", server="fastapi", engine="onnx-int8", protocol="http", payload="jpeg",
+                       batch=1, rate_rps=level * capacity, throughput_img_s=capacity, window_throughput_img_s=[
+                           capacity * 0.97, capacity * 1.03], params={"phase": "open-loop", "level": level})
+    c = compare(tmp_path / "A", tmp_path / "B")
+    assert (len(c.points), c.only_a, c.only_b, c.within_noise) == (2, 0, 0, 2)
+    assert sorted(p["point"].split()[-1] for p in c.points) == ["level=1", "level=8"]
