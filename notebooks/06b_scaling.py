@@ -383,7 +383,7 @@ full_c = 2 * flat.full_at  # two groups of full batches: enough clients to fill 
 emu_ready = place != "node" and emulated.available(triton_http_url)
 if emu_ready:
     with emulated.emulated_triton(triton_http_url, step.out_dir / "emulated-devices", device_profile) as emu:
-        emu_opts = emu.opts(opts)
+        emu_opts = emu.opts(opts, instances=2)  # two instances: windows long enough to hold several executions
         emu_instances = emu.ab(step.run, "06b-emulated-instances", emu.config(instances=2, devices=1),
                                emu.config(instances=1, devices=1), label_a="2 instances, 1 device",
                                label_b="1 instance, 1 device", concurrency=top_c, opts=emu_opts)

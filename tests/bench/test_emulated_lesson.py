@@ -52,6 +52,10 @@ def test_short_windows_for_the_emulated_device_leave_the_smoke_windows_as_they_a
     smoke, short_smoke = LoadOpts.smoke(), emulated.short_opts(LoadOpts.smoke())
     fields = ("min_requests", "min_p50s", "min_window_s", "max_windows", "tolerance", "quick")
     assert [getattr(short_smoke, f) for f in fields] == [getattr(smoke, f) for f in fields]
+    # several instances sharing devices keep the notebook's window length; only the warm-up stays capped
+    shared = emulated.shared_device_opts(default)
+    assert (shared.min_requests, shared.min_p50s, shared.min_window_s, shared.max_windows) == (20, 10.0, 4.0, 4)
+    assert shared.max_warmup_s == short.max_warmup_s == 5.0
 
 
 def _emu(profile_name="vit-b32-h100"):
