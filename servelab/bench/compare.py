@@ -132,10 +132,16 @@ def config_key(r: dict) -> tuple:
 
 def repeat_ranges(recs: list[dict]) -> dict[tuple, tuple[float, float]]:
     """(config_key, metric) -> (lowest, highest) value, for each absolute metric of a configuration that these
-    records measured more than once (load and raw points)."""
+    records measured more than once (load and raw points), in different experiments."""
+    points = [r for r in recs if r.get("kind") in ("load", "raw") and r.get("available", True) is not False]
+    # two records of one experiment with the same key measured two things whose difference only their labels hold
+    # (the two sides of batching on ÷ off on one reloaded model): neither is a repeat of anything
+    seen = defaultdict(int)
+    for r in points:
+        seen[(r.get("experiment"), config_key(r))] += 1
     values: dict[tuple, list[float]] = defaultdict(list)
-    for r in recs:
-        if r.get("kind") in ("load", "raw") and r.get("available", True) is not False:
+    for r in points:
+        if seen[(r.get("experiment"), config_key(r))] == 1:
             for name, _, _ in METRICS:
                 if name != "ratio" and r.get(name) is not None:
                     values[(config_key(r), name)].append(float(r[name]))

@@ -205,6 +205,15 @@ def test_a_configuration_measured_again_in_the_same_run_widens_its_noise_to_that
     # a configuration measured once per run gets no such allowance: its queue delay sets it apart
     assert not by["05a-queue-delay"]["within_noise"]
     assert (c.within_noise_as_measured, c.within_noise_for_repeats) == (1, 1)  # 07's points: 17.4 vs 17.3
+    # an interleaved comparison whose two sides differ only in their labels (a model reloaded between them) is no
+    # repeat of anything: a 25 % slower "batching off" side must not widen the batching-on configuration's range
+    for name in ("A", "B"):
+        run = Run(run_id=name, root=tmp_path / "labels", weights="w")
+        _triton_point(run, "04-triton-batch", [14.9, 15.1] if name == "A" else [17.9, 18.1])
+        for side, windows in (("a", [15.0, 15.2]), ("b", [11.9, 12.1])):
+            _triton_point(run, "04-batching", windows, side=side, ab={"a": "batching on", "b": "batching off"})
+    by = {p["experiment"]: p for p in compare(tmp_path / "labels" / "A", tmp_path / "labels" / "B").points}
+    assert not by["04-triton-batch"]["within_noise"]
     # ranges that do not meet still differ: B's configuration moved beyond anything A measured of it
     run = Run(run_id="C", root=tmp_path, weights="w")
     _triton_point(run, "04-triton-batch", [19.8, 20.2])
