@@ -130,22 +130,31 @@ def config_key(r: dict) -> tuple:
         sorted((k, json.dumps(v, sort_keys=True, default=str)) for k, v in p.items() if k not in BOOKKEEPING_PARAMS))
 
 
-def repeat_ranges(recs: list[dict]) -> dict[tuple, tuple[float, float]]:
-    """(config_key, metric) -> (lowest, highest) value, for each absolute metric of a configuration that these
-    records measured more than once (load and raw points), in different experiments."""
-    points = [r for r in recs if r.get("kind") in ("load", "raw") and r.get("available", True) is not False]
+def repeat_ranges(recs: list[dict]) -> dict[int, dict[str, tuple[float, float]]]:
+    """Record index -> {metric: (lowest, highest)}: for each load or raw point whose configuration these records
+    measured more than once, in different experiments, that configuration's range of each absolute metric."""
+    keys = {i: config_key(r) for i, r in enumerate(recs)
+            if r.get("kind") in ("load", "raw") and r.get("available", True) is not False}
     # two records of one experiment with the same key measured two things whose difference only their labels hold
     # (the two sides of batching on ÷ off on one reloaded model): neither is a repeat of anything
     seen = defaultdict(int)
-    for r in points:
-        seen[(r.get("experiment"), config_key(r))] += 1
-    values: dict[tuple, list[float]] = defaultdict(list)
-    for r in points:
-        if seen[(r.get("experiment"), config_key(r))] == 1:
-            for name, _, _ in METRICS:
-                if name != "ratio" and r.get(name) is not None:
-                    values[(config_key(r), name)].append(float(r[name]))
-    return {k: (min(v), max(v)) for k, v in values.items() if len(v) >= 2}
+    for i, key in keys.items():
+        seen[(recs[i].get("experiment"), key)] += 1
+    members: dict[tuple, list[int]] = defaultdict(list)
+    for i, key in keys.items():
+        if seen[(recs[i].get("experiment"), key)] == 1:
+            members[key].append(i)
+    out: dict[int, dict[str, tuple[float, float]]] = {}
+    for idx in members.values():
+        if len(idx) < 2:
+            continue
+        ranges = {}
+        for name in (m for m, _, _ in METRICS if m != "ratio"):
+            values = [float(recs[i][name]) for i in idx if recs[i].get(name) is not None]
+            if len(values) >= 2:
+                ranges[name] = (min(values), max(values))
+        out.update((i, ranges) for i in idx)
+    return out
 
 
 def point_label(r: dict) -> str:
@@ -180,7 +189,7 @@ def _metric(ra: dict, rb: dict, name: str, fields: tuple, windows: str | None, m
             machine_drift: float | None = None, faster: float | None = None,
             repeats: tuple[dict, dict] = ({}, {})) -> dict | None:
     """`faster`: how many times as fast the machine was in B as in A when the point was taken (from the probes);
-    `repeats`: each run's `repeat_ranges`."""
+    `repeats`: the two records' entries of their runs' `repeat_ranges`."""
     va, vb = ra.get(name), rb.get(name)
     if va is None or vb is None or va == 0:
         return None
@@ -195,7 +204,7 @@ def _metric(ra: dict, rb: dict, name: str, fields: tuple, windows: str | None, m
         out.update(within_noise=True, for_machine=True)
         return out
     # the runs' other measurements of this configuration, where either run has some: do the two ranges overlap?
-    reps = [rep.get((config_key(r), name)) for rep, r in zip(repeats, (ra, rb), strict=True)]
+    reps = [rep.get(name) for rep in repeats]
     if any(reps):
         (la, ha), (lb, hb) = (rep or band or (v, v) for rep, band, v in zip(reps, (ba, bb), (va, vb), strict=True))
         if la <= hb and lb <= ha:
@@ -239,7 +248,8 @@ def compare(run_a, run_b, min_noise: float = 0.02, min_fraction: float = 0.9) ->
         only_b += max(0, len(lb) - len(la))
         for (ia, ra), (ib, rb) in zip(la, lb, strict=False):
             faster = speed_b[ib] / speed_a[ia] if ia in speed_a and ib in speed_b else None
-            metrics = {m: _metric(ra, rb, m, f, w, min_noise, machine_drift, faster, repeats)
+            reps = (repeats[0].get(ia, {}), repeats[1].get(ib, {}))
+            metrics = {m: _metric(ra, rb, m, f, w, min_noise, machine_drift, faster, reps)
                        for m, f, w in METRICS}
             metrics = {m: v for m, v in metrics.items() if v}
             if not metrics:
