@@ -112,7 +112,7 @@ def for_notebook(declared: set[str], values: dict[str, Any]) -> dict[str, Any]:
 # Measured: default and smoke runs on a 2-core Intel Xeon VM (AVX-512), the slowest of three default runs × 1.5,
 # rounded up (02's default budget also holds the cold image build where a Docker engine answers). The default
 # budgets add up to about 32 minutes: default runs took 16.7-19.4 minutes on that Xeon (the last four with model
-# reloads about half as long as before), and 14.6-16.7 minutes in twenty-nine runs on a 2-core AMD EPYC Zen 4, so on the
+# reloads about half as long as before), and 14.6-16.7 minutes in thirty runs on a 2-core AMD EPYC Zen 4, so on the
 # slowest machine the lab is still over the 20 minutes it should take there.
 BUDGETS_S: dict[str, dict[str, float]] = {
     "smoke": {"00": 10, "01": 45, "02": 60, "03": 15, "04": 90, "05a": 60, "05b": 10, "06a": 45, "06b": 160,
