@@ -68,9 +68,15 @@ class Comparison:
         return sum(p["within_noise"] and not p["for_machine"] and not p["for_repeats"] for p in self.points)
 
     @property
+    def within_noise_for_machine(self) -> int:
+        """Points within noise only once the machine's speed at their moment is allowed for."""
+        return sum(p["within_noise"] and p["for_machine"] for p in self.points)
+
+    @property
     def within_noise_for_repeats(self) -> int:
-        """Points within noise only once their configuration's other measurements in each run are allowed for."""
-        return sum(p["within_noise"] and p["for_repeats"] for p in self.points)
+        """Points within noise only once their configuration's other measurements in each run are allowed for (a
+        point that needed both allowances counts for the machine, as its verdict says)."""
+        return sum(p["within_noise"] and p["for_repeats"] and not p["for_machine"] for p in self.points)
 
     @property
     def within_noise(self) -> int:
@@ -98,11 +104,10 @@ class Comparison:
                       if self.machine_drift is None else
                       f"9 of 10 pairs of drift-probe measurements differed by less than {100 * self.machine_drift:.0f} % ("
                       f"{self.probes[0]} + {self.probes[1]} measurements; absolute figures are judged within that); ")
-        for_machine = self.within_noise - self.within_noise_as_measured - self.within_noise_for_repeats
-        allowance = (f"{self.within_noise_as_measured} as measured, "
-                     f"{for_machine} more once the machine's speed at their moment, as the probes measured it, is "
-                     f"allowed for, {self.within_noise_for_repeats} more once the same configuration's other "
-                     "measurements in each run are; " if self.machine_drift is not None else "")
+        allowance = (f"{self.within_noise_as_measured} as measured, {self.within_noise_for_machine} more once the "
+                     "machine's speed at their moment, as the probes measured it, is allowed for, "
+                     f"{self.within_noise_for_repeats} more once the same configuration's other measurements in each "
+                     "run are; " if self.machine_drift is not None else "")
         return (drift_note + f"{self.within_noise} of {len(self.points)} points within noise "
                 f"({'n/a' if f is None else f'{100 * f:.0f} %'}; " + allowance
                 + f"{self.only_a} only in A, {self.only_b} only in B); "

@@ -205,6 +205,7 @@ def test_a_configuration_measured_again_in_the_same_run_widens_its_noise_to_that
     # a configuration measured once per run gets no such allowance: its queue delay sets it apart
     assert not by["05a-queue-delay"]["within_noise"]
     assert (c.within_noise_as_measured, c.within_noise_for_repeats) == (1, 1)  # 07's points: 17.4 vs 17.3
+    assert c.within_noise_as_measured + c.within_noise_for_machine + c.within_noise_for_repeats == c.within_noise
     # an interleaved comparison whose two sides differ only in their labels (a model reloaded between them) is no
     # repeat of anything: a 25 % slower "batching off" side must not widen the batching-on configuration's range
     for name in ("A", "B"):
