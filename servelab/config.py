@@ -87,9 +87,11 @@ class Settings:
     # whose state files every process using it shares, as processes share one GPU
     device_profile: str = "vit-b32-h100"
     emulated_devices: int = 0
-    # the emulated devices' shared state: a temporary folder every process on this machine can write (a Triton
-    # container mounts the servelab package read-only, so the workspace is no place for it)
-    device_dir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "servelab-emulated-devices")
+    # the emulated devices' shared state: a temporary folder of this user's, which every process of theirs shares
+    # (a Triton container mounts the servelab package read-only, so the workspace is no place for it); one folder
+    # per user, so another user of the machine can neither read it nor plant links in it
+    device_dir: Path = field(
+        default_factory=lambda: Path(tempfile.gettempdir()) / f"servelab-emulated-devices-{os.getuid()}")
     # service
     host: str = "127.0.0.1"
     port: int = SERVICE_PORT
@@ -104,7 +106,17 @@ class Settings:
     max_images_per_request: int = 32
     max_bytes: int = 20 * 1024 * 1024  # per image
     max_pixels: int = 40_000_000  # per image (decompression-bomb guard)
+    # per request, refused with 413 by Content-Length or by bytes read, before the body is buffered; it bounds what
+    # one request can hold in memory and spill to the temporary folder (k8s: the pod's /tmp and memory limits)
+    max_body_bytes: int = 64 * 1024 * 1024
+    body_timeout_s: float = 30.0  # a body still arriving this long after its headers is dropped with 408
     warmup_iters: int = 2
+    # Triton's own bind, apart from the service's: publishing the service (host=0.0.0.0) never publishes Triton,
+    # whose model control loads code (servelab.triton.access restricts it to a key as well)
+    triton_host: str = "127.0.0.1"
+    # the key of a Triton this process did not start (a compose stack's, from docker/.env); servelab finds the key
+    # of a Triton it started by itself (servelab.triton.access.key_for)
+    triton_key: str | None = field(default=None, repr=False)
 
     @classmethod
     def from_env(cls, **overrides) -> Settings:
@@ -134,7 +146,11 @@ class Settings:
             max_images_per_request=_env("MAX_IMAGES", d.max_images_per_request, int),
             max_bytes=_env("MAX_BYTES", d.max_bytes, int),
             max_pixels=_env("MAX_PIXELS", d.max_pixels, int),
+            max_body_bytes=_env("MAX_BODY_BYTES", d.max_body_bytes, int),
+            body_timeout_s=_env("BODY_TIMEOUT_S", d.body_timeout_s, float),
             warmup_iters=_env("WARMUP_ITERS", d.warmup_iters, int),
+            triton_host=_env("TRITON_HOST", d.triton_host),
+            triton_key=_env("TRITON_KEY", None),
         )
         values.update({k: v for k, v in overrides.items() if v is not None})
         s = cls(**values)
@@ -153,9 +169,11 @@ class Settings:
         if self.pretrained and self.checkpoint:
             raise ValueError("set SERVELAB_PRETRAINED or SERVELAB_CHECKPOINT, not both")
         for name in ("max_batch", "max_queue", "max_images_per_request", "max_bytes", "max_pixels", "decode_threads",
-                     "engine_instances"):
+                     "engine_instances", "max_body_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.body_timeout_s <= 0:
+            raise ValueError("body_timeout_s must be > 0: a body that never arrives would hold its slot forever")
         if self.emulated_devices < 0:
             raise ValueError("emulated_devices must be >= 0 (0 = the device profile's own count)")
         for name in ("max_in_flight", "request_timeout_s"):

@@ -16,7 +16,8 @@ one batch; a batch joining a device that still has room (t flat) slows nobody, a
 and stops helping once they fill it, as on a GPU.
 
 Sharing across processes: each device is a small JSON state file (the batches in flight and how much of each is
-left) under a folder, read and written under an exclusive `flock`. A batch's finish time is exact given the
+left) under a folder of the user's own (0700, never reached through a symbolic link), read and written under an
+exclusive `flock`. A batch's finish time is exact given the
 batches already there (departures included); a later arrival can only postpone it, so a waiter sleeps until
 its finish time, re-reads the state, and sleeps again only if someone joined meanwhile. A process killed
 mid-batch leaves nothing stuck: its batch simply finishes on schedule.
@@ -25,9 +26,11 @@ mid-batch leaves nothing stuck: its batch simply finishes on schedule.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
+import stat
 import threading
 import time
 import uuid
@@ -72,13 +75,32 @@ def finish_time(state: dict, batch_id: str, t_s: Callable[[int], float]) -> floa
     return now
 
 
+def private_folder(folder: Path) -> Path:
+    """`folder`, created for this user only (0700) if missing, and refused if another user could have planted
+    something in it: a folder in the shared temporary folder is a name anyone may take first."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = os.lstat(folder)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise RuntimeError(f"{folder} is a symbolic link or not a folder: the emulated devices keep their state only "
+                           "in a real folder of yours; remove it, or set SERVELAB_DEVICE_DIR to another folder")
+    if st.st_uid != os.getuid() or st.st_mode & 0o022:
+        raise RuntimeError(f"{folder} belongs to another user or others may write to it (mode "
+                           f"{stat.S_IMODE(st.st_mode):o}): set SERVELAB_DEVICE_DIR to a folder only you can write")
+    return folder
+
+
 class _SharedState:
     """One device's state file, locked with flock for every read-modify-write (processes and threads alike)."""
 
     def __init__(self, path: Path):
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:  # never through a link: one planted here would have us write wherever it points
+            self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise RuntimeError(f"{path} is a symbolic link: the emulated device's state is never written "
+                                   "through one; remove it") from None
+            raise
         self._thread_lock = threading.Lock()  # flock is per open file: threads of one process share it
 
     def update(self, change: Callable[[dict], dict]) -> dict:
@@ -108,7 +130,7 @@ class EmulatedDevices:
 
     def __init__(self, profile: DeviceProfile, folder: Path | str):
         self.profile = profile
-        self.folder = Path(folder) / profile.name
+        self.folder = private_folder(private_folder(Path(folder)) / profile.name)
         self._states = [_SharedState(self.folder / f"device-{i}.json") for i in range(profile.devices)]
 
     def occupancy(self, device: int) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import subprocess
 import sys
 import time
@@ -80,3 +82,55 @@ def test_two_devices_run_batches_side_by_side(tmp_path):
     for t in threads:
         t.join()
     assert max(waited) < FLAT.t_s(8) * 1.25 + 0.003  # not t(16): each had a device to itself
+
+
+def test_the_default_state_folder_is_this_users_own_and_private(tmp_path, monkeypatch):
+    import tempfile
+
+    from servelab.config import Settings
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the machine's temporary folder, for this test
+    folder = Settings().device_dir
+    assert folder.parent == tmp_path and str(os.getuid()) in folder.name
+    devices = EmulatedDevices(FLAT, folder)
+    devices.execute(1)
+    for made in (folder, devices.folder):
+        assert stat.S_IMODE(os.lstat(made).st_mode) == 0o700
+    assert stat.S_IMODE(os.lstat(devices.folder / "device-0.json").st_mode) == 0o600
+
+
+def test_a_link_planted_at_the_old_shared_path_is_not_followed(tmp_path, monkeypatch):
+    import tempfile
+
+    from servelab.config import Settings
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (tmp_path / "servelab-emulated-devices").symlink_to(victim)  # the fixed name every user once shared
+    EmulatedDevices(FLAT, Settings().device_dir).execute(1)
+    assert list(victim.iterdir()) == []
+
+
+def test_links_planted_in_the_state_folder_are_refused(tmp_path):
+    victim = tmp_path / "victim.json"
+    victim.write_text("{}")
+    folder = tmp_path / "devices"
+    (folder / FLAT.name).mkdir(parents=True, mode=0o700)
+    (folder / FLAT.name / "device-0.json").symlink_to(victim)
+    with pytest.raises(RuntimeError, match="symbolic link"):
+        EmulatedDevices(FLAT, folder)
+    linked = tmp_path / "linked"
+    linked.symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    (tmp_path / "elsewhere").mkdir(mode=0o700)
+    with pytest.raises(RuntimeError, match="symbolic link"):
+        EmulatedDevices(FLAT, linked)
+    assert victim.read_text() == "{}"
+
+
+def test_a_state_folder_others_may_write_is_refused(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(RuntimeError, match="others may write"):
+        EmulatedDevices(FLAT, shared)
