@@ -7,7 +7,9 @@ only place ids come from, so URLs and commands carry ids, never paths.
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import stat
 import time
 from pathlib import Path
 
@@ -48,6 +50,8 @@ class Catalog:
 
     def __init__(self, path: str | Path, root: str | Path | None = None):
         self.path = Path(path)
+        if root is not None and not self.path.exists():
+            _create_private_like(self.path, Path(root))
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(str(self.path), timeout=30, check_same_thread=False)
         self.db.row_factory = sqlite3.Row
@@ -171,6 +175,36 @@ def safe_path(root: Path, rel: str) -> Path:
     if resolved.is_relative_to(root / STATE_DIR):
         raise OutsideRoot(f"refused path {rel!r}: it is inside the finder's own state folder")
     return resolved
+
+
+def folder_mode_of(root: Path) -> int:
+    """The mode for a folder the finder creates (state, trash, batch): the photo folder's own, so a photo that a
+    0700 folder keeps private stays private in the trash and in the catalog."""
+    return stat.S_IMODE(os.stat(root).st_mode) & 0o777
+
+
+def file_mode_of(root: Path) -> int:
+    """The mode for a file the finder creates (catalog, manifest, lock): the photo folder's, less execute."""
+    return folder_mode_of(root) & 0o666
+
+
+def _create_private_like(path: Path, root: Path) -> None:
+    """Create a new catalog file (and its folder) with the photo folder's mode before SQLite opens it; SQLite
+    gives its journal files the same mode as the database."""
+    from servelab.fileio import fsync_dir, make_dirs
+
+    if not root.is_dir():
+        return  # the scan says what is wrong with the root
+    make_dirs(path.parent, lambda p: folder_mode_of(root))
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    try:
+        os.fchmod(fd, file_mode_of(root))
+    finally:
+        os.close(fd)
+    fsync_dir(path.parent)
 
 
 def default_catalog(root: str | Path) -> Path:

@@ -124,24 +124,38 @@ def groups(root: Path = ROOT_ARG, catalog: Path | None = CATALOG_OPT,
 
 @app.command()
 def review(root: Path = ROOT_ARG, catalog: Path | None = CATALOG_OPT,
-           host: str = typer.Option("127.0.0.1", help="bind address"),
+           host: str = typer.Option("127.0.0.1", help="bind address (anything but loopback needs --allow-remote)"),
            port: int = typer.Option(REVIEW_PORT, help="port"),
+           allow_remote: bool = typer.Option(False, "--allow-remote",
+                                             help="let other machines reach the UI (see every photo, delete them)"),
+           allowed_host: list[str] = typer.Option([], "--allowed-host",
+                                                  help="another name the UI answers to (a DNS alias); repeatable"),
            threshold: float | None = THRESHOLD_OPT,
            phash_max: int | None = PHASH_OPT,
            cosine_only: bool = COSINE_ONLY_OPT,
            method: str = typer.Option("auto", help="auto | exact | lsh")):
     """Open the review UI (FastAPI + HTML) at http://HOST:PORT."""
+    from servelab.dedup.hostcheck import is_loopback
     from servelab.dedup.review import serve
     from servelab.netutil import port_in_use
 
     path = _catalog_path(root, catalog)
     if not path.exists():
         raise FileNotFoundError(f"no catalog at {path}: run `servelab dedup scan {root}` first")
+    if not is_loopback(host):
+        who = ("anyone who can reach this machine" if host in ("0.0.0.0", "::", "")
+               else f"anyone who can reach {host}")
+        exposure = (f"on {host}:{port}, {who} on port {port} can see every photo under {root} and move them to "
+                    "the trash")
+        if not allow_remote:
+            raise ValueError(f"{exposure}; add --allow-remote if that is what you want (or keep the default "
+                             "127.0.0.1 and use an SSH tunnel)")
+        typer.echo(f"warning: {exposure} (--allow-remote given)", err=True)
     if port_in_use(port, host):
         raise RuntimeError(f"port {port} on {host} is already in use; pick another with --port")
     typer.echo(f"review UI on http://{host}:{port}  (Ctrl-C to stop)")
     serve(path, host=host, port=port, threshold=threshold, phash_max=phash_max, cosine_only=cosine_only,
-          method=method)
+          method=method, allowed_hosts=tuple(allowed_host))
 
 
 @app.command()
@@ -166,6 +180,10 @@ def undo(root: Path = typer.Option(Path("."), "--root", help="photo folder"), ca
     with _open(root, catalog) as cat:
         res = restore(cat, batch)
     typer.echo(f"restored {len(res['restored'])} file(s) from batch {res['batch']}")
+    if res["failed"]:
+        named = "; ".join(f"{f['original']}: {f['reason']}" for f in res["failed"])
+        raise ValueError(f"could not restore {len(res['failed'])} file(s) of batch {res['batch']}, left in the "
+                         f"trash: {named}")
 
 
 @app.command()
@@ -180,6 +198,8 @@ def trash(root: Path = ROOT_ARG, catalog: Path | None = CATALOG_OPT):
                        f"{fixed['in_place'] + fixed['restored']} confirmed at their original paths")
         for problem in fixed["conflicts"]:
             typer.echo(f"needs you: {problem}")
+        for problem in fixed["bad_lines"]:
+            typer.echo(f"warning: {problem}", err=True)
         for b in batches(cat):
             typer.echo(f"{b['batch']}: {len(b['files'])} file(s), {b['in_trash']} still in the trash")
             for f in b["files"]:

@@ -5,7 +5,12 @@ page shows is escaped by the template engine, not by hand. Each group names the 
 
 URLs carry catalog ids, never paths; every file is reached through `Catalog.safe_path`, which refuses
 anything outside the scanned root. Deleting moves files to the trash (see trash.py) and the trash page undoes
-it. POST forms carry a per-process token so another web page cannot drive the UI from the user's browser.
+it. POST forms carry a per-process token so another web page cannot drive the UI from the user's browser,
+and the UI answers only to its own host name and port and refuses to be framed (hostcheck.py), so another
+site can neither read that token through DNS rebinding nor overlay the buttons.
+
+Keep/delete re-checks the group and the keeper inside the lock that trashes, so two windows resolving one
+group differently cannot both delete: the second gets 409 saying the group was already resolved.
 Bad requests get a 4xx JSON body naming the problem.
 """
 
@@ -13,6 +18,7 @@ from __future__ import annotations
 
 import io
 import secrets
+import sys
 import threading
 import time
 from functools import lru_cache
@@ -30,7 +36,9 @@ from servelab.config import REVIEW_PORT
 from servelab.dedup.catalog import Catalog, OutsideRoot
 from servelab.dedup.group import EXACT_RULE, rule_for
 from servelab.dedup.group import group as find_groups
-from servelab.dedup.trash import TrashError, batches, recover, restore, trash_files
+from servelab.dedup.hostcheck import HostCheck, allowed_names
+from servelab.dedup.lock import FolderBusy, folder_lock
+from servelab.dedup.trash import KeeperGone, TrashError, batches, manifest_problems, recover, restore, trash_files
 from servelab.model.preprocess import ImageDecodeError, decode_image
 
 PAGE_SIZE = 40
@@ -39,13 +47,18 @@ TEMPLATES = Environment(loader=PackageLoader("servelab.dedup", "templates"), aut
 
 
 def create_app(catalog: str | Path, threshold: float | None = None, phash_max: int | None = None,
-               method: str = "auto", cosine_only: bool = False) -> FastAPI:
-    """The review app; threshold / phash_max / cosine_only as for `group` (unset: the safe default)."""
+               method: str = "auto", cosine_only: bool = False, host: str = "127.0.0.1", port: int = REVIEW_PORT,
+               allowed_hosts: tuple[str, ...] = ()) -> FastAPI:
+    """The review app; threshold / phash_max / cosine_only as for `group` (unset: the safe default). `host` and
+    `port` are where it is served: requests naming any other host are refused (`allowed_hosts` adds names)."""
     cat = Catalog(catalog)
-    recover(cat)  # close what a killed delete or undo left open before showing anything
+    fixed = recover(cat)  # close what a killed delete or undo left open before showing anything
+    for problem in fixed["conflicts"] + fixed["bad_lines"]:
+        print(f"warning: {problem}", file=sys.stderr)
     app = FastAPI(title="servelab photo finder", docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(HostCheck, names=allowed_names(host, allowed_hosts), port=port)
     token = secrets.token_urlsafe(16)
-    lock = threading.Lock()  # one catalog connection; keep writes and group recomputation serial
+    lock = threading.RLock()  # one catalog connection; keep writes and group recomputation serial
     cache: dict = {}
     app.state.catalog, app.state.token = cat, token
 
@@ -65,6 +78,10 @@ def create_app(catalog: str | Path, threshold: float | None = None, phash_max: i
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
         return JSONResponse({"error": exc.detail}, status_code=exc.status_code)
+
+    @app.exception_handler(FolderBusy)
+    async def _busy(request: Request, exc: FolderBusy):
+        return JSONResponse({"error": str(exc)}, status_code=503, headers={"Retry-After": "5"})
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):
@@ -108,17 +125,25 @@ def create_app(catalog: str | Path, threshold: float | None = None, phash_max: i
     @app.post("/resolve")
     def resolve(token_: str = Form("", alias="token"), keeper: int = Form(...), member: list[int] = Form(...)):
         check_token(token_)
-        current = {g.key: set(g.ids) for g in groups()}
         ids = set(member) | {keeper}
-        home = [k for k, s in current.items() if keeper in s]
-        if not home or not ids <= current[home[0]]:
-            raise HTTPException(409, "these photos are no longer one duplicate group; reload the page")
         doomed = sorted(ids - {keeper})
         if not doomed:
             raise HTTPException(400, "nothing to delete: only the keeper was selected")
-        with lock:
+        with lock, folder_lock(cat):  # the check and the move are one step: no other window or process between
+            recover(cat)
+            resolved = _already_resolved(cat, ids)
+            if resolved:
+                return JSONResponse({"error": f"this group was already resolved: {resolved}; nothing was moved. "
+                                              "Reload the page", "resolved": True}, status_code=409)
+            current = {g.key: set(g.ids) for g in groups()}
+            home = [k for k, s in current.items() if keeper in s]
+            if not home or not ids <= current[home[0]]:
+                raise HTTPException(409, "these photos are no longer one duplicate group; reload the page")
             try:
                 res = trash_files(cat, doomed, keeper=keeper, note="review UI")
+            except KeeperGone as exc:
+                return JSONResponse({"error": f"this group was already resolved: {exc}", "resolved": True},
+                                    status_code=409)
             except (TrashError, OutsideRoot) as exc:
                 raise HTTPException(409, str(exc)) from None
         msg = f"Moved {len(res['files'])} file(s) to the trash (batch {res['batch']}); undo on the Trash page."
@@ -141,7 +166,7 @@ def create_app(catalog: str | Path, threshold: float | None = None, phash_max: i
     def trash_page(msg: str = "", err: str = ""):
         shown = [{**b, "when": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(b["time"]))} for b in batches(cat)]
         return _render("trash.html", title="Trash", trash_dir=str(cat.trash_dir), batches=shown, token=token,
-                       msg=msg, err=err)
+                       msg=msg, err=err, problems=manifest_problems(cat))
 
     @app.post("/undo")
     def undo(token_: str = Form("", alias="token"), batch: str = Form(...)):
@@ -152,9 +177,16 @@ def create_app(catalog: str | Path, threshold: float | None = None, phash_max: i
             except (TrashError, OutsideRoot) as exc:
                 raise HTTPException(409, str(exc)) from None
         msg = f"Restored {len(res['restored'])} file(s) to their original paths."
-        return RedirectResponse(f"/trash?msg={quote(msg)}", status_code=303)
+        err = "; ".join(f"{f['original']} could not be restored: {f['reason']}" for f in res["failed"])
+        return RedirectResponse(f"/trash?msg={quote(msg)}&err={quote(err)}", status_code=303)
 
     return app
+
+
+def _already_resolved(cat: Catalog, ids) -> str | None:
+    """Which of these photos another window (or process) has already moved to the trash, in words; or None."""
+    gone = [row for row in (cat.file(i) for i in sorted(ids)) if row is not None and row["status"] == "trashed"]
+    return "; ".join(f"{row['path']} is already in the trash ({row['reason']})" for row in gone) or None
 
 
 @lru_cache(maxsize=512)
@@ -211,4 +243,4 @@ def _render(template: str, **context) -> HTMLResponse:
 def serve(catalog: str | Path, host: str = "127.0.0.1", port: int = REVIEW_PORT, **kwargs) -> None:
     import uvicorn
 
-    uvicorn.run(create_app(catalog, **kwargs), host=host, port=port, log_level="warning")
+    uvicorn.run(create_app(catalog, host=host, port=port, **kwargs), host=host, port=port, log_level="warning")

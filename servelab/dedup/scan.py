@@ -20,6 +20,7 @@ import imagehash
 from PIL import Image
 
 from servelab.dedup.catalog import STATE_DIR, Catalog
+from servelab.dedup.lock import folder_lock
 from servelab.dedup.trash import recover
 from servelab.model.preprocess import ImageDecodeError, decode_image
 
@@ -50,6 +51,15 @@ def scan(root: str | Path, catalog: str | Path | Catalog, progress: bool = False
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: not a folder")
     cat = catalog if isinstance(catalog, Catalog) else Catalog(catalog, root=root)
+    try:
+        with folder_lock(cat):  # no delete or undo moves files while the walk decides what is missing
+            return _scan_locked(cat, progress)
+    finally:
+        if not isinstance(catalog, Catalog):
+            cat.close()
+
+
+def _scan_locked(cat: Catalog, progress: bool) -> ScanReport:
     root = cat.root
     recover(cat)  # a delete or undo killed half-way: put its files on record first, so none looks "missing"
     t0 = time.perf_counter()
@@ -98,8 +108,6 @@ def scan(root: str | Path, catalog: str | Path | Catalog, progress: bool = False
         bar.close()
     report.seconds = round(time.perf_counter() - t0, 3)
     cat.set_meta("last_scan", time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-    if not isinstance(catalog, Catalog):
-        cat.close()
     return report
 
 
