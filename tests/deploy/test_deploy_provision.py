@@ -332,7 +332,7 @@ def test_bootstrap_passes_every_variable_through_sudo(tmp_path):
 
 
 def test_bootstrap_writes_the_weights_once_for_every_later_command(tmp_path):
-    """docker/.env holds the weights: the README's later commands (run --rm lab, 03's up, 06b's prepare) read it
+    """docker/.env holds the weights: the documented later commands (run --rm lab, 03's up, 06b's prepare) read it
     without repeating them, and a second bootstrap without weights does not reset them to random-init."""
     out, *_ = _bootstrap(tmp_path, SERVELAB_PRETRAINED="laion2b_s34b_b79k")
     assert out.returncode == 0, out.stdout + out.stderr
@@ -367,6 +367,7 @@ def test_one_driver_floor_everywhere():
     from servelab.provision.plan import DRIVER_FLOOR
 
     sources = [*(REPO_ROOT / "docker").glob("*"), *(REPO_ROOT / "scripts").glob("*"), REPO_ROOT / "README.md",
+               *(REPO_ROOT / "docs").glob("*.md"),
                *(REPO_ROOT / "k8s").rglob("*.yaml"), *(REPO_ROOT / "notebooks").glob("*.py")]
     found = {}
     for src in sources:
