@@ -4,13 +4,15 @@ Read it top-down: the admission step every embedding route passes first (`admitt
 request does once admitted (`Job`: decode in the bounded pool, then the micro-batcher, against a
 deadline), the routes (on `router`), the service that owns the engine (`Service`), `create_app`,
 which wires them together, and `Observe`, which times and counts every request. Request bodies are
-parsed by `servelab.service.codecs`; refusals come from `servelab.service.errors`.
+bounded in size and time by `servelab.service.bodies` and parsed by `servelab.service.codecs`; refusals come
+from `servelab.service.errors`.
 
 The model loads and warms up in a background thread after the server starts listening, so `/healthz`
 answers at once and `/readyz` turns true only when a real batch has run. Decoding runs in a fixed pool of
 worker threads and inference in the micro-batcher's engine thread: the event loop only moves bytes. Every
 bad input gets a 4xx JSON body `{"error": {"code", "message"}}` naming the problem; an overloaded service
-answers 503 with Retry-After before reading the body.
+answers 503 with Retry-After before reading the body, a body over the size limit gets 413 before it is buffered,
+and one that stalls gets 408, giving its slot back.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from servelab.model.weights import EMBED_DIM, weights_label
 from servelab.service import codecs
 from servelab.service.admission import Admission
 from servelab.service.batcher import DeadlineExceeded, MicroBatcher, QueueFull
+from servelab.service.bodies import BoundedBody
 from servelab.service.errors import ApiError, reject, shed
 from servelab.service.metrics import UNMATCHED, Metrics
 
@@ -96,7 +99,9 @@ class Job:
     async def embed_images(self, blobs: list[bytes]) -> np.ndarray:
         codecs.check_count(len(blobs), self.limits)
         loop = asyncio.get_running_loop()
-        batch = await loop.run_in_executor(self.svc.decode_pool, codecs.decode_images, blobs, self.limits)
+        # each image's format is checked before any is decoded, and the deadline before each one is
+        batch = await loop.run_in_executor(self.svc.decode_pool, codecs.decode_images, blobs, self.limits,
+                                           self.time_left)
         return await self.embed_tensor(batch)
 
     async def embed_tensor(self, batch: np.ndarray) -> np.ndarray:
@@ -196,6 +201,8 @@ async def info(request: Request):
             "max_images_per_request": s.max_images_per_request,
             "max_bytes": s.max_bytes,
             "max_pixels": s.max_pixels,
+            "max_body_bytes": s.max_body_bytes,
+            "body_timeout_s": s.body_timeout_s,
         },
         "versions": {
             "python": platform.python_version(),
@@ -311,6 +318,7 @@ def create_app(settings: Settings | None = None, embedder=None) -> FastAPI:
         svc.metrics.rejections.labels(exc.code).inc()
         return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
+    app.add_middleware(BoundedBody, max_bytes=svc.settings.max_body_bytes, timeout_s=svc.settings.body_timeout_s)
     app.add_middleware(Observe, svc=svc)
     return app
 

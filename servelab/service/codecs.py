@@ -2,7 +2,9 @@
 
 Each is a small function of the bytes (and headers) it needs, so it can be tested without a server; a bad
 body is refused through `reject` with a 4xx naming the problem. Decoding the images themselves
-(`decode_images`) is CPU work: the service runs it in its bounded decode pool, never on the event loop.
+(`decode_images`) is CPU work: the service runs it in its bounded decode pool, never on the event loop. Only
+JPEG, PNG and WebP reach a decoder (`check_format`): PIL reads many more formats, and each is one more parser
+facing the bytes of anyone who can reach the service.
 
     multipart   multipart/form-data, one image per file part (any field name)   -> list of image bytes
     raw         one image/jpeg|png|webp body                                    -> [image bytes]
@@ -14,19 +16,24 @@ from __future__ import annotations
 
 import base64
 import binascii
+import io
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from PIL import Image, UnidentifiedImageError
 from starlette.requests import Request
 
 from servelab.model.preprocess import INPUT_SHAPE, ImageDecodeError, preprocess_bytes
-from servelab.service.errors import reject
+from servelab.service.errors import ApiError, reject
 
 IMAGE_TYPES = frozenset({"image/jpeg", "image/jpg", "image/png", "image/webp"})
 MULTIPART_TYPE = "multipart/form-data"
 BINARY_TYPE = "application/octet-stream"
 _DECODE_STATUS = {"too_large": 413, "too_many_pixels": 413}
+IMAGE_FORMATS = ("JPEG", "PNG", "WEBP")  # PIL's names of the formats the service decodes
+FORMATS_TEXT = "JPEG, PNG or WebP"
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,8 @@ async def multipart_images(request: Request, limits: Limits) -> list[bytes]:
     """Every file part of a multipart/form-data body, in order."""
     try:
         form = await request.form(max_files=limits.max_images + 1, max_part_size=limits.max_bytes + 1)
+    except ApiError:  # the body's own limits (size, time) refused it while it was read
+        raise
     except Exception as exc:
         if "too many files" in str(exc).lower():  # the parser stops counting at max_files
             reject(413, "too_many_images", f"more than {limits.max_images} images in one request; "
@@ -132,10 +141,53 @@ def tensor_from_bytes(body: bytes, shape: tuple[int, ...]) -> np.ndarray:
     return batch
 
 
-def decode_images(blobs: list[bytes], limits: Limits) -> np.ndarray:
-    """Image files -> preprocessed float32 [N, 3, 224, 224] (CPU work: run it in the decode pool)."""
+def check_format(blob: bytes, i: int) -> None:
+    """Refuse image `i` unless it is JPEG, PNG or WebP, reading only its header, and only with those formats' parsers.
+
+    Another format recognised by its first bytes is 415; bytes no format claims are 400 `not_an_image`; a JPEG,
+    PNG or WebP whose header is damaged is 400 `corrupt`. Anything else about an allowed image (its size, its
+    pixels) is for decoding to judge."""
+    if not blob:
+        return  # decoding says it is empty
+    try:
+        with Image.open(io.BytesIO(blob), formats=IMAGE_FORMATS):
+            return
+    except UnidentifiedImageError:
+        pass
+    except Exception:  # an allowed format whose header says something wrong: decoding names it
+        return
+    named = _format_by_signature(blob)
+    if named in IMAGE_FORMATS:
+        reject(400, "corrupt", f"image {i}: {named} data is corrupt or truncated")
+    if named:
+        reject(415, "unsupported_image_format", f"image {i} looks like {named}; the service takes {FORMATS_TEXT} images")
+    reject(400, "not_an_image", f"image {i}: bytes are not a recognised image (expected {FORMATS_TEXT})")
+
+
+def _format_by_signature(blob: bytes) -> str | None:
+    """The format whose signature the first 16 bytes carry, by PIL's own checks (no parser runs), or None."""
+    Image.init()
+    prefix = blob[:16]
+    for name, (_, accept) in Image.OPEN.items():
+        try:
+            if accept is not None and accept(prefix):
+                return name
+        except Exception:  # a check that cannot read so short a prefix does not claim it
+            continue
+    return None
+
+
+def decode_images(blobs: list[bytes], limits: Limits, before_each: Callable[[], object] = lambda: None
+                  ) -> np.ndarray:
+    """Image files -> preprocessed float32 [N, 3, 224, 224] (CPU work: run it in the decode pool).
+
+    Every image's format is checked before the first is decoded; `before_each()` runs before each decode and
+    may refuse the rest (the request's deadline)."""
+    for i, blob in enumerate(blobs):
+        check_format(blob, i)
     out = np.empty((len(blobs), *INPUT_SHAPE), dtype=np.float32)
     for i, blob in enumerate(blobs):
+        before_each()
         try:
             out[i] = preprocess_bytes(blob, max_bytes=limits.max_bytes, max_pixels=limits.max_pixels)
         except ImageDecodeError as exc:

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import json
 
 import httpx
 import numpy as np
 import pytest
+import yaml
+from PIL import Image
 from starlette.requests import Request
 
 from servelab.data import encode, synthetic_photo
 from servelab.service import codecs
+from servelab.service.bodies import BoundedBody
 from servelab.service.errors import ApiError
 
 LIMITS = codecs.Limits(max_images=3, max_bytes=1_000_000, max_pixels=2_000_000)
@@ -115,3 +119,127 @@ def test_decode_images_preprocesses_and_names_the_bad_one():
     assert batch.shape == (2, 3, 224, 224) and batch.dtype == np.float32 and np.isfinite(batch).all()
     err = refused(codecs.decode_images, [JPEG, b"not an image"], LIMITS)
     assert err.status == 400 and err.code == "not_an_image" and err.message.startswith("image 1:")
+
+
+def _image(fmt: str) -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (64, 48), (200, 30, 30)).save(out, fmt)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("fmt", ["GIF", "BMP", "TIFF"])
+def test_formats_other_than_jpeg_png_webp_are_refused_before_any_decoding(fmt):
+    decoded = []
+    err = refused(codecs.decode_images, [JPEG, _image(fmt)], LIMITS, lambda: decoded.append(1))
+    assert err.status == 415 and err.code == "unsupported_image_format" and err.message.startswith("image 1 ")
+    assert "JPEG, PNG or WebP" in err.message and fmt in err.message
+    assert decoded == []  # the first image, a good JPEG, was not decoded either
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG", "WEBP"])
+def test_jpeg_png_and_webp_are_decoded(fmt):
+    assert codecs.decode_images([_image(fmt)], LIMITS).shape == (1, 3, 224, 224)
+
+
+def test_decoding_checks_the_deadline_before_each_image():
+    calls = []
+
+    def deadline():
+        calls.append(1)
+        if len(calls) == 2:
+            raise ApiError(503, "deadline_exceeded", "spent its time")
+
+    assert refused(codecs.decode_images, [JPEG, JPEG, JPEG], LIMITS, deadline).code == "deadline_exceeded"
+    assert len(calls) == 2  # the third image was never started
+
+
+# --- bodies: size and time bounds around `receive` ----------------------------------------------------------
+
+def _app_reading_the_body():
+    """The smallest app that reads its whole body, with the refusal it met (or the bytes it read)."""
+    seen = {}
+
+    async def app(scope, receive, send):
+        try:
+            body = b""
+            while True:
+                message = await receive()
+                body += message.get("body", b"")
+                if not message.get("more_body"):
+                    break
+            seen["body"] = body
+        except ApiError as exc:
+            seen["refused"] = exc
+
+    return app, seen
+
+
+def _run(bounded, headers, messages, reads: list | None = None):
+    async def receive():
+        if reads is not None:
+            reads.append(1)
+        if not messages:
+            await asyncio.Event().wait()  # a client that sends nothing more
+        return messages.pop(0)
+
+    scope = {"type": "http", "method": "POST", "path": "/embed", "headers": headers, "query_string": b""}
+
+    async def send(message):
+        pass
+
+    asyncio.run(bounded(scope, receive, send))
+
+
+def test_a_body_announced_over_the_limit_is_413_before_any_of_it_is_read():
+    app, seen = _app_reading_the_body()
+    reads = []
+    _run(BoundedBody(app, max_bytes=100, timeout_s=60), [(b"content-length", b"101")],
+         [{"type": "http.request", "body": b"x" * 101, "more_body": False}], reads)
+    assert seen["refused"].status == 413 and seen["refused"].code == "body_too_large"
+    assert "101 bytes" in seen["refused"].message and "limit is 100 bytes" in seen["refused"].message
+    assert reads == []
+
+
+def test_a_chunked_body_is_413_once_its_bytes_pass_the_limit():
+    app, seen = _app_reading_the_body()
+    chunks = [{"type": "http.request", "body": b"x" * 40, "more_body": True} for _ in range(10)]
+    _run(BoundedBody(app, max_bytes=100, timeout_s=60), [], chunks)
+    assert seen["refused"].status == 413 and seen["refused"].code == "body_too_large"
+    assert len(chunks) == 7  # three chunks read (120 bytes), the rest never asked for
+
+
+def test_a_body_at_the_limit_passes_whole():
+    app, seen = _app_reading_the_body()
+    chunks = [{"type": "http.request", "body": b"x" * 50, "more_body": True},
+              {"type": "http.request", "body": b"y" * 50, "more_body": False}]
+    _run(BoundedBody(app, max_bytes=100, timeout_s=60), [(b"content-length", b"100")], chunks)
+    assert seen["body"] == b"x" * 50 + b"y" * 50
+
+
+def test_a_stalled_body_is_408():
+    app, seen = _app_reading_the_body()
+    _run(BoundedBody(app, max_bytes=100, timeout_s=0.05), [(b"content-length", b"100")],
+         [{"type": "http.request", "body": b"x" * 10, "more_body": True}])
+    assert seen["refused"].status == 408 and seen["refused"].code == "body_timeout"
+    assert "10 bytes came" in seen["refused"].message
+
+
+def _quantity(text: str) -> int:
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+    return int(text[:-2]) * units[text[-2:]] if text[-2:] in units else int(text)
+
+
+def test_the_default_body_limit_cannot_evict_the_kubernetes_pod():
+    """A multipart body spills to /tmp (an emptyDir with a size limit) and any body is held in memory: one request
+    at the limit must fit both with room to spare."""
+    from servelab.config import CHECKOUT, Settings
+
+    if CHECKOUT is None:
+        pytest.skip("needs the course repository's k8s/")
+    deployment = yaml.safe_load((CHECKOUT / "k8s/base/deployment.yaml").read_text())
+    pod = deployment["spec"]["template"]["spec"]
+    tmp = next(v for v in pod["volumes"] if v["name"] == "tmp")
+    memory = _quantity(pod["containers"][0]["resources"]["limits"]["memory"])
+    limit = Settings().max_body_bytes
+    assert limit <= _quantity(tmp["emptyDir"]["sizeLimit"]) // 2
+    assert limit <= memory // 8  # the body, its decoded copies and the model's own memory

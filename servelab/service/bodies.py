@@ -1,0 +1,74 @@
+"""Request bodies within bounds: no body larger than the limit is buffered, and none may take forever to arrive.
+
+    app.add_middleware(BoundedBody, max_bytes=64 * 2**20, timeout_s=30.0)
+
+A plain ASGI middleware around `receive`, so every way a route reads its body (`request.body()`, `request.form()`,
+`request.stream()`) gets the same limits. A request whose Content-Length is over the limit is refused with 413 at
+its first read, before a byte of the body is taken; one without a Content-Length (chunked) is refused with 413 as
+soon as the bytes read pass the limit. A body still arriving `timeout_s` after its headers is dropped with 408:
+a client that sends slowly would otherwise hold its admission slot, and enough of them would shut everyone out.
+The refusals are raised as `ApiError` from inside the route's read, so the app answers them with its JSON body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from servelab.service.errors import reject
+
+
+class BoundedBody:
+    """Refuse bodies over `max_bytes` (413) and bodies that take longer than `timeout_s` to arrive (408)."""
+
+    def __init__(self, app, max_bytes: int, timeout_s: float):
+        self.app, self.max_bytes, self.timeout_s = app, max_bytes, timeout_s
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        return await self.app(scope, _Reader(self, scope, receive), send)
+
+
+class _Reader:
+    """One request's `receive`: counts the body's bytes against the limit and its reads against the deadline."""
+
+    def __init__(self, bounds: BoundedBody, scope, receive):
+        self.bounds, self.receive = bounds, receive
+        self.deadline = time.monotonic() + bounds.timeout_s
+        self.declared = _content_length(scope)
+        self.read, self.done = 0, False
+
+    async def __call__(self):
+        if self.done:  # the body is in: what follows is the wait for a disconnect, which has no deadline
+            return await self.receive()
+        limit = self.bounds.max_bytes
+        if self.declared is not None and self.declared > limit:
+            self._too_large(f"the body is {self.declared} bytes (Content-Length)")
+        try:
+            message = await asyncio.wait_for(self.receive(), max(0.0, self.deadline - time.monotonic()))
+        except TimeoutError:
+            reject(408, "body_timeout", f"the request body did not arrive within {self.bounds.timeout_s:g}s of its "
+                                        f"headers ({self.read} bytes came); send it whole and without pauses")
+        if message["type"] == "http.request":
+            self.read += len(message.get("body", b""))
+            if self.read > limit:
+                self._too_large(f"more than {limit} bytes of body arrived")
+            self.done = not message.get("more_body", False)
+        else:
+            self.done = True
+        return message
+
+    def _too_large(self, what: str):
+        reject(413, "body_too_large", f"{what}; the limit is {self.bounds.max_bytes} bytes per request: send fewer "
+                                      "or smaller images per request")
+
+
+def _content_length(scope) -> int | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None  # the server's parser refuses a malformed one before the app sees it
+    return None
