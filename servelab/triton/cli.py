@@ -2,7 +2,9 @@
 
 `up` starts tritonserver in its own session (it outlives the command), waits until every model is ready, and
 records pid, ports, repository and log in build/triton/server.json (SERVELAB_TRITON_STATE_DIR moves it); `down`
-reads it and stops the server's process group (SIGTERM, then SIGKILL after --timeout). Expected failures print
+reads it and stops the server's process group (SIGTERM, then SIGKILL after --timeout). The server binds
+SERVELAB_TRITON_HOST (127.0.0.1 unless set), never the service's SERVELAB_HOST, and its model control answers
+only this start's key (servelab.triton.access), which `key` prints. Expected failures print
 one line (`error: …`) and exit 1 via servelab.cli.main.
 """
 
@@ -72,12 +74,16 @@ def up(
     log: Path = typer.Option(DEFAULT_LOG, help="server log file"),
     model: list[str] | None = typer.Option(None, help="load only these models (repeatable; default all)"),
     timeout: float = typer.Option(300.0, help="seconds to wait for readiness"),
+    host: str | None = typer.Option(None, help="address to bind (default: SERVELAB_TRITON_HOST, else 127.0.0.1; "
+                                              "the service's SERVELAB_HOST never applies to Triton)"),
 ):
     """Start the bundled tritonserver in the background on 127.0.0.1 and wait until its models are ready.
 
     With no model repository at --repository yet, it stages the CPU one there first (as `servelab triton stage`
     with its defaults would), so one command takes a fresh checkout to a running server."""
+    from servelab.config import Settings
     from servelab.managed_process import pid_alive
+    from servelab.triton import access
     from servelab.triton.server import EmbeddedTriton
 
     state = _read_state()
@@ -93,12 +99,15 @@ def up(
         except FileExistsError as exc:
             raise RuntimeError(str(exc)) from None
     srv = EmbeddedTriton(repository, http_port, grpc_port, metrics_port, log, models=model or None,
-                         startup_timeout=timeout)
+                         host=host or Settings.from_env().triton_host, startup_timeout=timeout)
     srv.start()  # its own session: it keeps running after this command exits
     state = {"pid": srv.pid, "http_url": srv.http_url, "grpc_url": srv.grpc_url, "metrics_url": srv.metrics_url,
-             "repository": str(srv.repository), "log": str(srv.log_path)}
+             "repository": str(srv.repository), "log": str(srv.log_path),
+             "key_file": str(access.key_path(srv.http_port)), "key_header": access.HEADER}
     _write_state(state)
     srv.proc = None  # detached: this process no longer owns it
+    if srv.notice:
+        typer.echo(f"note: {srv.notice}", err=True)
     typer.echo(json.dumps({**state, "models": _states(state)}, indent=2))
 
 
@@ -126,6 +135,11 @@ def down(timeout: float = typer.Option(15.0, help="seconds after SIGTERM before 
         typer.echo(f"stopped tritonserver (pid {pid})")
     else:
         typer.echo(f"tritonserver pid {pid} was not running")
+    from servelab.triton import access
+
+    _host, port = access.split(state["http_url"])
+    if port is not None:
+        access.remove_key(port)
     STATE_FILE.unlink(missing_ok=True)
 
 
@@ -148,6 +162,21 @@ def status():
     typer.echo(json.dumps({**state, "running": alive, "models": _states(state) if alive else {}}, indent=2))
     if not alive:
         raise RuntimeError(f"tritonserver pid {state['pid']} is not running (log: {state['log']})")
+
+
+@app.command()
+def key(url: str | None = typer.Option(None, help="Triton HTTP or gRPC URL (default: the running server's)")):
+    """Print the key Triton's model-repository, shared-memory, logging and trace APIs want, for a header such as
+    `curl -H "servelab-admin-key: $(servelab triton key)" …` (exit 1 when none is known)."""
+    from servelab.triton import access
+
+    state = _read_state() or {}
+    url = url or state.get("http_url") or f"http://127.0.0.1:{TRITON_HTTP_PORT}"
+    found = access.key_for(url)
+    if not found:
+        raise RuntimeError(f"no key known for the Triton at {url}: start it with `servelab triton up`, or set "
+                           "SERVELAB_TRITON_KEY to the key of the stack that runs it (docker/.env on the node)")
+    typer.echo(found)
 
 
 @app.command()

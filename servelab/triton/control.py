@@ -11,7 +11,8 @@ max_queue_delay_microseconds, the queue bound (max_queue_size) and/or the instan
 model again with that config as an override. Triton swaps the model in place: requests keep being served by
 the old instances until the new ones are ready. Given `repository`, the same change is written to
 <repository>/<m>/config.pbtxt too, so a later restart keeps it. Every failure is a RuntimeError carrying
-Triton's own reason (after a failed reload the previous version keeps serving).
+Triton's own reason (after a failed reload the previous version keeps serving). Every call sends the key
+that Triton's restricted APIs ask for (servelab.triton.access finds it), so callers pass only the URL.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import contextlib
 import json
 from pathlib import Path
 
+from servelab.triton import access
+
 
 def address(url: str) -> str:
     """"http://127.0.0.1:8003/" or "grpc://…" -> "127.0.0.1:8003" (tritonclient takes host:port, no scheme)."""
@@ -27,17 +30,23 @@ def address(url: str) -> str:
 
 
 @contextlib.contextmanager
-def management_client(http_url: str, what: str, timeout: float = 10.0):
-    """A tritonclient HTTP client for one management call; its errors become RuntimeError("Triton <what>: …")."""
+def management_client(http_url: str, what: str, timeout: float = 10.0, key: str | None = None):
+    """A tritonclient HTTP client for one management call; its errors become RuntimeError("Triton <what>: …").
+
+    Every call it makes carries the server's key (servelab.triton.access): `key`, else the key file of a server
+    this user started on that port, else SERVELAB_TRITON_KEY. Triton refuses its model-repository, shared-memory,
+    logging and trace APIs without it."""
     import tritonclient.http as th
     from tritonclient.utils import InferenceServerException
 
     client = th.InferenceServerClient(address(http_url), connection_timeout=timeout, network_timeout=timeout)
+    access.attach(client, http_url, key)
     try:
         yield client
     except InferenceServerException as exc:
         status = f"HTTP {exc.status()}: " if exc.status() else ""
-        raise RuntimeError(f"Triton {what} at {address(http_url)}: {status}{exc.message()}") from None
+        message = exc.message() or ""
+        raise RuntimeError(f"Triton {what} at {address(http_url)}: {status}{message}{access.refusal_hint(message)}") from None
     except OSError as exc:  # refused, reset, timed out
         raise RuntimeError(f"Triton {what}: no answer from {address(http_url)} ({exc}); is the server running?") from None
     finally:

@@ -8,9 +8,14 @@
         srv.log_path     # the server's stdout+stderr
         srv.trace_path   # Triton's request trace, off until turned on (servelab.triton.trace.tracing)
         srv.model_states()   # {"openclip_vit_b32_cpu": "READY", ...} (servelab.triton.control.model_states)
+        srv.key              # this start's key: the model-repository, shared-memory, logging and trace APIs
+                             # answer only requests with the header servelab.triton.access.HEADER = srv.key
 
 A port given as None is a free port (tests, notebooks); `servelab triton up` passes the configured defaults
-(8003/8004/8005). `start()` waits until every loaded model is ready (--strict-readiness) and raises
+(8003/8004/8005). Every start draws a new key and restricts Triton's model control (load code), shared memory,
+logging and trace APIs to requests that carry it (servelab.triton.access); the key is kept in a 0600 file of
+this user's 0700 folder while the server runs, where servelab.triton.control finds it by the server's port.
+The log (by default) and the trace file live in that folder too, created without following symbolic links. `start()` waits until every loaded model is ready (--strict-readiness) and raises
 TritonStartError — one line — when a port is taken, the binary or python backend is missing, or a model
 fails to load (quoting Triton's own reason from the log). `stop()` sends SIGTERM, then SIGKILL to the server's
 process group after `stop_timeout` (servelab.managed_process.ManagedProcess). The server runs in its own session, so
@@ -33,6 +38,7 @@ before the server starts, because both fail silently otherwise:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -40,15 +46,51 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from servelab.config import workspace
 from servelab.managed_process import ManagedProcess
 from servelab.netutil import free_port
+from servelab.triton import access
 from servelab.triton.trace import server_args as trace_args
 
 HOST = "127.0.0.1"
+
+# NVIDIA's Triton releases that fixed what the bundled one still has (security bulletin of August 2025,
+# https://nvidia.custhelp.com/app/answers/detail/a_id/5687: fixed in 25.07, i.e. Triton 2.59.1)
+FIXED_IN = (2, 59, 1)
+BULLETIN = "https://nvidia.custhelp.com/app/answers/detail/a_id/5687"
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
+
+
+def security_notice(server_version: str | None, pytriton_version: str | None = None) -> str | None:
+    """One paragraph saying what NVIDIA fixed after the bundled tritonserver, None when it is not older than that.
+
+    The nvidia-pytriton wheel (0.7.0) still bundles Triton 2.51; NVIDIA's bulletin of August 2025 fixed, in 25.07
+    (2.59.1), a chain in the python backend that reaches remote code execution through shared memory
+    (CVE-2025-23319, CVE-2025-23320, CVE-2025-23334) and stack overflows in the HTTP server's chunked-request
+    parsing (CVE-2025-23310, CVE-2025-23311)."""
+    if not server_version or _version_tuple(server_version) >= FIXED_IN:
+        return None
+    source = f" (bundled in nvidia-pytriton {pytriton_version})" if pytriton_version else ""
+    return (f"tritonserver {server_version}{source} predates NVIDIA's fixes in Triton 25.07 (2.59.1) for "
+            "CVE-2025-23319, CVE-2025-23320 and CVE-2025-23334 (python backend: shared memory to remote code "
+            "execution) and CVE-2025-23310, CVE-2025-23311 (HTTP server: chunked requests overflow the stack); "
+            f"see {BULLETIN}. Until a newer one is bundled, servelab keeps it on 127.0.0.1 with its model-control, "
+            "shared-memory, logging and trace APIs behind this start's key: keep it off the network, and run "
+            "NVIDIA's current container (docker/Dockerfile.triton) wherever other machines must reach Triton.")
+
+
+def pytriton_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("nvidia-pytriton")
+    except PackageNotFoundError:
+        return None
 
 
 class TritonStartError(RuntimeError):
@@ -186,7 +228,9 @@ class EmbeddedTriton(ManagedProcess):
         self.http_port = http_port or free_port(host)
         self.grpc_port = grpc_port or free_port(host)
         self.metrics_port = metrics_port or free_port(host)
-        log_path = Path(log_path) if log_path else Path(tempfile.gettempdir()) / f"servelab-triton-{self.http_port}.log"
+        # by default in this user's 0700 folder: a fixed name in the shared temporary folder could be a link another
+        # user planted there
+        log_path = Path(log_path) if log_path else access.user_dir() / f"triton-{self.http_port}.log"
         super().__init__(host=host, log_path=log_path, startup_timeout=startup_timeout, stop_timeout=stop_timeout)
         self.models = models
         self.extra_args = list(extra_args or [])
@@ -194,6 +238,8 @@ class EmbeddedTriton(ManagedProcess):
         # Triton's request trace goes here, OFF until the trace API turns it on (servelab.triton.trace)
         self.trace_path = Path(trace_path) if trace_path else log_path.with_name(log_path.stem + ".trace.json")
         self.cwd = str(self.repository)
+        self.key: str | None = None  # drawn by start(); the restricted APIs answer only requests carrying it
+        self.notice: str | None = None  # security_notice() for the version that answered, after start()
 
     # --- addresses --------------------------------------------------------------------------------
     @property
@@ -237,12 +283,54 @@ class EmbeddedTriton(ManagedProcess):
             # idle keep-alive client connections would otherwise hold a graceful shutdown for 30 s
             f"--exit-timeout-secs={max(1, int(self.stop_timeout) - 5)}",
             f"--log-verbose={self.log_verbose}",
+            *access.server_args(self.key),
             *([] if any(a.startswith("--trace-config") for a in self.extra_args) else trace_args(self.trace_path)),
             *self.extra_args,
         ]
 
     def environment(self) -> dict:
         return server_env()
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """{access.HEADER: key} for tritonclient's `headers=` (the restricted APIs refuse calls without it)."""
+        return {access.HEADER: self.key} if self.key else {}
+
+    @property
+    def grpc_headers(self) -> dict[str, str]:
+        """The same for tritonclient's gRPC client, whose header Triton names with its own prefix."""
+        return {access.GRPC_HEADER: self.key} if self.key else {}
+
+    # --- lifecycle: a key per start, kept where this user's other processes find it ----------------
+    def start(self):
+        self.key = access.new_key()
+        try:
+            super().start()
+        except BaseException:
+            self.key = None
+            raise
+        # written once ready (not before: a start refused for a taken port must not replace that server's key)
+        access.write_key(access.KeyRecord(self.key, self.host, self.http_port, self.grpc_port, self.pid))
+        self.notice = security_notice(self.server_version(), pytriton_version())
+        if self.notice and self.log_path:
+            with os.fdopen(access.open_private(self.log_path), "a") as fh:
+                fh.write(f"=== servelab: {self.notice} ===\n")
+        return self
+
+    def stop(self) -> int | None:
+        if self.key is not None:
+            with contextlib.suppress(OSError, access.AccessError):
+                access.remove_key(self.http_port, self.key)
+        return super().stop()
+
+    def server_version(self) -> str | None:
+        """The version the running server reports (GET /v2, open to all), None when it does not answer."""
+        import httpx
+
+        try:
+            return httpx.get(f"{self.http_url}/v2", timeout=5.0).json().get("version")
+        except (httpx.HTTPError, ValueError):
+            return None
 
     def ports(self) -> dict[str, tuple[int, str]]:
         return {"Triton HTTP": (self.http_port, "--http-port"), "Triton gRPC": (self.grpc_port, "--grpc-port"),
@@ -257,6 +345,12 @@ class EmbeddedTriton(ManagedProcess):
         if problem:
             raise TritonStartError(problem)
         super().check()
+        if self.log_path:  # created 0600, never through a link (ManagedProcess then appends to this very file)
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.close(access.open_private(self.log_path))
+            except access.AccessError as exc:
+                raise TritonStartError(f"the log {exc}") from None
 
     def fatal_in_log(self, log_text: str) -> str | None:
         return load_failure(log_text)
