@@ -84,15 +84,21 @@ def library_dir(dest: Path | None = None) -> Path:
 
 def command(binary: Path, address: str, model: str, *, concurrency: int = 8, input_name: str = "pixel_values",
             shape: str = "3,224,224", requests: int = 24, stability_pct: int = 10, max_trials: int = 5,
-            csv: Path | None = None) -> list[str]:
+            request_count: int | None = None, csv: Path | None = None) -> list[str]:
     """perf_analyzer's command line for one point: batch-1 requests of random data from `concurrency` clients over
     HTTP, in windows of `requests` completed requests (count_windows), measured until the last three windows agree
     within `stability_pct` % or `max_trials` windows were measured (then it fails: "Failed to obtain stable
-    measurement")."""
+    measurement").
+
+    request_count: one measurement of exactly that many requests instead, with no stability rule: it always
+    completes, however busy the machine (checking that the tool runs; a benchmark wants the stable windows)."""
     cmd = [str(binary), "-m", model, "-u", address, "-i", "http", "-b", "1", "--shape", f"{input_name}:{shape}",
-           "--concurrency-range", str(concurrency), "--measurement-mode", "count_windows",
-           "--measurement-request-count", str(requests), "--stability-percentage", str(stability_pct),
-           "--max-trials", str(max_trials)]
+           "--concurrency-range", str(concurrency)]
+    if request_count is not None:
+        cmd += ["--request-count", str(request_count)]
+    else:
+        cmd += ["--measurement-mode", "count_windows", "--measurement-request-count", str(requests),
+                "--stability-percentage", str(stability_pct), "--max-trials", str(max_trials)]
     return cmd + (["-f", str(csv)] if csv else [])
 
 

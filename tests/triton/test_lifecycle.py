@@ -108,7 +108,9 @@ def _cli(*args, env):
 
 
 def test_cli_up_status_down(echo_repo, tmp_path):
-    env = {**os.environ, "SERVELAB_TRITON_STATE_DIR": str(tmp_path / "state")}
+    # the service published on every address: Triton stays on loopback all the same
+    env = {**os.environ, "SERVELAB_TRITON_STATE_DIR": str(tmp_path / "state"), "SERVELAB_HOST": "0.0.0.0"}
+    env.pop("SERVELAB_TRITON_HOST", None)
     ports = [str(free_port()) for _ in range(3)]
     opts = ["--repository", str(echo_repo), "--http-port", ports[0], "--grpc-port", ports[1], "--metrics-port", ports[2]]
     up = _cli("up", *opts, env=env)
@@ -116,6 +118,10 @@ def test_cli_up_status_down(echo_repo, tmp_path):
     state = json.loads(up.stdout)
     try:
         assert state["models"] == {"echo": "READY"} and pid_alive(state["pid"])
+        assert state["http_url"] == f"http://127.0.0.1:{ports[0]}"
+        assert "tritonserver 2.51.0 (bundled in nvidia-pytriton" in up.stderr and "CVE-2025-23319" in up.stderr
+        key = _cli("key", env=env)
+        assert key.returncode == 0 and json.loads(Path(state["key_file"]).read_text())["key"] == key.stdout.strip()
         st = _cli("status", env=env)
         assert st.returncode == 0 and json.loads(st.stdout)["running"] is True
         again = _cli("up", *opts, env=env)
@@ -124,6 +130,7 @@ def test_cli_up_status_down(echo_repo, tmp_path):
         down = _cli("down", env=env)
     assert down.returncode == 0 and "stopped" in down.stdout
     assert not pid_alive(state["pid"])
+    assert not Path(state["key_file"]).exists()
     gone = _cli("status", env=env)
     assert gone.returncode == 1 and gone.stderr.startswith("error: ")
 

@@ -35,13 +35,14 @@ def test_perf_analyzer_measures_the_running_triton(triton, tmp_path):
     if binary is None:
         pytest.skip("no perf_analyzer here: `servelab triton get-perf-analyzer` fetches it")
     csv = tmp_path / "pa.csv"
-    # a loose stability rule and room for more windows: this checks that it runs and reads right, not the figure
-    # (beside the suite's other worker, three windows of four requests were once not within 100 % of each other)
-    cmd = pa.command(binary, triton.http_address, ENCODER, concurrency=2, requests=4, stability_pct=100,
-                     max_trials=10, csv=csv)
+    # one measurement of a fixed number of requests, no stability rule: this checks that the tool runs and that its
+    # output is read right, not that the machine is quiet (stable windows are a benchmark's business; beside the
+    # suite's other worker, ten windows were once not stable enough for perf_analyzer to report at all)
+    cmd = pa.command(binary, triton.http_address, ENCODER, concurrency=2, request_count=12, csv=csv)
+    assert "--stability-percentage" not in cmd
     with stats_delta(triton.http_url, ENCODER) as d:
         r = pa.run(cmd, csv)
     assert r.concurrency == 2 and r.throughput_img_s > 0
     assert 0 < r.latency_p50_ms <= r.latency_p99_ms
     assert "Request concurrency: 2" in r.output
-    assert d.result.summary()["requests"] >= 3 * 4  # at least three windows of four requests reached the server
+    assert d.result.summary()["requests"] >= 12  # the twelve measured requests reached the server

@@ -45,7 +45,7 @@ def send_from_clients(srv, clients: int, per_client: int) -> None:
 
 
 def test_the_server_starts_with_a_trace_file_and_tracing_off(triton):
-    settings = th.InferenceServerClient(triton.http_address).get_trace_settings()
+    settings = th.InferenceServerClient(triton.http_address).get_trace_settings(headers=triton.headers)
     assert settings["trace_level"] == ["OFF"]
     assert trace.trace_file(triton.http_url) == triton.trace_path
 
@@ -71,7 +71,8 @@ def test_trace_groups_concurrent_requests_into_the_executions_triton_counts(trit
         assert all(s.queue_start <= r.compute_start for s in members)
     assert trace.plot_timeline(spans, tmp_path / "timeline.png").stat().st_size > 0
     # tracing is off again after the window: later requests add nothing to it
-    assert th.InferenceServerClient(triton.http_address).get_trace_settings(ENCODER)["trace_level"] == ["OFF"]
+    after = th.InferenceServerClient(triton.http_address).get_trace_settings(ENCODER, headers=triton.headers)
+    assert after["trace_level"] == ["OFF"]
     send_from_clients(triton, 1, 1)
     assert len(window.spans()) == clients * per_client
 
@@ -94,16 +95,17 @@ def test_a_config_pbtxt_edited_as_text_and_loaded_by_hand_changes_the_running_se
     edited = text_format.Parse(pbtxt, model_config_pb2.ModelConfig())
     edited.ClearField("dynamic_batching")  # the edit: dynamic batching off
     try:
-        client.load_model(ENCODER, config=json_format.MessageToJson(edited))
+        client.load_model(ENCODER, config=json_format.MessageToJson(edited), headers=triton.headers)
         assert "dynamic_batching" not in client.get_model_config(ENCODER)
         send_from_clients(triton, 4, 1)  # and it serves
         edited = text_format.Parse(pbtxt, model_config_pb2.ModelConfig())
         edited.dynamic_batching.max_queue_delay_microseconds = 12345
-        client.load_model(ENCODER, config=json_format.MessageToJson(edited))
+        client.load_model(ENCODER, config=json_format.MessageToJson(edited), headers=triton.headers)
         loaded = client.get_model_config(ENCODER)
         assert int(loaded["dynamic_batching"]["max_queue_delay_microseconds"]) == 12345
     finally:
-        client.load_model(ENCODER, config=own)  # the file's own config back (an override stays until replaced)
+        # the file's own config back (an override stays until replaced)
+        client.load_model(ENCODER, config=own, headers=triton.headers)
     file_delay = text_format.Parse(pbtxt, model_config_pb2.ModelConfig()).dynamic_batching.max_queue_delay_microseconds
     assert int(client.get_model_config(ENCODER)["dynamic_batching"]["max_queue_delay_microseconds"]) == file_delay
 
