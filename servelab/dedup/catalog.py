@@ -48,8 +48,9 @@ CREATE TABLE IF NOT EXISTS feedback (
 class Catalog:
     """A thin wrapper over the sqlite connection with the few queries the finder needs."""
 
-    def __init__(self, path: str | Path, root: str | Path | None = None):
+    def __init__(self, path: str | Path, root: str | Path | None = None, lock_wait_s: float | None = None):
         self.path = Path(path)
+        self.lock_wait_s = lock_wait_s  # how long to wait for another process moving files here (None: default)
         if root is not None and not self.path.exists():
             _create_private_like(self.path, Path(root))
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -17,6 +17,8 @@ app = typer.Typer(no_args_is_help=True)
 
 ROOT_ARG = typer.Argument(Path("."), help="photo folder (the scanned root)")
 CATALOG_OPT = typer.Option(None, "--catalog", help="catalog file (default ROOT/.servelab/catalog.sqlite)")
+LOCK_WAIT_OPT = typer.Option(None, "--lock-wait", min=0,
+                             help="seconds to wait while another process moves files in ROOT (default 10)")
 
 
 def _catalog_path(root: Path, catalog: Path | None) -> Path:
@@ -26,23 +28,23 @@ def _catalog_path(root: Path, catalog: Path | None) -> Path:
     return path
 
 
-def _open(root: Path, catalog: Path | None):
+def _open(root: Path, catalog: Path | None, lock_wait: float | None = None):
     from servelab.dedup.catalog import Catalog
 
     path = _catalog_path(root, catalog)
     if not path.exists():
         raise FileNotFoundError(f"no catalog at {path}: run `servelab dedup scan {root}` first")
-    return Catalog(path)
+    return Catalog(path, lock_wait_s=lock_wait)
 
 
 @app.command()
-def scan(root: Path = ROOT_ARG, catalog: Path | None = CATALOG_OPT,
+def scan(root: Path = ROOT_ARG, catalog: Path | None = CATALOG_OPT, lock_wait: float | None = LOCK_WAIT_OPT,
          progress: bool = typer.Option(True, help="show a progress bar"),
          as_json: bool = typer.Option(False, "--json", help="print the full report as JSON")):
     """Scan ROOT recursively (JPEG/PNG/WebP) into the catalog; unchanged files are skipped."""
     from servelab.dedup.scan import scan as do_scan
 
-    report = do_scan(root, _catalog_path(root, catalog), progress=progress)
+    report = do_scan(root, _catalog_path(root, catalog), progress=progress, lock_wait_s=lock_wait)
     if as_json:
         typer.echo(json.dumps(report.as_dict(), indent=2))
         return
@@ -161,23 +163,24 @@ def review(root: Path = ROOT_ARG, catalog: Path | None = CATALOG_OPT,
 @app.command()
 def delete(ids: list[int] = typer.Argument(..., help="catalog ids of the files to move to the trash"),
            root: Path = typer.Option(Path("."), "--root", help="photo folder"),
-           catalog: Path | None = CATALOG_OPT,
+           catalog: Path | None = CATALOG_OPT, lock_wait: float | None = LOCK_WAIT_OPT,
            keeper: int | None = typer.Option(None, help="id kept (refused if also listed)")):
     """Move files (by catalog id) into the trash; `servelab dedup undo` brings them back."""
     from servelab.dedup.trash import trash_files
 
-    with _open(root, catalog) as cat:
+    with _open(root, catalog, lock_wait) as cat:
         res = trash_files(cat, ids, keeper=keeper, note="cli")
     typer.echo(f"moved {len(res['files'])} file(s) to the trash, batch {res['batch']}")
 
 
 @app.command()
 def undo(root: Path = typer.Option(Path("."), "--root", help="photo folder"), catalog: Path | None = CATALOG_OPT,
+         lock_wait: float | None = LOCK_WAIT_OPT,
          batch: str | None = typer.Option(None, help="batch id (default: the newest batch still in the trash)")):
     """Restore a trash batch to its original paths."""
     from servelab.dedup.trash import restore
 
-    with _open(root, catalog) as cat:
+    with _open(root, catalog, lock_wait) as cat:
         res = restore(cat, batch)
     typer.echo(f"restored {len(res['restored'])} file(s) from batch {res['batch']}")
     if res["failed"]:
@@ -187,11 +190,11 @@ def undo(root: Path = typer.Option(Path("."), "--root", help="photo folder"), ca
 
 
 @app.command()
-def trash(root: Path = ROOT_ARG, catalog: Path | None = CATALOG_OPT):
+def trash(root: Path = ROOT_ARG, catalog: Path | None = CATALOG_OPT, lock_wait: float | None = LOCK_WAIT_OPT):
     """List trash batches (after closing any delete or undo that was killed half-way)."""
     from servelab.dedup.trash import batches, recover
 
-    with _open(root, catalog) as cat:
+    with _open(root, catalog, lock_wait) as cat:
         fixed = recover(cat)
         if fixed["moved"] or fixed["in_place"] or fixed["restored"]:
             typer.echo(f"recovered an interrupted delete/undo: {fixed['moved']} file(s) confirmed in the trash, "

@@ -47,8 +47,10 @@ def lock_path(cat) -> Path:
 
 @contextlib.contextmanager
 def folder_lock(cat, wait_s: float | None = None) -> Iterator[None]:
-    """Hold the photo folder's lock for the block; `wait_s` (default LOCK_WAIT_S) bounds the wait."""
-    wait_s = LOCK_WAIT_S if wait_s is None else wait_s
+    """Hold the photo folder's lock for the block; `wait_s` (default: the catalog's `lock_wait_s`, else
+    LOCK_WAIT_S) bounds the wait."""
+    if wait_s is None:
+        wait_s = LOCK_WAIT_S if getattr(cat, "lock_wait_s", None) is None else cat.lock_wait_s
     path = lock_path(cat)
     with _held_guard:
         held = _held.setdefault(str(path.resolve()), _Held())

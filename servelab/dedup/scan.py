@@ -45,12 +45,14 @@ class ScanReport:
         return dict(self.__dict__)
 
 
-def scan(root: str | Path, catalog: str | Path | Catalog, progress: bool = False) -> ScanReport:
-    """Walk `root` recursively and bring the catalog up to date; returns what happened."""
+def scan(root: str | Path, catalog: str | Path | Catalog, progress: bool = False,
+         lock_wait_s: float | None = None) -> ScanReport:
+    """Walk `root` recursively and bring the catalog up to date; returns what happened. Holds the folder lock
+    throughout (waiting up to `lock_wait_s` for a delete or undo in another process)."""
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: not a folder")
-    cat = catalog if isinstance(catalog, Catalog) else Catalog(catalog, root=root)
+    cat = catalog if isinstance(catalog, Catalog) else Catalog(catalog, root=root, lock_wait_s=lock_wait_s)
     try:
         with folder_lock(cat):  # no delete or undo moves files while the walk decides what is missing
             return _scan_locked(cat, progress)
