@@ -9,10 +9,13 @@
 #   SERVELAB_PRETRAINED, SERVELAB_CHECKPOINT, SERVELAB_SEED   the weights every container uses
 #   SKIP_PREPARE=1       do not run the export + stage step
 #   SERVELAB_REHEARSAL=1 the CPU rehearsal (`make rehearse-node`): no GPU, no driver, no toolkit; the Docker engine
-#                        that answers is used as it is; SERVELAB_COMPOSE_OVERRIDE names the override file
+#                        that answers is used as it is (even one older than DOCKER_FLOOR, while every port is
+#                        published on 127.0.0.1: see below); SERVELAB_COMPOSE_OVERRIDE names the override file
 #   SERVELAB_COMPOSE_OVERRIDE  a compose file added to every compose call (e.g. docker/rehearsal.override.yaml)
 # The weights are written once, to docker/.env, which every compose call in docker/ reads by itself (compose's
-# project folder is docker/), so the README's later commands need not repeat them.
+# project folder is docker/), so the README's later commands need not repeat them. Triton's key
+# (SERVELAB_TRITON_KEY: its model control answers no request without it) is drawn anew by every run, into the same
+# file, which only this user can read.
 # Every compose call gets these variables explicitly (`sudo env VAR=… docker …`): sudo's env_reset would drop
 # them, and compose would silently fall back to its defaults.
 set -euo pipefail
@@ -21,9 +24,13 @@ REPO_REF=${REPO_REF:-main}
 REMOTE_DIR=${REMOTE_DIR:-servelab}
 STACKS=${STACKS:-06a-all-backends jupyter}
 DRIVER_FLOOR=580  # CUDA 13.0 (the servelab GPU image, Triton 25.10) needs the R580 driver
+# Docker Engine 28.0.0 is the first that keeps ports published on 127.0.0.1 away from other machines of the local
+# network (older engines let them route packets to such ports); Triton's ports are published only there
+DOCKER_FLOOR=28.0.0
 DOCKER_DAEMON_JSON=${DOCKER_DAEMON_JSON:-/etc/docker/daemon.json}
 SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
 say() { printf '[node-bootstrap] %s\n' "$*"; }
+version_at_least() { [ -n "$1" ] && [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]; }
 
 REHEARSAL=${SERVELAB_REHEARSAL:-0}
 if [ "$REHEARSAL" = 1 ]; then
@@ -41,9 +48,17 @@ fi
 
 restart_docker=0
 if ! command -v docker >/dev/null; then
-  say "installing Docker Engine and the compose plugin (Ubuntu packages)"
+  # Docker's own apt repository: Ubuntu's docker.io may be older than DOCKER_FLOOR
+  say "installing Docker Engine and the compose plugin (Docker's apt repository)"
   $SUDO apt-get update -qq
-  $SUDO DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io docker-compose-v2 git curl gnupg
+  $SUDO DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ca-certificates curl git gnupg
+  $SUDO install -m 0755 -d /etc/apt/keyrings
+  curl -fsSL https://download.docker.com/linux/ubuntu/gpg | $SUDO tee /etc/apt/keyrings/docker.asc >/dev/null
+  $SUDO chmod a+r /etc/apt/keyrings/docker.asc
+  echo "deb [arch=$(dpkg --print-architecture) signed-by=/etc/apt/keyrings/docker.asc] https://download.docker.com/linux/ubuntu $(. /etc/os-release && echo "${UBUNTU_CODENAME:-$VERSION_CODENAME}") stable" \
+    | $SUDO tee /etc/apt/sources.list.d/docker.list >/dev/null
+  $SUDO apt-get update -qq
+  $SUDO DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-ce docker-ce-cli containerd.io docker-compose-plugin
   if [ -n "$SUDO" ]; then
     $SUDO usermod -aG docker "$(id -un)" && say "added $(id -un) to the docker group: it takes effect in a new SSH session"
   fi
@@ -84,6 +99,16 @@ if [ "$restart_docker" = 1 ]; then
 fi
 fi  # not a rehearsal
 
+ENGINE=$($SUDO env docker version --format '{{.Server.Version}}' 2>/dev/null || true)
+if ! version_at_least "$ENGINE" "$DOCKER_FLOOR"; then
+  if [ "$REHEARSAL" = 1 ] && [ "${SERVELAB_BIND:-127.0.0.1}" = 127.0.0.1 ]; then
+    say "CPU rehearsal: Docker engine ${ENGINE:-unknown} is older than $DOCKER_FLOOR, allowed only because this is the rehearsal and every port is published on 127.0.0.1 (a node refuses it)"
+  else
+    say "Docker engine ${ENGINE:-unknown} is older than $DOCKER_FLOOR, the first that keeps ports published on 127.0.0.1 (Triton's) from the local network: upgrade it from Docker's apt repository (https://docs.docker.com/engine/install/ubuntu/) and run this again"
+    exit 1
+  fi
+fi
+
 if [ -d "$REMOTE_DIR/.git" ]; then
   say "updating $REMOTE_DIR to $REPO_REF"
   git -C "$REMOTE_DIR" fetch --quiet origin && git -C "$REMOTE_DIR" checkout --quiet "$REPO_REF"
@@ -103,10 +128,15 @@ TOKEN_FILE="$HOME/.servelab_jupyter_token"
 # asked for, or when there is none yet; never silently changed back to random-init.
 if [ -n "${SERVELAB_PRETRAINED:-}${SERVELAB_CHECKPOINT:-}${SERVELAB_SEED:-}" ] || [ ! -s docker/.env ]; then
   mkdir -p docker
-  printf '# written by scripts/node_bootstrap.sh: the weights every container on this node uses\nSERVELAB_PRETRAINED=%s\nSERVELAB_CHECKPOINT=%s\nSERVELAB_SEED=%s\n' \
-    "${SERVELAB_PRETRAINED:-}" "${SERVELAB_CHECKPOINT:-}" "${SERVELAB_SEED:-0}" > docker/.env
+  (umask 077; printf '# written by scripts/node_bootstrap.sh: the weights every container on this node uses\nSERVELAB_PRETRAINED=%s\nSERVELAB_CHECKPOINT=%s\nSERVELAB_SEED=%s\n' \
+    "${SERVELAB_PRETRAINED:-}" "${SERVELAB_CHECKPOINT:-}" "${SERVELAB_SEED:-0}" > docker/.env)
 fi
 say "weights (docker/.env): $(grep -E '^SERVELAB_(PRETRAINED|CHECKPOINT|SEED)=' docker/.env | paste -sd' ' -)"
+# Triton's key for this start of the stacks, beside the weights; the file is this user's alone
+TRITON_KEY=$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')
+(umask 077; { grep -v '^SERVELAB_TRITON_KEY=' docker/.env || true; echo "SERVELAB_TRITON_KEY=$TRITON_KEY"; } > docker/.env.new)
+chmod 600 docker/.env.new && mv docker/.env.new docker/.env
+say "Triton's key for model control: SERVELAB_TRITON_KEY in docker/.env (docs/SECURITY.md)"
 
 COMPOSE_ENV=(
   "SERVELAB_UID=$(id -u)" "SERVELAB_GID=$(id -g)"

@@ -57,9 +57,11 @@ compose -f docker/compose.jupyter.yaml -f "$OVERRIDE" run --rm lab \
   servelab lab run --place node --profile "$PROFILE" --run-id rehearsal-node --no-progress-bar
 t_node=$(( $(now) - t1 ))
 
-# The same from this machine, through the published ports
+# The same from this machine, through the published ports, with the node's Triton key as a laptop takes it
+# from the node's docker/.env (Triton's model control answers no request without it)
 t2=$(now)
 rm -rf "$DIR/host-results"
+SERVELAB_TRITON_KEY=$(sed -n 's/^SERVELAB_TRITON_KEY=//p' "$CLONE/docker/.env") \
 SERVELAB_PLACE=node SERVELAB_NODE_TRITON_MODEL=openclip_vit_b32_cpu \
   "$PY" -m servelab.cli lab run --place node --profile "$PROFILE" --run-id rehearsal-host \
   --results "$DIR/host-results" --no-progress-bar

@@ -213,7 +213,7 @@ def stack_ports(stack: str) -> list[int]:
     """Node ports a stack occupies: published ports, plus the known listeners of host-network services."""
     from servelab.provision.compose import load, published_ports
 
-    doc = load(compose_file(stack), env={"JUPYTER_TOKEN": "x"})
+    doc = load(compose_file(stack), env={"JUPYTER_TOKEN": "x", "SERVELAB_TRITON_KEY": "x"})  # required values, unread here
     ports = set(published_ports(doc))
     if any(s.get("network_mode") == "host" and "jupyter" in name for name, s in doc["services"].items()):
         ports.add(NODE_PORTS["jupyter"])

@@ -22,7 +22,9 @@ DOCKER = REPO_ROOT / "docker"
 COMPOSE_FILES = sorted(DOCKER.glob("compose.*.yaml"))
 SCHEMA_PATH = Path(__file__).with_name("compose_spec.json")
 SCHEMA_SHA256 = "0dc04bd346dcfee1b1419628fff79937bbf076925f298f272a2b490e2b112bac"
-ENV = {"JUPYTER_TOKEN": "test-token"}  # the one variable a stack requires (compose.jupyter.yaml)
+# the variables a stack requires: JupyterLab's token (compose.jupyter.yaml) and Triton's key (the Triton stacks)
+ENV = {"JUPYTER_TOKEN": "test-token", "SERVELAB_TRITON_KEY": "test-key"}
+TRITON_STACKS = ["compose.04-triton.yaml", "compose.06a-all-backends.yaml", "compose.06b-multi-gpu.yaml"]
 GPU_STACKS = {"compose.03-service-gpu.yaml", "compose.04-triton.yaml", "compose.06a-all-backends.yaml",
               "compose.06b-multi-gpu.yaml", "compose.jupyter.yaml"}
 # The one mount from outside the clone: the weights checkpoint (SERVELAB_CHECKPOINT), /dev/null when unset.
@@ -254,9 +256,6 @@ def test_cpu_lab_container_runs_anywhere():
     assert "docker compose -f docker/compose.lab.yaml up" in readme
 
 
-TRITON_STACKS = ["compose.04-triton.yaml", "compose.06a-all-backends.yaml", "compose.06b-multi-gpu.yaml"]
-
-
 @pytest.mark.parametrize("name", TRITON_STACKS)
 def test_triton_stacks(name, gpu_trt_cache_path):
     doc = load(DOCKER / name, env=ENV)
@@ -299,11 +298,44 @@ def test_published_ports_match_the_lab_node_place(monkeypatch):
 
 
 def test_ports_bind_loopback_by_default():
+    """SERVELAB_BIND may publish the service and JupyterLab elsewhere; Triton's ports stay on loopback whatever it
+    says (its model control loads code)."""
     for path in COMPOSE_FILES:
         raw = yaml.safe_load(path.read_text())
         for name, svc in raw["services"].items():
             for p in svc.get("ports") or []:
-                assert str(p).startswith("${SERVELAB_BIND:-127.0.0.1}:"), f"{path.name}/{name}: {p}"
+                want = "127.0.0.1:" if name == "triton" else "${SERVELAB_BIND:-127.0.0.1}:"
+                assert str(p).startswith(want), f"{path.name}/{name}: {p}"
+
+
+@pytest.mark.parametrize("name", TRITON_STACKS)
+def test_triton_ports_stay_on_loopback_when_the_service_is_published(name):
+    doc = load(DOCKER / name, env={**ENV, "SERVELAB_BIND": "0.0.0.0"})
+    for svc_name, svc in doc["services"].items():
+        for p in svc.get("ports") or []:
+            assert str(p).startswith("127.0.0.1:") == (svc_name == "triton"), (svc_name, p)
+
+
+@pytest.mark.parametrize("name", TRITON_STACKS)
+def test_triton_stacks_restrict_model_control_to_the_key_from_docker_env(name):
+    """The restricted APIs and the header are the embedded server's own (servelab.triton.access), and the key is
+    the one the bootstrap writes into docker/.env; without it the stack does not start."""
+    from servelab.triton import access
+
+    cmd = load(DOCKER / name, env=ENV)["services"]["triton"]["command"]
+    restricted = [a for a in cmd if "restricted" in a]
+    assert restricted == access.server_args("test-key")
+    assert {"model-repository", "shared-memory", "logging", "trace"} <= set(access.RESTRICTED)
+    with pytest.raises(InterpolationError, match="SERVELAB_TRITON_KEY"):
+        load(DOCKER / name, env={"JUPYTER_TOKEN": "t"})
+
+
+def test_the_node_lab_containers_get_tritons_key():
+    doc = load(DOCKER / "compose.jupyter.yaml", env=ENV)
+    for svc in doc["services"].values():
+        assert svc["environment"]["SERVELAB_TRITON_KEY"] == "test-key"
+    assert load(DOCKER / "compose.jupyter.yaml", env={"JUPYTER_TOKEN": "t"})["services"]["lab"]["environment"][
+        "SERVELAB_TRITON_KEY"] == ""  # JupyterLab alone needs no Triton
 
 
 def test_jupyter_runs_notebooks_with_place_node():

@@ -271,7 +271,9 @@ def test_server_in_error_stops_with_its_fault(tmp_path):
 STANDINS = {
     # sudo with Ubuntu's env_reset: the command runs with a clean environment (PATH and HOME kept)
     "sudo": '#!/bin/bash\necho "sudo $*" >> "$RECORD"\nexec env -i PATH="$PATH" HOME="$HOME" RECORD="$RECORD" "$@"\n',
-    "docker": '#!/bin/bash\npython3 -c \'import json,os,sys; print(json.dumps({"argv": sys.argv[1:], "env": {k: v '
+    # `docker version` answers the engine's version from $RECORD.engine (default: one above the floor)
+    "docker": '#!/bin/bash\nif [ "$1" = version ]; then cat "$RECORD.engine" 2>/dev/null || echo 28.3.3; exit 0; fi\n'
+              'python3 -c \'import json,os,sys; print(json.dumps({"argv": sys.argv[1:], "env": {k: v '
               'for k, v in os.environ.items() if k.startswith(("SERVELAB_", "JUPYTER_"))}}))\' "$@" >> "$RECORD.docker"\n',
     "nvidia-smi": '#!/bin/bash\ncase "$*" in *driver_version*) echo "$FAKE_DRIVER";; *name*) echo "NVIDIA A100-PCIE-40GB";; esac\n',
     "dpkg": "#!/bin/bash\nexit 0\n",  # the container toolkit is installed
@@ -280,7 +282,7 @@ STANDINS = {
 }
 
 
-def _bootstrap(tmp_path, driver="580.95.05", **extra):
+def _bootstrap(tmp_path, driver="580.95.05", engine=None, **extra):
     import json
 
     bin_dir = tmp_path / "bin"
@@ -301,6 +303,8 @@ def _bootstrap(tmp_path, driver="580.95.05", **extra):
     if not daemon.exists():
         daemon.write_text(json.dumps({"runtimes": {"nvidia": {"path": "nvidia-container-runtime", "args": []}}}))
     record = tmp_path / "record"
+    if engine:
+        (tmp_path / "record.engine").write_text(engine + "\n")
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(home), "RECORD": str(record), "FAKE_DRIVER": driver,
            "REPO_URL": str(origin), "REMOTE_DIR": str(tmp_path / "clone"), "STACKS": "04-triton jupyter",
            "DOCKER_DAEMON_JSON": str(daemon), **extra}
@@ -354,6 +358,46 @@ def test_bootstrap_applies_the_cgroup_driver_workaround_once(tmp_path):
     assert again.returncode == 0 and sudo2.count("systemctl restart docker") == 1
 
 
+def test_bootstrap_draws_tritons_key_into_docker_env_for_this_user_alone(tmp_path):
+    out, *_ = _bootstrap(tmp_path, SERVELAB_PRETRAINED="laion2b_s34b_b79k")
+    assert out.returncode == 0, out.stdout + out.stderr
+    env_file = tmp_path / "clone" / "docker" / ".env"
+    keys = [line for line in env_file.read_text().splitlines() if line.startswith("SERVELAB_TRITON_KEY=")]
+    assert len(keys) == 1 and len(keys[0].split("=", 1)[1]) >= 40
+    assert oct(env_file.stat().st_mode & 0o777) == oct(0o600)
+    assert keys[0].split("=", 1)[1] not in out.stdout  # named, never printed
+    again, *_ = _bootstrap(tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    text = env_file.read_text()
+    assert text.count("SERVELAB_TRITON_KEY=") == 1 and keys[0] not in text  # a new key for every start
+    assert "SERVELAB_PRETRAINED=laion2b_s34b_b79k" in text.splitlines()
+    ignored = subprocess.run(["git", "check-ignore", "-q", "docker/.env"], cwd=REPO_ROOT)
+    assert ignored.returncode == 0, "docker/.env holds the key: it must stay git-ignored"
+
+
+def test_bootstrap_refuses_a_docker_engine_that_exposes_loopback_ports(tmp_path):
+    """Engines before 28.0.0 let other machines of the local network reach ports published on 127.0.0.1."""
+    out, calls, _, _ = _bootstrap(tmp_path, engine="20.10.24+dfsg1")
+    assert out.returncode == 1
+    line = [ln for ln in out.stdout.splitlines() if "20.10.24" in ln]
+    assert len(line) == 1 and "older than 28.0.0" in line[0] and "docs.docker.com/engine/install" in line[0]
+    assert not [c for c in calls if c["argv"][:1] == ["compose"]]
+    (tmp_path / "new").mkdir()
+    ok, *_ = _bootstrap(tmp_path / "new", engine="28.0.0")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+
+
+def test_the_rehearsal_alone_may_use_an_old_engine_and_only_on_loopback(tmp_path):
+    out, calls, _, _ = _bootstrap(tmp_path, engine="20.10.24+dfsg1", SERVELAB_REHEARSAL="1")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "CPU rehearsal: Docker engine 20.10.24+dfsg1 is older than 28.0.0, allowed only because" in out.stdout
+    assert [c for c in calls if c["argv"][:1] == ["compose"]]
+    (tmp_path / "bind").mkdir()
+    published, *_ = _bootstrap(tmp_path / "bind", engine="20.10.24+dfsg1", SERVELAB_REHEARSAL="1",
+                               SERVELAB_BIND="0.0.0.0")
+    assert published.returncode == 1 and "older than 28.0.0" in published.stdout
+
+
 def test_bootstrap_refuses_a_driver_below_the_floor(tmp_path):
     out, calls, _, _ = _bootstrap(tmp_path, driver="575.57.08")
     assert out.returncode == 1 and "older than R580" in out.stdout and not calls
@@ -382,13 +426,15 @@ def test_one_driver_floor_everywhere():
 
 def test_vastai_recipe_keeps_tritons_model_control_off_the_internet():
     """Triton runs with explicit model control (loading a python-backend model runs its code): the Vast.ai recipe
-    binds it to loopback (reached through SSH) and never maps its ports publicly."""
+    binds it to loopback (reached through SSH), restricts model control to a key drawn per start, and never maps
+    its ports publicly."""
     text = (REPO_ROOT / "scripts" / "VASTAI.md").read_text()
     commands = [line for line in text.replace("\\\n", " ").splitlines() if line.startswith("tritonserver ")]
     assert commands
     for cmd in commands:
         loopback = all(f"--{p}-address=127.0.0.1" in cmd for p in ("http", "grpc", "metrics"))
-        restricted = ("--http-restricted-api=model-repository" in cmd
-                      and "--grpc-restricted-protocol=model-repository" in cmd)
-        assert loopback or restricted, cmd
+        restricted = ("--http-restricted-api=$APIS:servelab-admin-key=$KEY" in cmd
+                      and "--grpc-restricted-protocol=$APIS:servelab-admin-key=$KEY" in cmd)
+        assert loopback and restricted, cmd
+    assert "APIS=model-repository,shared-memory,logging,trace" in text and "token_urlsafe" in text
     assert not re.search(r"-p 800[012]:800[012]", text)
