@@ -138,9 +138,11 @@ TRITON_KEY=$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')
 chmod 600 docker/.env.new && mv docker/.env.new docker/.env
 say "Triton's key for model control: SERVELAB_TRITON_KEY in docker/.env (docs/SECURITY.md)"
 
+# JupyterLab's token goes to compose through docker/.env (this user's alone), never on a command line
+(umask 077; { grep -v '^JUPYTER_TOKEN=' docker/.env || true; echo "JUPYTER_TOKEN=${JUPYTER_TOKEN:-$(cat "$TOKEN_FILE")}"; } > docker/.env.new)
+chmod 600 docker/.env.new && mv docker/.env.new docker/.env
 COMPOSE_ENV=(
   "SERVELAB_UID=$(id -u)" "SERVELAB_GID=$(id -g)"
-  "JUPYTER_TOKEN=${JUPYTER_TOKEN:-$(cat "$TOKEN_FILE")}"
   "SERVELAB_INSTANCES=${SERVELAB_INSTANCES:-1}"
   "SERVELAB_TRITON_GPU=${SERVELAB_TRITON_GPU:-0}" "SERVELAB_SERVICE_GPU=${SERVELAB_SERVICE_GPU:-0}"
 )

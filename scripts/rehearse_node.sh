@@ -48,7 +48,7 @@ t_boot=$(( $(now) - t0 ))
 say "bootstrap done in ${t_boot}s"
 
 # JupyterLab on the node answers (its API, with the token)
-code=$(python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8888/api/status?token=$JUPYTER_TOKEN', timeout=10).status)")
+code=$(python3 -c "import os, urllib.request as u; print(u.urlopen(u.Request('http://127.0.0.1:8888/api/status', headers={'Authorization': 'token ' + os.environ['JUPYTER_TOKEN']}), timeout=10).status)")
 say "JupyterLab answers: HTTP $code"
 
 # The README's command, inside the node's lab container

@@ -345,7 +345,8 @@ def test_jupyter_runs_notebooks_with_place_node():
     for svc in doc["services"].values():  # a notebook opened in the node's JupyterLab starts at place=node
         assert svc["environment"]["SERVELAB_PLACE"] == "node"
     assert lab["network_mode"] == "host" and doc["services"]["jupyter"]["network_mode"] == "host"
-    assert any("--IdentityProvider.token=test-token" == a for a in doc["services"]["jupyter"]["command"])
+    assert doc["services"]["jupyter"]["environment"]["JUPYTER_TOKEN"] == "test-token"  # from the environment:
+    assert not any("token" in a.lower() for a in doc["services"]["jupyter"]["command"])  # ps shows a command line
     assert "--ip=127.0.0.1" in doc["services"]["jupyter"]["command"]
 
 
