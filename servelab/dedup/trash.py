@@ -197,7 +197,7 @@ def _in_place(cat: Catalog, fid: int, error=TrashError, role: str = ""):
         raise error(f"file id {fid} is not in the catalog")
     name = f"{row['path']}{role}"
     if row["status"] == "trashed":
-        raise error(f"{name} is already in the trash ({row['reason']}): its group was already resolved; reload")
+        raise error(f"{name} is already trashed ({row['reason']})")
     if row["status"] != "ok":
         raise error(f"file id {fid} ({name}) is {row['status']}, not a catalogued photo")
     src = safe_path(cat.root, row["path"])
