@@ -192,4 +192,5 @@ class Settings:
         d = asdict(self)
         d["artifacts"] = str(self.artifacts)
         d["device_dir"] = str(self.device_dir)
+        d.pop("triton_key")  # a secret: never into a record, a log or a page
         return d
