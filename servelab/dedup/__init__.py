@@ -17,8 +17,11 @@ Public Python API (what `servelab dedup …` and the notebooks call):
     similar_pairs(emb, threshold, method="auto"|"exact"|"lsh") -> (i, j, cosine) without an N x N matrix
     with Catalog(catalog) as cat:
         res = trash_files(cat, [file_id, ...], keeper=id)   # move to <root>/.servelab/trash + manifest.jsonl
-        restore(cat, res["batch"])                          # undo: back to the original paths
+        restore(cat, res["batch"])                          # undo: back to the original paths; -> {"batch",
+                                                            #   "restored", "failed": [{"original", "reason"}]}
         recover(cat)   # close a delete/undo that was killed half-way (trash commands, scan and the UI call it)
+    # each of these (and scan) holds the folder lock (servelab.dedup.lock) while it moves files: a second
+    # process waits up to Catalog(..., lock_wait_s=) seconds, then gets FolderBusy naming the holder
     evaluate(out_dir, client, n_base=24, n_negatives=24, size=320)
                                               # -> {"csv", "markdown", "plot", "summary", "metrics", ...}
     bench_group(n=100_000, dim=512, out="results")  # grouping benchmark record (servelab.dedup.group_bench)

@@ -126,3 +126,38 @@ def test_a_paused_process_group_stops_at_once_not_at_the_kill_timeout():
     t0 = time.monotonic()
     assert stop_process_group(proc.pid, timeout=8, proc=proc) == 3  # its own handler ran, not SIGKILL
     assert time.monotonic() - t0 < 5
+
+
+def test_durable_move_across_file_systems_keeps_bytes_mode_and_times_and_never_overwrites(tmp_path):
+    """/dev/shm is a tmpfs: the move there is a real copy, sync, link and unlink, not a rename."""
+    import os
+    import shutil
+    import stat
+    from pathlib import Path
+
+    from servelab.fileio import durable_move, partial_copies
+
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("needs /dev/shm on a file system other than the temporary folder's")
+    dest_dir = shm / f"servelab-fileio-{os.getpid()}"
+    dest_dir.mkdir()
+    try:
+        src = tmp_path / "photo.jpg"
+        src.write_bytes(b"\xff\xd8" + bytes(range(256)) * 4000)
+        os.chmod(src, 0o640)
+        os.utime(src, ns=(1_600_000_000_000_000_000, 1_600_000_000_000_000_000))
+        digest = file_digest(src)
+        durable_move(src, dest_dir / "photo.jpg")
+        moved = dest_dir / "photo.jpg"
+        assert not src.exists() and file_digest(moved) == digest
+        assert stat.S_IMODE(moved.stat().st_mode) == 0o640 and moved.stat().st_mtime_ns == 1_600_000_000_000_000_000
+        assert partial_copies(moved) == [] and [p.name for p in dest_dir.iterdir()] == ["photo.jpg"]
+        src.write_bytes(b"another photo")
+        with pytest.raises(FileExistsError):
+            durable_move(src, moved)  # refuses to replace what is there
+        assert file_digest(moved) == digest and src.read_bytes() == b"another photo"
+        durable_move(moved, tmp_path / "back.jpg")  # and back again
+        assert file_digest(tmp_path / "back.jpg") == digest and not moved.exists()
+    finally:
+        shutil.rmtree(dest_dir, ignore_errors=True)
