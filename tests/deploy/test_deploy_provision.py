@@ -325,10 +325,13 @@ def test_bootstrap_passes_every_variable_through_sudo(tmp_path):
     assert compose[0]["argv"][-3:] == ["run", "--rm", "prepare"]
     assert all(c["argv"][-4:] == ["up", "-d", "--build", "--wait"] for c in compose[1:])
     token = (tmp_path / "home" / ".servelab_jupyter_token").read_text()
+    # JupyterLab's token reaches compose through docker/.env (this user's alone), never a command line
+    assert f"JUPYTER_TOKEN={token}" in (tmp_path / "clone" / "docker" / ".env").read_text().splitlines()
+    assert len(token) == 32
     for c in compose:  # what sudo's env_reset would have dropped
         e = c["env"]
         assert (e["SERVELAB_UID"], e["SERVELAB_GID"]) == ("1000", "1000"), c
-        assert e["JUPYTER_TOKEN"] == token and len(token) == 32
+        assert "JUPYTER_TOKEN" not in e
         assert e["SERVELAB_INSTANCES"] == "2"
         # the weights come from docker/.env, which compose reads itself: an empty variable here would override it
         assert "SERVELAB_PRETRAINED" not in e
