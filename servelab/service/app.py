@@ -35,8 +35,8 @@ from starlette.datastructures import MutableHeaders
 import servelab
 from servelab.config import Settings
 from servelab.fingerprint import machine
-from servelab.model.preprocess import INPUT_SHAPE
-from servelab.model.weights import EMBED_DIM, weights_label
+from servelab.model.contract import EMBED_DIM, INPUT_SHAPE
+from servelab.model.weights import weights_label
 from servelab.service import codecs
 from servelab.service.admission import Admission
 from servelab.service.batcher import DeadlineExceeded, MicroBatcher, QueueFull

@@ -25,7 +25,8 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 from starlette.requests import Request
 
-from servelab.model.preprocess import INPUT_SHAPE, ImageDecodeError, preprocess_bytes
+from servelab.model.contract import INPUT_SHAPE
+from servelab.model.preprocess import ImageDecodeError, preprocess_bytes
 from servelab.service.errors import ApiError, reject
 
 IMAGE_TYPES = frozenset({"image/jpeg", "image/jpg", "image/png", "image/webp"})
