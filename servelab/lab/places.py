@@ -18,7 +18,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-PLACES = ("local", "node")
+from servelab.vocabulary import Place, Provider, word
 
 
 @dataclass(frozen=True)
@@ -63,22 +63,20 @@ def node_endpoints() -> Endpoints:
     )
 
 
-def check_place(place: str) -> str:
-    if place not in PLACES:
-        raise ValueError(f"place must be one of {', '.join(PLACES)}, got {place!r}")
-    return place
+def check_place(place: str) -> Place:
+    return word(Place, place, "place")
 
 
 def default_place() -> str:
     """SERVELAB_PLACE (the node's Jupyter containers set `node`), else `local`."""
-    return check_place(os.environ.get("SERVELAB_PLACE") or "local")
+    return check_place(os.environ.get("SERVELAB_PLACE") or Place.LOCAL)
 
 
 def triton_models(place: str) -> dict:
     """The encoder and JPEG-ensemble model names the Triton server at `place` serves."""
     from servelab.triton.models import CPU_ENCODER, ENSEMBLE, GPU_ENCODER
 
-    if place == "local":
+    if place == Place.LOCAL:
         return {"triton_model": CPU_ENCODER, "triton_jpeg_model": ENSEMBLE}
     # SERVELAB_NODE_TRITON_MODEL: the node's encoder when it is not the GPU one (the CPU rehearsal's stand-in Triton)
     return {"triton_model": os.environ.get("SERVELAB_NODE_TRITON_MODEL") or GPU_ENCODER, "triton_jpeg_model": ENSEMBLE}
@@ -98,7 +96,7 @@ def place_defaults(namespace: dict) -> dict:
     notebook declares with "" — the ones a run passed explicitly are kept.
     """
     place = check_place(namespace.get("place") or default_place())
-    endpoints = local_endpoints() if place == "local" else node_endpoints()
+    endpoints = local_endpoints() if place == Place.LOCAL else node_endpoints()
     values = {"out_dir": str(interactive_out_dir()), **endpoints.as_params(), **triton_models(place)}
     filled = {k: v for k, v in values.items() if k in namespace and namespace[k] in ("", None)}
     return {"place": place, **filled}
@@ -117,7 +115,7 @@ def in_process_provider(place: str, engine: str = "onnx") -> str:
     """The provider in-process rows of `engine` should use at `place`: the node's GPU ("cuda") when this kernel
     can run on it; at `local`, the GPU only when the run asked for it (`servelab lab run --device cuda`, i.e.
     SERVELAB_PROVIDER=cuda) and it can run; else "cpu" — callers say so with `in_process_note`."""
-    if place != "node":
+    if place != Place.NODE:
         from servelab.config import Settings
 
         if Settings.from_env().provider == "cpu":
@@ -128,7 +126,7 @@ def in_process_provider(place: str, engine: str = "onnx") -> str:
 def in_process_note(step, place: str, provider: str, rows: str, engine: str | None = None) -> None:
     """At place=node, state plainly when in-process rows did not run on the node's GPU, and why (the reason of
     `engine`'s check; without an engine, the reasons of torch's and onnxruntime's)."""
-    if place == "node" and provider != "cuda":
+    if place == Place.NODE and provider != Provider.CUDA:
         engines = [engine] if engine else ["torch", "onnx"]
         reasons = "; ".join(f"{e}: {in_process_check(e).reason or 'usable'}" for e in engines)
         step.not_run(f"{rows} on the node's GPU",

@@ -12,7 +12,8 @@ import sys
 import pytest
 
 from servelab.lab import notebooks as nbs
-from servelab.lab.places import PLACES, place_defaults
+from servelab.lab.places import place_defaults
+from servelab.vocabulary import Place
 from servelab.provision import NODE_PORTS
 
 ENDPOINT_PARAMS = {"service_url", "triton_http_url", "triton_grpc_url", "triton_metrics_url", "triton_model",
@@ -60,7 +61,7 @@ def test_place_defaults_fill_only_what_was_left_empty(no_place_env, monkeypatch)
     assert place_defaults({"place": ""})["place"] == "node"
     with pytest.raises(ValueError, match="place must be one of local, node"):
         place_defaults({"place": "gpu"})
-    assert PLACES == ("local", "node")
+    assert tuple(Place) == ("local", "node")
 
 
 def test_plain_papermill_with_only_place_node(tmp_path, no_place_env, monkeypatch):
