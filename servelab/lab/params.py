@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from servelab.vocabulary import LabProfile, word
+
 # Knobs every profile defines. Notebooks pick what they need; names are the parameter names in the cells.
 # load: how each point is measured (servelab.bench.loadgen.LoadOpts fields): windows of at least `min_requests`
 # completions, `min_p50s` p50 latencies and `min_window_s` seconds, repeated until the last `stable_windows` agree within
@@ -43,9 +45,9 @@ FULL_LOAD = {"min_requests": 40, "min_p50s": 10.0, "min_window_s": 6.0, "max_win
 GPU_LOAD = {"min_requests": 100, "min_p50s": 10.0, "min_window_s": 2.0, "max_windows": 5, "tolerance": 0.1,
             "quick": False}
 
-PROFILES: dict[str, dict[str, Any]] = {
+LAB_PROFILES: dict[LabProfile, dict[str, Any]] = {
     # seconds per notebook: used by the tests and for checking a setup (numbers are not results)
-    "smoke": dict(
+    LabProfile.SMOKE: dict(
         load=SMOKE_LOAD, batch_sizes=[1, 2], concurrency_levels=[1, 2], queue_delays_us=[0, 2000],
         instance_counts=[1, 2], serialisation_batches=[1, 4], n_photos=12,
         profile_runs=1, extra_servers=False, cold_build=False, engines=["onnx", "onnx-int8"],
@@ -53,14 +55,14 @@ PROFILES: dict[str, dict[str, Any]] = {
     ),
     # about 15-19 minutes on 2 cores for the whole lab: every point settles or says it did not. A window lasts
     # >= 2 s, 5 p50s and 10 requests (at c=8 or batch 8 about 3-4 s), so the sweeps have two points each
-    "default": dict(
+    LabProfile.DEFAULT: dict(
         load=DEFAULT_LOAD, batch_sizes=[1, 8], concurrency_levels=[1, 8], queue_delays_us=[0, 4000],
         instance_counts=[1, 2], serialisation_batches=[1, 4, 16], n_photos=60,
         profile_runs=4, extra_servers=True, cold_build=True, engines=["torch", "onnx", "onnx-int8"],
         service_batching_baseline=False,
     ),
     # longer sweeps, tighter tolerance; for a quiet machine
-    "full": dict(
+    LabProfile.FULL: dict(
         load=FULL_LOAD, batch_sizes=[1, 2, 4, 8, 16, 32], concurrency_levels=[1, 2, 4, 8, 16, 32],  # Triton CPU max batch 32
         queue_delays_us=[0, 500, 2000, 5000, 10000, 20000], instance_counts=[1, 2, 3, 4],
         serialisation_batches=[1, 4, 16, 64], n_photos=200, profile_runs=10,
@@ -69,7 +71,7 @@ PROFILES: dict[str, dict[str, Any]] = {
     ),
     # one GPU machine (`servelab lab run --device cuda --profile gpu`): batches to 256, clients to 128; the stack
     # is staged with max batch 256 on the GPU. Meant to finish within one short lease (not yet timed on a GPU)
-    "gpu": dict(
+    LabProfile.GPU: dict(
         load=GPU_LOAD, batch_sizes=[1, 16, 64, 256], concurrency_levels=[1, 16, 64, 128],
         queue_delays_us=[0, 500, 2000], instance_counts=[1, 2], serialisation_batches=[1, 16, 64, 256],
         n_photos=256, profile_runs=4, extra_servers=True, cold_build=True, engines=["torch", "onnx", "onnx-int8"],
@@ -79,9 +81,8 @@ PROFILES: dict[str, dict[str, Any]] = {
 
 
 def profile(name: str) -> dict[str, Any]:
-    if name not in PROFILES:
-        raise ValueError(f"profile must be one of {', '.join(PROFILES)}, got {name!r}")
-    return dict(PROFILES[name], profile=name)
+    name = word(LabProfile, name, "profile")
+    return dict(LAB_PROFILES[name], profile=name)
 
 
 def parse_param(text: str) -> tuple[str, Any]:

@@ -136,14 +136,14 @@ def test_parameters_default_to_real_measurements(py):
     seconds-long values come from `--profile smoke`, never from the notebook's own defaults."""
     import ast
 
-    from servelab.lab.params import PROFILES
+    from servelab.lab.params import LAB_PROFILES
 
     cell = next((c for c in jupytext.read(py).cells if "parameters" in (c.metadata.get("tags") or [])), None)
     if cell is None:
         pytest.skip(f"{py.name} has no parameters cell")
     values = {n.targets[0].id: ast.literal_eval(n.value) for n in ast.parse(cell.source).body
-              if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name) and n.targets[0].id in PROFILES["default"]}
-    wrong = {k: v for k, v in values.items() if v != PROFILES["default"][k]}
+              if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name) and n.targets[0].id in LAB_PROFILES["default"]}
+    wrong = {k: v for k, v in values.items() if v != LAB_PROFILES["default"][k]}
     assert not wrong, f"{py.name}: parameters differ from the default profile: {wrong}"
 
 
