@@ -175,9 +175,9 @@ with InferenceClient(mode="auto", backend="fastapi", url="http://127.0.0.1:9") a
 # run alone.
 
 # %%
-from servelab.bench.loadgen import _Pool
+from servelab.bench.load.windows import Pool
 
-show_code(_Pool._loop)
+show_code(Pool._loop)
 
 # %% [markdown]
 # Closed loop, one request at a time (concurrency 1). Windows of the service and of the in-process engine
@@ -285,9 +285,9 @@ step.answer(f"The tensor is {tensor_kib / jpeg_kib:.0f}× the size of this run's
 # **Predict first.** How many milliseconds should the link add to a batch-1 request's p50, for each payload?
 
 # %%
-from servelab.bench.cpu import CpuMeter
-from servelab.bench.link import link_effect, link_profile, network_link
+from servelab.bench.load.cpu import CpuMeter
 from servelab.bench.report import ratio_sentence
+from servelab.bench.servers.link import link_effect, link_profile, network_link
 
 link_sides, link_ab = [], []
 if link:

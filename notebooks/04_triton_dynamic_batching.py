@@ -805,7 +805,7 @@ step.answer(f"PyTorch took {pt[f'ms_per_image_batch_{lo_b}']:.0f} ms per image a
 # on the emulated device, and what average executed batch will Triton report? Then compare with this CPU.
 
 # %%
-from servelab.bench import emulated_lesson as emulated
+from servelab.bench.experiments import emulated_lesson as emulated
 from servelab.model.device_profile import profile as device_profile_named
 
 emu_profile = device_profile_named(device_profile)

@@ -85,7 +85,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from servelab.bench.experiments import ort_profile, queue_delay_grid, queue_delays_ab, serialisation
-from servelab.bench.records import memory_snapshot
+from servelab.bench.results.records import memory_snapshot
 from servelab.lab.places import attach, in_process_note, in_process_provider
 from servelab.lab.step import Step
 
@@ -131,7 +131,7 @@ from pathlib import Path
 
 import numpy as np
 
-from servelab.bench.inputs import sample_tensor
+from servelab.bench.load.inputs import sample_tensor
 from servelab.config import Settings
 from servelab.model.export import ensure_exported
 
@@ -331,7 +331,7 @@ step.answer(f"At concurrency {lo_c}, raising the delay from {lo_d} to {hi_d} µs
 # throughput and the average executed batch? At concurrency 1, what will it do to p50?
 
 # %%
-from servelab.bench import emulated_lesson as emulated
+from servelab.bench.experiments import emulated_lesson as emulated
 from servelab.bench.report import ratio_sentence
 from servelab.model.device_profile import profile as device_profile_named
 

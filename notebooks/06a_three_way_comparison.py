@@ -328,7 +328,7 @@ ran = (f" During the {max(concurrency_levels)}-client comparisons, servelab's se
        f"{instances['threads_each']} thread(s), side by side, and {ran_during.get('all_cores', 0)} alone on all cores "
        "(a batch that finds the engine idle takes every core)."
        if instances else " servelab's service runs one session here, like the others.")
-from servelab.bench.drift import probe_values
+from servelab.bench.load.drift import probe_values
 
 probes = probe_values(step.run.records)  # the lab's drift probes, one before each notebook so far
 host = (f" The drift probe before this notebook, one two-thread session like Triton's encoder and LitServe's, "
@@ -355,9 +355,9 @@ step.answer(f"Triton reported {hi_row['server_compute_ms']:.0f} ms of compute pe
 # **Predict first.** Which path will the link slow down more, and by roughly how many milliseconds?
 
 # %%
-from servelab.bench.cpu import CpuMeter
 from servelab.bench.experiments import ab
-from servelab.bench.link import link_effect, link_profile, network_link
+from servelab.bench.load.cpu import CpuMeter
+from servelab.bench.servers.link import link_effect, link_profile, network_link
 
 triton_tensor = attach("triton-http", triton_http_url, payload="tensor", model=triton_model, pid=triton_pid or None)
 link_sides, link_ab = [], []
@@ -451,7 +451,7 @@ show_code(Admission.drain_s)
 # %%
 import pandas as pd
 
-from servelab.bench.overload import knee_rows, overload, plot_knee
+from servelab.bench.experiments.overload import knee_rows, overload, plot_knee
 
 knee = None
 if extra_servers:  # two more services, three load levels each: about a minute and a half on two cores
@@ -551,9 +551,9 @@ else:
 # %%
 import contextlib
 
-from servelab.bench.inputs import sample_jpegs
-from servelab.bench.loadgen import client_factory
-from servelab.bench.monitoring import STEPS, Target, monitor, plot_monitoring
+from servelab.bench.experiments.monitoring import STEPS, Target, monitor, plot_monitoring
+from servelab.bench.load import client_factory
+from servelab.bench.load.inputs import sample_jpegs
 from servelab.client import InferenceClient
 
 step_s = min(monitor_step_s, 0.5) if opts.quick else monitor_step_s

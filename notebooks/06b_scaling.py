@@ -374,7 +374,7 @@ step.show_plot(plot_latency_throughput(recs, step.plot_path("latency_vs_throughp
 # clients: what will a second instance give, and what will a second device give?
 
 # %%
-from servelab.bench import emulated_lesson as emulated
+from servelab.bench.experiments import emulated_lesson as emulated
 from servelab.model.device_profile import profile as device_profile_named
 
 emu_profile = device_profile_named(device_profile)

@@ -266,7 +266,7 @@ step.answer("Averaged over the concurrency sweep, Triton spent " + ", ".join(
 # **Predict first.** Will the link change the gRPC ÷ HTTP ratio, or only make both slower?
 
 # %%
-from servelab.bench.link import link_effect, network_link
+from servelab.bench.servers.link import link_effect, network_link
 
 link_batch = min(4, max(batch_sizes))
 link_ab = []
@@ -295,7 +295,7 @@ else:
 # %%
 import math
 
-from servelab.bench.link import link_profile
+from servelab.bench.servers.link import link_profile
 
 if link_ab:
     prof = link_profile(link)

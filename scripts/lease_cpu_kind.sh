@@ -48,7 +48,7 @@ import sys
 
 from servelab.bench.cli import _finish, _new_run
 from servelab.bench.experiments import ab
-from servelab.bench.loadgen import LoadOpts
+from servelab.bench.load import LoadOpts
 from servelab.bench.servers import served
 
 run = _new_run(sys.argv[1], "hop")

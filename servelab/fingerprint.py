@@ -113,15 +113,11 @@ def machine_label(m: dict) -> str:
     return label + (" · stand-in image" if m.get("standin") else "")
 
 
-def environment_fingerprint(weights: str | None = None) -> dict:
-    """The fingerprint dict; `weights` defaults to the label of the weights the settings select."""
+def environment_fingerprint(weights: str) -> dict:
+    """The fingerprint dict; `weights` labels the weights measured (servelab.model.weights.weights_label: the
+    caller asks the model, so this ground-floor module never imports it)."""
     import psutil
 
-    if weights is None:
-        from servelab.config import Settings
-        from servelab.model.weights import weights_label
-
-        weights = weights_label(Settings.from_env())
     gpu_list, gpu_note = gpus()
     return {
         "cpu_model": cpu_model(),

@@ -24,9 +24,8 @@ import numpy as np
 import pandas as pd
 
 from servelab.assignments.result import CheckResult, NotRunHere, reject, run_check
+from servelab.bench.report import Reading, Why, said
 from servelab.bench.report import margin as ranking_margin
-from servelab.bench.report import said
-from servelab.bench.stats import Reading, Why
 
 __all__ = [
     "outcome", "live_config", "p99_budget", "emulated_plan", "triton_client_call", "python_backend_execute", "fastapi_route",
@@ -151,7 +150,7 @@ def reading(bands: pd.DataFrame, a, b, higher_is_better: bool = True):
     check and the sentence under it agree): ranges that overlap are too close to call; ranges apart give a
     direction, ranked when the lead exceeds the run's margin and both settled. A table that records no spread
     for any row is read as exact numbers."""
-    from servelab.bench.stats import read_apart
+    from servelab.bench.report import read_apart
 
     ra, rb = bands.loc[a], bands.loc[b]
     exact = not any(str(x) != "one value (no spread measured)" for x in bands["source"])
@@ -890,7 +889,7 @@ def p99_budget(answer, *, trials, budget_ms: float, exercise: str, step=None, st
     below the one-client baseline the check measures before and after your trials (the two pooled) — unless it is
     that baseline's configuration (one client, nothing changed), which can only differ from it by noise. The score
     (the chosen trial's img/s) is kept in the detail for the grade sheet."""
-    from servelab.bench.records import load_records
+    from servelab.bench.results.records import load_records
 
     baseline = trials.baseline()
 
@@ -958,9 +957,9 @@ def emulated_plan(answer, *, emulated, device, run, clients: int, opts, exercise
     around each request that a GPU server's clients would not see in the same way, and a busy 2-core machine
     can add a third; that time is reported beside it, not charged to the plan. The ratio and the figures are
     kept in the detail."""
-    from servelab.bench.emulated_lesson import TEMPLATE_MAX_BATCH
-    from servelab.bench.records import load_records
+    from servelab.bench.experiments.emulated_lesson import TEMPLATE_MAX_BATCH
     from servelab.bench.report import ratio_verdict
+    from servelab.bench.results.records import load_records
 
     experiment = f"{exercise}-plan"
 
@@ -1034,9 +1033,9 @@ def triton_client_call(answer, *, triton_http_url: str, model: str, triton_grpc_
     from servelab.triton.control import address
 
     try:
-        from servelab.bench.inputs import sample_tensor
+        from servelab.bench.load.inputs import sample_tensor
     except ImportError:  # the bench before its inputs module
-        from servelab.bench.experiments import sample_tensor
+        from servelab.bench.load import sample_tensor
 
     pixels = sample_tensor(batch, seed=7)
     host = address(triton_grpc_url or triton_http_url)

@@ -37,7 +37,7 @@ def _strs(text: str) -> tuple:
 
 
 def _opts(quick: bool, tolerance: float, max_windows: int):
-    from servelab.bench.loadgen import LoadOpts
+    from servelab.bench.load.options import LoadOpts
 
     if quick:
         return LoadOpts.smoke()
@@ -47,7 +47,8 @@ def _opts(quick: bool, tolerance: float, max_windows: int):
 
 
 def _finish(run, records, price_per_hour=None, columns=None) -> None:
-    from servelab.bench.report import COLUMNS, flat_rows, goals_table, markdown_table, ratio_sentence, write_report
+    from servelab.bench.report.sentences import ratio_sentence
+    from servelab.bench.report.tables import COLUMNS, flat_rows, goals_table, markdown_table, write_report
 
     paths = write_report(run, price_per_hour)
     rows = [r for r in flat_rows(records) if r["kind"] not in ("derived", "ab")]
@@ -73,16 +74,16 @@ def _finish(run, records, price_per_hour=None, columns=None) -> None:
 
 
 def _new_run(run_id, name):
-    from servelab.bench.records import Run
+    from servelab.bench.results.records import Run
 
     return Run(run_id=run_id, name=name)
 
 
 @contextlib.contextmanager
 def _serve(run, server: str, engine: str = "onnx", link: str = "loopback", **kw):
-    """Start `server` for the measurement; its clients reach it across `link` (servelab.bench.link)."""
-    from servelab.bench.link import network_link
-    from servelab.bench.servers import served
+    """Start `server` for the measurement; its clients reach it across `link` (servelab.bench.servers.link)."""
+    from servelab.bench.servers.lifecycle import served
+    from servelab.bench.servers.link import network_link
 
     with served(server, engine=engine, log_path=run.dir / f"{server}.log", **kw) as srv:
         if server == "in-process":
@@ -103,7 +104,7 @@ def service(
 ):
     """Raw engines at batch 1/16; each served engine at c=1, and served c=16 vs raw batch 16 interleaved; goals."""
     from servelab.bench import experiments as ex
-    from servelab.bench.goals import service_goals
+    from servelab.bench.results.goals import service_goals
 
     run, opts = _new_run(run_id, "service"), _opts(quick, tolerance, max_windows)
     engines_ = _strs(engines)
@@ -263,7 +264,7 @@ def instances(
 ):
     """Triton instance_group count scaling (the CPU analogue of the multi-GPU study), with scaling efficiency."""
     from servelab.bench import experiments as ex
-    from servelab.bench.goals import scaling_efficiency
+    from servelab.bench.results.goals import scaling_efficiency
 
     run, opts = _new_run(run_id, "instances"), _opts(quick, tolerance, max_windows)
     with _serve(run, f"triton-{protocol}", payload="tensor") as srv:
@@ -292,7 +293,7 @@ def ort_profile(
 ):
     """ONNX Runtime profile: share of kernel time by op type and the provider that ran each node."""
     from servelab.bench import experiments as ex
-    from servelab.bench.report import markdown_table
+    from servelab.bench.report.tables import markdown_table
 
     run = _new_run(run_id, "ort-profile")
     recs = ex.ort_profile(run, engine=engine, provider=provider, batch=batch, iterations=1 if quick else iterations)
@@ -335,8 +336,8 @@ def overload(
     deadline_s: float = typer.Option(10.0, help="the service's per-request deadline"),
 ):
     """Open loop past capacity: goodput, accepted p99, 503s, 5xx and crashes per server, with the goals."""
-    from servelab.bench import overload as ov
-    from servelab.bench.report import goals_table, markdown_table
+    from servelab.bench.experiments import overload as ov
+    from servelab.bench.report.tables import goals_table, markdown_table
 
     run = _new_run(run_id, "overload")
     recs = ov.overload(run, servers=_strs(servers), engine=engine, levels=_ints(levels), duration_s=duration_s,
@@ -349,7 +350,7 @@ def overload(
 @app.command()
 def report(run: str = typer.Argument(..., help="run id or folder"), price_per_hour: float | None = PRICE):
     """(Re)write a run's tables and plots; with --price-per-hour also its cost table."""
-    from servelab.bench.report import write_report
+    from servelab.bench.report.tables import write_report
 
     for p in write_report(run, price_per_hour):
         typer.echo(str(p))
@@ -360,8 +361,8 @@ def cost(run: str = typer.Argument(..., help="run id or folder"),
          price_per_hour: float = typer.Option(..., "--price-per-hour", help="machine price per hour"),
          currency: str = typer.Option("USD")):
     """images/s -> cost per 1,000 images at a given price per hour."""
-    from servelab.bench.records import load_records
-    from servelab.bench.report import cost_table, markdown_table
+    from servelab.bench.report.tables import cost_table, markdown_table
+    from servelab.bench.results.records import load_records
 
     if price_per_hour <= 0:
         raise ValueError("--price-per-hour must be > 0")
@@ -377,8 +378,8 @@ def compare(run_a: str = typer.Argument(..., help="baseline run (id or folder)")
     """B vs A point by point (within noise when their window ranges overlap, the change is inside the spread and the
     machine's drift, or the drift probes show the machine itself that much faster or slower at that moment), the
     share of points within noise, and whether each headline sentence makes the same claim."""
-    from servelab.bench.compare import compare as do_compare
-    from servelab.bench.report import markdown_table
+    from servelab.bench.report.tables import markdown_table
+    from servelab.bench.results.compare import compare as do_compare
 
     c = do_compare(run_a, run_b, min_noise=min_noise, min_fraction=min_fraction)
     if not c.points and not c.headlines:
@@ -405,7 +406,7 @@ def gpu_reference(
     budget_s: float = typer.Option(240.0, help="about how long the stage may take; optional steps are skipped past it"),
 ):
     """One stage of the GPU reference run (scripts/gpu_reference.sh runs them all); stages share one run."""
-    from servelab.bench.gpu_reference import run_stage
+    from servelab.bench.experiments.gpu_reference import run_stage
 
     run = _new_run(run_id, "gpu-reference")
     _finish(run, run_stage(run, stage, budget_s=budget_s))
@@ -430,8 +431,8 @@ def device_profile(run: str = typer.Argument(..., help="run id or folder with ra
     import re
     from pathlib import Path
 
-    from servelab.bench.device_fit import batch_curve, fit_profile
-    from servelab.bench.records import load_records, resolve_run_dir
+    from servelab.bench.experiments.device_fit import batch_curve, fit_profile
+    from servelab.bench.results.records import load_records, resolve_run_dir
     from servelab.model.device_profile import write_profile
 
     run_dir = resolve_run_dir(run)

@@ -86,7 +86,7 @@ def _conditions(out_dir: Path) -> list[str]:
     lines = ["", "## How the client reached the servers", ""]
     lines += [f"- link `{name}`: {', '.join(sorted(how))}" for name, how in sorted(links.items())]
     lines.append(f"- CPU pinning: {'; '.join(pinning) if pinning else 'not recorded'}")
-    from servelab.bench.drift import describe, probe_values
+    from servelab.bench.load.drift import describe, probe_values
 
     probes = probe_values(records)
     if probes:  # figures measured minutes apart differ by at least this much on this machine

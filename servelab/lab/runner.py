@@ -121,11 +121,13 @@ def _failure(exc: Exception) -> dict:
 
 def _fingerprint(out_dir: Path, say: Callable[[str], None]) -> dict:
     """The environment fingerprint, written once per run as environment.json."""
+    from servelab.config import Settings
     from servelab.fingerprint import environment_fingerprint
+    from servelab.model.weights import weights_label
 
     path = out_dir / "environment.json"
     try:
-        fp = environment_fingerprint()
+        fp = environment_fingerprint(weights_label(Settings.from_env()))
     except Exception as exc:  # the report must still be written; say what is missing
         say(f"warning: no environment fingerprint ({type(exc).__name__}: {exc})")
         fp = {"error": f"fingerprint unavailable: {exc}"}
@@ -213,15 +215,15 @@ PROBE_GAP_S = 30.0  # a probe closer than this to the last one is skipped
 
 
 def _drift_probe(p: RunPlan, say: Callable[[str], None]) -> Callable[[str], None]:
-    """A profile that produces results measures the machine's own speed (servelab.bench.drift) before each
+    """A profile that produces results measures the machine's own speed (servelab.bench.load.drift) before each
     notebook and at the end, so figures measured at different moments can be judged against how far the machine
     alone moved; not again within PROBE_GAP_S of the last probe. Smoke runs and runs against a node (whose speed
     this machine cannot see) skip it."""
     load = p.values.get("load") or {}
     if p.place != "local" or load.get("quick", True):
         return lambda before: None
-    from servelab.bench.drift import DriftProbe
-    from servelab.bench.records import Run
+    from servelab.bench.load.drift import DriftProbe
+    from servelab.bench.results.records import Run
 
     try:
         ref = DriftProbe()
@@ -279,7 +281,7 @@ def _stack(p: RunPlan, ports: str, say: Callable[[str], None]):
 def _pinned(stack_params: dict, enabled: bool, say: Callable[[str], None]):
     """--pin-cores: this process, and so every notebook kernel it starts (the client), on some cores and the local
     stack's servers on the others, where the OS allows; yields what was done (run.json and the report say it)."""
-    from servelab.bench.cpu import NOT_PINNED, pinned
+    from servelab.bench.load.cpu import NOT_PINNED, pinned
 
     if not enabled:
         yield NOT_PINNED

@@ -90,7 +90,7 @@ class Step:
         """The drift the probe measured so far in this run (the lab runner probes before every notebook), made
         the margin of this notebook's sentences (servelab.bench.report.margin); None without probes."""
         from servelab.bench import report
-        from servelab.bench.drift import drift, probe_values
+        from servelab.bench.load.drift import drift, probe_values
 
         path = self.out_dir / "records.jsonl"
         d = drift(probe_values(self.run.records)) if path.exists() else None
@@ -102,7 +102,7 @@ class Step:
     def run(self):
         """This lab run as a bench `Run` (records.jsonl + environment.json in out_dir): pass it to experiments."""
         if self._run is None:
-            from servelab.bench.records import Run
+            from servelab.bench.results.records import Run
 
             self._run = Run(run_id=self.out_dir.name, root=self.out_dir.parent)
         return self._run
@@ -116,8 +116,8 @@ class Step:
         return fingerprint_tags(self.environment)
 
     def opts(self, load: dict):
-        """Bench load options (servelab.bench.loadgen.LoadOpts) from the profile's `load` knob."""
-        from servelab.bench.loadgen import LoadOpts
+        """Bench load options (servelab.bench.load.LoadOpts) from the profile's `load` knob."""
+        from servelab.bench.load import LoadOpts
 
         return LoadOpts(**load)
 
@@ -171,7 +171,7 @@ class Step:
 
     def records(self, **match) -> pd.DataFrame:
         """This run's records (records.jsonl), optionally filtered by equal fields, as a flat DataFrame."""
-        from servelab.bench.records import records_frame
+        from servelab.bench.results.records import records_frame
 
         return records_frame([r for r in self.run.records if all(r.get(k) == v for k, v in match.items())])
 
@@ -203,7 +203,7 @@ class Step:
         Which machine served the rows (their params.served_by) tags the tables made from them; at place=node,
         rows served by different machines (a server this notebook started next to one of the node's) also get
         a `served_by` column and a sentence saying the comparison is between machines as well as servers."""
-        from servelab.bench.records import records_frame
+        from servelab.bench.results.records import records_frame
 
         failed = [r for r in records if r.get("kind") in ("load", "raw") and not r.get("requests") and r.get("errors")]
         if failed:  # a server that never answered: stop here with its error, not later on an empty table
@@ -228,9 +228,9 @@ class Step:
         as tables/<id>_shows.md so the report carries it, and as this notebook's headline in the run's
         headlines.json, so `servelab bench compare` can tell whether another run concluded the same. Where the
         notebook also measured the emulated accelerator, its ratios follow, labelled with the device's profile.
-        The GPU reference run's figures for the same question (servelab.bench.reference) come after, labelled."""
-        from servelab.bench.headlines import emulated_figures, record_headline
-        from servelab.bench.reference import reference_line
+        The GPU reference run's figures for the same question (servelab.bench.results.reference) come after, labelled."""
+        from servelab.bench.report.headlines import emulated_figures, record_headline
+        from servelab.bench.results.reference import reference_line
 
         text = " ".join(t for t in (text, emulated_figures(self.out_dir, self.id)) if t)
         _display_md(f"**What this run shows.** {text}")

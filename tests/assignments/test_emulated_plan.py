@@ -8,9 +8,9 @@ import pytest
 
 from servelab.assignments import checks
 from servelab.assignments.result import FAIL, PASS, STRICT_ENV
-from servelab.bench import emulated_lesson as emulated
-from servelab.bench.loadgen import LoadOpts
-from servelab.bench.records import Run, load_records
+from servelab.bench.experiments import emulated_lesson as emulated
+from servelab.bench.load import LoadOpts
+from servelab.bench.results.records import Run, load_records
 from servelab.triton.control import get_config
 from servelab.triton.models import EMULATED_ENCODER
 

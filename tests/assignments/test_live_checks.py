@@ -10,8 +10,8 @@ from fastapi import HTTPException, Request  # module level: routes' annotations 
 from servelab.assignments import checks
 from servelab.assignments.live import Trials
 from servelab.assignments.result import FAIL, NOT_IMPLEMENTED, PASS, STRICT_ENV
-from servelab.bench.experiments import LoadOpts
-from servelab.bench.records import Run, load_records
+from servelab.bench.load import LoadOpts
+from servelab.bench.results.records import Run, load_records
 from servelab.triton.control import get_config
 from servelab.triton.models import CPU_ENCODER
 

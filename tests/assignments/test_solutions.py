@@ -19,8 +19,8 @@ from servelab.assignments import checks
 from servelab.assignments.exercises import find, student_source
 from servelab.assignments.live import Trials
 from servelab.assignments.result import NOT_IMPLEMENTED, PASS, STRICT_ENV
-from servelab.bench import emulated_lesson
-from servelab.bench.experiments import LoadOpts
+from servelab.bench.experiments import emulated_lesson
+from servelab.bench.load import LoadOpts
 from servelab.client import InferenceClient
 from servelab.lab.notebooks import discover
 from servelab.lab.step import Step

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from servelab.bench.experiments import ab
-from servelab.bench.loadgen import LoadOpts
-from servelab.bench.records import Run
+from servelab.bench.load import LoadOpts
+from servelab.bench.results.records import Run
 from servelab.bench.servers import TritonServed
 from servelab.triton.control import config_dict, config_switch, get_config
 

@@ -16,8 +16,8 @@ def test_records_say_which_machine_served_them(service, tmp_path):
     import httpx
 
     from servelab.bench.experiments import measure
-    from servelab.bench.loadgen import LoadOpts
-    from servelab.bench.records import Run
+    from servelab.bench.load import LoadOpts
+    from servelab.bench.results.records import Run
     from servelab.fingerprint import machine_label
 
     reported = httpx.get(service.url + "/info", timeout=10).json()["machine"]

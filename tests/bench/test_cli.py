@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from servelab.bench.records import Run
+from servelab.bench.results.records import Run
 
 SERVELAB = [sys.executable, "-c", "from servelab.cli import main; main()"]
 

@@ -2,9 +2,9 @@
 
 import json
 
-from servelab.bench.compare import compare
-from servelab.bench.headlines import claim, differences, load_headlines, record_headline
-from servelab.bench.records import Run
+from servelab.bench.report.headlines import claim, differences, load_headlines, record_headline
+from servelab.bench.results.compare import compare
+from servelab.bench.results.records import Run
 
 
 def _run(root, name, points, headlines):
@@ -150,7 +150,7 @@ def _timed_run(root, name, probes, point_at, windows):
 
 
 def test_machine_speed_is_interpolated_between_the_probes_around_a_record():
-    from servelab.bench.drift import machine_speed
+    from servelab.bench.load.drift import machine_speed
 
     recs = [{"kind": "probe", "throughput_img_s": 10.0, "timestamp": "2026-11-23T10:00:00+00:00"},
             {"kind": "load", "timestamp": "2026-11-23T10:03:00+00:00"},

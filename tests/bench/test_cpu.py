@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from servelab.bench.cpu import NOT_PINNED, CpuMeter, pinned, plan_cores
+from servelab.bench.load.cpu import NOT_PINNED, CpuMeter, pinned, plan_cores
 
 
 def _spin(stop: threading.Event) -> None:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from servelab.bench.device_fit import batch_curve, fit_profile
+from servelab.bench.experiments.device_fit import batch_curve, fit_profile
 from servelab.model.device_profile import profile, read_profile
 
 SERVELAB = [sys.executable, "-c", "from servelab.cli import main; main()"]
@@ -63,8 +63,8 @@ def test_the_measured_h100_profile_is_the_fit_of_the_reference_run():
     several curves of one engine (precisions, device-resident or host-fed) needs them named."""
     from pathlib import Path
 
-    from servelab.bench.device_fit import batch_curve, fit_profile
-    from servelab.bench.records import load_records
+    from servelab.bench.experiments.device_fit import batch_curve, fit_profile
+    from servelab.bench.results.records import load_records
     from servelab.model.device_profile import profile
 
     records = load_records(Path(__file__).resolve().parents[2] / "reference" / "nvidia-h100-80gb-hbm3")

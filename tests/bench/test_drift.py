@@ -2,8 +2,8 @@
 
 import pytest
 
-from servelab.bench.drift import DriftProbe, describe, drift, probe_values
-from servelab.bench.records import Run
+from servelab.bench.load.drift import DriftProbe, describe, drift, probe_values
+from servelab.bench.results.records import Run
 
 
 def test_drift_is_the_pairwise_difference_nine_pairs_in_ten_stay_within():

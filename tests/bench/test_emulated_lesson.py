@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from servelab.bench import emulated_lesson as emulated
-from servelab.bench.loadgen import LoadOpts
+from servelab.bench.experiments import emulated_lesson as emulated
+from servelab.bench.load import LoadOpts
 from servelab.model.device_profile import PROFILES, DeviceProfile
 
 FLAT = PROFILES["flat"]      # 168 ms up to 4 images, then 40 ms per image
@@ -91,8 +91,8 @@ def test_a_configuration_outside_the_model_is_refused(bad):
 
 
 def test_a_headline_quotes_the_emulated_ratios_its_notebook_measured_labelled_with_their_profile(tmp_path):
-    from servelab.bench.headlines import claim, emulated_figures
-    from servelab.bench.records import Run
+    from servelab.bench.report.headlines import claim, emulated_figures
+    from servelab.bench.results.records import Run
 
     run = Run(run_id="r", root=tmp_path)
     assert emulated_figures(run.dir, "06b") == ""  # no records yet

@@ -4,10 +4,10 @@ the goals and sentences built from records."""
 import pytest
 
 from servelab.bench import experiments as ex
-from servelab.bench.goals import goal_record, scaling_efficiency, service_goals, triton_goals
-from servelab.bench.loadgen import LoadOpts
-from servelab.bench.records import Run, load_records
+from servelab.bench.load import LoadOpts
 from servelab.bench.report import cost_table, goals_table, ratio_sentence
+from servelab.bench.results.goals import goal_record, scaling_efficiency, service_goals, triton_goals
+from servelab.bench.results.records import Run, load_records
 from servelab.bench.servers import served
 
 SMOKE = LoadOpts.smoke(max_windows=2)  # one ABBA block per A/B: these tests check that each experiment runs
@@ -207,7 +207,7 @@ def test_triton_goals_read_the_interleaved_ratios(run):
 
 def test_step_takes_the_margin_from_this_runs_probes(tmp_path):
     from servelab.bench import report
-    from servelab.bench.drift import EXPERIMENT, drift
+    from servelab.bench.load.drift import EXPERIMENT, drift
     from servelab.lab.step import Step
 
     run = Run(run_id="lab", root=tmp_path)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from servelab.bench import gpu_reference as gr
-from servelab.bench.loadgen import LoadOpts
-from servelab.bench.records import Run
+from servelab.bench.experiments import gpu_reference as gr
+from servelab.bench.load import LoadOpts
+from servelab.bench.results.records import Run
 
 
 @pytest.fixture

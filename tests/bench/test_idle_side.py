@@ -16,10 +16,10 @@ import psutil
 import pytest
 
 from servelab.bench.experiments import ab
-from servelab.bench.idle import IdleSides, idle_cpu_pct, stoppable_group
-from servelab.bench.inputs import sample_jpegs, sample_tensor
-from servelab.bench.loadgen import LoadOpts
-from servelab.bench.records import Run
+from servelab.bench.load import LoadOpts
+from servelab.bench.load.idle import IdleSides, idle_cpu_pct, stoppable_group
+from servelab.bench.load.inputs import sample_jpegs, sample_tensor
+from servelab.bench.results.records import Run
 from servelab.bench.servers import attach, served
 from servelab.managed_process import stop_process_group
 from servelab.netutil import wait_http

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from servelab.bench.link import LOOPBACK, link_effect, link_profile, netem_support, network_link
+from servelab.bench.servers.link import LOOPBACK, link_effect, link_profile, netem_support, network_link
 
 MB = 1_000_000
 

@@ -8,17 +8,10 @@ import time
 import numpy as np
 import pytest
 
-from servelab.bench.loadgen import (
-    LoadOpts,
-    Recorder,
-    client_factory,
-    closed_loop,
-    interleaved,
-    open_loop,
-    poisson_schedule,
-)
-from servelab.bench.records import make_record, validate_record
-from servelab.bench.stats import Reading, read_ratio
+from servelab.bench.experiments.interleaved import interleaved
+from servelab.bench.load import LoadOpts, Recorder, client_factory, closed_loop, open_loop, poisson_schedule
+from servelab.bench.report import Reading, read_ratio
+from servelab.bench.results.records import make_record, validate_record
 
 from .conftest import TINY
 
@@ -304,7 +297,7 @@ def test_open_loop_reports_backlog_at_an_impossible_rate(tiny_triton, tiny_facto
 
 def test_closed_loop_counts_equal_service_metrics(service):
     """Same exactness against the FastAPI service's own Prometheus counters (real model, real uvicorn)."""
-    from servelab.bench.inputs import sample_tensor
+    from servelab.bench.load.inputs import sample_tensor
     from servelab.bench.servers import service_delta, service_metrics
     from servelab.client import InferenceClient
 

@@ -9,7 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from servelab.bench.monitoring import (
+from servelab.bench.experiments.monitoring import (
     ALERT,
     Target,
     check_rules,
@@ -86,8 +86,8 @@ def admitting_one(onnx_meta, tmp_path_factory):
 
 
 def _service_factory(url):
-    from servelab.bench.inputs import sample_jpegs
-    from servelab.bench.loadgen import client_factory
+    from servelab.bench.load import client_factory
+    from servelab.bench.load.inputs import sample_jpegs
     from servelab.client import InferenceClient
 
     return client_factory(lambda: InferenceClient(mode="remote", backend="fastapi", url=url, payload="jpeg", retries=0),

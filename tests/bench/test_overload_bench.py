@@ -3,8 +3,8 @@ control and the one without are offered the same arrival rates, from one capacit
 
 from __future__ import annotations
 
-from servelab.bench.overload import EXPERIMENT, knee_rows, overload
-from servelab.bench.records import Run
+from servelab.bench.experiments.overload import EXPERIMENT, knee_rows, overload
+from servelab.bench.results.records import Run
 
 
 def test_the_two_service_copies_share_one_capacity_and_get_the_same_arrivals(onnx_meta, tmp_path):

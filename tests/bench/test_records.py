@@ -5,7 +5,7 @@ import json
 import jsonschema
 import pytest
 
-from servelab.bench.records import RECORD_SCHEMA, Run, load_records, make_record, validate_record
+from servelab.bench.results.records import RECORD_SCHEMA, Run, load_records, make_record, validate_record
 
 
 def test_a_full_record_validates_and_nulls_are_allowed():
@@ -79,7 +79,7 @@ def test_schema_1_records_load_with_todays_field_names(tmp_path):
 def test_a_record_measured_in_this_process_names_this_machine(tmp_path):
     """In-process and client-side rows are served by the machine the notebook runs on; rows say so even when the
     code that made them did not (at place=node they sit beside rows the node served)."""
-    from servelab.bench.records import Run
+    from servelab.bench.results.records import Run
     from servelab.bench.servers import this_machine
 
     run = Run("r", root=tmp_path, weights="w")

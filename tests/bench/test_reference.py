@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from servelab.bench.reference import reference_line
+from servelab.bench.results.reference import reference_line
 
 
 def test_each_line_names_the_reference_machine_and_comes_from_its_records():
@@ -18,7 +18,7 @@ def test_each_line_names_the_reference_machine_and_comes_from_its_records():
 
 
 def test_a_newer_reference_run_is_the_one_shown(tmp_path):
-    from servelab.bench.records import Run
+    from servelab.bench.results.records import Run
 
     def run(name, date, img_s):
         r = Run(name, root=tmp_path)

@@ -5,8 +5,8 @@ import csv
 import pytest
 
 from servelab.bench import report
-from servelab.bench.records import Run, load_records
 from servelab.bench.report import leader, ratio_figure, ratio_sentence, ratio_verdict, versus, write_report
+from servelab.bench.results.records import Run, load_records
 
 
 def _run(tmp_path, name, points):
@@ -127,7 +127,7 @@ def test_ratio_sentences_rank_a_consistent_lead_or_call_it_too_close():
 
 
 def test_a_quoted_ratio_keeps_its_figure_and_leaves_the_ranking_to_its_own_sentence():
-    from servelab.bench.headlines import claim
+    from servelab.bench.report.headlines import claim
 
     ranked, tie = _ratio(1.31, 1.2, 1.4), _ratio(1.03, 0.97, 1.08)
     assert ratio_figure(ranked) == "grpc ÷ http throughput: 1.31× (pairs 1.20–1.40)"
@@ -141,7 +141,7 @@ def test_a_quoted_ratio_keeps_its_figure_and_leaves_the_ranking_to_its_own_sente
 
 
 def test_headlines_tell_a_small_consistent_lead_from_a_ranking_and_a_tie():
-    from servelab.bench.headlines import claim
+    from servelab.bench.report.headlines import claim
 
     ranked, small = ratio_sentence(_ratio(1.31, 1.2, 1.4)), ratio_sentence(_ratio(1.07, 1.02, 1.12))
     tie, other_way = ratio_sentence(_ratio(1.03, 0.97, 1.08)), ratio_sentence(_ratio(0.93, 0.9, 0.96))

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from servelab.bench.experiments import measure
-from servelab.bench.loadgen import LoadOpts
-from servelab.bench.records import Run
+from servelab.bench.load import LoadOpts
+from servelab.bench.results.records import Run
 from servelab.bench.servers import served
 from servelab.triton.models import EMULATED_ENCODER
 

@@ -4,17 +4,8 @@ comparison (ranked, consistent but small, too close to call) that sentences and 
 import numpy as np
 import pytest
 
-from servelab.bench.stats import (
-    Reading,
-    Why,
-    cost_per_1000,
-    is_stable,
-    latency_summary,
-    ratio_decided,
-    read_apart,
-    read_ratio,
-    relative_spread,
-)
+from servelab.bench.load import is_stable, latency_summary, ratio_decided, relative_spread
+from servelab.bench.report import Reading, Why, cost_per_1000, read_apart, read_ratio
 
 
 def test_percentiles_of_a_known_ramp():

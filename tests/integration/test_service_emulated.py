@@ -10,7 +10,7 @@ import httpx
 import numpy as np
 import pytest
 
-from servelab.bench.loadgen import LoadOpts, closed_loop
+from servelab.bench.load import LoadOpts, closed_loop
 from servelab.bench.servers import attach
 from servelab.config import Settings
 from servelab.model.device_profile import profile

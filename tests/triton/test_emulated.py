@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from servelab.bench.loadgen import LoadOpts, closed_loop
+from servelab.bench.load import LoadOpts, closed_loop
 from servelab.bench.servers import attach
 from servelab.model.device_profile import profile
 from servelab.triton.control import config_dict, get_config, load_model

@@ -1,5 +1,6 @@
 """No import cycles in servelab, counting imports inside functions too (a cycle hidden in a function-level
-import is still a cycle), and no two modules with one name in different packages unless they play the same
+import is still a cycle), none between its packages either (servelab.bench may be used by servelab.lab, never the
+other way round; servelab.model by servelab.fingerprint, never the other way round), and no two modules with one name in different packages unless they play the same
 role in each (a package's `cli`, a client backend named after its server)."""
 
 from __future__ import annotations
@@ -81,9 +82,31 @@ def test_no_import_cycles():
     assert _cycles(_graph(_modules())) == []
 
 
+def _packages(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The module graph folded into servelab's top-level packages and modules (servelab.bench, servelab.lab, …)."""
+    def top(m: str) -> str:
+        return ".".join(m.split(".")[:2])
+
+    out: dict[str, set[str]] = {}
+    for mod, targets in graph.items():
+        out.setdefault(top(mod), set()).update(top(t) for t in targets if top(t) != top(mod))
+    return out
+
+
+def test_no_import_cycles_between_packages():
+    assert _cycles(_packages(_graph(_modules()))) == []
+
+
 def test_the_checker_finds_a_cycle():
     graph = {"a": {"b"}, "b": {"a"}, "c": set()}
     assert _cycles(graph) == [["a", "b"]]
+
+
+def test_the_package_checker_finds_a_cycle_that_no_two_modules_make():
+    graph = {"servelab.bench.a": {"servelab.lab.x"}, "servelab.lab.y": {"servelab.bench.b"}, "servelab.lab.x": set(),
+             "servelab.bench.b": set()}
+    assert _cycles(graph) == []
+    assert _cycles(_packages(graph)) == [["servelab.bench", "servelab.lab"]]
 
 
 def test_module_names_are_not_reused_across_packages():

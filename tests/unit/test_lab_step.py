@@ -18,7 +18,7 @@ def test_show_code_cuts_between_markers(monkeypatch):
 
 
 def _load_record(server: str, served_by: str) -> dict:
-    from servelab.bench.records import make_record
+    from servelab.bench.results.records import make_record
 
     return make_record("98-x", "r", server=server, throughput_img_s=10.0, params={"served_by": served_by})
 
@@ -54,7 +54,7 @@ def test_earlier_gives_only_this_lab_runs_records_of_the_named_notebooks(tmp_pat
     (an interactive folder accumulates sessions) and notebooks opened on their own get none, and measure."""
     import json
 
-    from servelab.bench.records import make_record
+    from servelab.bench.results.records import make_record
 
     out = tmp_path / "run"
     out.mkdir()

@@ -1,6 +1,6 @@
 """A device profile fitted to a run's measured batch curve: what `servelab bench device-profile <run>` writes.
 
-    from servelab.bench.device_fit import batch_curve, fit_profile
+    from servelab.bench.experiments.device_fit import batch_curve, fit_profile
     curve = batch_curve(records, engine="onnx", provider="cuda")   # {batch: seconds per batch}, raw in-process records
     p = fit_profile(curve, name="onnx-cuda-h100", source="…")        # DeviceProfile, t(B) as servelab.model.device_profile
 

@@ -25,8 +25,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from servelab.bench.loadgen import LoadOpts
-from servelab.bench.servers import TritonServed, this_machine
+from servelab.bench.load.options import LoadOpts
+from servelab.bench.servers.handle import this_machine
+from servelab.bench.servers.triton_served import TritonServed
 from servelab.model.device_profile import DeviceProfile, profile
 from servelab.triton.models import EMULATED_ENCODER
 
@@ -161,7 +162,7 @@ class EmulatedTriton:
     def measure(self, run, experiment: str, cfg: dict, *, concurrency: int, opts: LoadOpts,
                 params: dict | None = None) -> dict:
         """One closed-loop point of batch-1 requests with the model loaded with `cfg`."""
-        from servelab.bench.experiments import measure
+        from servelab.bench.experiments.point import measure
 
         self.use(cfg)
         return measure(self._run(run), experiment, self.handle(cfg), payload="tensor", batch=1,
@@ -171,7 +172,8 @@ class EmulatedTriton:
               measured: tuple = ()) -> list[dict]:
         """Batch-1 clients at each concurrency with the model loaded with `cfg`; a point among `measured` (an
         A/B's sides with this configuration) is taken from there, not measured again."""
-        from servelab.bench.experiments import already_measured, concurrency_sweep
+        from servelab.bench.experiments.point import already_measured
+        from servelab.bench.experiments.sweeps import concurrency_sweep
 
         handle = self.handle(cfg)
         if not all(already_measured(measured, handle, payload="tensor", concurrency=c) for c in concurrencies):
@@ -183,7 +185,7 @@ class EmulatedTriton:
            opts: LoadOpts, concurrency_b: int | None = None) -> list[dict]:
         """Two configurations in alternating windows (the model reloaded when the side changes): A's record,
         B's record and the ratio A ÷ B, as servelab.bench.experiments.ab writes them."""
-        from servelab.bench.experiments import ab
+        from servelab.bench.experiments.interleaved import ab
 
         configs = (cfg_a, cfg_b)
         return ab(self._run(run), experiment, self.handle(cfg_a), self.handle(cfg_b), label_a=label_a,

@@ -30,7 +30,7 @@ import time
 
 import numpy as np
 
-from servelab.bench.records import Run
+from servelab.bench.results.records import Run
 from servelab.fingerprint import usable_cores
 
 STAGES = ("raw", "service", "triton")
@@ -190,7 +190,7 @@ def _record(run: Run, precision: str, variant: str, batch: int, rates: list[floa
 
 def precision_parity(run: Run, *, device: str = "cuda", n: int = 32) -> list[dict]:
     """fp16 and bf16 against fp32 on the lab's photos: the cosine of each photo's two embeddings (min, mean)."""
-    from servelab.bench.inputs import sample_tensor
+    from servelab.bench.load.inputs import sample_tensor
     from servelab.config import Settings
     from servelab.model.engines import make_embedder
     from servelab.model.export import cosine_rows
@@ -216,7 +216,7 @@ def decode(run: Run, *, n: int = 256, window_s: float = 0.5, windows: int = 5) -
 
     import torch
 
-    from servelab.bench.inputs import sample_jpegs
+    from servelab.bench.load.inputs import sample_jpegs
     from servelab.model.gpu_decode import preprocess_jpegs
     from servelab.model.preprocess import preprocess_bytes
 
@@ -277,8 +277,8 @@ def served_sweep(run: Run, server: str, *, engine: str, payloads=("tensor", "jpe
                  opts=None, experiment: str = "gpu-served", **serve_kw) -> list[dict]:
     """Batch-1 requests from 1 … 128 clients against `server` on the GPU, per payload."""
     from servelab.bench import experiments as ex
-    from servelab.bench.cpu import CpuMeter
-    from servelab.bench.servers import served
+    from servelab.bench.load.cpu import CpuMeter
+    from servelab.bench.servers.lifecycle import served
 
     out = []
     log = run.dir / f"{server}-gpu.log"
@@ -300,8 +300,7 @@ def run_stage(run: Run, stage: str, *, budget_s: float = 240.0) -> list[dict]:
     """One stage of the reference run (see the module docstring), within about `budget_s` seconds. A step that
     fails leaves an `unavailable` record with its error, and the stage goes on with the next."""
     from servelab.bench import experiments as ex
-    from servelab.bench.loadgen import LoadOpts
-    from servelab.lab.params import GPU_LOAD
+    from servelab.bench.load.options import GPU_LOAD, LoadOpts
 
     if stage not in STAGES:
         raise ValueError(f"stage must be one of {', '.join(STAGES)}, got {stage!r}")

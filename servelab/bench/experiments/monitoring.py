@@ -224,18 +224,18 @@ class Request:
     clients: int
     t_start: float
     t_end: float
-    outcome: str  # ok | shed | http_5xx | http_4xx | no_answer (servelab.bench.overload.outcome)
+    outcome: str  # ok | shed | http_5xx | http_4xx | no_answer (servelab.bench.experiments.overload.outcome)
 
 
 def stepped_load(factories: dict[str, Callable[[int], tuple]], steps: Sequence[int] = STEPS,
                  step_s: float = 2.0) -> tuple[float, list[Request]]:
     """Closed-loop clients, `steps[k]` of them per target during step k (`step_s` each), every target at once.
 
-    `factories[job](i)` gives worker i its (work, close), as `servelab.bench.loadgen.client_factory` makes them.
+    `factories[job](i)` gives worker i its (work, close), as `servelab.bench.load.client_factory` makes them.
     Returns the start time (unix seconds) and every request. Workers beyond the current step's count idle; a
     request under way when its worker is retired finishes and counts in the step it started in.
     """
-    from servelab.bench.overload import outcome
+    from servelab.bench.experiments.overload import outcome
 
     most = max(steps)
     state = {"clients": 0, "stop": False}
@@ -405,9 +405,9 @@ def plot_monitoring(view: MonitoringView, path: Path, title: str = "Monitoring v
     """Three panels over time: clients and answers/s (200 and 503), the service's latency quantiles (Prometheus
     lines, servelab's own accepted p99 per step as dots), Triton's queue and compute per request. The alert's
     firing spans are shaded in every panel. Without Prometheus, servelab's own records only."""
-    from servelab.bench.report import _plt, _save
+    from servelab.bench.report.plots import pyplot, save_figure
 
-    plt = _plt()
+    plt = pyplot()
     with_triton = any(r["target"] == "triton" for r in view.steps)
     fig, axes = plt.subplots(3 if with_triton else 2, 1, figsize=(9, 8 if with_triton else 5.5), sharex=True)
     load, lat, tri = (*axes, None) if not with_triton else axes
@@ -451,6 +451,6 @@ def plot_monitoring(view: MonitoringView, path: Path, title: str = "Monitoring v
     fig.suptitle(title + (f" — {ALERT} firing (shaded)" if view.alert_firing else "") +
                  ("" if view.scraped else f"\n{view.prometheus}"), fontsize=10)
     fig.tight_layout()
-    path = _save(fig, path)
+    path = save_figure(fig, path)
     plt.close(fig)
     return path

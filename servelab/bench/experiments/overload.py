@@ -37,10 +37,13 @@ import threading
 from collections import Counter
 from pathlib import Path
 
-from servelab.bench.goals import goal_record
-from servelab.bench.inputs import sample_jpegs
-from servelab.bench.loadgen import LoadOpts, client_factory, closed_loop, open_loop
-from servelab.bench.records import Run, memory_snapshot
+from servelab.bench.load.closed import closed_loop
+from servelab.bench.load.inputs import sample_jpegs
+from servelab.bench.load.options import LoadOpts
+from servelab.bench.load.poisson import open_loop
+from servelab.bench.load.workers import client_factory
+from servelab.bench.results.goals import goal_record
+from servelab.bench.results.records import Run, memory_snapshot
 
 SERVERS = ("fastapi", "fastapi-no-admission", "litserve", "triton-http")
 # the same service with and without its gate: one capacity serves both (measured with at most `queue` clients, the
@@ -97,7 +100,7 @@ def counting(factory, tally: Counter, lock: threading.Lock):
 @contextlib.contextmanager
 def overload_server(name: str, engine: str, *, queue: int, deadline_s: float, log_dir: Path):
     """Start `name` configured as described in the module docstring; yields (handle, make_client, settings)."""
-    from servelab.bench.servers import served
+    from servelab.bench.servers.lifecycle import served
     from servelab.client import InferenceClient
 
     log_path = log_dir / f"{name}.log"
@@ -269,12 +272,12 @@ def knee_rows(records: list[dict]) -> list[dict]:
 def plot_knee(records: list[dict], path: Path) -> Path | None:
     """The overload knee against offered load, one line per server: goodput as a share of the server's own
     goodput at 1× (left; the goal is the 0.9 line) and the accepted p99 (right, log)."""
-    from servelab.bench.report import _plt, _save
+    from servelab.bench.report.plots import pyplot, save_figure
 
     rows = knee_rows(records)
     if not rows:
         return None
-    plt = _plt()
+    plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     for server in dict.fromkeys(r["server"] for r in rows):
         rs = sorted((r for r in rows if r["server"] == server), key=lambda r: r["level"])
@@ -294,6 +297,6 @@ def plot_knee(records: list[dict], path: Path) -> Path | None:
     left.legend(fontsize=7)
     fig.suptitle("Overload: open-loop arrivals past capacity")
     fig.tight_layout()
-    path = _save(fig, path)
+    path = save_figure(fig, path)
     plt.close(fig)
     return path

@@ -2,7 +2,7 @@
 
 On a small machine the load generator competes with the server for the same cores, so a throughput figure
 means little without knowing what the client itself burnt. `CpuMeter` is a load-generator *meter* (see
-servelab.bench.loadgen: `start()`, then `stop() -> dict` merged into the record) that reports, over the
+servelab.bench.load: `start()`, then `stop() -> dict` merged into the record) that reports, over the
 measured windows, in percent of one core:
 
     loadgen_cpu_pct         the load generator's worker threads (request building, serialisation, parsing)
@@ -29,7 +29,7 @@ from collections.abc import Iterator
 
 import psutil
 
-LOAD_THREAD_PREFIXES = ("load", "open")  # the names loadgen gives its worker threads
+LOAD_THREAD_PREFIXES = ("load", "open")  # the names the load loops give their worker threads
 NOT_PINNED = "not pinned (client and server share every core)"
 PINNING_ENV = "SERVELAB_CPU_PINNING"
 

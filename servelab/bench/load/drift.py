@@ -34,8 +34,8 @@ class DriftProbe:
     """The reference workload, loaded once (an ONNX Runtime session in this process) and measured on demand."""
 
     def __init__(self, engine: str = "onnx", batch: int = 1):
-        from servelab.bench.inputs import sample_tensor
-        from servelab.bench.servers import make_embedder
+        from servelab.bench.load.inputs import sample_tensor
+        from servelab.bench.servers.in_process import make_embedder
 
         self.engine, self.batch = engine, batch
         self.embedder = make_embedder(engine)
@@ -57,7 +57,7 @@ class DriftProbe:
                 "measured_s": round(elapsed, 3)}
 
     def record(self, run, before: str, seconds: float = PROBE_S) -> dict:
-        """Measure now and write a probe record to `run` (a servelab.bench.records.Run); `before` names the
+        """Measure now and write a probe record to `run` (a servelab.bench.results.records.Run); `before` names the
         moment (the notebook about to start, or "end")."""
         m = self.measure(seconds)
         return run.record(EXPERIMENT, kind="probe", server="in-process", backend="in-process", engine=self.engine,

@@ -20,7 +20,7 @@ import json
 import re
 from pathlib import Path
 
-from servelab.bench.report import INDISTINGUISHABLE
+from servelab.bench.report.verdicts import INDISTINGUISHABLE
 
 FILE = "headlines.json"
 _NUMBER = re.compile(r"(?<![\w.])[-+−]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?(?!\w)")
@@ -53,7 +53,7 @@ def claim(text: str, *, strict: bool = False) -> str:
 def record_headline(run_dir: str | Path, key: str, text: str) -> dict:
     """Store (replace) headline `key` (e.g. a notebook id) of the run in <run_dir>/headlines.json; returns the file's
     content. Written to a temporary name and renamed: a crash never leaves half a file."""
-    from servelab.bench.records import atomic_write
+    from servelab.bench.results.records import atomic_write
 
     path = Path(run_dir) / FILE
     data = load_headlines(run_dir)
@@ -134,8 +134,8 @@ def emulated_figures(run_dir: str | Path, key: str) -> str:
     quote next to its CPU figures ("" when it measured none): each ratio named by its device's label ("emulated
     <profile>"), so a headline never passes an emulation off as a measurement. Read from the run's records:
     ratio ("ab") records of the notebook's experiments (`<key>-…`) whose device is emulated."""
-    from servelab.bench.records import load_records
-    from servelab.bench.report import ratio_sentence
+    from servelab.bench.report.sentences import ratio_sentence
+    from servelab.bench.results.records import load_records
     from servelab.model.device_profile import is_emulated
 
     try:

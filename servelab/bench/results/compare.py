@@ -6,7 +6,7 @@ k-th repeat of a point in A with the k-th in B). For each metric the two runs ha
 interleaved A/B ratio) the difference is *within noise* when the two runs' window ranges overlap, or when it is no
 larger than the noise: the larger recorded window spread (at least `min_noise`) and, for a throughput or latency
 (measured minutes apart, unlike a ratio, whose sides interleave), the machine's own drift across the two runs — how
-far the drift probe's measurements (servelab.bench.drift, taken before every notebook of a lab run) differed from
+far the drift probe's measurements (servelab.bench.load.drift, taken before every notebook of a lab run) differed from
 each other, 9 pairs in 10.
 
 A shared machine can also be measurably faster in one run than in the other at the moment a point was taken (the
@@ -19,7 +19,7 @@ that very workload moved within one run, which the probe (another workload) can 
 also within noise when the two runs' ranges for its configuration overlap: the rule for window ranges, with the
 run's other measurements of the configuration as further windows. The summary says how many points needed each
 allowance. Runs without probes are judged on window spreads alone. A point is within noise when all its metrics
-are. Headlines (see servelab.bench.headlines) must make the same claims; for one that does not, the statements
+are. Headlines (see servelab.bench.report.headlines) must make the same claims; for one that does not, the statements
 that differ are named with both runs' figures, and whether a ratio's pairs overlapped in the two runs (the margin
 running through one ratio) or not (the ratio moved). A run reproduces another when at least `min_fraction` of the
 points are within noise and every headline is the same.
@@ -32,9 +32,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from servelab.bench.drift import drift, machine_speed, probe_values
-from servelab.bench.headlines import compare_headlines, load_headlines
-from servelab.bench.records import load_records, resolve_run_dir
+from servelab.bench.load.drift import drift, machine_speed, probe_values
+from servelab.bench.report.headlines import compare_headlines, load_headlines
+from servelab.bench.results.records import load_records, resolve_run_dir
 
 KEY = ("experiment", "kind", "server", "backend", "engine", "provider", "protocol", "payload", "batch", "concurrency",
        "rate_rps")

@@ -8,7 +8,7 @@ a verdict never rests on a difference the run cannot resolve. It also says wheth
 
 from __future__ import annotations
 
-from servelab.bench.records import Run
+from servelab.bench.results.records import Run
 
 ENGINES = ("torch", "onnx", "onnx-int8")
 

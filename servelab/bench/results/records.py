@@ -137,7 +137,7 @@ class Run:
         if env_path.exists():
             self.environment = json.loads(env_path.read_text())
         else:
-            self.environment = environment_fingerprint(weights)
+            self.environment = environment_fingerprint(weights if weights is not None else _settings_weights())
             atomic_write(env_path, json.dumps(self.environment, indent=2))
 
     @property
@@ -155,7 +155,7 @@ class Run:
         rec["run_id"] = self.run_id
         params = rec.setdefault("params", {})
         if not params.get("served_by") and rec.get("server") in LOCAL_SERVERS:
-            from servelab.bench.servers import this_machine
+            from servelab.bench.servers.handle import this_machine
 
             params["served_by"] = this_machine()  # the engine, or the client, ran in this process
         validate_record(rec)
@@ -179,6 +179,14 @@ def _json_default(o):
     if isinstance(o, Path):
         return str(o)
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def _settings_weights() -> str:
+    """The label of the weights the settings select: what a run measures unless told otherwise."""
+    from servelab.config import Settings
+    from servelab.model.weights import weights_label
+
+    return weights_label(Settings.from_env())
 
 
 def resolve_run_dir(run: str | Path, root: Path | str | None = None) -> Path:

@@ -1,7 +1,7 @@
 """The GPU reference figures a notebook shows beside its own headline: measured once on a GPU, committed under
 reference/<gpu>/, never this run's numbers.
 
-    from servelab.bench.reference import reference_line
+    from servelab.bench.results.reference import reference_line
     reference_line("03")   # "NVIDIA H100 80GB HBM3, 2026-11-26 (reference/nvidia-h100-80gb-hbm3): …" or None
 
 Each sentence is built from that run's records, so a new reference run changes the figures without code; the
@@ -14,9 +14,9 @@ import json
 from functools import cache
 from pathlib import Path
 
-from servelab.bench.records import load_records
+from servelab.bench.results.records import load_records
 
-ROOT = Path(__file__).resolve().parents[2] / "reference"
+ROOT = Path(__file__).resolve().parents[3] / "reference"
 
 
 def _best(records: list[dict], **match) -> dict | None:

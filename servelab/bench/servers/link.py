@@ -79,7 +79,7 @@ def link_effect(loopback: dict, shaped: dict, link: str | LinkProfile, name: str
     latency_p50_ms, its window range and payload_bytes_per_request): measured p50 change beside what the link
     alone should add (the request's serialisation at the link's rate + one round trip) — or, when the two p50
     ranges overlap, that the difference is inside this run's spread."""
-    from servelab.bench.report import overlap
+    from servelab.bench.report.verdicts import overlap
 
     prof = link_profile(link)
     size = int(shaped.get("payload_bytes_per_request") or 0)
@@ -186,7 +186,7 @@ def network_link(link: str | LinkProfile, *servers, queue_ms: float = 500.0) -> 
         raise ValueError(f"link {prof.name!r}: packet loss needs tc netem, and the user-space relay cannot lose "
                          f"TCP bytes ({netem}); drop the -loss part")
     targets = {u: _host_port(u) for u in urls}
-    cmd = [sys.executable, "-m", "servelab.bench.link", "--rtt-ms", str(prof.rtt_ms), "--queue-ms", str(queue_ms)]
+    cmd = [sys.executable, "-m", "servelab.bench.servers.link", "--rtt-ms", str(prof.rtt_ms), "--queue-ms", str(queue_ms)]
     if prof.rate_mbit:
         cmd += ["--rate-mbit", str(prof.rate_mbit)]
     cmd += [f"{h}:{p}" for h, p, _ in targets.values()]
@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
     import asyncio
 
-    ap = argparse.ArgumentParser(prog="python -m servelab.bench.link", description="shaping TCP relay (rate + delay)")
+    ap = argparse.ArgumentParser(prog="python -m servelab.bench.servers.link", description="shaping TCP relay (rate + delay)")
     ap.add_argument("upstreams", nargs="+", help="host:port of each server to relay to")
     ap.add_argument("--rate-mbit", type=float, default=None)
     ap.add_argument("--rtt-ms", type=float, default=0.0)

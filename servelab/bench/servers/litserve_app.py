@@ -1,4 +1,4 @@
-"""The LitServe app of the peer baseline (run by LitServeProcess; see servelab/bench/litserve_server.py).
+"""The LitServe app of the peer baseline (run by LitServeProcess; see servelab/bench/servers/litserve_server.py).
 
 LitServe pickles the API object into its worker process, so the class lives at module level.
 """

@@ -1,6 +1,6 @@
 """Peer baseline: the same ONNX Runtime engine served by LitServe (the batching Python server users pick instead).
 
-`python -m servelab.bench.litserve_app --port P [--engine onnx] [--max-batch 16] [--batch-timeout 0.002]`
+`python -m servelab.bench.servers.litserve_app --port P [--engine onnx] [--max-batch 16] [--batch-timeout 0.002]`
 serves `POST /predict` with JSON `{"image": "<base64 JPEG/PNG>"}` or `{"tensor": "<base64 float32>", "shape": [1,3,224,224]}`
 and answers `{"embedding": [...512 floats...]}`. Preprocessing and engine are servelab's own, so the comparison
 with the servelab service measures the serving layer only. `LitServeProcess` runs it as a subprocess on a free
@@ -42,7 +42,7 @@ class LitServeProcess(ManagedProcess):
         return self.url + "/health"
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "servelab.bench.litserve_app", "--port", str(self.port),
+        return [sys.executable, "-m", "servelab.bench.servers.litserve_app", "--port", str(self.port),
                 "--max-batch", str(self.max_batch), "--batch-timeout", str(self.batch_timeout)]
 
     def environment(self) -> dict:
