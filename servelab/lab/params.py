@@ -12,10 +12,11 @@ from typing import Any
 
 import yaml
 
+from servelab.bench.load.options import GPU_LOAD  # the GPU preset lives with the load options
 from servelab.vocabulary import LabProfile, word
 
 # Knobs every profile defines. Notebooks pick what they need; names are the parameter names in the cells.
-# load: how each point is measured (servelab.bench.loadgen.LoadOpts fields): windows of at least `min_requests`
+# load: how each point is measured (servelab.bench.load.LoadOpts fields): windows of at least `min_requests`
 # completions, `min_p50s` p50 latencies and `min_window_s` seconds, repeated until the last `stable_windows` agree within
 # `tolerance` or `max_windows` were measured; `quick` marks a smoke run whose numbers are not results.
 # service_batching_baseline: 04 also measures the FastAPI service with max_batch 1 against batching (two more
@@ -40,10 +41,6 @@ DEFAULT_LOAD = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 2.0, "stabl
                 "tolerance": 0.1, "quick": False}
 FULL_LOAD = {"min_requests": 40, "min_p50s": 10.0, "min_window_s": 6.0, "max_windows": 12, "tolerance": 0.05,
              "quick": False}
-
-# a GPU answers in milliseconds: windows of 2 s already hold hundreds of requests
-GPU_LOAD = {"min_requests": 100, "min_p50s": 10.0, "min_window_s": 2.0, "max_windows": 5, "tolerance": 0.1,
-            "quick": False}
 
 LAB_PROFILES: dict[LabProfile, dict[str, Any]] = {
     # seconds per notebook: used by the tests and for checking a setup (numbers are not results)

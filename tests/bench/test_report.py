@@ -41,7 +41,7 @@ def test_report_writes_tables_plots_and_cost(tmp_path):
     assert len(load_records(tmp_path / "R")) == 5
 
 
-# --- "what this run shows": every sentence reads a comparison the one way (servelab.bench.stats) ---------------
+# --- "what this run shows": every sentence reads a comparison the one way (servelab.bench.report.verdicts) --------------
 
 A = {"throughput_img_s": 20.0, "throughput_min_img_s": 19.0, "throughput_max_img_s": 21.0, "stable": True}
 
