@@ -11,6 +11,8 @@ import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from servelab.vocabulary import Engine, Precision, Provider, word
+
 
 def _checkout() -> Path | None:
     """The course repository this package runs from (an editable install or PYTHONPATH), else None."""
@@ -50,10 +52,6 @@ TRITON_GRPC_PORT = 8004
 TRITON_METRICS_PORT = 8005
 REVIEW_PORT = 8000
 
-# `emulated`: no model, an emulated accelerator (servelab.model.device_profile) that waits t(B) per batch
-ENGINES = ("torch", "onnx", "onnx-int8", "emulated")
-PROVIDERS = ("cpu", "cuda", "tensorrt")
-PRECISIONS = ("fp32", "fp16", "bf16")  # the torch engine's weights and activations; ONNX engines run fp32
 
 
 def _env(name: str, default, cast=str):
@@ -75,14 +73,14 @@ class Settings:
     seed: int = 0  # random-init seed when neither of the above is set
     artifacts: Path = field(default_factory=lambda: workspace() / "artifacts")
     # engine
-    engine: str = "onnx"
-    provider: str = "cpu"
+    engine: str = Engine.ONNX  # servelab.vocabulary.Engine
+    provider: str = Provider.CPU
     threads: int = 0  # 0 = every core this process may use (servelab.fingerprint.usable_cores)
     # the service's ONNX engine on a CPU: this many instances, each on cores ÷ instances threads, running batches
     # side by side, and a batch that finds them idle on all cores (servelab.model.engines.EngineInstances);
     # 1: one session on all cores, one batch at a time
     engine_instances: int = 2
-    precision: str = "fp32"  # fp32 | fp16 | bf16 (torch engine only)
+    precision: str = Precision.FP32  # the torch engine's only; the ONNX engines run the fp32 export
     # the emulated accelerator (engine `emulated`): its profile, device count (0 = the profile's) and the folder
     # whose state files every process using it shares, as processes share one GPU
     device_profile: str = "vit-b32-h100"
@@ -158,13 +156,10 @@ class Settings:
         return s
 
     def validate(self) -> None:
-        if self.engine not in ENGINES:
-            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
-        if self.provider not in PROVIDERS:
-            raise ValueError(f"provider must be one of {', '.join(PROVIDERS)}, got {self.provider!r}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
-        if self.precision != "fp32" and self.engine != "torch":
+        word(Engine, self.engine, "engine")
+        word(Provider, self.provider, "provider")
+        word(Precision, self.precision, "precision")
+        if self.precision != Precision.FP32 and self.engine != Engine.TORCH:
             raise ValueError(f"precision {self.precision} needs engine torch: the ONNX engines run the fp32 export")
         if self.pretrained and self.checkpoint:
             raise ValueError("set SERVELAB_PRETRAINED or SERVELAB_CHECKPOINT, not both")

@@ -25,36 +25,34 @@ from PIL import Image
 from servelab.client.base import Backend
 from servelab.client.errors import InferenceError, ServiceUnavailable
 from servelab.client.retry import retrying
+from servelab.model.contract import EMBED_DIM
 from servelab.model.preprocess import preprocess_batch
+from servelab.vocabulary import REMOTE_SERVERS, TRITON_SERVERS, ClientMode, Payload, Server, word
 
 log = logging.getLogger("servelab.client")
 
-MODES = ("local", "remote", "auto")
-BACKENDS = ("fastapi", "triton-http", "triton-grpc")
-PAYLOADS = ("jpeg", "tensor")
-
-__all__ = ["InferenceClient", "InferenceError", "ServiceUnavailable", "MODES", "BACKENDS", "PAYLOADS", "make_remote_backend"]
+__all__ = ["InferenceClient", "InferenceError", "ServiceUnavailable", "ClientMode", "Payload", "make_remote_backend"]
 
 
 def make_remote_backend(backend: str, url: str | None = None, timeout: float = 60.0, **options) -> Backend:
-    if backend == "fastapi":
+    if backend == Server.FASTAPI:
         from servelab.client.fastapi import FastAPIBackend
 
         return FastAPIBackend(url, timeout=timeout)
-    if backend in ("triton-http", "triton-grpc"):
+    if backend in TRITON_SERVERS:
         from servelab.client.triton import TritonBackend
 
-        return TritonBackend(protocol=backend.split("-")[1], url=url, timeout=timeout, **options)
-    raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        return TritonBackend(protocol=Server(backend).protocol, url=url, timeout=timeout, **options)
+    raise ValueError(f"backend must be one of {', '.join(REMOTE_SERVERS)}, got {backend!r}")
 
 
 class InferenceClient:
     def __init__(
         self,
-        mode: str = "auto",
-        backend: str = "fastapi",
+        mode: ClientMode | str = ClientMode.AUTO,
+        backend: Server | str = Server.FASTAPI,
         url: str | None = None,
-        payload: str = "jpeg",
+        payload: Payload | str = Payload.JPEG,
         *,
         settings=None,
         engine: str | None = None,
@@ -63,19 +61,16 @@ class InferenceClient:
         retry_budget_s: float = 30.0,
         **backend_options,
     ):
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-        if payload not in PAYLOADS:
-            raise ValueError(f"payload must be one of {', '.join(PAYLOADS)}, got {payload!r}")
+        mode, payload = word(ClientMode, mode, "mode"), word(Payload, payload, "payload")
         self.mode, self.payload, self.backend_name = mode, payload, backend
         self.fallback_reason: str | None = None
         self._retrying = retrying(retries, retry_budget_s)
         self._backend: Backend
-        if mode == "local":
+        if mode == ClientMode.LOCAL:
             self._backend = self._local(settings, engine)
         else:
             remote = make_remote_backend(backend, url, timeout, **backend_options)
-            if mode == "remote" or remote.ready():
+            if mode == ClientMode.REMOTE or remote.ready():
                 self._backend = remote
             else:
                 remote.close()
@@ -107,8 +102,8 @@ class InferenceClient:
     def embed_images(self, images: Sequence) -> np.ndarray:
         """Images as file bytes, paths or PIL images -> L2-normalised float32 [N, 512]."""
         if len(images) == 0:
-            return np.zeros((0, 512), dtype=np.float32)
-        if self.payload == "tensor":
+            return np.zeros((0, EMBED_DIM), dtype=np.float32)
+        if self.payload == Payload.TENSOR:
             return self._retrying(self._backend.embed_tensor, preprocess_batch(list(images)))
         return self._retrying(self._backend.embed_encoded, [_as_bytes(im) for im in images])
 
@@ -119,7 +114,7 @@ class InferenceClient:
         from tqdm.auto import tqdm
 
         paths = list(paths)
-        out = np.zeros((len(paths), 512), dtype=np.float32)
+        out = np.zeros((len(paths), EMBED_DIM), dtype=np.float32)
         bar = tqdm(total=len(paths), unit="img", desc="embedding", disable=not progress)
         for start in range(0, len(paths), batch_size):
             chunk = paths[start : start + batch_size]

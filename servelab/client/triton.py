@@ -31,14 +31,12 @@ import numpy as np
 from servelab.client.base import Backend
 from servelab.client.errors import InferenceError, ServiceUnavailable
 from servelab.config import TRITON_GRPC_PORT, TRITON_HTTP_PORT
+from servelab.model.contract import EMBED_DIM, INPUT_NAME, JPEG_INPUT_NAME, OUTPUT_NAME
 from servelab.triton.control import address
 from servelab.triton.models import CPU_ENCODER, ENSEMBLE
 
 DEFAULT_HTTP_URL = f"127.0.0.1:{TRITON_HTTP_PORT}"
 DEFAULT_GRPC_URL = f"127.0.0.1:{TRITON_GRPC_PORT}"
-INPUT_NAME = "pixel_values"
-OUTPUT_NAME = "embedding"
-JPEG_INPUT_NAME = "IMAGE"
 PROTOCOLS = ("http", "grpc")
 
 
@@ -144,7 +142,7 @@ class TritonBackend(Backend):
 
     def embed_encoded(self, blobs) -> np.ndarray:
         if len(blobs) == 0:
-            return np.zeros((0, 512), dtype=np.float32)
+            return np.zeros((0, EMBED_DIM), dtype=np.float32)
         arr = np.empty((len(blobs), 1), dtype=object)
         for i, b in enumerate(blobs):
             arr[i, 0] = bytes(b)

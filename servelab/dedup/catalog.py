@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-EMBED_DIM = 512
+from servelab.model.contract import EMBED_DIM
+
 STATE_DIR = ".servelab"  # inside the root: default catalog + trash; never scanned
 
 SCHEMA = """

@@ -19,6 +19,7 @@ import numpy as np
 
 from servelab.client.errors import InferenceError
 from servelab.dedup.catalog import Catalog, OutsideRoot
+from servelab.model.contract import EMBED_DIM
 from servelab.model.device_profile import is_emulated
 
 
@@ -114,7 +115,7 @@ def _embed_rows(cat: Catalog, client, rows, weights: str, batch_size: int, repor
 
 def _embed_batch(client, blobs, raise_on_error=True):
     if not blobs:
-        return np.zeros((0, 512), dtype=np.float32)
+        return np.zeros((0, EMBED_DIM), dtype=np.float32)
     try:
         return client.embed_images(blobs)
     except (InferenceError, ValueError) as exc:

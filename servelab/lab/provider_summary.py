@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from servelab.config import PROVIDERS
+from servelab.vocabulary import Provider
 
 
 @dataclass(frozen=True)
 class ProviderSummary:
-    measured: tuple[str, ...]  # providers with at least one measured row, in PROVIDERS order
+    measured: tuple[str, ...]  # providers with at least one measured row, in Provider order
     not_run: dict[str, str] = field(default_factory=dict)  # provider -> the engine's reason (first one recorded)
 
     @classmethod
@@ -25,7 +25,7 @@ class ProviderSummary:
             p = r.get("provider")
             if r.get("available") is False and p not in measured:
                 not_run.setdefault(p, _reason(r.get("note", "")))
-        return cls(tuple(p for p in PROVIDERS if p in measured), {p: not_run[p] for p in PROVIDERS if p in not_run})
+        return cls(tuple(p for p in Provider if p in measured), {p: not_run[p] for p in Provider if p in not_run})
 
     @property
     def cpu_only(self) -> bool:

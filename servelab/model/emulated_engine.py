@@ -17,10 +17,11 @@ import functools
 import numpy as np
 
 from servelab.config import Settings
+from servelab.model.contract import EMBED_DIM
 from servelab.model.device_profile import DeviceProfile, profile
 from servelab.model.emulated_device import EmulatedDevices
 from servelab.model.preprocess import engine_batch
-from servelab.model.weights import EMBED_DIM
+from servelab.vocabulary import Engine
 
 _STRIDE = 28  # samples 3 × 8 × 8 pixels of a 224 × 224 image: cheap, and still different for different inputs
 
@@ -44,7 +45,7 @@ class EmulatedEmbedder:
     """Engine `emulated`: waits t(B) on a shared emulated device, returns stand_in_embedding(batch). The same
     interface as servelab.model.engines.Embedder (engines builds this one, so it does not import engines)."""
 
-    engine = "emulated"
+    engine = Engine.EMULATED
     threads = 0
 
     def __init__(self, settings: Settings, device: int | None = None):

@@ -17,7 +17,8 @@ import numpy as np
 from servelab.config import Settings
 from servelab.fileio import file_digest
 from servelab.fingerprint import usable_cores
-from servelab.model.preprocess import INPUT_SHAPE, engine_batch
+from servelab.model.contract import EMBED_DIM, INPUT_SHAPE
+from servelab.model.preprocess import engine_batch
 from servelab.model.providers import (  # noqa: F401  (the provider names and checks engines are built with)
     CUDA_OPTIONS,
     EngineError,
@@ -25,15 +26,15 @@ from servelab.model.providers import (  # noqa: F401  (the provider names and ch
     ort_providers,
     provider_name,
 )
-from servelab.model.weights import EMBED_DIM
+from servelab.vocabulary import ONNX_ENGINES, Engine, Precision, Provider
 
 
 class Embedder:
     engine: str = ""
-    provider: str = "cpu"
+    provider: str = Provider.CPU
     weights: str = ""
     threads: int = 0
-    precision: str = "fp32"  # torch may run fp16 / bf16; the ONNX engines run the fp32 export
+    precision: str = Precision.FP32  # torch may run fp16 / bf16; the ONNX engines run the fp32 export
 
     def embed(self, batch: np.ndarray) -> np.ndarray:
         batch = engine_batch(batch)
@@ -51,7 +52,7 @@ class Embedder:
 
 
 class TorchEmbedder(Embedder):
-    engine = "torch"
+    engine = Engine.TORCH
 
     def __init__(self, settings: Settings):
         import torch
@@ -59,9 +60,9 @@ class TorchEmbedder(Embedder):
         from servelab.model.providers import torch_cuda_check
         from servelab.model.torch_model import build_image_encoder
 
-        if settings.provider not in ("cpu", "cuda"):
+        if settings.provider not in (Provider.CPU, Provider.CUDA):
             raise EngineError(f"torch engine: provider {settings.provider!r} not available (torch runs on cpu or cuda)")
-        if settings.provider == "cuda" and not (check := torch_cuda_check()).usable:
+        if settings.provider == Provider.CUDA and not (check := torch_cuda_check()).usable:
             raise EngineError(f"torch engine: provider 'cuda' not available ({check.reason})")
         self.device = settings.provider
         if settings.threads > 0:
@@ -69,7 +70,7 @@ class TorchEmbedder(Embedder):
         self.threads = torch.get_num_threads()
         self.provider = settings.provider
         self.precision = settings.precision
-        self.dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[settings.precision]
+        self.dtype = {Precision.FP32: torch.float32, Precision.FP16: torch.float16, Precision.BF16: torch.bfloat16}[settings.precision]
         self.module, self.weights = build_image_encoder(settings)
         self.module.to(self.device, dtype=self.dtype)
         self._torch = torch
@@ -81,14 +82,14 @@ class TorchEmbedder(Embedder):
 
 
 class OrtEmbedder(Embedder):
-    def __init__(self, model_path: Path, settings: Settings, weights: str, engine: str = "onnx"):
+    def __init__(self, model_path: Path, settings: Settings, weights: str, engine: str = Engine.ONNX):
         import onnxruntime as ort
 
         self.engine = engine
         self.provider = settings.provider
         self.weights = weights
         self.model_path = Path(model_path)
-        sha = file_digest(self.model_path) if settings.provider == "tensorrt" else ""  # names the engine cache
+        sha = file_digest(self.model_path) if settings.provider == Provider.TENSORRT else ""  # names the engine cache
         providers = ort_providers(settings.provider, model_sha256=sha)
         wanted = provider_name(providers[0])
         available = ort.get_available_providers()
@@ -114,7 +115,7 @@ class OrtEmbedder(Embedder):
         # one run at a time keeps intra-op threads from oversubscribing; a single-thread session runs each call on
         # its caller's thread alone, so calls from threads on different cores share it (EngineInstances)
         self._lock = threading.Lock() if self.threads != 1 else contextlib.nullcontext()
-        if settings.provider != "cpu":
+        if settings.provider != Provider.CPU:
             self._first_run(wanted)
 
     def _first_run(self, wanted: str) -> None:
@@ -210,22 +211,22 @@ def make_embedder(settings: Settings | None = None, *, instances: int = 1, **ove
     settings.validate()
     cores = usable_cores()
     n = min(instances, cores)
-    if n > 1 and settings.engine in ("onnx", "onnx-int8") and settings.provider == "cpu" and not settings.threads:
+    if n > 1 and settings.engine in ONNX_ENGINES and settings.provider == Provider.CPU and not settings.threads:
         threads = cores // n
         if threads == 1:
             members = [make_embedder(settings, threads=1)] * n  # one session, n callers
         else:
             members = [make_embedder(settings, threads=threads) for _ in range(n)]
         return EngineInstances(make_embedder(settings), members)
-    if settings.engine == "torch":
+    if settings.engine == Engine.TORCH:
         return TorchEmbedder(settings)
-    if settings.engine == "emulated":  # no model: an emulated accelerator (servelab.model.emulated_engine)
+    if settings.engine == Engine.EMULATED:  # no model: an emulated accelerator (servelab.model.emulated_engine)
         from servelab.model.emulated_engine import EmulatedEmbedder
 
         return EmulatedEmbedder(settings)
     from servelab.model.export import ensure_exported
 
     meta = ensure_exported(settings)
-    if settings.engine == "onnx":
-        return OrtEmbedder(Path(meta["path"]), settings, meta["weights"], engine="onnx")
-    return OrtEmbedder(Path(meta["int8"]["path"]), settings, meta["weights"], engine="onnx-int8")
+    if settings.engine == Engine.ONNX:
+        return OrtEmbedder(Path(meta["path"]), settings, meta["weights"], engine=Engine.ONNX)
+    return OrtEmbedder(Path(meta["int8"]["path"]), settings, meta["weights"], engine=Engine.ONNX_INT8)

@@ -18,13 +18,12 @@ import numpy as np
 
 from servelab.config import Settings
 from servelab.fileio import atomic_path, atomic_write, file_digest
-from servelab.model.weights import EMBED_DIM, weights_label
+from servelab.model.contract import DTYPE, EMBED_DIM, IMAGE_SIZE, INPUT_NAME, INPUT_SHAPE, OUTPUT_NAME
+from servelab.model.weights import weights_label
 
 log = logging.getLogger(__name__)
 
 BASENAME = "openclip_vit_b32"
-INPUT_NAME = "pixel_values"
-OUTPUT_NAME = "embedding"
 OPSET = 17
 FP32_MIN_COSINE = 0.9999
 INT8_MIN_COSINE = 0.995
@@ -48,7 +47,7 @@ def parity_batch(n: int = 4, seed: int = 1234) -> np.ndarray:
     from servelab.model.preprocess import MEAN, STD
 
     rng = np.random.default_rng(seed)
-    yy, xx = np.mgrid[0:224, 0:224].astype(np.float32) / 223.0
+    yy, xx = np.mgrid[0:IMAGE_SIZE, 0:IMAGE_SIZE].astype(np.float32) / (IMAGE_SIZE - 1)
     imgs = []
     for i in range(n):
         base = np.stack([xx * (i + 1) % 1.0, yy, (xx + yy) / 2], axis=-1)
@@ -110,8 +109,8 @@ def export(settings: Settings | None = None, *, int8: bool = True, log_fn=print)
         "model": settings.model_name,
         "weights": label,
         "opset": OPSET,
-        "inputs": [{"name": INPUT_NAME, "dtype": "float32", "shape": ["batch", 3, 224, 224]}],
-        "outputs": [{"name": OUTPUT_NAME, "dtype": "float32", "shape": ["batch", EMBED_DIM], "l2_normalised": True}],
+        "inputs": [{"name": INPUT_NAME, "dtype": DTYPE, "shape": ["batch", *INPUT_SHAPE]}],
+        "outputs": [{"name": OUTPUT_NAME, "dtype": DTYPE, "shape": ["batch", EMBED_DIM], "l2_normalised": True}],
         "file": paths["fp32"].name,
         "sha256": file_digest(paths["fp32"]),
         "bytes": paths["fp32"].stat().st_size,

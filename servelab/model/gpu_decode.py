@@ -13,7 +13,8 @@ orientation is not applied, and only JPEG is accepted (PNG, WebP … stay on the
 
 from __future__ import annotations
 
-from servelab.model.preprocess import IMAGE_SIZE, MEAN, STD, crop_offsets, resized_size
+from servelab.model.contract import IMAGE_SIZE
+from servelab.model.preprocess import MEAN, STD, crop_offsets, resized_size
 
 
 def preprocess_jpegs(jpegs: list[bytes], device: str = "cuda"):

@@ -23,10 +23,10 @@ import warnings
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-IMAGE_SIZE = 224
+from servelab.model.contract import IMAGE_SIZE, INPUT_SHAPE
+
 MEAN = np.array([0.48145466, 0.4578275, 0.40821073], dtype=np.float32)
 STD = np.array([0.26862954, 0.26130258, 0.27577711], dtype=np.float32)
-INPUT_SHAPE = (3, IMAGE_SIZE, IMAGE_SIZE)
 # the normalisation folded into one scale and one offset per channel: a fifth of the time of dividing by 255,
 # subtracting the mean and dividing by the std in turn, each a pass over the image (about 0.5 ms per image)
 _SCALE = (1.0 / (255.0 * STD)).reshape(3, 1, 1)

@@ -13,8 +13,6 @@ from pathlib import Path
 from servelab.config import Settings
 from servelab.fileio import file_digest
 
-EMBED_DIM = 512
-
 
 def weights_label(settings: Settings) -> str:
     if settings.pretrained:

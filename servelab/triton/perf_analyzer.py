@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servelab.config import workspace
+from servelab.model.contract import INPUT_NAME, INPUT_SHAPE
 
 WHEEL = "tritonclient==2.51.0"
 NAME = "perf_analyzer"
@@ -82,8 +83,8 @@ def library_dir(dest: Path | None = None) -> Path:
     return dest
 
 
-def command(binary: Path, address: str, model: str, *, concurrency: int = 8, input_name: str = "pixel_values",
-            shape: str = "3,224,224", requests: int = 24, stability_pct: int = 10, max_trials: int = 5,
+def command(binary: Path, address: str, model: str, *, concurrency: int = 8, input_name: str = INPUT_NAME,
+            shape: str = ",".join(map(str, INPUT_SHAPE)), requests: int = 24, stability_pct: int = 10, max_trials: int = 5,
             request_count: int | None = None, csv: Path | None = None) -> list[str]:
     """perf_analyzer's command line for one point: batch-1 requests of random data from `concurrency` clients over
     HTTP, in windows of `requests` completed requests (count_windows), measured until the last three windows agree

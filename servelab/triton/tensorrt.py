@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from servelab.model.contract import INPUT_NAME
+
 ACCELERATOR = "tensorrt"
 PROFILE_KEYS = ("trt_profile_min_shapes", "trt_profile_opt_shapes", "trt_profile_max_shapes")
 
@@ -54,7 +56,7 @@ def _batch(value: str, input_name: str) -> int | None:
         return None
 
 
-def stanza_rules(cfg, *, max_batch: int, cache_path: str | None = None, input_name: str = "pixel_values") -> list[Rule]:
+def stanza_rules(cfg, *, max_batch: int, cache_path: str | None = None, input_name: str = INPUT_NAME) -> list[Rule]:
     """The accelerator stanza: TensorRT on, fp16, engine cache on and under `cache_path` (any absolute path
     when None), and a profile for `input_name` from batch 1 to `max_batch`."""
     p = accelerator_params(cfg)

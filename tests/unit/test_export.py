@@ -10,7 +10,8 @@ import numpy as np
 import onnxruntime as ort
 
 from servelab.fileio import file_digest
-from servelab.model.export import INPUT_NAME, OUTPUT_NAME, artifact_paths
+from servelab.model.contract import INPUT_NAME, OUTPUT_NAME
+from servelab.model.export import artifact_paths
 from servelab.model.preprocess import preprocess_bytes
 from tests.conftest import cosine
 
