@@ -389,7 +389,7 @@ if emu_ready:
 
 # %% [markdown]
 # ### Exercise: plan a device's configuration, then measure it
-# Pick the device (a profile from `servelab.model.device_profile.PROFILES`) or write your own with
+# Pick the device (a profile from `servelab.model.device_profile.DEVICE_PROFILES`) or write your own with
 # `DeviceProfile(name=…, fixed_ms=…, per_image_ms=…, full_at=…, source=…, time_scale=…)` — keep t(1) at
 # 50 ms or more (`time_scale`), or the laptop's CPU, not your device, is what you measure. Then, **before
 # measuring**, predict from its t(B) the configuration that serves the highest concurrency best, and the
@@ -422,7 +422,7 @@ def plan_for(device, clients):
 
 
 # %%
-exercise_emu = emulated.attach(triton_http_url, step.out_dir / "emulated-devices", exercise_device) if emu_ready else None
+exercise_emu = emulated.emulated_model(triton_http_url, step.out_dir / "emulated-devices", exercise_device) if emu_ready else None
 checks.emulated_plan(plan_for, emulated=exercise_emu, device=exercise_device, run=step.run, clients=top_c,
                      opts=emulated.short_opts(opts), exercise="05a.3", step=step)
 

@@ -28,8 +28,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import os
+import re
 import stat
 import threading
 import time
@@ -89,6 +91,16 @@ def private_folder(folder: Path) -> Path:
     return folder
 
 
+def state_folder_name(profile_name: str) -> str:
+    """The folder holding a profile's device state: its name when that is a plain file name, else a cleaned name
+    with a hash of the real one (a profile's name may be a run's path, which must not leave the devices' folder,
+    and two names that clean alike must not share devices)."""
+    clean = re.sub(r"[^A-Za-z0-9_.-]+", "_", profile_name).strip("._-")[:64]
+    if clean == profile_name:
+        return clean
+    return f"{clean or 'profile'}-{hashlib.sha256(profile_name.encode()).hexdigest()[:12]}"
+
+
 class _SharedState:
     """One device's state file, locked with flock for every read-modify-write (processes and threads alike)."""
 
@@ -130,7 +142,7 @@ class EmulatedDevices:
 
     def __init__(self, profile: DeviceProfile, folder: Path | str):
         self.profile = profile
-        self.folder = private_folder(private_folder(Path(folder)) / profile.name)
+        self.folder = private_folder(private_folder(Path(folder)) / state_folder_name(profile.name))
         self._states = [_SharedState(self.folder / f"device-{i}.json") for i in range(profile.devices)]
 
     def occupancy(self, device: int) -> int:

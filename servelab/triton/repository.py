@@ -15,7 +15,8 @@ failed stage leaves the old repository and the repository folder itself is never
 container that bind-mounts it keeps seeing it (and its later reloads see the new models).
 
 The CPU set also holds `openclip_vit_b32_emulated`, an emulated accelerator in place of the encoder (no ONNX
-file): staging writes its device profile, device count and shared devices' folder from the settings.
+file): staging writes its device profile, device count and shared devices' folder from the settings; a profile
+file is copied into the model's folder (device_profile.json), which the model reads relative to itself.
 
 GPU placement: the GPU encoders' instance_group names no GPU ids unless `gpus` is given. Triton then puts
 `count` instances on every GPU it can see, which in a container is exactly the devices the compose stack
@@ -44,6 +45,8 @@ from servelab.triton.tensorrt import ACCELERATOR, profile_shapes
 STAGING = Path(__file__).resolve().parent / "staging"
 FLAVOURS = ("cpu", "gpu")  # which server the repository is for: staging/<flavour>
 DEVICES = ("cpu", "cuda")  # where the cpu flavour's python-backend encoder runs
+# The emulated model's copy of a profile file, in its model folder (its device_profile parameter names it)
+DEVICE_PROFILE_FILE = "device_profile.json"
 # The folder holding the servelab package, for the python-backend models to import its preprocessing from.
 PACKAGE_PARENT = str(Path(servelab.__file__).resolve().parent.parent)
 
@@ -148,13 +151,19 @@ def _set_warmup(cfg, max_batch: int) -> None:
     cfg.model_warmup.extend(entries)
 
 
-def _set_emulated(cfg, settings: Settings, servelab_path: str) -> None:
+def _set_emulated(cfg, settings: Settings, servelab_path: str, model_dir: Path) -> None:
     """The emulated accelerator's profile, device count and devices' folder, from the settings; its weights label
-    names the emulation, never the ONNX export's weights."""
-    from servelab.model.device_profile import profile
+    names the emulation, never the ONNX export's weights. A profile file is copied into the model's folder and
+    named relative to it, so the model finds it wherever the repository is mounted, and whatever becomes of the
+    file it came from."""
+    from servelab.model.device_profile import profile, write_profile
 
     device = profile(settings.device_profile, settings.emulated_devices or None)  # refuses an unknown name
-    set_param(cfg, "device_profile", device.name)
+    if settings.device_profile.endswith(".json"):
+        write_profile(profile(settings.device_profile), model_dir / DEVICE_PROFILE_FILE)
+        set_param(cfg, "device_profile", DEVICE_PROFILE_FILE)
+    else:
+        set_param(cfg, "device_profile", device.name)
     set_param(cfg, "emulated_devices", device.devices)
     set_param(cfg, "device_dir", Path(settings.device_dir).resolve())
     set_param(cfg, "servelab_path", servelab_path)
@@ -261,7 +270,7 @@ def stage(
             if cfg.name == PREPROCESS:
                 set_param(cfg, "servelab_path", servelab_path)
             if cfg.name == EMULATED_ENCODER:
-                _set_emulated(cfg, settings, servelab_path)
+                _set_emulated(cfg, settings, servelab_path, dst)
             if cfg.name in ENCODERS[flavour]:
                 if device == "cuda" and "provider" in cfg.parameters:
                     _on_gpu(cfg)

@@ -7,6 +7,7 @@ share it as kernels share a GPU. The answer is a deterministic stand-in vector, 
 """
 
 import json
+import os
 import re
 import sys
 
@@ -40,7 +41,11 @@ class TritonPythonModel:
         from servelab.config import Settings
         from servelab.model.emulated_engine import EmulatedEmbedder
 
-        changes = {"device_profile": params["device_profile"],
+        device_profile = params["device_profile"]
+        if device_profile.endswith(".json") and not os.path.isabs(device_profile):
+            # a profile file staged into this model's folder (servelab.triton.repository)
+            device_profile = os.path.join(args["model_repository"], device_profile)
+        changes = {"device_profile": device_profile,
                    "emulated_devices": int(params.get("emulated_devices") or 0)}
         if params.get("device_dir"):
             changes["device_dir"] = params["device_dir"]
