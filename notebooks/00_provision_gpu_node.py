@@ -57,8 +57,7 @@
 # the ports the stacks use, and point `--place node` at it.
 
 # %% tags=["parameters"]
-place = ""                # local | node ("": $SERVELAB_PLACE, else local)
-out_dir = ""              # "": results/interactive in this checkout
+harness = {}              # where this runs: filled by `servelab lab run` ({}: this place's defaults)
 dry_run = True
 project = ""              # e.g. CHI-123456 (or SERVELAB_CHI_PROJECT / OS_PROJECT_NAME)
 site = "CHI@UC"
@@ -68,16 +67,16 @@ repo_url = ""             # the git URL the node clones
 stacks = ["06a-all-backends", "jupyter"]  # service :8080 + Triton :8000-8002 (a full run needs both) + JupyterLab
 
 # %%
-from servelab.lab.places import place_defaults
+from servelab.lab.session import session
 
-globals().update(place_defaults(globals()))  # "" parameters -> this place's endpoints, model names, out_dir
+lab = session("00", globals())  # endpoints, model names, results folder and load profile of this run
 
 # %%
 import pandas as pd
 
-from servelab.lab.step import Step, show_commands
+from servelab.lab.step import show_commands
 
-step = Step("00", out_dir, place)
+step = lab.step
 
 # %% [markdown]
 # ## The plan

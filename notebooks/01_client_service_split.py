@@ -51,21 +51,15 @@
 # micro-batcher groups concurrent requests, exactly the idea notebook 04 studies in Triton.
 
 # %% tags=["parameters"]
-place = ""                # local | node ("": $SERVELAB_PLACE, else local)
-out_dir = ""              # "": results/interactive in this checkout
-service_url = ""          # "": the place's service (local :8002, node :8080)
-service_pid = 0
+harness = {}              # where this runs: filled by `servelab lab run` ({}: this place's defaults)
 link = "wan-100mbit-20ms"  # a shaped client-service link measured beside loopback ("": loopback only)
 batch_sizes = [1, 8]
-# how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
-load = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 2.0, "stable_windows": 2, "max_windows": 4, "tolerance": 0.1,
-        "quick": False}
 n_photos = 60
 
 # %%
-from servelab.lab.places import place_defaults
+from servelab.lab.session import session
 
-globals().update(place_defaults(globals()))  # "" parameters -> this place's endpoints, model names, out_dir
+lab = session("01", globals())  # endpoints, model names, results folder and load profile of this run
 
 # %%
 import numpy as np
@@ -73,9 +67,8 @@ import pandas as pd
 
 from servelab.client import InferenceClient
 from servelab.data import encode, synthetic_photo
-from servelab.lab.step import Step
 
-step = Step("01", out_dir, place)
+step = lab.step
 photos = [encode(synthetic_photo(seed)) for seed in range(n_photos)]  # generated JPEGs, never downloaded
 
 # %% [markdown]
@@ -125,7 +118,7 @@ from servelab.model.engines import EngineInstances
 show_code(EngineInstances._run)
 
 # %%
-with InferenceClient(mode="remote", backend="fastapi", url=service_url) as remote:
+with InferenceClient(mode="remote", backend="fastapi", url=lab.service_url) as remote:
     info = remote.info()
 cost, instances = info.get("batcher") or {}, (info.get("engine") or {}).get("instances")
 runs = ", ".join(f"{n} image{'s' if n != '1' else ''} {ms:.0f} ms"
@@ -142,7 +135,7 @@ print(f"Instances: {instances['note']}; batches so far: {instances['batches_run'
 # embeddings of a photo be bit-identical, or only close — and how close?
 
 # %%
-with InferenceClient(mode="local") as local, InferenceClient(mode="remote", backend="fastapi", url=service_url) as remote:
+with InferenceClient(mode="local") as local, InferenceClient(mode="remote", backend="fastapi", url=lab.service_url) as remote:
     # in chunks of 16: a request carries at most SERVELAB_MAX_IMAGES (32) images
     e_local, e_remote = local.embed_paths(photos, batch_size=16, progress=False), remote.embed_paths(photos, batch_size=16, progress=False)
 cos = np.sum(e_local * e_remote, axis=1)
@@ -195,11 +188,11 @@ from servelab.bench.experiments import ab
 from servelab.bench.servers import served
 from servelab.lab.places import attach, in_process_note, in_process_provider
 
-opts = step.opts(load)
-service = attach("fastapi", service_url, payload="tensor", pid=service_pid or None)
+opts = lab.load
+service = attach("fastapi", lab.service_url, payload="tensor", pid=lab.service_pid or None)
 local_recs, service_recs, hop_ratios = [], [], []
-provider = in_process_provider(place, service.engine)  # at place=node: the node's GPU when this kernel can run on it
-in_process_note(step, place, provider, "the in-process side of the hop", engine=service.engine)
+provider = in_process_provider(lab.place, service.engine)  # at place=node: the node's GPU when this kernel can run on it
+in_process_note(step, lab.place, provider, "the in-process side of the hop", engine=service.engine)
 with served("in-process", engine=service.engine, provider=provider) as local:  # the service's engine, here
     for b in batch_sizes:  # windows of the two sides alternate, so drift on the shared machine cancels
         s, loc, r = ab(step.run, "01-hop", service, local, label_a="service", label_b="in-process", batch_a=b, batch_b=b,

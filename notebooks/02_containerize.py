@@ -55,27 +55,20 @@
 # then builds the image and runs it; where none does, it says so and the rest still runs.
 
 # %% tags=["parameters"]
-place = ""                # local | node ("": $SERVELAB_PLACE, else local)
-out_dir = ""              # "": results/interactive in this checkout
-service_url = ""          # "": the place's service (local :8002, node :8080): the bare process the container is compared with
-service_pid = 0
-cold_build = True         # with an engine, also build from scratch (--no-cache, about a minute); smoke: cached only
-# how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
-load = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 2.0, "stable_windows": 2, "max_windows": 4, "tolerance": 0.1,
-        "quick": False}
+harness = {}              # where this runs: filled by `servelab lab run` ({}: this place's defaults)
 
 # %%
-from servelab.lab.places import place_defaults
+from servelab.lab.session import session
 
-globals().update(place_defaults(globals()))  # "" parameters -> this place's endpoints, model names, out_dir
+lab = session("02", globals())  # endpoints, model names, results folder and load profile of this run
 
 # %%
 import pandas as pd
 
-from servelab.lab.step import Step, run_checks, show_commands
+from servelab.lab.step import run_checks, show_commands
 from servelab.provision import available_stacks, compose_file, stack_ports
 
-step = Step("02", out_dir, place)
+step = lab.step
 
 # %% [markdown]
 # ## The Dockerfile
@@ -141,7 +134,7 @@ step.answer(f"{len(checks)} offline checks ran ({', '.join(f'{n} {k}' for k, n i
 from servelab.bench.experiments import cold_start
 
 # three fresh starts (one start is one sample of a noisy machine); a smoke run checks the path with one
-cold = cold_start(step.run, servers=("fastapi",), repeats=1 if load.get("quick") else 3)[0]
+cold = cold_start(step.run, servers=("fastapi",), repeats=1 if lab.load.quick else 3)[0]
 if not cold.get("available", True) or cold.get("start_to_ready_s") is None:
     raise RuntimeError(f"could not start a service to time its cold start: {cold.get('note')}")
 cold_start_s = float(cold["start_to_ready_max_s"])
@@ -192,7 +185,7 @@ IMAGE = "servelab:cpu-0.1.0"  # the tag docker/compose.02-service-cpu.yaml runs
 engine = engine_version()
 show_commands("here" if engine else "node",
               *([f"docker build --no-cache -f docker/Dockerfile -t {IMAGE}-cold . && docker image rm {IMAGE}-cold"]
-                if cold_build else []),
+                if lab.cold_build else []),
               f"docker build -f docker/Dockerfile -t {IMAGE} .",
               f"docker image ls {IMAGE}; docker history {IMAGE}")
 show_commands("node",  # the same image on the GPU node, through the step's compose file
@@ -204,7 +197,7 @@ if not engine:
     step.not_run("building and running the service image", "no Docker engine answers on this machine "
                  "(`docker version` reached none)", "every compose file and Dockerfile validated offline above; run "
                  "the commands shown where Docker runs (Docker Desktop, Docker Engine, the GPU node)")
-elif not cold_build:
+elif not lab.cold_build:
     step.not_run("a build from scratch (--no-cache)", "this profile keeps to seconds, and a build from scratch "
                  "downloads and installs every package again (about a minute on two cores)",
                  "the rebuild from the layer cache; `--param cold_build=true` adds it")
@@ -212,7 +205,7 @@ elif not cold_build:
 # %%
 if engine:
     builds = []
-    if cold_build:  # from scratch under a throwaway tag, removed after: the image the lesson runs stays as it is
+    if lab.cold_build:  # from scratch under a throwaway tag, removed after: the image the lesson runs stays as it is
         builds.append(build_image(f"{IMAGE}-cold", "docker/Dockerfile", cached=False, keep=False))
     built = build_image(IMAGE, "docker/Dockerfile")
     builds.append(built)
@@ -334,15 +327,15 @@ if engine:
 # 5 %?
 
 # %%
-if engine and place == "local":
+if engine and lab.place == "local":
     from servelab.bench.experiments import ab
     from servelab.bench.report import idle_sentence, ratio_sentence
     from servelab.lab.places import attach
 
-    bare = attach("fastapi", service_url, payload="tensor", pid=service_pid or None)
+    bare = attach("fastapi", lab.service_url, payload="tensor", pid=lab.service_pid or None)
     boxed = attach("fastapi", container.url, payload="tensor")
     boxed_rec, bare_rec, box_ratio = ab(step.run, "02-container", boxed, bare, label_a="container",
-                                        label_b="process", opts=step.opts(load))
+                                        label_b="process", opts=lab.load)
     cost = step.frame([boxed_rec, bare_rec], "engine", "batch", "throughput_img_s", "throughput_min_img_s",
                       "throughput_max_img_s", "latency_p50_ms", "latency_p99_ms", "stable", "params.served_by")
     cost = cost.rename(columns={"params.served_by": "served by"})
@@ -354,7 +347,7 @@ elif engine:
                  "container this machine's: the ratio would compare two machines", "run the notebook with place=local")
 
 # %%
-if engine and place == "local":
+if engine and lab.place == "local":
     step.answer(f"p50 {bare_rec['latency_p50_ms']:.1f} ms as a bare process, {boxed_rec['latency_p50_ms']:.1f} ms in the "
                 f"container ({boxed_rec['latency_p50_ms'] - bare_rec['latency_p50_ms']:+.1f} ms). "
                 + ratio_sentence(box_ratio) + ". " + idle_sentence(box_ratio) + "."
@@ -390,4 +383,4 @@ step.shows(f"{len(stacks)} compose stacks are defined; {n_ok} of {len(checks)} o
               + (f" ({scratch.seconds:.0f} s from scratch)" if scratch else "")
               + f"; its container answered /healthz {start.healthz_s:.1f} s and /readyz {start.readyz_s:.1f} s after "
               "`docker run`" + (f", Docker called it healthy at {start.healthy_s:.1f} s" if start.healthy_s else "")
-              + (f"; {ratio_sentence(box_ratio)} (the container against the bare process)" if place == "local" else "") + "."))
+              + (f"; {ratio_sentence(box_ratio)} (the container against the bare process)" if lab.place == "local" else "") + "."))

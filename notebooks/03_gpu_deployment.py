@@ -42,24 +42,20 @@
 # one it lacks, and the CPU engines' throughput, the baseline any GPU deployment must beat.
 
 # %% tags=["parameters"]
-place = ""                # local | node ("": $SERVELAB_PLACE, else local)
-out_dir = ""              # "": results/interactive in this checkout
+harness = {}              # where this runs: filled by `servelab lab run` ({}: this place's defaults)
 engines = ["torch", "onnx", "onnx-int8"]
 batch_sizes = [1, 8]
-# how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
-load = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 2.0, "stable_windows": 2, "max_windows": 4, "tolerance": 0.1,
-        "quick": False}
 
 # %%
-from servelab.lab.places import place_defaults
+from servelab.lab.session import session
 
-globals().update(place_defaults(globals()))  # "" parameters -> this place's endpoints, model names, out_dir
+lab = session("03", globals())  # endpoints, model names, results folder and load profile of this run
 
 # %%
 from servelab.bench.experiments import raw_engines
-from servelab.lab.step import Step, show_commands
+from servelab.lab.step import show_commands
 
-step = Step("03", out_dir, place)
+step = lab.step
 
 # %% [markdown]
 # ## The code that picks the provider
@@ -85,7 +81,7 @@ show_code(check_active_provider)
 
 # %%
 recs = raw_engines(step.run, engines=tuple(engines), providers=("cpu", "cuda", "tensorrt"),
-                   batches=tuple(batch_sizes), opts=step.opts(load))
+                   batches=tuple(batch_sizes), opts=lab.load)
 # int8 on a GPU provider: ONNX Runtime's profile says how many of its nodes ran on the CPU anyway
 from servelab.bench.experiments import ort_profile
 from servelab.lab.provider_summary import ProviderSummary, cpu_nodes_note

@@ -54,39 +54,26 @@
 # of the device idle, and batching fills it — that is where the course's GPU figures come from.
 
 # %% tags=["parameters"]
-place = ""                # local | node ("": $SERVELAB_PLACE, else local)
-out_dir = ""              # "": results/interactive in this checkout
-service_url = ""          # "": the place's service (local :8002, node :8080)
-triton_http_url = ""      # "": the place's Triton HTTP (local :8003, node :8000)
-triton_model = ""         # "": the place's encoder (openclip_vit_b32_cpu | openclip_vit_b32)
-triton_pid = 0
-triton_repository = "../models"  # the running Triton's model repository (the lab run passes its staged one)
+harness = {}              # where this runs: filled by `servelab lab run` ({}: this place's defaults)
 batch_sizes = [1, 8]
 concurrency_levels = [1, 8]
-# how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
-load = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 2.0, "stable_windows": 2, "max_windows": 4, "tolerance": 0.1,
-        "quick": False}
-extra_servers = True     # start a torch-engine FastAPI service for the comparison (else: this run's onnx service)
-service_batching_baseline = False  # also the FastAPI service with max_batch 1 against batching (full profile)
-service_pid = 0
 device_profile = "vit-b32-h100"  # the emulated accelerator's profile (servelab.model.device_profile), or a *.json file
 
 # %%
-from servelab.lab.places import place_defaults
+from servelab.lab.session import session
 
-globals().update(place_defaults(globals()))  # "" parameters -> this place's endpoints, model names, out_dir
+lab = session("04", globals())  # endpoints, model names, results folder and load profile of this run
 
 # %%
 from servelab.bench.experiments import ab, batch_sweep, concurrency_sweep
 from servelab.bench.servers import served
 from servelab.lab.places import attach, in_process_note, in_process_provider
-from servelab.lab.step import Step
 
-step = Step("04", out_dir, place)
-opts = step.opts(load)
-triton = attach("triton-http", triton_http_url, payload="tensor", model=triton_model, pid=triton_pid or None)
+step = lab.step
+opts = lab.load
+triton = attach("triton-http", lab.triton_http_url, payload="tensor", model=lab.triton_model, pid=lab.triton_pid or None)
 # where Triton computes, as the server itself reports it (its loaded config names the GPUs it runs on)
-triton_hw = "the server's GPU" if triton.gpus else ("this CPU" if place != "node" else "the server's CPU")
+triton_hw = "the server's GPU" if triton.gpus else ("this CPU" if lab.place != "node" else "the server's CPU")
 cols = ["server", "engine", "batch", "concurrency", "throughput_img_s", "throughput_min_img_s", "throughput_max_img_s",
         "latency_p50_ms", "latency_p99_ms", "server_stats.avg_batch", "stable"]
 
@@ -105,10 +92,10 @@ from servelab.bench.report import versus
 from servelab.lab.step import show_code
 from servelab.triton.repository import STAGING
 
-repository = Path(triton_repository)
-if not (repository / triton_model).is_dir():  # not this machine's Triton (e.g. the node's): read its template
-    repository = next(STAGING / f for f in ("gpu", "cpu") if (STAGING / f / triton_model).is_dir())
-show_code(repository / triton_model / "config.pbtxt", lang="protobuf")
+repository = Path(lab.triton_repository)
+if not (repository / lab.triton_model).is_dir():  # not this machine's Triton (e.g. the node's): read its template
+    repository = next(STAGING / f for f in ("gpu", "cpu") if (STAGING / f / lab.triton_model).is_dir())
+show_code(repository / lab.triton_model / "config.pbtxt", lang="protobuf")
 
 # %% [markdown]
 # On the CPU model, the `parameters` at the end are read by the python model, not by Triton: how many threads
@@ -141,7 +128,7 @@ show_code(repository / triton_model / "config.pbtxt", lang="protobuf")
 # ONNX Runtime call. That single `session.run` on a bigger array is the whole of what batching buys.
 
 # %%
-model_py = repository / triton_model / "1" / "model.py"
+model_py = repository / lab.triton_model / "1" / "model.py"
 if model_py.is_file():
     show_code(model_py, "def execute", "def finalize")
 else:
@@ -168,7 +155,7 @@ from servelab.data import synthetic_photo
 from servelab.model.preprocess import preprocess_pil
 
 pixels = preprocess_pil(synthetic_photo(0))[None]  # shape (1, 3, 224, 224), float32
-client = httpclient.InferenceServerClient(triton_http_url.split("://")[-1])
+client = httpclient.InferenceServerClient(lab.triton_http_url.split("://")[-1])
 
 
 def infer_once(binary: bool):
@@ -177,7 +164,7 @@ def infer_once(binary: bool):
     out = httpclient.InferRequestedOutput("embedding", binary_data=binary)
     body, _ = httpclient.InferenceServerClient.generate_request_body([inp], [out])
     t0 = time.perf_counter()
-    result = client.infer(triton_model, inputs=[inp], outputs=[out])
+    result = client.infer(lab.triton_model, inputs=[inp], outputs=[out])
     return len(body), time.perf_counter() - t0, result.as_numpy("embedding")
 
 
@@ -213,7 +200,7 @@ step.answer(f"The JSON body was {j['request_bytes'] / 1024:,.0f} KiB against {b[
 # %%
 from servelab.bench.report import ratio_sentence
 
-torch_provider = in_process_provider(place, "torch")  # at place=node: the node's GPU when this kernel has it
+torch_provider = in_process_provider(lab.place, "torch")  # at place=node: the node's GPU when this kernel has it
 with served("in-process", engine="torch", provider=torch_provider) as torch_engine:
     # the largest batch against the smallest in alternating windows of the same engine: the ratio the summary
     # draws, with the machine's drift hitting both sides alike. Its two sides are also the sweep's end points
@@ -225,7 +212,7 @@ with served("in-process", engine="torch", provider=torch_provider) as torch_engi
     torch_ratio = torch_ab[-1]
     torch_batches = batch_sweep(step.run, torch_engine, batches=tuple(batch_sizes), opts=opts,
                                 experiment="04-torch-batch", measured=torch_ab)
-in_process_note(step, place, torch_provider, "the in-process PyTorch rows (by batch size)")
+in_process_note(step, lab.place, torch_provider, "the in-process PyTorch rows (by batch size)")
 print(f"in-process PyTorch, alternating windows: {ratio_sentence(torch_ratio)}")
 triton_batches = batch_sweep(step.run, triton, batches=tuple(batch_sizes), opts=opts, experiment="04-triton-batch")
 by_batch = step.table(step.frame(torch_batches + triton_batches, *cols), "by_batch",
@@ -287,14 +274,14 @@ print(f"GET {stats_url}\n{stats_before}")
 prediction_04 = None
 
 # %%
-if extra_servers:
+if lab.extra_servers:
     with served("fastapi", engine="torch", log_path=step.out_dir / "logs" / "04-service-torch.log") as service:
         service_conc = concurrency_sweep(step.run, service, concurrencies=tuple(concurrency_levels), opts=opts,
                                          experiment="04-service-concurrency")
 else:
     step.not_run("PyTorch-engine FastAPI service", "extra_servers=False (smoke profile)",
                  "this run's FastAPI service (ONNX Runtime engine) stands in")
-    service = attach("fastapi", service_url, payload="tensor", pid=service_pid or None)
+    service = attach("fastapi", lab.service_url, payload="tensor", pid=lab.service_pid or None)
     service_conc = concurrency_sweep(step.run, service, concurrencies=tuple(concurrency_levels), opts=opts,
                                      experiment="04-service-concurrency")
 
@@ -373,7 +360,7 @@ from servelab.triton import perf_analyzer as pa
 
 pa_binary = pa.find()
 pa_csv = step.out_dir / "perf_analyzer.csv"
-pa_cmd = pa.command(pa_binary or Path("perf_analyzer"), triton_http_url.split("://")[-1], triton_model,
+pa_cmd = pa.command(pa_binary or Path("perf_analyzer"), lab.triton_http_url.split("://")[-1], lab.triton_model,
                     concurrency=hi_c, requests=2 if opts.quick else 6 * hi_c, stability_pct=100 if opts.quick else 15,
                     max_trials=3 if opts.quick else 6, csv=pa_csv)
 print("$ " + " ".join(pa_cmd))
@@ -438,7 +425,7 @@ from servelab.bench.report import plot_batch_histogram
 from servelab.triton import trace
 
 show_code(trace.tracing)
-client_address = triton_http_url.split("://")[-1]
+client_address = lab.triton_http_url.split("://")[-1]
 
 
 def send(clients: int, per_client: int) -> None:
@@ -448,7 +435,7 @@ def send(clients: int, per_client: int) -> None:
         for _ in range(per_client):
             inp = httpclient.InferInput("pixel_values", list(pixels.shape), "FP32")
             inp.set_data_from_numpy(pixels)
-            own.infer(triton_model, inputs=[inp])
+            own.infer(lab.triton_model, inputs=[inp])
         own.close()
 
     threads = [threading.Thread(target=worker) for _ in range(clients)]
@@ -460,7 +447,7 @@ def send(clients: int, per_client: int) -> None:
 
 def traced(clients: int, per_client: int) -> list:
     """Send the load with Triton's trace on; the traced requests (servelab.triton.trace.RequestSpan)."""
-    with trace.tracing(triton_http_url, triton_model) as window:
+    with trace.tracing(lab.triton_http_url, lab.triton_model) as window:
         send(clients, per_client)
     return window.spans(expected=clients * per_client)
 
@@ -514,7 +501,9 @@ if spans_on:
 # fails here, as Triton would refuse it) and sent as JSON with one request, the same as
 # `curl -X POST <url>/v2/repository/models/<model>/load -d '{"parameters": {"config": "<json>"}}'`.
 # Triton swaps the model in place, and keeps that config until a load with another one; the last cell of
-# this section loads the file's own text back the same way.
+# this section loads the file's own text back the same way. The request carries the server's key
+# (`headers=lab.triton_headers`): a load may bring code that Triton runs, so the repository API answers only
+# callers that hold the key (docs/SECURITY.md).
 #
 # **Predict first.** With batching off, what will the same traced load look like: how many executions, and
 # what happens to the queue wait?
@@ -526,11 +515,11 @@ import re
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 
-config_path = repository / triton_model / "config.pbtxt"
-if repository == Path(triton_repository):  # the running server's own repository
+config_path = repository / lab.triton_model / "config.pbtxt"
+if repository == Path(lab.triton_repository):  # the running server's own repository
     pbtxt = config_path.read_text()
 else:  # a server whose files are elsewhere (the node's): its loaded config, written out as config.pbtxt text
-    pbtxt = text_format.MessageToString(json_format.ParseDict(client.get_model_config(triton_model),
+    pbtxt = text_format.MessageToString(json_format.ParseDict(client.get_model_config(lab.triton_model),
                                                               model_config_pb2.ModelConfig(), ignore_unknown_fields=True))
 my_edit = "off"  # "off": delete the dynamic_batching stanza; or a number: max_queue_delay_microseconds
 stanza = re.compile(r"(?ms)^dynamic_batching\s*\{.*?^\}\n")  # from its first line to the closing brace
@@ -543,8 +532,8 @@ assert my_pbtxt != pbtxt, f"the edit changed nothing: is there a dynamic_batchin
 my_json = json_format.MessageToJson(text_format.Parse(my_pbtxt, model_config_pb2.ModelConfig()),
                                     preserving_proto_field_name=True)
 print(f"POST {triton_http_url}/v2/repository/models/{triton_model}/load  (config: {len(my_json)} bytes of JSON)")
-client.load_model(triton_model, config=my_json)
-print("the running server now says:", client.get_model_config(triton_model).get("dynamic_batching", "no dynamic_batching"))
+client.load_model(lab.triton_model, config=my_json, headers=lab.triton_headers)
+print("the running server now says:", client.get_model_config(lab.triton_model).get("dynamic_batching", "no dynamic_batching"))
 
 # %%
 try:
@@ -552,8 +541,8 @@ try:
 finally:
     own_json = json_format.MessageToJson(text_format.Parse(pbtxt, model_config_pb2.ModelConfig()),
                                          preserving_proto_field_name=True)
-    client.load_model(triton_model, config=own_json)  # the file's own config back, by the same request
-print("restored:", client.get_model_config(triton_model).get("dynamic_batching", "no dynamic_batching"))
+    client.load_model(lab.triton_model, config=own_json, headers=lab.triton_headers)  # the file's own config back, by the same request
+print("restored:", client.get_model_config(lab.triton_model).get("dynamic_batching", "no dynamic_batching"))
 if spans_mine:
     step.show_plot(trace.plot_timeline(spans_mine, step.plot_path("trace_timeline_edit"),
                                        title=f"{triton_model}, your edit ({my_edit}): {hi_c} clients"))
@@ -585,17 +574,17 @@ if spans_mine:
 # %%
 from servelab.triton.control import config_dict, config_switch, get_config
 
-batched = config_dict(get_config(triton_http_url, triton_model))
+batched = config_dict(get_config(lab.triton_http_url, lab.triton_model))
 unbatched = {key: value for key, value in batched.items() if key != "dynamic_batching"}
 print(f"alternating {triton_model} between its own config and the same minus the dynamic_batching stanza")
 # use(0) / use(1) load the batched / unbatched config when the side changes; the original comes back after
-with config_switch(triton_http_url, triton_model, [batched, unbatched]) as use:
+with config_switch(lab.triton_http_url, lab.triton_model, [batched, unbatched]) as use:
     triton_on, triton_off, triton_ratio = ab(
         step.run, "04-batching", triton, triton, label_a="batching on", label_b="batching off",
         payload_a="tensor", payload_b="tensor", concurrency_a=hi_c, opts=opts, prepare=use,
         params={"system": "triton"})
 baseline = [("triton", "off (no dynamic_batching)", triton_off, "on", triton_on, triton_ratio)]
-if extra_servers and service_batching_baseline:
+if lab.extra_servers and lab.service_batching_baseline:
     with served("fastapi", engine="torch", log_path=step.out_dir / "logs" / "04-service-batching.log") as service_on, \
             served("fastapi", engine="torch", max_batch=1,
                    log_path=step.out_dir / "logs" / "04-service-max-batch-1.log") as service_off:
@@ -675,8 +664,8 @@ step.answer(f"At concurrency {max(concurrency_levels)}, "
 # %%
 from servelab.triton.control import get_config
 
-max_batch = int(get_config(triton_http_url, triton_model)["max_batch_size"])
-instance_kind = "KIND_GPU" if place == "node" else "KIND_CPU"
+max_batch = int(get_config(lab.triton_http_url, lab.triton_model)["max_batch_size"])
+instance_kind = "KIND_GPU" if lab.place == "node" else "KIND_CPU"
 print(f"{triton_model}: max_batch_size {max_batch}; instances of kind {instance_kind}")
 
 # %% tags=["exercise"]
@@ -692,7 +681,7 @@ def triton_stanzas(max_batch):
 
 
 # %%
-checks.live_config(triton_stanzas, run=step.run, triton_http_url=triton_http_url, model=triton_model,
+checks.live_config(triton_stanzas, run=step.run, triton_http_url=lab.triton_http_url, model=lab.triton_model,
                    max_batch=max_batch, kind=instance_kind, count=2, max_delay_us=2000,
                    concurrency=max(concurrency_levels), opts=opts, exercise="04.2", step=step)
 
@@ -809,7 +798,7 @@ from servelab.bench.experiments import emulated_lesson as emulated
 from servelab.model.device_profile import profile as device_profile_named
 
 emu_profile = device_profile_named(device_profile)
-emu_ready = place != "node" and emulated.available(triton_http_url)
+emu_ready = lab.place != "node" and emulated.available(lab.triton_http_url)
 profile_rows = pd.DataFrame([{"device": emu_profile.label, "batch": n, "t_ms": round(1000 * emu_profile.t_s(n), 1),
                               "t_unscaled_ms": round(1000 * emu_profile.unscaled_t_s(n), 3),
                               "batching_can_buy": round(emu_profile.batching_gain(n), 2),
@@ -824,7 +813,7 @@ if not emu_ready:
 # %%
 emu_rows = []
 if emu_ready:
-    with emulated.emulated_triton(triton_http_url, step.out_dir / "emulated-devices", device_profile) as emu:
+    with emulated.emulated_triton(lab.triton_http_url, step.out_dir / "emulated-devices", device_profile) as emu:
         emu_opts = emu.opts(opts)
         emu_on_cfg = emu.config(delay_us=0)
         # batching on vs off at the highest concurrency, in alternating windows; the "on" side is also the sweep's

@@ -60,25 +60,17 @@
 # images, waiting for company buys little even at low load.
 
 # %% tags=["parameters"]
-place = ""                # local | node ("": $SERVELAB_PLACE, else local)
-out_dir = ""              # "": results/interactive in this checkout
-triton_http_url = ""      # "": the place's Triton HTTP (local :8003, node :8000)
-triton_model = ""         # "": the place's encoder (openclip_vit_b32_cpu | openclip_vit_b32)
-service_pid = 0
-triton_pid = 0
+harness = {}              # where this runs: filled by `servelab lab run` ({}: this place's defaults)
 queue_delays_us = [0, 4000]
 concurrency_levels = [1, 8]
 serialisation_batches = [1, 4, 16]
 profile_runs = 4
 device_profile = "vit-b32-h100"  # the emulated accelerator's profile (servelab.model.device_profile), or a *.json file
-# how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
-load = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 2.0, "stable_windows": 2, "max_windows": 4, "tolerance": 0.1,
-        "quick": False}
 
 # %%
-from servelab.lab.places import place_defaults
+from servelab.lab.session import session
 
-globals().update(place_defaults(globals()))  # "" parameters -> this place's endpoints, model names, out_dir
+lab = session("05a", globals())  # endpoints, model names, results folder and load profile of this run
 
 # %%
 import matplotlib.pyplot as plt
@@ -87,10 +79,9 @@ import pandas as pd
 from servelab.bench.experiments import ort_profile, queue_delay_grid, queue_delays_ab, serialisation
 from servelab.bench.results.records import memory_snapshot
 from servelab.lab.places import attach, in_process_note, in_process_provider
-from servelab.lab.step import Step
 
-step = Step("05a", out_dir, place)
-opts = step.opts(load)
+step = lab.step
+opts = lab.load
 
 # %% [markdown]
 # ## 0 · ONNX Runtime by hand: the session and its options
@@ -215,8 +206,8 @@ step.answer(f"This CPU has {'VNNI (' + ', '.join(vnni) + ')' if vnni else 'no VN
 # of kernel time will matrix multiplications (`MatMul`, `Gemm`, fused variants) take — a third, half, or more?
 
 # %%
-prof = ort_profile(step.run, engine="onnx", provider=in_process_provider(place), batch=8, iterations=profile_runs)[0]
-in_process_note(step, place, prof.get("provider", "cpu"), "the op-type profile")
+prof = ort_profile(step.run, engine="onnx", provider=in_process_provider(lab.place), batch=8, iterations=profile_runs)[0]
+in_process_note(step, lab.place, prof.get("provider", "cpu"), "the op-type profile")
 ops = pd.DataFrame({"op_type": list(prof["op_time_ms"]), "kernel_ms": list(prof["op_time_ms"].values())})
 ops["share_pct"] = 100 * ops["kernel_ms"] / ops["kernel_ms"].sum()
 ops = step.table(ops.sort_values("share_pct", ascending=False).round(3), "op_profile",
@@ -243,7 +234,7 @@ step.answer(f"Matrix-multiplication operators ({', '.join(ops[ops['op_type'].str
 # will a longer delay raise the average executed batch and throughput by more than the noise?
 
 # %%
-triton = attach("triton-http", triton_http_url, payload="tensor", model=triton_model, pid=triton_pid or None)
+triton = attach("triton-http", lab.triton_http_url, payload="tensor", model=lab.triton_model, pid=lab.triton_pid or None)
 delay_ab = queue_delays_ab(step.run, triton, delays_us=(max(queue_delays_us), min(queue_delays_us)),
                            concurrency=max(concurrency_levels), opts=opts, experiment="05a-queue-delay-ratio")
 grid = queue_delay_grid(step.run, triton, delays_us=tuple(queue_delays_us), concurrencies=tuple(concurrency_levels),
@@ -336,11 +327,11 @@ from servelab.bench.report import ratio_sentence
 from servelab.model.device_profile import profile as device_profile_named
 
 emu_profile = device_profile_named(device_profile)
-emu_ready = place != "node" and emulated.available(triton_http_url)
+emu_ready = lab.place != "node" and emulated.available(lab.triton_http_url)
 lo_c, top_c = min(concurrency_levels), max(concurrency_levels)
 t1_us = int(round(emu_profile.t_s(1) * 1e6, -3))  # about one batch's time on the emulated device
 if emu_ready:
-    with emulated.emulated_triton(triton_http_url, step.out_dir / "emulated-devices", device_profile) as emu:
+    with emulated.emulated_triton(lab.triton_http_url, step.out_dir / "emulated-devices", device_profile) as emu:
         emu_opts = emu.opts(opts)
         emu_cfgs = {d: emu.config(delay_us=d, max_batch=min(top_c, emulated.TEMPLATE_MAX_BATCH)) for d in (0, t1_us)}
         # the claimed ratio (delay t(1) ÷ none at the highest concurrency) in alternating windows; its sides are
@@ -422,7 +413,7 @@ def plan_for(device, clients):
 
 
 # %%
-exercise_emu = emulated.emulated_model(triton_http_url, step.out_dir / "emulated-devices", exercise_device) if emu_ready else None
+exercise_emu = emulated.emulated_model(lab.triton_http_url, step.out_dir / "emulated-devices", exercise_device) if emu_ready else None
 checks.emulated_plan(plan_for, emulated=exercise_emu, device=exercise_device, run=step.run, clients=top_c,
                      opts=emulated.short_opts(opts), exercise="05a.3", step=step)
 
@@ -435,7 +426,7 @@ checks.emulated_plan(plan_for, emulated=exercise_emu, device=exercise_device, ru
 # take — the same factor, or far more?
 
 # %%
-ser = serialisation(step.run, batches=tuple(serialisation_batches), repeats=3 if load.get("quick") else 10,
+ser = serialisation(step.run, batches=tuple(serialisation_batches), repeats=3 if lab.load.quick else 10,
                     experiment="05a-serialisation")
 serialisation = step.table(step.frame(ser, "payload", "batch", "bytes_per_request", "latency_p50_ms",
                                       "latency_p50_min_ms", "latency_p50_max_ms", "latency_p99_ms", "repeats")
@@ -492,9 +483,9 @@ step.plot(fig, "serialisation")
 
 # %%
 memory = step.table(pd.DataFrame([
-    memory_snapshot(service_pid, "FastAPI service (uvicorn, ONNX Runtime fp32)") if service_pid else
+    memory_snapshot(lab.service_pid, "FastAPI service (uvicorn, ONNX Runtime fp32)") if lab.service_pid else
     {"rss_mb": None, "rss_of": "FastAPI service (not a local process: see the node)", "gpu_mem_mb": None},
-    memory_snapshot(triton_pid, "tritonserver + python-backend stubs") if triton_pid else
+    memory_snapshot(lab.triton_pid, "tritonserver + python-backend stubs") if lab.triton_pid else
     {"rss_mb": None, "rss_of": "tritonserver (not a local process: see the node)", "gpu_mem_mb": None},
     memory_snapshot(None, "this notebook's kernel (profiled ORT session loaded)"),
 ]), "memory", "Resident memory (RSS, MiB) by process; GPU memory via NVML where present")

@@ -51,22 +51,21 @@
 # without an NVIDIA GPU and TensorRT, the last cell says that no engine could be built here, and why.
 
 # %% tags=["parameters"]
-place = ""                # local | node ("": $SERVELAB_PLACE, else local)
-out_dir = ""              # "": results/interactive in this checkout
+harness = {}              # where this runs: filled by `servelab lab run` ({}: this place's defaults)
 trt_max_batch = 64
 trt_cache = "/trt_cache"
 
 # %%
-from servelab.lab.places import place_defaults
+from servelab.lab.session import session
 
-globals().update(place_defaults(globals()))  # "" parameters -> this place's endpoints, model names, out_dir
+lab = session("05b", globals())  # endpoints, model names, results folder and load profile of this run
 
 # %%
 from pathlib import Path
 
-from servelab.lab.step import Step, show_commands
+from servelab.lab.step import show_commands
 
-step = Step("05b", out_dir, place)
+step = lab.step
 
 # %% [markdown]
 # ## Render the GPU repository (here) and read the TensorRT model's settings
@@ -87,7 +86,7 @@ step = Step("05b", out_dir, place)
 from servelab.triton.models import TRT_ENCODER
 from servelab.triton.repository import config_text, parse_config, stage
 
-staged = stage("gpu", out=Path(out_dir) / "models_gpu", max_batch=trt_max_batch, trt_cache=trt_cache)
+staged = stage("gpu", out=Path(lab.out_dir) / "models_gpu", max_batch=trt_max_batch, trt_cache=trt_cache)
 trt_config = Path(staged["repository"]) / TRT_ENCODER / "config.pbtxt"
 without_stanza = parse_config(trt_config)
 without_stanza.ClearField("optimization")  # exercise 05b.1 asks you to write it: shown in full after the check
@@ -178,7 +177,7 @@ show_commands("node",
 import onnxruntime as ort
 
 providers_here = ort.get_available_providers()
-if place == "node":
+if lab.place == "node":
     step.not_run("engine build timing", "this notebook checks configuration; on the GPU node the engine is built by "
                  "Triton in notebook 04's stack when it loads the TensorRT model, not by this notebook",
                  "watch the build with the commands above (`docker compose logs triton`); measure the engine with "

@@ -61,38 +61,24 @@
 # queueing and computing (Triton's statistics), and the rest — transport, HTTP handling and decoding.
 
 # %% tags=["parameters"]
-place = ""                # local | node ("": $SERVELAB_PLACE, else local)
-out_dir = ""              # "": results/interactive in this checkout
-service_url = ""          # "": the place's service (local :8002, node :8080)
-triton_http_url = ""      # "": the place's Triton HTTP (local :8003, node :8000)
-triton_metrics_url = ""   # "": the place's Triton metrics (local :8005, node :8002)
-triton_model = ""         # "": the place's encoder (openclip_vit_b32_cpu | openclip_vit_b32)
-triton_jpeg_model = ""    # "": the JPEG ensemble (openclip_vit_b32_jpeg)
-service_pid = 0
-triton_pid = 0
+harness = {}              # where this runs: filled by `servelab lab run` ({}: this place's defaults)
 link = "wan-100mbit-20ms"  # a shaped client-server link measured beside loopback ("": loopback only)
-triton_repository = "../models"  # the running Triton's model repository (`servelab triton up` serves ../models)
 concurrency_levels = [1, 8]
-extra_servers = True     # start LitServe for the comparison
-# how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
-load = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 2.0, "stable_windows": 2, "max_windows": 4, "tolerance": 0.1,
-        "quick": False}
 monitor_step_s = 2.0     # seconds per step of the monitoring view's stepped load (a quick run takes 0.5)
 
 # %%
-from servelab.lab.places import place_defaults
+from servelab.lab.session import session
 
-globals().update(place_defaults(globals()))  # "" parameters -> this place's endpoints, model names, out_dir
+lab = session("06a", globals())  # endpoints, model names, results folder and load profile of this run
 
 # %%
 from servelab.bench.experiments import compare_servers, concurrency_sweep
 from servelab.bench.report import idle_sentence, ratio_sentence
 from servelab.bench.servers import served
 from servelab.lab.places import attach
-from servelab.lab.step import Step
 
-step = Step("06a", out_dir, place)
-opts = step.opts(load)
+step = lab.step
+opts = lab.load
 cols = ["server", "payload", "concurrency", "throughput_img_s", "throughput_min_img_s", "throughput_max_img_s",
         "latency_p50_ms", "latency_p99_ms", "latency_mean_ms", "server_stats.avg_batch", "memory.rss_mb", "stable"]
 
@@ -116,10 +102,10 @@ from servelab.bench.report import versus
 from servelab.lab.step import show_code
 from servelab.triton.repository import STAGING
 
-repository = Path(triton_repository)
-if not (repository / triton_jpeg_model).is_dir():  # not this machine's Triton (e.g. the node's): read its template
-    repository = STAGING / ("gpu" if place == "node" else "cpu")
-show_code(repository / triton_jpeg_model / "config.pbtxt", "name:", lang="protobuf")
+repository = Path(lab.triton_repository)
+if not (repository / lab.triton_jpeg_model).is_dir():  # not this machine's Triton (e.g. the node's): read its template
+    repository = STAGING / ("gpu" if lab.place == "node" else "cpu")
+show_code(repository / lab.triton_jpeg_model / "config.pbtxt", "name:", lang="protobuf")
 
 # %% [markdown]
 # ## Same requests, three servers
@@ -143,13 +129,13 @@ from servelab.client import InferenceClient
 def service_batches() -> dict:
     """The batches the service has run so far (its /info): on its instances side by side, or alone on all cores
     ({} when it runs one session: a GPU, one core)."""
-    with InferenceClient(mode="remote", backend="fastapi", url=service_url) as remote:
+    with InferenceClient(mode="remote", backend="fastapi", url=lab.service_url) as remote:
         return dict(((remote.info().get("engine") or {}).get("instances") or {}).get("batches_run") or {})
 
 
-fastapi = attach("fastapi", service_url, payload="jpeg", pid=service_pid or None)
-triton_http = attach("triton-http", triton_http_url, payload="jpeg", model=triton_model, jpeg_model=triton_jpeg_model,
-                     pid=triton_pid or None)
+fastapi = attach("fastapi", lab.service_url, payload="jpeg", pid=lab.service_pid or None)
+triton_http = attach("triton-http", lab.triton_http_url, payload="jpeg", model=lab.triton_model, jpeg_model=lab.triton_jpeg_model,
+                     pid=lab.triton_pid or None)
 # the verdict: alternating windows at the highest concurrency, where drift cancels
 ran_before = service_batches()
 head_to_head = compare_servers(step.run, fastapi, triton_http, concurrencies=(max(concurrency_levels),),
@@ -157,7 +143,7 @@ head_to_head = compare_servers(step.run, fastapi, triton_http, concurrencies=(ma
 ran_during = {k: v - ran_before.get(k, 0) for k, v in service_batches().items()}  # at the highest concurrency only
 recs = sweep(fastapi, measured=head_to_head) + sweep(triton_http, measured=head_to_head)
 peer = []  # servelab ÷ LitServe at the highest concurrency, measured in alternating windows (drift cancels)
-if extra_servers:
+if lab.extra_servers:
     with served("litserve", engine="onnx", payload="jpeg", log_path=step.out_dir / "logs" / "litserve.log") as litserve:
         ran_before = service_batches()
         peer = compare_servers(step.run, fastapi, litserve, concurrencies=(max(concurrency_levels),), payload="jpeg",
@@ -223,7 +209,7 @@ step.show_plot(plot_latency_throughput(recs, step.plot_path("three_way")))
 # %%
 # notebook 04 of this lab run measured this Triton with these requests at these concurrencies: a lab run takes each
 # point once, so those records are used here (`measured=`); a notebook run on its own measures them now
-tensor_recs = sweep(attach("triton-http", triton_http_url, payload="tensor", model=triton_model, pid=triton_pid or None),
+tensor_recs = sweep(attach("triton-http", lab.triton_http_url, payload="tensor", model=lab.triton_model, pid=lab.triton_pid or None),
                     payload="tensor", measured=step.earlier("04"))
 print("from notebook 04 of this run:", [f"concurrency {r['concurrency']}" for r in tensor_recs if r["experiment"][:3] == "04-"]
       or "none (measured here)")
@@ -297,8 +283,8 @@ def execute(self, requests):
 
 
 # %%
-checks.python_backend_execute(execute, triton_http_url=triton_http_url,
-                              repository=triton_repository if place == "local" else None,
+checks.python_backend_execute(execute, triton_http_url=lab.triton_http_url,
+                              repository=lab.triton_repository if lab.place == "local" else None,
                               exercise="06a.3", step=step)
 
 # %%
@@ -317,7 +303,7 @@ step.show_plot(plot_server_breakdown(tensor_recs, step.plot_path("server_breakdo
 # GPU the compute shrinks to a few milliseconds and the overheads, and the network, become the whole story.
 
 # %%
-with InferenceClient(mode="remote", backend="fastapi", url=service_url) as remote:
+with InferenceClient(mode="remote", backend="fastapi", url=lab.service_url) as remote:
     instances = (remote.info().get("engine") or {}).get("instances")  # None: one session (a GPU, one core)
 compute_ms = float(hi_row["server_compute_ms"]) / max(float((tensor_recs[-1].get("server_stats") or {}).get("avg_batch") or 1), 1)
 ceiling = 1000 / max(compute_ms, 1e-9)
@@ -359,7 +345,7 @@ from servelab.bench.experiments import ab
 from servelab.bench.load.cpu import CpuMeter
 from servelab.bench.servers.link import link_effect, link_profile, network_link
 
-triton_tensor = attach("triton-http", triton_http_url, payload="tensor", model=triton_model, pid=triton_pid or None)
+triton_tensor = attach("triton-http", lab.triton_http_url, payload="tensor", model=lab.triton_model, pid=lab.triton_pid or None)
 link_sides, link_ab = [], []
 if link:
     with network_link("loopback", fastapi, triton_tensor) as lo, network_link(link, fastapi, triton_tensor) as wan:
@@ -454,7 +440,7 @@ import pandas as pd
 from servelab.bench.experiments.overload import knee_rows, overload, plot_knee
 
 knee = None
-if extra_servers:  # two more services, three load levels each: about a minute and a half on two cores
+if lab.extra_servers:  # two more services, three load levels each: about a minute and a half on two cores
     overload_recs = overload(step.run, servers=("fastapi", "fastapi-no-admission"), engine="onnx-int8",
                              levels=(1, 2, 8), duration_s=4.0, queue=32, quick=opts.quick)
     knee = step.table(pd.DataFrame(knee_rows(overload_recs)), "overload_knee",
@@ -529,7 +515,7 @@ import urllib.request
 
 counters = ("nv_inference_request_success", "nv_inference_queue_duration_us", "nv_inference_compute_infer_duration_us")
 try:
-    metrics_text = urllib.request.urlopen(triton_metrics_url, timeout=5).read().decode()
+    metrics_text = urllib.request.urlopen(lab.triton_metrics_url, timeout=5).read().decode()
 except (urllib.error.URLError, OSError) as exc:
     step.not_run("Triton's /metrics read by hand", f"{triton_metrics_url} did not answer ({exc})")
 else:
@@ -560,7 +546,7 @@ step_s = min(monitor_step_s, 0.5) if opts.quick else monitor_step_s
 interval_s = 0.5  # Prometheus scrapes (and evaluates the rule) every 0.5 s: four times per 2 s step
 monitored = None
 with contextlib.ExitStack() as stack:
-    if extra_servers:  # a service that admits 4 at a time, on the engine the overload section used
+    if lab.extra_servers:  # a service that admits 4 at a time, on the engine the overload section used
         svc = stack.enter_context(served("fastapi", "onnx-int8", payload="jpeg", max_queue=32,
                                          env={"SERVELAB_MAX_IN_FLIGHT": 4, "SERVELAB_REQUEST_TIMEOUT_S": 10},
                                          log_path=step.out_dir / "logs" / "monitored-service.log"))
@@ -569,11 +555,11 @@ with contextlib.ExitStack() as stack:
         monitored_url, admits = fastapi.url, None
     jpegs = list(sample_jpegs(1))
     view = monitor(
-        [Target("servelab", monitored_url + "/metrics"), Target("triton", triton_metrics_url)],
+        [Target("servelab", monitored_url + "/metrics"), Target("triton", lab.triton_metrics_url)],
         {"servelab": client_factory(lambda: InferenceClient(mode="remote", backend="fastapi", url=monitored_url,
                                                             payload="jpeg", retries=0), blobs=jpegs),
          "triton": client_factory(triton_http.make_client, blobs=jpegs)},
-        triton_model=triton_model, steps=STEPS, step_s=step_s, interval_s=interval_s,
+        triton_model=lab.triton_model, steps=STEPS, step_s=step_s, interval_s=interval_s,
         log_path=step.out_dir / "logs" / "prometheus.log")
 print(view.prometheus if view.scraped else f"{view.prometheus}: the stepped load below comes from servelab's "
       "own records only")

@@ -53,25 +53,17 @@
 # (45 % efficiency), because the time went to the network and the batcher, not to the GPUs.
 
 # %% tags=["parameters"]
-place = ""                # local | node ("": $SERVELAB_PLACE, else local)
-out_dir = ""              # "": results/interactive in this checkout
-triton_http_url = ""      # "": the place's Triton HTTP (local :8003, node :8000)
-triton_model = ""         # "": the place's encoder (openclip_vit_b32_cpu | openclip_vit_b32)
-triton_pid = 0
-triton_repository = "../models"  # the running Triton's model repository (the lab run passes its staged one)
+harness = {}              # where this runs: filled by `servelab lab run` ({}: this place's defaults)
 instance_counts = [1, 2]
 concurrency_levels = [1, 8]
 price_per_hour = 0.50     # USD per hour for the machine serving (set your own: cloud list price, lease cost)
 device_profile = "vit-b32-h100"  # the emulated accelerator's profile (servelab.model.device_profile), or a *.json file
 trial_limit = 8           # the open assignment: at most this many trials, each a reload and a short measurement
-# how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
-load = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 2.0, "stable_windows": 2, "max_windows": 4, "tolerance": 0.1,
-        "quick": False}
 
 # %%
-from servelab.lab.places import place_defaults
+from servelab.lab.session import session
 
-globals().update(place_defaults(globals()))  # "" parameters -> this place's endpoints, model names, out_dir
+lab = session("06b", globals())  # endpoints, model names, results folder and load profile of this run
 
 # %%
 import pandas as pd
@@ -79,11 +71,11 @@ import pandas as pd
 from servelab.bench.experiments import instance_scaling
 from servelab.bench.report import cost_table
 from servelab.lab.places import attach
-from servelab.lab.step import Step, show_commands
+from servelab.lab.step import show_commands
 
-step = Step("06b", out_dir, place)
-opts = step.opts(load)
-triton = attach("triton-http", triton_http_url, payload="tensor", model=triton_model, pid=triton_pid or None)
+step = lab.step
+opts = lab.load
+triton = attach("triton-http", lab.triton_http_url, payload="tensor", model=lab.triton_model, pid=lab.triton_pid or None)
 
 # %% [markdown]
 # ## Instance count × concurrency
@@ -146,7 +138,7 @@ from pathlib import Path
 
 from servelab.lab.step import show_code
 
-config_file = Path(triton_repository) / triton_model / "config.pbtxt"
+config_file = Path(lab.triton_repository) / lab.triton_model / "config.pbtxt"
 if config_file.is_file():
     show_code(config_file, "instance_group", lang="protobuf")
 
@@ -158,9 +150,12 @@ if config_file.is_file():
 #
 # ```bash
 # # runs here, against the lab's Triton (HTTP port 8003 unless the run chose another: `triton_http_url`)
-# curl -X POST localhost:8003/v2/repository/models/openclip_vit_b32_cpu/load \
+# curl -X POST localhost:8003/v2/repository/models/openclip_vit_b32_cpu/load -H "servelab-admin-key: $KEY" \
 #      -d '{"parameters": {"config": "{\"instance_group\": [{\"kind\": \"KIND_CPU\", \"count\": 2}], ...}"}}'
 # ```
+#
+# Every repository request carries the server's key (`headers=lab.triton_headers`, the header above): a load may
+# bring code that Triton runs, so that API answers only callers holding the key (docs/SECURITY.md).
 #
 # With `config` the file is not read. Without it (`load_model(name)`) Triton goes back to the repository, but
 # reloads only when it sees the model's files changed since it last loaded them, so whether your config stays
@@ -204,16 +199,16 @@ if cpu_hands:
     staged_text = config_file.read_text()
     my_text = edited(staged_text, my_edit)
     print(my_text[my_text.index("instance_group"):])
-    client = httpclient.InferenceServerClient(triton_http_url.split("://")[-1].rstrip("/"))
-    client.load_model(triton_model, config=as_json(my_text))  # POST /v2/repository/models/<model>/load
-    loaded = client.get_model_config(triton_model)
+    client = httpclient.InferenceServerClient(lab.triton_http_url.split("://")[-1].rstrip("/"))
+    client.load_model(lab.triton_model, config=as_json(my_text), headers=lab.triton_headers)  # POST /v2/repository/models/<model>/load
+    loaded = client.get_model_config(lab.triton_model)
     print("loaded:", loaded["instance_group"], {k: v["string_value"] for k, v in loaded["parameters"].items()
                                                 if k.startswith("intra_op")})
-    client.load_model(triton_model)  # no config: from the repository, if Triton sees the files changed
-    print("after a load without config:", client.get_model_config(triton_model)["instance_group"][0]["count"],
+    client.load_model(lab.triton_model, headers=lab.triton_headers)  # no config: from the repository, if Triton sees the files changed
+    print("after a load without config:", client.get_model_config(lab.triton_model)["instance_group"][0]["count"],
           "instance(s)")
-    client.load_model(triton_model, config=as_json(staged_text))  # the file's own config, sent as an override
-    print("the file's config again:", client.get_model_config(triton_model)["instance_group"][0]["count"],
+    client.load_model(lab.triton_model, config=as_json(staged_text), headers=lab.triton_headers)  # the file's own config, sent as an override
+    print("the file's config again:", client.get_model_config(lab.triton_model)["instance_group"][0]["count"],
           "instance(s)")
     client.close()
 else:
@@ -248,7 +243,7 @@ if cpu_hands:
     staged = json.loads(as_json(staged_text))
     two = dataclasses.replace(triton, instances=2, settings={**triton.settings, "threads": threads_each})
     one = dataclasses.replace(triton, instances=1, settings={**triton.settings, "threads": cores})
-    with config_switch(triton_http_url, triton_model, [mine, staged]) as use:
+    with config_switch(lab.triton_http_url, lab.triton_model, [mine, staged]) as use:
         instance_ab = ab(step.run, "06b-threads-instances", two, one, label_a=f"2 instances x {threads_each} thread(s)",
                          label_b=f"1 instance x {cores} threads", concurrency_a=top_c, opts=opts, prepare=use)
 else:  # on a GPU the copies share the GPU: the most instances against the fewest
@@ -304,7 +299,7 @@ spin_ab = None
 if cpu_hands:
     spin_off_text = edited(staged_text, 'parameters { key: "intra_op_spinning", value: { string_value: "0" } }')
     off = dataclasses.replace(one, settings={**one.settings, "spinning": False})
-    with config_switch(triton_http_url, triton_model, [json.loads(as_json(spin_off_text)), staged]) as use:
+    with config_switch(lab.triton_http_url, lab.triton_model, [json.loads(as_json(spin_off_text)), staged]) as use:
         spin_ab = ab(step.run, "06b-spinning", off, one, label_a="spinning off",
                      label_b="spinning on", concurrency_a=top_c, opts=opts,
                      prepare=use)
@@ -380,15 +375,15 @@ from servelab.model.device_profile import profile as device_profile_named
 emu_profile = device_profile_named(device_profile)
 flat = device_profile_named("flat")
 full_c = 2 * flat.full_at  # two groups of full batches: enough clients to fill the flat device twice over
-emu_ready = place != "node" and emulated.available(triton_http_url)
+emu_ready = lab.place != "node" and emulated.available(lab.triton_http_url)
 if emu_ready:
-    with emulated.emulated_triton(triton_http_url, step.out_dir / "emulated-devices", device_profile) as emu:
+    with emulated.emulated_triton(lab.triton_http_url, step.out_dir / "emulated-devices", device_profile) as emu:
         emu_opts = emu.opts(opts, instances=2)  # two instances: windows long enough to hold several executions
         emu_instances = emu.ab(step.run, "06b-emulated-instances", emu.config(instances=2, devices=1),
                                emu.config(instances=1, devices=1), label_a="2 instances, 1 device",
                                label_b="1 instance, 1 device", concurrency=top_c, opts=emu_opts)
     # the same two questions on a device that batches of 4 fill: max_batch_size 4, 8 clients
-    with emulated.emulated_triton(triton_http_url, step.out_dir / "emulated-devices-flat", flat) as emu_flat:
+    with emulated.emulated_triton(lab.triton_http_url, step.out_dir / "emulated-devices-flat", flat) as emu_flat:
         full = dict(max_batch=flat.full_at)
         full_instances = emu_flat.ab(step.run, "06b-emulated-full-instances",
                                      emu_flat.config(instances=2, devices=1, **full),
@@ -487,7 +482,7 @@ show_commands("node", "SERVELAB_INSTANCES=2 docker compose -f docker/compose.00-
 gpus_seen = len(triton.gpus or [])  # as the Triton server reports them, wherever this notebook runs
 if gpus_seen < 2:
     step.not_run("multi-GPU scaling (one instance group per GPU)",
-                 "this machine has no GPU" if place != "node" else f"the node's Triton reports {gpus_seen} GPU(s)",
+                 "this machine has no GPU" if lab.place != "node" else f"the node's Triton reports {gpus_seen} GPU(s)",
                  f"instance-count scaling on {'one GPU' if gpus_seen else 'the CPU'} measured above")
 
 # %% [markdown]
@@ -536,8 +531,8 @@ from servelab.assignments.live import Trials
 
 one_client = points[(points["instances"] == min(instance_counts)) & (points["concurrency"] == min(concurrency_levels))]
 budget_ms = round(3 * float(one_client["latency_p99_ms"].mean()))
-trials = Trials(step.run, triton_http_url, triton_model, opts, "06b-p99-budget",
-                kind="KIND_GPU" if place == "node" else "KIND_CPU", max_trials=trial_limit)
+trials = Trials(step.run, lab.triton_http_url, lab.triton_model, opts, "06b-p99-budget",
+                kind="KIND_GPU" if lab.place == "node" else "KIND_CPU", max_trials=trial_limit)
 top_rate = float(points[points["instances"] == min(instance_counts)]["throughput_img_s"].max())
 print(f"p99 budget: {budget_ms} ms (3 × the p99 of {min(concurrency_levels)} client(s) on {min(instance_counts)} "
       f"instance(s)); at the sweep's best one-instance rate, {top_rate:.1f} img/s, that admits about "
@@ -586,7 +581,7 @@ step.shows(
     f"{n_hi} instances against {n_lo} gave a scaling efficiency of {eff:.2f} on "
     + (f"{len(triton.gpus)} GPU(s). " if triton.gpus else f"{step.environment.get('cpu_usable')} CPU cores. ")
     + (f"Multi-GPU scaling was not run: the node's Triton reports {gpus_seen} GPU(s). "
-       if place == "node" and gpus_seen < 2 else "")
+       if lab.place == "node" and gpus_seen < 2 else "")
     + f"Cost per 1,000 images at {price_per_hour} USD/hour ranged from {scaling[cost_col].min():.4f} to "
     f"{scaling[cost_col].max():.4f} USD over the points measured."
 )

@@ -48,34 +48,25 @@
 # time; a WAN-like shaped link, where the lab provides it, shows what bytes and a round trip add to each.
 
 # %% tags=["parameters"]
-place = ""                # local | node ("": $SERVELAB_PLACE, else local)
-out_dir = ""              # "": results/interactive in this checkout
-triton_http_url = ""      # "": the place's Triton HTTP (local :8003, node :8000)
-triton_grpc_url = ""      # "": the place's Triton gRPC (local :8004, node :8001)
-triton_model = ""         # "": the place's encoder (openclip_vit_b32_cpu | openclip_vit_b32)
-triton_pid = 0
+harness = {}              # where this runs: filled by `servelab lab run` ({}: this place's defaults)
 link = "wan-100mbit-20ms"  # a shaped client-server link measured beside loopback ("": loopback only)
 batch_sizes = [1, 8]
 concurrency_levels = [1, 8]
-# how each point is measured (servelab.bench LoadOpts); `--profile smoke` overrides it
-load = {"min_requests": 10, "min_p50s": 5.0, "min_window_s": 2.0, "stable_windows": 2, "max_windows": 4, "tolerance": 0.1,
-        "quick": False}
 
 # %%
-from servelab.lab.places import place_defaults
+from servelab.lab.session import session
 
-globals().update(place_defaults(globals()))  # "" parameters -> this place's endpoints, model names, out_dir
+lab = session("07", globals())  # endpoints, model names, results folder and load profile of this run
 
 # %%
 from servelab.bench.experiments import http_vs_grpc
 from servelab.lab.places import attach
-from servelab.lab.step import Step
 
-step = Step("07", out_dir, place)
-opts = step.opts(load)
+step = lab.step
+opts = lab.load
 # one Triton, both endpoints: each point below alternates gRPC and HTTP windows, so drift cancels in the ratio
-triton = attach("triton-http", triton_http_url, payload="tensor", model=triton_model, pid=triton_pid or None,
-                grpc_url=triton_grpc_url)
+triton = attach("triton-http", lab.triton_http_url, payload="tensor", model=lab.triton_model, pid=lab.triton_pid or None,
+                grpc_url=lab.triton_grpc_url)
 cols = ["protocol", "batch", "concurrency", "throughput_img_s", "throughput_min_img_s", "throughput_max_img_s",
         "latency_p50_ms", "latency_mean_ms", "latency_p99_ms", "stable", "server_stats.avg_request_ms"]
 ratio_cols = ["batch", "concurrency", "ratio", "ratio_min", "ratio_max", "stable"]
@@ -104,15 +95,15 @@ from servelab.data import synthetic_photo
 from servelab.model.preprocess import preprocess_pil
 
 pixels = preprocess_pil(synthetic_photo(0))[None]  # (1, 3, 224, 224) float32
-http = httpclient.InferenceServerClient(triton_http_url.split("://")[-1])
-grpc = grpcclient.InferenceServerClient(triton_grpc_url.split("://")[-1])
+http = httpclient.InferenceServerClient(lab.triton_http_url.split("://")[-1])
+grpc = grpcclient.InferenceServerClient(lab.triton_grpc_url.split("://")[-1])
 
 
 def call(client_module, client):
     inp = client_module.InferInput("pixel_values", list(pixels.shape), "FP32")
     inp.set_data_from_numpy(pixels)  # HTTP: binary_data=True is the default
     t0 = time.perf_counter()
-    emb = client.infer(triton_model, inputs=[inp]).as_numpy("embedding")
+    emb = client.infer(lab.triton_model, inputs=[inp]).as_numpy("embedding")
     return time.perf_counter() - t0, emb
 
 
@@ -121,7 +112,7 @@ assert np.allclose(calls["http"][0][1], calls["grpc"][0][1], atol=1e-5), "HTTP a
 http_input = httpclient.InferInput("pixel_values", list(pixels.shape), "FP32")
 http_input.set_data_from_numpy(pixels)
 http_body, json_header = httpclient.InferenceServerClient.generate_request_body([http_input])
-request = grpcclient.service_pb2.ModelInferRequest(model_name=triton_model, raw_input_contents=[pixels.tobytes()])
+request = grpcclient.service_pb2.ModelInferRequest(model_name=lab.triton_model, raw_input_contents=[pixels.tobytes()])
 request.inputs.add(name="pixel_values", datatype="FP32", shape=list(pixels.shape))
 raw_calls = step.table(pd.DataFrame([
     {"protocol": "http", "request_bytes": len(http_body), "of which header": json_header,
@@ -182,8 +173,8 @@ def embed_over_grpc(url, model, pixels):
 # %%
 from servelab.assignments import checks
 
-checks.triton_client_call(embed_over_grpc, triton_http_url=triton_http_url, triton_grpc_url=triton_grpc_url,
-                          model=triton_model, batch=4, exercise="07.1", step=step)
+checks.triton_client_call(embed_over_grpc, triton_http_url=lab.triton_http_url, triton_grpc_url=lab.triton_grpc_url,
+                          model=lab.triton_model, batch=4, exercise="07.1", step=step)
 
 # %% [markdown]
 # ## By concurrency (batch-1 requests)

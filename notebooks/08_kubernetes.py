@@ -48,18 +48,17 @@
 # Kubernetes API schema for its kind (deserialised with the official Python client's models).
 
 # %% tags=["parameters"]
-place = ""                # local | node ("": $SERVELAB_PLACE, else local)
-out_dir = ""              # "": results/interactive in this checkout
+harness = {}              # where this runs: filled by `servelab lab run` ({}: this place's defaults)
 
 # %%
-from servelab.lab.places import place_defaults
+from servelab.lab.session import session
 
-globals().update(place_defaults(globals()))  # "" parameters -> this place's endpoints, model names, out_dir
+lab = session("08", globals())  # endpoints, model names, results folder and load profile of this run
 
 # %%
-from servelab.lab.step import Step, run_checks, show_commands
+from servelab.lab.step import run_checks, show_commands
 
-step = Step("08", out_dir, place)
+step = lab.step
 
 # %% [markdown]
 # ## The manifests

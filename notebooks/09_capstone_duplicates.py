@@ -51,20 +51,14 @@
 # `servelab dedup review ~/Pictures` (nothing is deleted without a way back: files go to a trash folder).
 
 # %% tags=["parameters"]
-place = ""                # local | node ("": $SERVELAB_PLACE, else local)
-out_dir = ""              # "": results/interactive in this checkout
-service_url = ""          # "": the place's service (local :8002, node :8080)
-triton_http_url = ""      # "": the place's Triton HTTP (local :8003, node :8000)
-triton_grpc_url = ""      # "": the place's Triton gRPC (local :8004, node :8001)
-triton_model = ""         # "": the place's encoder (openclip_vit_b32_cpu | openclip_vit_b32)
-triton_jpeg_model = ""    # "": the JPEG ensemble (openclip_vit_b32_jpeg)
+harness = {}              # where this runs: filled by `servelab lab run` ({}: this place's defaults)
 n_photos = 60
 threshold = 0.92
 
 # %%
-from servelab.lab.places import place_defaults
+from servelab.lab.session import session
 
-globals().update(place_defaults(globals()))  # "" parameters -> this place's endpoints, model names, out_dir
+lab = session("09", globals())  # endpoints, model names, results folder and load profile of this run
 
 # %%
 import time
@@ -73,9 +67,8 @@ from pathlib import Path
 import pandas as pd
 
 from servelab.client import InferenceClient
-from servelab.lab.step import Step
 
-step = Step("09", out_dir, place)
+step = lab.step
 
 # %% [markdown]
 # ## The backend, from the measurement built to compare them
@@ -103,7 +96,7 @@ candidates = step.table(served[["experiment", "server", "payload", "batch", "con
 from servelab.bench.report import ratio_figure, ratio_sentence, ratio_verdict
 
 HEAD_TO_HEAD = "06a-servelab-vs-triton"  # FastAPI ÷ Triton, JPEG requests, alternating windows
-urls = {"fastapi": service_url, "triton-http": triton_http_url}
+urls = {"fastapi": lab.service_url, "triton-http": lab.triton_http_url}
 head = step.records(kind="ab", experiment=HEAD_TO_HEAD)
 if len(head):
     verdict = head.iloc[-1].to_dict()
@@ -117,7 +110,7 @@ if len(head):
            + ("Triton was clearly ahead" if backend == "triton-http" else "Triton was not clearly ahead, so the "
               "simpler stack wins"))
     print("06a read it:", ratio_sentence(verdict))
-    options = {"model": triton_model, "jpeg_model": triton_jpeg_model} if backend.startswith("triton") else {}
+    options = {"model": lab.triton_model, "jpeg_model": lab.triton_jpeg_model} if backend.startswith("triton") else {}
     client = InferenceClient(mode="remote", backend=backend, url=urls[backend], payload=payload, **options)
     print("chosen measurement:", {k: best[k] for k in ("experiment", "server", "payload", "batch", "concurrency",
                                                         "throughput_img_s", "latency_p50_ms")})

@@ -105,12 +105,13 @@ def _stack_for(folder: Path, paths: list[Path], execute: bool, parameters: dict 
     if not todo:
         yield params
         return
-    from servelab.lab.notebooks import declared_parameters
+    from servelab.lab.notebooks import declared_parameters, uses_servers
     from servelab.lab.runner import URL_KEYS
 
     run_dir = (folder / EXECUTED_DIR / "results").resolve()
     params.setdefault("out_dir", str(run_dir))
     wants = set().union(*(declared_parameters(p) for p in todo)) & URL_KEYS
+    wants |= {"service_url", "triton_http_url"} if any(uses_servers(p) for p in todo) else set()  # a lab session's
     if not wants or wants <= set(params) or (params.get("place") or "local") != "local":
         yield params
         return

@@ -8,6 +8,7 @@ generated from it, committed without outputs, and is what papermill executes.
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 from servelab.config import checkout
@@ -104,6 +105,19 @@ def declared_parameters(ipynb: Path) -> set[str]:
     import papermill
 
     return set(papermill.inspect_notebook(str(ipynb)).keys())
+
+
+# a session's endpoint read in a code cell (`lab.service_url`, `lab.triton_model`, `lab.attach(`): the notebook talks
+# to the run's servers, so a local run starts its stack
+_SERVER_USE = re.compile(r"\blab\.(service_\w+|triton_\w+|attach\()")
+
+
+def uses_servers(ipynb: Path) -> bool:
+    """Whether the notebook's code reads a server endpoint from its lab session (servelab.lab.session)."""
+    import nbformat
+
+    nb = nbformat.read(ipynb, as_version=4)
+    return any(_SERVER_USE.search(c.source) for c in nb.cells if c.cell_type == "code")
 
 
 def execute(src: Path, dst: Path, parameters: dict, *, cwd: Path | None = None, progress_bar: bool = False) -> None:

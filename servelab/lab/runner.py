@@ -25,6 +25,7 @@ from servelab.lab import notebooks as nbs
 from servelab.lab import params as lab_params
 from servelab.lab.places import check_place, default_place, node_endpoints, triton_models
 from servelab.lab.run_report import failed_cell, write_report
+from servelab.lab.session import HARNESS, HARNESS_KEYS
 
 URL_KEYS = {"service_url", "triton_http_url", "triton_grpc_url", "triton_metrics_url", "triton_repository",
             "service_pid", "triton_pid"}
@@ -44,10 +45,21 @@ class RunPlan:
     values: dict[str, Any]
     declared: dict[str, set[str]] = field(default_factory=dict)
     overrides: dict[str, Any] = field(default_factory=dict)  # --param values: win over profile and stack
+    uses_servers: dict[str, bool] = field(default_factory=dict)  # notebooks whose code reads a server's endpoint
 
     @property
     def needs_stack(self) -> bool:
-        return self.place == "local" and any(self.declared[p.stem] & URL_KEYS for p in self.notebooks)
+        return self.place == "local" and any(self.declared[p.stem] & URL_KEYS or self.uses_servers.get(p.stem)
+                                             for p in self.notebooks)
+
+    def injected(self, stem: str, values: dict[str, Any]) -> dict[str, Any]:
+        """The parameters one notebook receives: those it declares by name, and `harness` (where it runs, the
+        profile's load and switches: servelab.lab.session) when it declares that."""
+        declared = self.declared[stem]
+        out = lab_params.for_notebook(declared, values)
+        if HARNESS in declared:
+            out[HARNESS] = {k: values[k] for k in HARNESS_KEYS if k in values}
+        return out
 
 
 def _against(entry: dict) -> str:
@@ -78,6 +90,8 @@ def plan(profile: str = "default", only: list[str] | None = None, params: list[s
         raise FileNotFoundError(f"{', '.join(missing)} missing: run `servelab lab sync` to generate them")
     declared = {p.stem: nbs.declared_parameters(nbs.ipynb_for(p)) for p in paths}
     known = set().union(*declared.values())
+    if any(HARNESS in d for d in declared.values()):
+        known |= set(HARNESS_KEYS)
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise ValueError(f"--param {', '.join(unknown)}: not a parameter of the selected notebooks "
@@ -91,7 +105,8 @@ def plan(profile: str = "default", only: list[str] | None = None, params: list[s
         values.update(node_endpoints().as_params())
     values.update(overrides)
     return RunPlan(run_id=run_id, out_dir=out_dir, profile=profile, place=place, notebooks=paths,
-                   values=values, declared=declared, overrides=overrides)
+                   values=values, declared=declared, overrides=overrides,
+                   uses_servers={p.stem: nbs.uses_servers(nbs.ipynb_for(p)) for p in paths})
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -174,9 +189,11 @@ def execute(p: RunPlan, ports: str = "auto", say: Callable[[str], None] = print,
                 probe(path.stem)
                 ipynb = nbs.ipynb_for(path)
                 output = out_dir / "notebooks" / ipynb.name
-                injected = lab_params.for_notebook(p.declared[path.stem], values)
+                injected = p.injected(path.stem, values)
                 say(f"[{i}/{len(p.notebooks)}] {path.stem} …")
-                entry.update(status="running", output=str(output.relative_to(out_dir)), parameters=injected)
+                shown = {k: ({n: x for n, x in v.items() if n not in URL_KEYS} if k == HARNESS else v)
+                         for k, v in injected.items()}
+                entry.update(status="running", output=str(output.relative_to(out_dir)), parameters=shown)
                 save()
                 t0 = time.monotonic()
                 try:

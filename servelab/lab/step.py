@@ -14,6 +14,7 @@ Measuring, record keeping and table formatting belong to servelab.bench; this mo
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from pathlib import Path
 
@@ -249,6 +250,22 @@ class Step:
         self._not_run.append({"not run": what, "why": why, "instead": instead, "place": self.place})
         _display_md(f"> **Not run here:** {what} — {why}." + (f" Instead: {instead}." if instead else ""))
         self.table(pd.DataFrame(self._not_run), "not_run", show=False, measured=False)
+
+    def skip_unless(self, condition, what: str, why: str, instead: str = "") -> bool:
+        """An optional step in one line: `if step.skip_unless(ready, "perf_analyzer", "no binary here"):` runs it
+        when `condition` holds, else records "not run, because `why`" (not_run) and returns False."""
+        if not condition:
+            self.not_run(what, why, instead)
+        return bool(condition)
+
+    @contextlib.contextmanager
+    def attempt(self, what: str, instead: str = "", errors: tuple = (RuntimeError, OSError)):
+        """`with step.attempt("Triton's trace"):` an optional step that may fail for a reason of this machine (a
+        missing binary, a server elsewhere): such an error is recorded as not run, with its message as the why."""
+        try:
+            yield
+        except errors as exc:
+            self.not_run(what, str(exc).strip() or type(exc).__name__, instead)
 
 
 def run_checks(*paths: str, timeout: float = 300) -> pd.DataFrame:

@@ -18,8 +18,8 @@ def lesson(name: str) -> str:
 def test_04_loads_the_students_edit_with_a_plain_repository_api_request():
     text = lesson("04_")
     assert 'config_path.read_text()' in text and "my_edit" in text
-    assert "client.load_model(triton_model, config=my_json)" in text, "tritonclient's own call, not a servelab helper"
-    assert "client.load_model(triton_model, config=own_json)" in text, "the file's own config loaded back the same way"
+    assert "client.load_model(lab.triton_model, config=my_json, headers=lab.triton_headers)" in text, "tritonclient's own call, not a servelab helper"
+    assert "client.load_model(lab.triton_model, config=own_json, headers=lab.triton_headers)" in text, "the file's own config loaded back the same way"
     assert "/v2/repository/models/" in text, "the HTTP request it stands for is on screen"
 
 
