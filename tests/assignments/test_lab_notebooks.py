@@ -49,7 +49,7 @@ def test_exercises_follow_the_format(py):
     exercises = find(nb, py.name)  # raises FormatError naming the cell
     for e in exercises:
         assert e.id.split(".")[0] == notebook_id(py), f"{py.name}: exercise {e.id} should be numbered {notebook_id(py)}.k"
-        assert e.check in checks.__all__, f"{py.name}: exercise {e.id} calls checks.{e.check}, not a check function"
+        assert e.check in checks.CHECKS, f"{py.name}: exercise {e.id} calls checks.{e.check}, not a check function"
         assert solution_lines(e), f"{py.name}: exercise {e.id}: the solution has no distinctive line to search for"
     student = student_notebook(nb, py.name)
     text = "\n".join(c.source for c in student.cells)
