@@ -41,10 +41,44 @@ def test_out_of_sync_is_detected(tmp_path):
     assert nbs.out_of_sync([copy]) == [f"{copy.stem}.ipynb (differs from {copy.name})"]
 
 
+MAX_SOURCE_LINES = 550
+MAX_PARAMETER_LINES = 8
+# lessons still over the line budget, at most their present length: they may shrink, never grow
+OVER_BUDGET = {"04_triton_dynamic_batching": 894, "06a_three_way_comparison": 636, "06b_scaling": 591}
+
+
+def parameters_cell(py) -> list[str]:
+    text = py.read_text()
+    start = text.index('# %% tags=["parameters"]\n') + len('# %% tags=["parameters"]\n')
+    end = text.index("\n# %%", start)
+    return [ln for ln in text[start:end].splitlines() if ln.strip()]
+
+
 @pytest.mark.parametrize("py", nbs.discover(), ids=lambda p: p.stem)
-def test_parameters_cell(py):
+def test_parameters_cell_holds_the_harness_and_a_few_knobs(py):
+    from servelab.lab.session import ENDPOINT_KEYS, HARNESS
+
     declared = nbs.declared_parameters(nbs.ipynb_for(py))
-    assert {"place", "out_dir"} <= declared
+    assert HARNESS in declared, "declare `harness = {}`: where the lesson runs comes from the runner"
+    own = declared & {"place", "out_dir", "load", *ENDPOINT_KEYS, "service_pid", "triton_pid", "triton_repository"}
+    assert not own, f"{sorted(own)}: the harness gives these (lab.<name>), the notebook does not declare them"
+    lines = parameters_cell(py)
+    assert len(lines) <= MAX_PARAMETER_LINES, f"parameters cell of {len(lines)} lines: keep the student's knobs only"
+    assert f'lab = session("{nbs.notebook_id(py)}", globals())' in py.read_text()
+
+
+@pytest.mark.parametrize("py", nbs.discover(), ids=lambda p: p.stem)
+def test_notebook_defines_no_endpoint_defaults(py):
+    text = py.read_text()
+    assert "place_defaults(" not in text and not re.search(r"(?m)^(service|triton)_\w+_url\s*=", text), \
+        "endpoints come from the lab session (servelab.lab.session), not from the notebook"
+
+
+@pytest.mark.parametrize("py", nbs.discover(), ids=lambda p: p.stem)
+def test_lesson_source_stays_within_its_line_budget(py):
+    lines = len(py.read_text().splitlines())
+    assert lines <= OVER_BUDGET.get(py.stem, MAX_SOURCE_LINES), \
+        f"{py.name}: {lines} lines; move harness code into servelab.lab and show it with show_code"
 
 
 @pytest.mark.parametrize("py", nbs.discover(), ids=lambda p: p.stem)

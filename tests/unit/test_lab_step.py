@@ -68,3 +68,23 @@ def test_earlier_gives_only_this_lab_runs_records_of_the_named_notebooks(tmp_pat
     inside = step.Step("06a", out)
     assert [r["experiment"] for r in inside.earlier("04")] == ["04-triton-concurrency"]
     assert [r["experiment"] for r in inside.earlier("04", "05a")] == ["04-triton-concurrency", "05a-queue-delay"]
+
+
+def test_an_optional_step_that_cannot_run_is_recorded_as_not_run(tmp_path, monkeypatch):
+    import csv
+
+    shown = []
+    monkeypatch.setattr(step, "_display_md", shown.append)
+    s = step.Step("98", tmp_path / "run", "local")
+    assert s.skip_unless(True, "a", "never said") is True
+    assert s.skip_unless(0, "perf_analyzer", "no binary on this machine", "the command above") is False
+    with s.attempt("Triton's trace", "the /stats histogram"):
+        raise RuntimeError("this Triton writes no trace file")
+    with pytest.raises(KeyError):  # an error that is not about this machine is not swallowed
+        with s.attempt("x"):
+            raise KeyError("bug")
+    rows = list(csv.DictReader(open(tmp_path / "run" / "tables" / "98_not_run.csv")))
+    assert [(r["not run"], r["why"], r["instead"]) for r in rows] == [
+        ("perf_analyzer", "no binary on this machine", "the command above"),
+        ("Triton's trace", "this Triton writes no trace file", "the /stats histogram")]
+    assert any("Not run here:** perf_analyzer" in t for t in shown)
