@@ -365,14 +365,11 @@ pa_cmd = pa.command(pa_binary or Path("perf_analyzer"), lab.triton_http_url.spli
                     max_trials=3 if opts.quick else 6, csv=pa_csv)
 print("$ " + " ".join(pa_cmd))
 pa_result = None
-if pa_binary is None:
-    step.not_run("perf_analyzer", "no binary on this machine", "the command above; `servelab triton get-perf-analyzer` fetches it")
-else:
-    try:
+if step.skip_unless(pa_binary, "perf_analyzer", "no binary on this machine",
+                    "the command above; `servelab triton get-perf-analyzer` fetches it"):
+    with step.attempt("perf_analyzer", "servelab's own measurement only"):
         pa_result = pa.run(pa_cmd, pa_csv)
         print(pa_result.output[pa_result.output.find("Request concurrency"):].strip())
-    except (RuntimeError, OSError) as exc:
-        step.not_run("perf_analyzer", str(exc), "servelab's own measurement only")
 
 # %%
 ours = triton_conc[-1]
@@ -453,14 +450,11 @@ def traced(clients: int, per_client: int) -> list:
 
 
 trace_per_client = 1 if opts.quick else 3
-try:
+spans_on = []
+with step.attempt("Triton's trace", "the executed-batch histogram from /stats"):  # a Triton without a trace file
     spans_on = traced(hi_c, trace_per_client)
     if not spans_on:
-        step.not_run("Triton's trace", "its trace file held no request of this window (a server on another "
-                     "machine writes it there)", "the executed-batch histogram from /stats")
-except RuntimeError as exc:  # a Triton started without a trace file, or one whose file is on another machine
-    spans_on = []
-    step.not_run("Triton's trace", str(exc), "the executed-batch histogram from /stats")
+        raise RuntimeError("its trace file held no request of this window (a server on another machine writes it there)")
 if spans_on:
     runs_on = trace.executions(spans_on)
     step.show_plot(trace.plot_timeline(spans_on, step.plot_path("trace_timeline_on"),
