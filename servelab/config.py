@@ -101,6 +101,11 @@ class Settings:
     decode_threads: int = 1  # threads decoding images (the decode pool); on 2 cores, two decoding threads gave
     #                          0.79x the throughput of one at c=8: they took the cores the engine's threads need
     request_timeout_s: float = 30.0  # a request still queued after this is dropped with 503 (0 = never)
+    # how long an admitted request may wait before the engine takes it (reading, decoding, queued): a request the
+    # engine's pace says would wait longer is refused at the door, one that has waited longer is dropped, both
+    # with 503 (0 = no bound). One second holds a full batch of 16 queued behind the running one on a CPU, where
+    # such a batch takes 0.2-0.7 s, so the engine never idles for want of work while the wait stays bounded.
+    max_wait_ms: float = 1000.0
     max_images_per_request: int = 32
     max_bytes: int = 20 * 1024 * 1024  # per image
     max_pixels: int = 40_000_000  # per image (decompression-bomb guard)
@@ -141,6 +146,7 @@ class Settings:
             max_in_flight=_env("MAX_IN_FLIGHT", None, int),
             decode_threads=_env("DECODE_THREADS", d.decode_threads, int),
             request_timeout_s=_env("REQUEST_TIMEOUT_S", d.request_timeout_s, float),
+            max_wait_ms=_env("MAX_WAIT_MS", d.max_wait_ms, float),
             max_images_per_request=_env("MAX_IMAGES", d.max_images_per_request, int),
             max_bytes=_env("MAX_BYTES", d.max_bytes, int),
             max_pixels=_env("MAX_PIXELS", d.max_pixels, int),
@@ -171,7 +177,7 @@ class Settings:
             raise ValueError("body_timeout_s must be > 0: a body that never arrives would hold its slot forever")
         if self.emulated_devices < 0:
             raise ValueError("emulated_devices must be >= 0 (0 = the device profile's own count)")
-        for name in ("max_in_flight", "request_timeout_s"):
+        for name in ("max_in_flight", "request_timeout_s", "max_wait_ms"):
             if (getattr(self, name) or 0) < 0:
                 raise ValueError(f"{name} must be >= 0 (0 = no limit)")
 

@@ -39,7 +39,7 @@ from servelab.model.contract import EMBED_DIM, INPUT_SHAPE
 from servelab.model.weights import weights_label
 from servelab.service import codecs
 from servelab.service.admission import Admission
-from servelab.service.batcher import DeadlineExceeded, MicroBatcher, QueueFull
+from servelab.service.batcher import Computed, DeadlineExceeded, MicroBatcher, QueueFull
 from servelab.service.bodies import BoundedBody
 from servelab.service.errors import ApiError, reject, shed
 from servelab.service.metrics import UNMATCHED, Metrics
@@ -64,9 +64,10 @@ async def admitted(request: Request) -> AsyncIterator[Job]:
     svc = service_of(request)
     svc.check_ready()
     gate = svc.admission
-    if not gate.try_enter():
-        shed("overloaded", f"{gate.in_flight} requests in flight, the limit is {gate.limit}; retry later",
-             retry_after_s=gate.drain_s())
+    why = gate.refusal()
+    if why:
+        shed("overloaded", why, retry_after_s=gate.drain_s())
+    gate.enter()
     job = Job(svc)
     try:
         yield job
@@ -76,27 +77,44 @@ async def admitted(request: Request) -> AsyncIterator[Job]:
 
 
 class Job:
-    """One admitted request: its deadline, and the steps from image bytes to embeddings."""
+    """One admitted request: its deadlines, and the steps from image bytes to embeddings.
+
+    The engine must take it before two bounds: the request timeout, counted from admission, and the wait budget
+    (max_wait_ms), counted once its body is in, since reading it goes at the client's pace, not the server's.
+    A request past either is dropped with 503 and never computed."""
 
     def __init__(self, svc: Service):
         self.svc, self.limits = svc, svc.limits
         self.arrived = svc.batcher.expect()  # a batch being cut waits for this job until it is queued
         timeout = svc.settings.request_timeout_s
-        self.deadline = time.monotonic() + timeout if timeout > 0 else None
+        self.deadline, self.bound = (time.perf_counter() + timeout, f"its {timeout:g}s timeout") if timeout > 0 \
+            else (None, "")
+        self.received_at: float | None = None
+        self.computed: Computed | None = None
+
+    def body_received(self) -> None:
+        """Start the wait budget's clock (once): from here on the request waits for the server alone."""
+        if self.received_at is not None:
+            return
+        self.received_at = now = time.perf_counter()
+        budget_s = self.svc.admission.max_wait_s
+        if budget_s > 0 and (self.deadline is None or now + budget_s < self.deadline):
+            self.deadline, self.bound = now + budget_s, f"the {budget_s * 1000:g} ms wait budget"
 
     def time_left(self) -> float | None:
         """Seconds until the deadline (None: no deadline); a job already past it is dropped here."""
         if self.deadline is None:
             return None
-        left = self.deadline - time.monotonic()
+        left = self.deadline - time.perf_counter()
         if left <= 0:
-            self.drop(f"spent its {self.svc.settings.request_timeout_s:g}s before reaching the queue")
+            self.drop(f"spent {self.bound} before reaching the queue")
         return left
 
     def drop(self, why: str) -> NoReturn:
         shed("deadline_exceeded", f"request dropped without computing it: {why}", self.svc.admission.drain_s())
 
     async def embed_images(self, blobs: list[bytes]) -> np.ndarray:
+        self.body_received()
         codecs.check_count(len(blobs), self.limits)
         loop = asyncio.get_running_loop()
         # each image's format is checked before any is decoded, and the deadline before each one is
@@ -106,18 +124,28 @@ class Job:
 
     async def embed_tensor(self, batch: np.ndarray) -> np.ndarray:
         svc = self.svc
+        self.body_received()
+        svc.admission.images(int(batch.shape[0]))
         try:
             timeout_s = self.time_left()
             self.arrived()  # nothing awaited between here and the queue: the batcher sees it queued, not gone
-            return await svc.batcher.submit(batch, timeout_s=timeout_s)
+            self.computed = await svc.batcher.submit_timed(batch, timeout_s=timeout_s)
         except QueueFull as exc:
             shed("queue_full", str(exc), svc.admission.drain_s())
         except DeadlineExceeded as exc:
-            self.drop(str(exc))
+            self.drop(f"{exc} ({self.bound})")
+        return self.computed.rows
+
+    def server_timing(self) -> str:
+        """The Server-Timing header: `wait` from the body's arrival until the engine took the request (decoding
+        and queueing; what the wait budget bounds), `engine` the run of its batch, both in milliseconds."""
+        c = self.computed
+        return f"wait;dur={(c.taken_at - self.received_at) * 1000:.1f}, engine;dur={c.run_s * 1000:.1f}"
 
     def respond(self, emb: np.ndarray, request: Request) -> Response:
         svc = self.svc
-        headers = {"X-Shape": f"{emb.shape[0]},{emb.shape[1]}", "X-Servelab-Engine": svc.embedder.engine}
+        headers = {"X-Shape": f"{emb.shape[0]},{emb.shape[1]}", "X-Servelab-Engine": svc.embedder.engine,
+                   "Server-Timing": self.server_timing()}
         if codecs.BINARY_TYPE in request.headers.get("accept", ""):
             return Response(np.ascontiguousarray(emb, dtype="<f4").tobytes(), media_type=codecs.BINARY_TYPE,
                             headers=headers)
@@ -198,6 +226,7 @@ async def info(request: Request):
             "max_in_flight": s.in_flight_limit,
             "decode_threads": s.decode_threads,
             "request_timeout_s": s.request_timeout_s,
+            "max_wait_ms": s.max_wait_ms,
             "max_images_per_request": s.max_images_per_request,
             "max_bytes": s.max_bytes,
             "max_pixels": s.max_pixels,
@@ -231,7 +260,7 @@ class Service:
         self.settings = settings
         self.limits = codecs.Limits.from_settings(settings)
         self.metrics = Metrics()
-        self.admission = Admission(settings.in_flight_limit)
+        self.admission = Admission(settings.in_flight_limit, max_wait_s=settings.max_wait_ms / 1000.0)
         self.decode_pool = ThreadPoolExecutor(settings.decode_threads, thread_name_prefix="decode")
         self.embedder = embedder
         self.ready = False
@@ -284,6 +313,16 @@ class Service:
         self.metrics.images.inc(n)
         # instances side by side each take this long for their batch: together they go that many times faster
         self.admission.record(n, seconds / self.batcher.parallel)
+        self.admission.max_wait_s = self.wait_budget_s()
+
+    def wait_budget_s(self) -> float:
+        """The wait budget: max_wait_ms, but never under two full batches' time, one running and one queued behind
+        it; a shorter budget would drop requests that arrive while a batch runs and leave the engine idle after
+        it (0: no budget)."""
+        setting = self.settings.max_wait_ms / 1000.0
+        if setting <= 0:
+            return 0.0
+        return max(setting, 2 * self.batcher.cost.batch_s(self.settings.max_batch))
 
     def start(self) -> None:
         s = self.settings

@@ -43,6 +43,20 @@ class _Item:
     batch: np.ndarray
     future: asyncio.Future
     taken: bool = False  # handed to the engine
+    queued_at: float = 0.0  # perf_counter when queued, and when the engine took it, and how long its run took
+    taken_at: float | None = None
+    run_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Computed:
+    """A request's rows, and where its time went in the batcher: when the engine took it (perf_counter), how long
+    it had queued until then, and how long its batch ran."""
+
+    rows: np.ndarray
+    taken_at: float
+    queued_s: float
+    run_s: float
 
 
 class RunCost:
@@ -68,6 +82,15 @@ class RunCost:
             return float(times[0])
         slope, intercept = np.polyfit(sizes, times, 1)
         return float(min(max(intercept, 0.0), times.min()))
+
+    def batch_s(self, n: int) -> float:
+        """The fitted time of a batch of `n` images (0 before any run; with one size seen, that run's time)."""
+        seen = list(self._by_size.items())
+        if len(seen) < 2:
+            return seen[0][1] if seen else 0.0
+        sizes, times = (np.array(column, dtype=float) for column in zip(*seen, strict=True))
+        slope, intercept = np.polyfit(sizes, times, 1)
+        return float(max(intercept + slope * n, 0.0))
 
     def as_dict(self) -> dict:
         """The fitted fixed cost and each batch size's recent time, in milliseconds (the service's /info)."""
@@ -148,21 +171,26 @@ class MicroBatcher:
     async def submit(self, batch: np.ndarray, timeout_s: float | None = None) -> np.ndarray:
         """The engine's rows for `batch`; QueueFull at once when there is no room, DeadlineExceeded after
         `timeout_s` seconds still queued."""
+        return (await self.submit_timed(batch, timeout_s)).rows
+
+    async def submit_timed(self, batch: np.ndarray, timeout_s: float | None = None) -> Computed:
+        """As `submit`, with how long the request queued and how long its batch ran (the service's Server-Timing)."""
         n = int(batch.shape[0])
         if self._depth + n > self.max_queue:
             raise QueueFull(f"queue full: {self._depth} images waiting, limit {self.max_queue}")
-        item = _Item(batch, asyncio.get_running_loop().create_future())
+        item = _Item(batch, asyncio.get_running_loop().create_future(), queued_at=time.perf_counter())
         self._pending.append(item)
         self._depth += n
         self._wake.set()
         try:
-            return await asyncio.wait_for(asyncio.shield(item.future), timeout_s)
+            rows = await asyncio.wait_for(asyncio.shield(item.future), timeout_s)
         except TimeoutError:
-            if item.taken:
-                return await item.future
-            self._pending.remove(item)
-            self._depth -= n
-            raise DeadlineExceeded(f"waited {timeout_s:.1f}s in the queue without reaching the engine") from None
+            if not item.taken:
+                self._pending.remove(item)
+                self._depth -= n
+                raise DeadlineExceeded(f"waited {timeout_s:.3g}s in the queue without reaching the engine") from None
+            rows = await item.future
+        return Computed(rows, item.taken_at, item.taken_at - item.queued_at, item.run_s or 0.0)
 
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -215,6 +243,7 @@ class MicroBatcher:
         start = 0
         for it in items:
             n = it.batch.shape[0]
+            it.run_s = seconds
             if not it.future.done():
                 it.future.set_result(out[start : start + n])
             start += n
@@ -237,7 +266,7 @@ class MicroBatcher:
             if items and total + n > min(limit, self.max_batch):
                 break
             item = self._pending.popleft()
-            item.taken = True
+            item.taken, item.taken_at = True, time.perf_counter()
             items.append(item)
             total += n
         self._depth -= total
