@@ -6,7 +6,10 @@ run's records, and states plainly what was not run.
     step = Step("04", out_dir, place)
     step.table(df, "queue_delay")          # -> tables/04_queue_delay.csv + .md, shown in the notebook
     step.plot(fig, "latency_vs_throughput") # -> plots/04_latency_vs_throughput.png
-    step.shows(f"... {x:.1f} img/s ...")   # the 'what this run shows' paragraph, numbers from this run
+    step.shows(f"... {step.ratio(rec)} ...") # the 'what this run shows' paragraph, numbers from this run;
+                                           # step.ratio / step.versus / step.leader say a comparison and
+                                           # remember its fields, which shows() stores with the headline
+    grade(gain, margin=step.margin(), target=8)  # a lesson's word for a ratio (servelab.bench.report.grades)
     step.not_run("TensorRT engine build", "no GPU on this machine")
 
 Measuring, record keeping and table formatting belong to servelab.bench; this module only files them.
@@ -85,18 +88,51 @@ class Step:
         self._not_run: list[dict] = []
         self._served_by: list[str] = []  # which machine(s) served the rows of the last frame
         self._run = None
-        self.machine_drift = self._use_machine_drift()
+        self._said: list[tuple] = []  # (finding, its sentence) said since the last headline
+        self.machine_drift = self._measured_drift()
 
-    def _use_machine_drift(self) -> float | None:
-        """The drift the probe measured so far in this run (the lab runner probes before every notebook), made
-        the margin of this notebook's sentences (servelab.bench.report.margin); None without probes."""
-        from servelab.bench import report
+    def _measured_drift(self) -> float | None:
+        """The drift the probe measured so far in this run (the lab runner probes before every notebook): the
+        margin of this notebook's comparisons of figures measured apart, where it exceeds the floor; None without
+        probes."""
         from servelab.bench.load.drift import drift, probe_values
 
         path = self.out_dir / "records.jsonl"
-        d = drift(probe_values(self.run.records)) if path.exists() else None
-        report.set_machine_drift(d)
-        return d
+        return drift(probe_values(self.run.records)) if path.exists() else None
+
+    # --- comparisons: said in words, remembered as fields for the headline -----------------------------
+    def margin(self, interleaved: bool = False) -> float:
+        """The smallest difference this notebook ranks (servelab.bench.report.margin with this run's drift): pass it
+        to `grade` for a lesson's words."""
+        from servelab.bench.report import margin
+
+        return margin(interleaved, drift=self.machine_drift)
+
+    def _say(self, finding) -> str:
+        from servelab.bench.report import say
+
+        text = say(finding)
+        self._said.append((finding, text))
+        return text
+
+    def versus(self, name_a: str, a, name_b: str, b, **kw) -> str:
+        """servelab.bench.report.versus with this run's margin; the comparison is remembered for `shows`."""
+        from servelab.bench.report import versus_finding
+
+        return self._say(versus_finding(name_a, a, name_b, b, drift=self.machine_drift, **kw))
+
+    def ratio(self, rec, **kw) -> str:
+        """servelab.bench.report.ratio_sentence for an interleaved A/B record; remembered for `shows`."""
+        from servelab.bench.report import ratio_finding
+
+        return self._say(ratio_finding(rec, **kw))
+
+    def leader(self, named: dict, **kw) -> str:
+        """servelab.bench.report.leader with this run's margin; remembered for `shows`."""
+        from servelab.bench.report import leader_finding
+
+        found = leader_finding(named, drift=self.machine_drift, **kw)
+        return "nothing measured" if found is None else self._say(found)
 
     # --- environment -----------------------------------------------------------------------------
     @property
@@ -227,16 +263,21 @@ class Step:
     def shows(self, text: str) -> None:
         """The 'What this run shows' paragraph (built from this run's numbers by the notebook); also saved
         as tables/<id>_shows.md so the report carries it, and as this notebook's headline in the run's
-        headlines.json, so `servelab bench compare` can tell whether another run concluded the same. Where the
-        notebook also measured the emulated accelerator, its ratios follow, labelled with the device's profile.
-        The GPU reference run's figures for the same question (servelab.bench.results.reference) come after, labelled."""
-        from servelab.bench.report.headlines import emulated_figures, record_headline
+        headlines.json with the fields of every comparison it states (the ones `versus`, `ratio` and `leader`
+        said whose sentence it contains), so `servelab bench compare` can tell whether another run concluded the
+        same. Where the notebook also measured the emulated accelerator, its ratios follow, labelled with the
+        device's profile. The GPU reference run's figures for the same question
+        (servelab.bench.results.reference) come after, labelled."""
+        from servelab.bench.report.headlines import emulated_figures, emulated_findings, record_headline
         from servelab.bench.results.reference import reference_line
 
-        text = " ".join(t for t in (text, emulated_figures(self.out_dir, self.id)) if t)
+        emulated = emulated_findings(self.out_dir, self.id)
+        text = " ".join(t for t in (text, emulated_figures(emulated)) if t)
         _display_md(f"**What this run shows.** {text}")
         atomic_write(self.out_dir / "tables" / f"{self.id}_shows.txt", text + "\n")
-        record_headline(self.out_dir, self.id, text)
+        stated = [f for f, said in self._said if said in text] + emulated
+        self._said.clear()
+        record_headline(self.out_dir, self.id, text, stated)
         reference = reference_line(self.id)
         if reference:  # beside the headline, never in it: another machine's figures, labelled as such
             _display_md(f"**On a GPU, for comparison (a reference run, not this one).** {reference}")

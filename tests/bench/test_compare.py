@@ -1,8 +1,8 @@
-"""Two tiny synthetic lab runs compared: points within noise by their window ranges, headlines by their claims."""
+"""Two tiny synthetic lab runs compared: points within noise by their window ranges, headlines by the fields of
+the findings they state."""
 
-import json
-
-from servelab.bench.report.headlines import claim, differences, load_headlines, record_headline
+from servelab.bench.report import ratio_finding
+from servelab.bench.report.headlines import record_headline
 from servelab.bench.results.compare import compare
 from servelab.bench.results.records import Run
 
@@ -15,39 +15,31 @@ def _run(root, name, points, headlines):
                    batch=1, concurrency=c, throughput_img_s=thr, latency_p50_ms=sum(p50s) / len(p50s),
                    window_throughput_img_s=windows, window_latency_p50_ms=p50s,
                    spread=(max(windows) - min(windows)) / thr, params={"link": link})
-    for key, text in headlines.items():
-        record_headline(run.dir, key, text)
+    for key, (text, found) in headlines.items():
+        record_headline(run.dir, key, text, found)
     return run
 
 
-def test_claims_mask_numbers_only():
-    a = "gRPC ahead by 1.31× (windows 20.1–21.0 vs 15.2–16.0, no overlap) at c=32"
-    assert claim(a) == claim("gRPC ahead by 1.27× (windows 19.5–20.2 vs 15.0–15.9, no overlap) at c=32")
-    assert claim(a) != claim("gRPC 20.4 vs HTTP 19.9 img/s — indistinguishable here (windows overlap)")
-    assert claim("p50 +86.9 ms at batch 1 in 06a") == "p50 # ms at batch # in 06a"  # names keep their digits
-    # why two figures were not ranked is evidence, not the claim; ranking them is a different claim
-    overlap = "A (20.1 img/s (19.1–21.5)) and B (15.9 img/s (14.9–20.6)) are indistinguishable here: their ranges overlap"
-    unsettled = ("A (14.6 img/s (14.1–15.0)) and B (11.7 img/s (8.6–14.3)) are indistinguishable here: B never settled "
-                 "(its windows kept moving)")
-    assert claim(overlap + "; next.") == claim(unsettled + "; next.") == "A (# img/s (#–#)) and B (# img/s (#–#)) are " \
-        "indistinguishable here; next."
-    assert claim(overlap) != claim("A reached 20.1 img/s (19.1–21.5), above B's 15.9 img/s (14.9–16.6)")
+def _ratio(v, lo, hi, a="triton-grpc", b="triton-http"):
+    return ratio_finding({"ratio": v, "ratio_min": lo, "ratio_max": hi, "repeats": 4, "a": a, "b": b,
+                          "concurrency": 32})
 
 
 def test_compare_two_runs_points_and_headlines(tmp_path):
-    shows = "triton-grpc 20.5 vs triton-http 15.5 img/s — triton-grpc ahead by 1.32× (no overlap)"
+    shows = ("the headline's words are not read", [_ratio(1.32, 1.2, 1.4)])
     _run(tmp_path, "A",
          [(1, "loopback", [10.0, 10.4, 10.2], [100, 98, 99]),
           (1, "wan-100mbit-20ms", [8.0, 8.1, 8.2], [125, 124, 123]),
           (32, "loopback", [20.0, 21.0, 20.5], [1500, 1480, 1520]),
           (64, "loopback", [20.0, 21.0, 20.5], [3000, 3000, 3000])],
-         {"07": shows, "06a": "fastapi served the most: 12.0 img/s"})
+         {"07": shows, "06a": ("", [_ratio(1.05, 1.01, 1.09, "fastapi", "triton-http")])})
     _run(tmp_path, "B",
          [(1, "loopback", [10.3, 10.6, 10.5], [97, 98, 96]),         # ranges overlap: noise
           (1, "wan-100mbit-20ms", [6.0, 6.1, 6.0], [160, 161, 162]),  # 25 % slower, 2 % spread: differs
           (32, "loopback", [21.0, 21.2, 21.1], [1470, 1490, 1480]),   # +3 %, inside the 5 % window range: noise
           (16, "loopback", [20.0, 20.0, 20.0], [800, 800, 800])],     # not in A
-         {"07": shows.replace("20.5", "20.9").replace("1.32", "1.35"), "06a": "triton-http served the most: 12.5 img/s"})
+         {"07": ("other words, the same finding", [_ratio(1.35, 1.25, 1.45)]),
+          "06a": ("", [_ratio(0.95, 0.91, 0.99, "fastapi", "triton-http")])})  # the lead changed sides
     c = compare(tmp_path / "A", tmp_path / "B")
     by = {p["point"]: p for p in c.points}
     assert by["triton-grpc onnx grpc tensor b=1 c=1 link=loopback"]["within_noise"]
@@ -58,37 +50,12 @@ def test_compare_two_runs_points_and_headlines(tmp_path):
     assert abs(c.fraction_within_noise - 2 / 3) < 1e-9
     heads = {h["headline"]: h["verdict"] for h in c.headlines}
     assert heads == {"07": "same", "06a": "differs"}
+    (d,) = next(h for h in c.headlines if h["headline"] == "06a")["differences"]
+    assert d.startswith("fastapi÷triton-http throughput c=32: A consistent, fastapi ahead: fastapi÷triton-http 1.0")
+    assert "| B consistent, triton-http ahead" in d and d.endswith("(the two runs' pairs do not overlap)")
     assert not c.reproduced
-    assert "2 of 3 points within noise (67 %" in c.summary() and "1 of 2 headlines the same (1 also in the direction" in c.summary()
+    assert "2 of 3 points within noise (67 %" in c.summary() and "1 of 2 headlines the same" in c.summary()
     assert compare(tmp_path / "A", tmp_path / "A").reproduced  # a run reproduces itself
-
-
-def test_a_differing_headline_names_the_statements_that_differ_with_both_runs_figures():
-    def said(v, lo, hi, reading):
-        return (f"Triton, in alternating windows: c8 ÷ c1 throughput: {v}× (pairs {lo}–{hi}); {reading}. Batching: "
-                "on ÷ off throughput: 1.72× (pairs 1.70–1.74); on ahead by 72 %, every pair past the 10 % margin.")
-
-    ranked = said("1.13", "1.10", "1.16", "c8 ahead by 13 %, every pair past the 10 % margin")
-    short = said("1.10", "1.07", "1.15", "c8 ahead by 10 %, all 3 pairs agree, below the 10 % margin we rank by")
-    tie = said("1.01", "0.96", "1.04", "c8 and c1 are indistinguishable here: the pairs fall on both sides of 1, too close "
-                                 "to call")
-    (one,) = differences(ranked, short)  # the batching statement is the same claim in both: not named
-    assert one.startswith("A: Triton, in alternating windows: c8 ÷ c1 throughput: 1.13× (pairs 1.10–1.16); c8 ahead")
-    assert "| B: Triton, in alternating windows: c8 ÷ c1 throughput: 1.10× (pairs 1.07–1.15)" in one
-    assert one.endswith("(the two runs' pairs overlap: one ratio, read differently where the margin runs through it)")
-    (moved,) = differences(ranked, tie.replace("0.96–1.04", "0.96–1.09"))
-    assert moved.endswith("(the two runs' pairs do not overlap)")
-    assert differences(short, tie) == []  # not ranked either way: the same claim
-    assert differences(ranked, "Something else entirely.") == [f"A: {ranked} | B: Something else entirely."]
-
-
-def test_record_headline_replaces_and_keeps_the_others(tmp_path):
-    record_headline(tmp_path, "01", "first 1.0")
-    record_headline(tmp_path, "07", "seventh 7.0")
-    record_headline(tmp_path, "01", "first again 2.0")
-    data = load_headlines(tmp_path)
-    assert data == json.loads((tmp_path / "headlines.json").read_text())
-    assert data["01"] == {"text": "first again 2.0", "claim": "first again #"} and data["07"]["claim"] == "seventh #"
 
 
 def test_interleaved_ratio_records_compare_by_their_pair_range(tmp_path):

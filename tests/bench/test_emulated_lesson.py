@@ -7,10 +7,10 @@ import pytest
 
 from servelab.bench.experiments import emulated_lesson as emulated
 from servelab.bench.load import LoadOpts
-from servelab.model.device_profile import PROFILES, DeviceProfile
+from servelab.model.device_profile import DEVICE_PROFILES, DeviceProfile
 
-FLAT = PROFILES["flat"]      # 168 ms up to 4 images, then 40 ms per image
-LINEAR = PROFILES["linear"]  # 40 ms + 1.5 ms per image
+FLAT = DEVICE_PROFILES["flat"]      # 168 ms up to 4 images, then 40 ms per image
+LINEAR = DEVICE_PROFILES["linear"]  # 40 ms + 1.5 ms per image
 
 
 def test_two_groups_taking_turns_halve_what_one_batch_could_buy_on_a_flat_device():
@@ -64,7 +64,7 @@ def _emu(profile_name="vit-b32-h100"):
             "instance_group": [{"kind": "KIND_CPU", "count": 1}],
             "parameters": {"device_profile": {"string_value": "vit-b32-h100"},
                            "weights": {"string_value": "emulated vit-b32-h100"}}}
-    return emulated.EmulatedTriton("http://127.0.0.1:1", PROFILES[profile_name], "/tmp/devices", base)
+    return emulated.EmulatedTriton("http://127.0.0.1:1", DEVICE_PROFILES[profile_name], "/tmp/devices", base)
 
 
 def test_a_configuration_names_its_profile_devices_and_folder_and_its_handle_says_emulated():
@@ -91,11 +91,11 @@ def test_a_configuration_outside_the_model_is_refused(bad):
 
 
 def test_a_headline_quotes_the_emulated_ratios_its_notebook_measured_labelled_with_their_profile(tmp_path):
-    from servelab.bench.report.headlines import claim, emulated_figures
+    from servelab.bench.report.headlines import emulated_figures, emulated_findings
     from servelab.bench.results.records import Run
 
     run = Run(run_id="r", root=tmp_path)
-    assert emulated_figures(run.dir, "06b") == ""  # no records yet
+    assert emulated_findings(run.dir, "06b") == [] and emulated_figures([]) == ""  # no records yet
     common = dict(kind="ab", server="A / B", ratio_min=1.9, ratio_max=2.1, stable=True, repeats=4)
     run.record("06b-emulated-devices", a="2 instances, 2 devices", b="2 instances, 1 device", ratio=2.0,
                concurrency=8, params={"device": "emulated flat"}, **common)
@@ -103,8 +103,9 @@ def test_a_headline_quotes_the_emulated_ratios_its_notebook_measured_labelled_wi
                concurrency=8, params={}, **common)  # the CPU's ratio: not quoted as emulated
     run.record("04-emulated-batching", a="batching on", b="batching off", ratio=3.0, concurrency=8,
                params={"device": "emulated vit-b32-h100"}, **common)  # another notebook's
-    text = emulated_figures(run.dir, "06b")
+    (found,) = emulated_findings(run.dir, "06b")
+    text = emulated_figures([found])
     assert text.startswith("On the emulated accelerator (an emulation, not a GPU measurement): emulated flat, 8 clients:")
     assert "2 instances, 2 devices ÷ 2 instances, 1 device throughput: 2.00×" in text
     assert "thread" not in text and "batching" not in text
-    assert "emulated flat" in claim(text)  # the label survives number masking
+    assert found.device == "emulated flat" and found.key.endswith("c=8 on emulated flat")  # labelled in its fields

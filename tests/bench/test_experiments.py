@@ -46,8 +46,7 @@ def test_sweeps_count_what_the_service_counted(run, bench_service):
 def test_a_sweep_takes_the_points_an_interleaved_comparison_measured_instead_of_measuring_them_again(run, bench_service):
     """The sweep's end points are the two sides of the A/B (batch 2 vs batch 1 on one service): only the point
     between them is measured, and the records file holds each point once."""
-    pair = ex.ab(run, "ends", bench_service, bench_service, label_a="batch 4", label_b="batch 1", batch_a=4, batch_b=1,
-                 opts=SMOKE)
+    pair = ex.ab(run, "ends", ex.Side("batch 4", bench_service, batch=4), ex.Side("batch 1", bench_service), opts=SMOKE)
     recs = ex.batch_sweep(run, bench_service, batches=(1, 2, 4), opts=SMOKE, experiment="sweep", measured=pair)
     assert recs[0] is pair[1] and recs[2] is pair[0] and recs[1]["experiment"] == "sweep"
     assert [r["batch"] for r in recs] == [1, 2, 4]
@@ -211,15 +210,15 @@ def test_step_takes_the_margin_from_this_runs_probes(tmp_path):
     from servelab.lab.step import Step
 
     run = Run(run_id="lab", root=tmp_path)
-    assert Step("01", run.dir).machine_drift is None and report.margin() == report.MIN_EFFECT_APART
-    try:
-        for v in (15.0, 15.3, 12.0):
-            run.record(EXPERIMENT, kind="probe", server="in-process", throughput_img_s=v)
-        step = Step("02", run.dir)
-        assert step.machine_drift == pytest.approx(drift([15.0, 15.3, 12.0])) and step.machine_drift > 0.2
-        assert report.margin() == step.machine_drift and report.margin(interleaved=True) == report.MIN_EFFECT_INTERLEAVED
-    finally:
-        report.set_machine_drift(None)
+    first = Step("01", run.dir)
+    assert first.machine_drift is None and first.margin() == report.MIN_EFFECT_APART
+    for v in (15.0, 15.3, 12.0):
+        run.record(EXPERIMENT, kind="probe", server="in-process", throughput_img_s=v)
+    step = Step("02", run.dir)
+    assert step.machine_drift == pytest.approx(drift([15.0, 15.3, 12.0])) and step.machine_drift > 0.2
+    assert step.margin() == step.machine_drift and step.margin(interleaved=True) == report.MIN_EFFECT_INTERLEAVED
+    assert report.margin() == report.MIN_EFFECT_APART  # the step's margin is its own, not the module's
+    assert first.margin() == report.MIN_EFFECT_APART
 
 
 def test_cost_table_units_and_math():

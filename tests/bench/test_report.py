@@ -2,8 +2,6 @@
 
 import csv
 
-import pytest
-
 from servelab.bench import report
 from servelab.bench.report import leader, ratio_figure, ratio_sentence, ratio_verdict, versus, write_report
 from servelab.bench.results.records import Run, load_records
@@ -92,24 +90,20 @@ def test_a_figure_that_never_settled_is_not_ranked_but_its_direction_is_said():
     assert "W never settled" in leader({"A": A, "W": wobbly})
 
 
-@pytest.fixture
-def drift():
-    report.set_machine_drift(0.6)
-    yield
-    report.set_machine_drift(None)
-
-
-def test_the_drift_margin_never_makes_ranges_apart_indistinguishable(drift):
+def test_the_drift_margin_never_makes_ranges_apart_indistinguishable():
     # notebook 03's case: ranges apart, a lead smaller than this run's drift: the direction and its size, and why
     # the run does not rank it
     fp32 = {"throughput_img_s": 4.0, "throughput_min_img_s": 3.9, "throughput_max_img_s": 4.1, "stable": True}
     int8 = {"throughput_img_s": 6.3, "throughput_min_img_s": 6.1, "throughput_max_img_s": 6.5, "stable": True}
-    said = versus("int8", int8, "fp32", fp32)
+    assert versus("int8", int8, "fp32", fp32) == "int8 reached 6.3 img/s (6.1–6.5), above fp32's 4.0 img/s (3.9–4.1)"
+    said = versus("int8", int8, "fp32", fp32, drift=0.6)  # the drift is an argument: nothing else changes
     assert "indistinguishable" not in said
     assert said.endswith("int8 ahead of fp32 by 57 % in every window, within the 60 % this machine drifted during "
                          "this run (drift probe), so the order may be the machine's")
     # an interleaved ratio cancels the drift: its margin is the fixed 10 %, whatever the probe measured
     assert ratio_verdict(_ratio(1.15, 1.11, 1.2)) == ("grpc", "")
+    assert report.margin(drift=0.6) == 0.6 and report.margin(drift=0.05) == report.margin() == report.MIN_EFFECT_APART
+    assert report.margin(interleaved=True, drift=0.6) == report.MIN_EFFECT_INTERLEAVED
 
 
 def test_ratio_sentences_rank_a_consistent_lead_or_call_it_too_close():
@@ -127,35 +121,27 @@ def test_ratio_sentences_rank_a_consistent_lead_or_call_it_too_close():
 
 
 def test_a_quoted_ratio_keeps_its_figure_and_leaves_the_ranking_to_its_own_sentence():
-    from servelab.bench.report.headlines import claim
-
     ranked, tie = _ratio(1.31, 1.2, 1.4), _ratio(1.03, 0.97, 1.08)
     assert ratio_figure(ranked) == "grpc ÷ http throughput: 1.31× (pairs 1.20–1.40)"
     assert ratio_sentence(ranked).startswith(ratio_figure(ranked) + "; grpc ahead by 31 %")
-    # a decision that quotes either reading makes one claim: the same choice, whatever the numbers
-    assert claim(f"Chosen: http — {ratio_figure(ranked)}; grpc was kept") == claim(
-        f"Chosen: http — {ratio_figure(tie)}; grpc was kept")
     smoke = ratio_figure({**tie, "quick": True})
     assert smoke.endswith("(smoke run: these numbers are not results)")
     assert ratio_sentence({**tie, "quick": True}).endswith("too close to call (smoke run: these numbers are not results)")
 
 
-def test_headlines_tell_a_small_consistent_lead_from_a_ranking_and_a_tie():
-    from servelab.bench.report.headlines import claim
+def test_every_sentence_is_rendered_from_its_findings_fields():
+    from servelab.bench.report import Finding, leader_finding, ratio_finding, say, versus_finding
 
-    ranked, small = ratio_sentence(_ratio(1.31, 1.2, 1.4)), ratio_sentence(_ratio(1.07, 1.02, 1.12))
-    tie, other_way = ratio_sentence(_ratio(1.03, 0.97, 1.08)), ratio_sentence(_ratio(0.93, 0.9, 0.96))
-    unsettled = ratio_sentence(_ratio(1.5, 1.4, 1.6, stable=False))
-    # not ranked is one claim, whichever way an unranked lead points; ranking them is another
-    assert claim(small) == claim(tie) == claim(other_way) == claim(unsettled) != claim(ranked)
-    assert claim(small).endswith("(pairs #–#); not ranked") and "ahead" in claim(ranked)
-    assert claim(small) == claim(ratio_sentence(_ratio(1.05, 1.01, 1.09)))  # same finding, other numbers
-    # a lead past the margin whose weakest pair is not: not ranked either
-    weak_pair = ratio_sentence(_ratio(1.17, 1.09, 1.29))
-    assert "not all clear" in weak_pair and claim(weak_pair) == claim(small)
-    # strict: the direction of an unranked lead counts too
-    assert len({claim(small, strict=True), claim(tie, strict=True), claim(other_way, strict=True)}) == 3
-    assert claim(small, strict=True) == claim(ratio_sentence(_ratio(1.05, 1.01, 1.09)), strict=True)
-    # in a longer headline only the unranked ratio's reading is masked, the rest of the sentence stays
-    two = f"Triton: {small}. Batching: {ranked}."
-    assert claim(two) == f"Triton: {claim(small)}. Batching: {claim(ranked)}."
+    c = {"throughput_img_s": 15.0, "throughput_min_img_s": 14.0, "throughput_max_img_s": 16.0, "stable": False}
+    found = [ratio_finding(_ratio(1.07, 1.02, 1.12, pairs=4, concurrency=8)), ratio_finding(_ratio(1.03, 0.97, 1.08)),
+             versus_finding("A", A, "C", c, drift=0.3), leader_finding({"A": A, "C": c, "D": dict(A, stable=True)})]
+    assert [f.key for f in found] == ["grpc÷http throughput c=8", "grpc÷http throughput", "A vs C throughput_img_s",
+                                      "leader of A, C, D throughput_img_s"]
+    assert say(found[0]) == ratio_sentence(_ratio(1.07, 1.02, 1.12, pairs=4, concurrency=8))
+    assert say(found[2]) == versus("A", A, "C", c, drift=0.3)
+    assert say(found[3]) == leader({"A": A, "C": c, "D": dict(A, stable=True)})
+    for f in found:  # the stored fields make the same sentence
+        again = Finding.from_dict(f.to_dict())
+        assert again == f and say(again) == say(f)
+    assert found[0].ahead == "grpc" and found[0].verdict.reading == "consistent" and found[1].ahead is None
+    assert found[3].tied == ("A", "D") and found[3].ahead is None

@@ -1,69 +1,58 @@
-"""A run's headline sentences ("what this run shows"), kept per run in headlines.json so that two runs' conclusions
-can be compared, not only their numbers.
+"""A run's headlines ("what this run shows"), kept per run in headlines.json so that two runs' conclusions can be
+compared, not only their numbers: each notebook's headline is stored as its text and the findings it states
+(servelab.bench.report.findings: what against what, the figures and ranges, the reading, who is ahead, why), and
+two runs' headlines are compared finding by finding, by key and field — never by reading the text.
 
-A headline's *claim* is its sentence with every number masked: "tritonhttp ahead by 1.31× (windows 20.1–21.0 vs
-15.2–16.0, no overlap)" and "tritonhttp ahead by 1.27× (…)" make the same claim; "… indistinguishable here …"
-makes a different one. Why two figures were not ranked (their ranges overlap, one never settled, they lie within the
-margin) is evidence, like the numbers: "A and B are indistinguishable here: <reason>" claims the same whatever the
-reason (servelab.bench.report says every unranked comparison that way). An interleaved ratio that is not ranked is
-one claim, "not ranked", whether its pairs fell on both sides of 1 or all on one side short of the margin: the
-direction of a lead the method does not rank is evidence too (a ratio near the margin leads one way in one run and
-the other way in the next). `claim(text, strict=True)` keeps that direction, for the stricter count `servelab bench
-compare` prints beside it. A lead in every window between figures measured apart keeps its direction, marked "not
-ranked". Sentences are built from a run's numbers by the same code in every run, so the words change only when the
-conclusion does.
+    record_headline(run_dir, "07", text, findings)  ->  {"07": {"text": …, "verdicts": [finding fields, …]}}
+    compare_headlines(load_headlines(a), load_headlines(b)) -> one row per headline: same | differs | …
+
+A headline recorded without findings (by a version of servelab that kept only the text) is not comparable: its
+row says so, and it is left out of "every headline the same".
 """
 
 from __future__ import annotations
 
 import json
-import re
+from collections.abc import Iterable
 from pathlib import Path
 
-from servelab.bench.report.verdicts import INDISTINGUISHABLE
+from servelab.bench.report.findings import Finding, Kind, ranges_overlap, same_conclusion
 
 FILE = "headlines.json"
-_NUMBER = re.compile(r"(?<![\w.])[-+−]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?(?!\w)")
-_REASON = re.compile(rf"({INDISTINGUISHABLE}(?: at the top)?): [^;.]*")
-# a lead in every pair (or window) that is not ranked, whether its size or only its weakest pairs fall short of the
-# margin: one claim, a direction (servelab.bench.report.said), with the reason dropped as for a tie
-_UNRANKED_LEAD = re.compile(r"(agree|in every window), (?:below the # % margin we rank (?:figures measured at "
-                            r"different times )?by|but not all clear the # % margin we rank by|within the # % this "
-                            r"machine drifted during this run \(drift probe\), so the order may be the machine's)")
+NOT_COMPARABLE = "not comparable"
 
 
-# an interleaved ratio's reading after its figure ("a ÷ b throughput: #× (pairs #–#); <reading>") when it is not
-# ranked: a lead short of the margin, a lead whose pairs never settled, or a tie
-_UNRANKED_RATIO = re.compile(rf"(#×(?: \(pairs #–#\))?); [^;.]*?(?:agree, (?:below the # % margin we rank by|but not "
-                             rf"all clear the # % margin we rank by)|never settled, so this run does not rank them|"
-                             rf"{INDISTINGUISHABLE}: [^;.]*)")
-
-
-def claim(text: str, *, strict: bool = False) -> str:
-    """The sentence with numbers masked as '#', the reasons for not ranking dropped and whitespace collapsed: what
-    it concludes, not by how much or on what evidence. An interleaved ratio that is not ranked reads "not ranked"
-    (`strict`: with the direction of a lead short of the margin, as said)."""
-    masked = _NUMBER.sub("#", text)
-    if not strict:
-        masked = _UNRANKED_RATIO.sub(r"\1; not ranked", masked)
-    masked = _UNRANKED_LEAD.sub(r"\1, not ranked", masked)
-    return " ".join(_REASON.sub(r"\1", masked).split())
-
-
-def record_headline(run_dir: str | Path, key: str, text: str) -> dict:
-    """Store (replace) headline `key` (e.g. a notebook id) of the run in <run_dir>/headlines.json; returns the file's
-    content. Written to a temporary name and renamed: a crash never leaves half a file."""
+def record_headline(run_dir: str | Path, key: str, text: str, findings: Iterable[Finding] = ()) -> dict:
+    """Store (replace) headline `key` (e.g. a notebook id) of the run in <run_dir>/headlines.json: its text and the
+    findings it states; returns the file's content. Written to a temporary name and renamed: a crash never leaves
+    half a file."""
     from servelab.bench.results.records import atomic_write
 
     path = Path(run_dir) / FILE
     data = load_headlines(run_dir)
-    data[str(key)] = {"text": text, "claim": claim(text)}
+    data[str(key)] = {"text": text, "verdicts": _keyed(f.to_dict() for f in findings)}
     atomic_write(path, json.dumps(dict(sorted(data.items())), indent=2, ensure_ascii=False) + "\n")
     return data
 
 
+def _keyed(found: Iterable[dict]) -> list[dict]:
+    """The findings once each; two different findings with one key (the same names compared twice in one
+    headline, on different records) keep both, the later keyed "<key> (2)", "(3)", … in the order stated."""
+    out: list[dict] = []
+    stated: list[dict] = []
+    times: dict[str, int] = {}
+    for d in found:
+        if d in stated:
+            continue
+        stated.append(d)
+        times[d["key"]] = n = times.get(d["key"], 0) + 1
+        out.append(d if n == 1 else dict(d, key=f"{d['key']} ({n})"))
+    return out
+
+
 def load_headlines(run_dir: str | Path) -> dict:
-    """{key: {"text", "claim"}} of a run; empty when it recorded none."""
+    """{key: {"text", "verdicts"}} of a run (older runs: {"text", …} without "verdicts"); empty when it recorded
+    none."""
     path = Path(run_dir) / FILE
     if not path.exists():
         return {}
@@ -73,79 +62,86 @@ def load_headlines(run_dir: str | Path) -> dict:
         raise ValueError(f"{path}: not JSON ({exc})") from None
 
 
+def findings(headline: dict) -> dict[str, Finding] | None:
+    """A stored headline's findings by key; None when it was recorded without them."""
+    if "verdicts" not in headline:
+        return None
+    return {d["key"]: Finding.from_dict(d) for d in headline["verdicts"]}
+
+
 def compare_headlines(a: dict, b: dict) -> list[dict]:
-    """One row per headline key in either run: same | differs | only in A | only in B; `same_strict`: the same also
-    in the direction of every unranked lead (`claim(…, strict=True)`)."""
+    """One row per headline key in either run: same | differs | only in A | only in B | not comparable (no
+    findings stored in one run); `differences`: each finding that differs or is stated in one run only, with both
+    runs' figures."""
     rows = []
     for key in sorted(set(a) | set(b)):
         ha, hb = a.get(key), b.get(key)
-        if ha and hb:
-            verdict = "same" if claim(ha["text"]) == claim(hb["text"]) else "differs"
-            strict = claim(ha["text"], strict=True) == claim(hb["text"], strict=True)
+        diffs: list[str] = []
+        if not (ha and hb):
+            verdict = "only in A" if ha else "only in B"
         else:
-            verdict, strict = ("only in A" if ha else "only in B"), False
-        rows.append({"headline": key, "verdict": verdict, "same_strict": strict, "A": (ha or {}).get("text"),
-                     "B": (hb or {}).get("text"),
-                     "differences": differences(ha["text"], hb["text"]) if verdict == "differs" else []})
+            fa, fb = findings(ha), findings(hb)
+            if fa is None or fb is None:
+                verdict = NOT_COMPARABLE
+                diffs = [f"no verdict data in {'A' if fa is None else 'B'}: its headline was recorded as text only"]
+            else:
+                diffs = differences(fa, fb)
+                verdict = "differs" if diffs else "same"
+        rows.append({"headline": key, "verdict": verdict, "A": (ha or {}).get("text"), "B": (hb or {}).get("text"),
+                     "differences": diffs})
     return rows
 
 
-# a clause that ends in an interleaved ratio's figure ("… throughput: 1.13× (pairs 1.10–1.16)"): its reading follows
-_FIGURE_END = re.compile(r"\d×(?: \(pairs [\d.]+–[\d.]+\))?$")
-_PAIRS = re.compile(r"([\d.]+)× \(pairs ([\d.]+)–([\d.]+)\)")
-
-
-def _statements(text: str) -> list[str]:
-    """The headline cut into what it states one by one: clauses (at "; " and at sentence ends), a ratio's figure
-    kept together with its reading."""
-    out: list[str] = []
-    for part in re.split(r"; |(?<=[.!?]) (?=[A-Z*])", text):
-        if out and _FIGURE_END.search(out[-1]):
-            out[-1] += "; " + part
-        else:
-            out.append(part)
-    return out
-
-
-def differences(text_a: str, text_b: str) -> list[str]:
-    """Where two runs' versions of one headline part ways: each statement whose claim differs, with both runs'
-    figures ("A: … | B: …"), and for an interleaved ratio whether the two runs' pairs overlap (the same ratio measured
-    twice, read differently because the ranking margin runs through its pairs) or not (the ratio itself moved).
-    The whole texts when the two are not built alike (a different number of statements)."""
-    sa, sb = ([t.rstrip(".") for t in _statements(text)] for text in (text_a, text_b))
-    if len(sa) != len(sb):
-        return [f"A: {text_a} | B: {text_b}"]
+def differences(a: dict[str, Finding], b: dict[str, Finding]) -> list[str]:
+    """Where two runs' findings of one headline part ways: each finding stated in one run only, and each whose
+    reading or side ahead differs, with both runs' figures and whether their ranges overlap (the same figure read
+    differently where the margin runs through it) or not (the figure itself moved)."""
     out = []
-    for x, y in zip(sa, sb, strict=True):
-        if claim(x) == claim(y):
-            continue
-        note = ""
-        pa, pb = _PAIRS.search(x), _PAIRS.search(y)
-        if pa and pb:
-            (lo_a, hi_a), (lo_b, hi_b) = (sorted(map(float, m.groups()[1:])) for m in (pa, pb))
-            note = (" (the two runs' pairs overlap: one ratio, read differently where the margin runs through it)"
-                    if lo_a <= hi_b and lo_b <= hi_a else " (the two runs' pairs do not overlap)")
-        out.append(f"A: {x} | B: {y}{note}")
+    for key in list(a) + [k for k in b if k not in a]:
+        x, y = a.get(key), b.get(key)
+        if x is None or y is None:
+            out.append(f"{key}: only in {'A' if x else 'B'}")
+        elif not same_conclusion(x, y):
+            overlap = ranges_overlap(x, y)
+            word = "pairs" if x.kind is Kind.RATIO else "ranges"
+            note = (f"the two runs' {word} overlap: one figure, read differently where the margin runs through it"
+                    if overlap and all(overlap.values()) else
+                    f"the two runs' {word} do not overlap" + (
+                        f" for {', '.join(n for n, ok in overlap.items() if not ok)}" if len(overlap) > 1 else ""))
+            out.append(f"{key}: A {_reading(x)} | B {_reading(y)} ({note})")
     return out
 
 
-def emulated_figures(run_dir: str | Path, key: str) -> str:
-    """The emulated accelerator's interleaved ratios that notebook `key` measured in this run, as one sentence to
-    quote next to its CPU figures ("" when it measured none): each ratio named by its device's label ("emulated
-    <profile>"), so a headline never passes an emulation off as a measurement. Read from the run's records:
-    ratio ("ab") records of the notebook's experiments (`<key>-…`) whose device is emulated."""
-    from servelab.bench.report.sentences import ratio_sentence
+def _reading(f: Finding) -> str:
+    figures = ", ".join(f"{n} {v:.{f.digits}f} ({lo:.{f.digits}f}–{hi:.{f.digits}f})" for n, (v, lo, hi) in
+                        f.figures.items())
+    who = (f"{', '.join(f.tied)} tied at the top" if f.tied else f"{f.ahead} ahead" if f.ahead else "neither ahead")
+    return f"{f.verdict.reading}, {who}: {figures}"
+
+
+def emulated_findings(run_dir: str | Path, key: str) -> list[Finding]:
+    """The emulated accelerator's interleaved ratios that notebook `key` measured in this run, as findings: ratio
+    ("ab") records of the notebook's experiments (`<key>-…`) whose device is emulated."""
+    from servelab.bench.report.sentences import ratio_finding
     from servelab.bench.results.records import load_records
     from servelab.model.device_profile import is_emulated
 
     try:
         recs = load_records(run_dir)
     except FileNotFoundError:
+        return []
+    return [ratio_finding(r) for r in recs if r.get("kind") == "ab" and str(r.get("experiment", "")).startswith(
+        f"{key}-") and is_emulated((r.get("params") or {}).get("device"))]
+
+
+def emulated_figures(found: list[Finding]) -> str:
+    """Emulated ratios (`emulated_findings`) as one sentence to quote next to a notebook's CPU figures ("" when
+    there are none): each named by its device's label ("emulated <profile>"), so a headline never passes an
+    emulation off as a measurement."""
+    from servelab.bench.report.sentences import say
+
+    if not found:
         return ""
-    ratios = [r for r in recs if r.get("kind") == "ab" and str(r.get("experiment", "")).startswith(f"{key}-")
-              and is_emulated((r.get("params") or {}).get("device"))]
-    if not ratios:
-        return ""
-    parts = [f"{r['params']['device']}" + (f", {r['concurrency']} clients" if r.get("concurrency") else "")
-             + f": {ratio_sentence(r)}" for r in ratios]
+    parts = [f"{f.device}" + (f", {f.context.removeprefix('c=')} clients" if f.context else "") + f": {say(f)}"
+             for f in found]
     return "On the emulated accelerator (an emulation, not a GPU measurement): " + "; ".join(parts) + "."

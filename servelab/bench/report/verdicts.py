@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 import numpy as np
@@ -43,7 +43,8 @@ class Verdict:
 
     `ahead`: "a", "b" or None (too close); `lead`: how far the one ahead leads, better ÷ worse − 1 (0.07 = 7 %);
     `margin`: the smallest lead that is ranked; `why`: the reason it was not ranked (None when ranked);
-    `unsettled`: the sides ("a", "b") whose windows never settled; `pairs`: window pairs behind a ratio."""
+    `unsettled`: the sides ("a", "b") whose windows never settled; `pairs`: window pairs behind a ratio;
+    `drifted`: the margin is the machine's measured drift during the run, larger than the floor."""
 
     reading: Reading
     ahead: str | None = None
@@ -52,6 +53,7 @@ class Verdict:
     why: Why | None = None
     unsettled: tuple[str, ...] = ()
     pairs: int | None = None
+    drifted: bool = False
 
     @property
     def ranked(self) -> bool:
@@ -203,64 +205,58 @@ def overlap(a, b, metric: str = "throughput_img_s") -> bool:
 # median over those runs (90 % within 7.8 %). A ratio within 10 % of 1 is one the next run can call the other way.
 MIN_EFFECT_INTERLEAVED = RATIO_MARGIN
 MIN_EFFECT_APART = 0.10
-# Set per notebook by servelab.lab.step.Step from the run's probe records; None (no probe: a smoke run, a notebook
-# run alone) leaves the floor.
-_machine_drift: float | None = None
 INDISTINGUISHABLE = "indistinguishable here"  # the one phrase of every "not ranked" sentence; the reason follows
 
 
-def machine_drift() -> float | None:
-    """This run's measured drift as set by `set_machine_drift`, or None (the floor applies)."""
-    return _machine_drift
-
-
-def set_machine_drift(drift: float | None) -> None:
-    """Use `drift` (a fraction, e.g. 0.2) as the margin of every sentence below, where it exceeds the floors."""
-    global _machine_drift
-    _machine_drift = None if drift is None or _nan(drift) else float(drift)
-
-
-def margin(interleaved: bool = False) -> float:
+def margin(interleaved: bool = False, *, drift: float | None = None) -> float:
     """The smallest difference a sentence ranks: for an interleaved ratio a fixed floor (drift cancels in it); for
-    figures measured apart the floor, or this run's measured drift when larger."""
+    figures measured apart the floor, or `drift` (the machine's measured drift during this run, as
+    servelab.lab.step.Step holds it) when larger."""
     if interleaved:
         return MIN_EFFECT_INTERLEAVED
-    return max(MIN_EFFECT_APART, _machine_drift or 0.0)
+    return max(MIN_EFFECT_APART, 0.0 if drift is None or _nan(drift) else float(drift))
 
 
-def too_close(interleaved: bool = False) -> str:
+def drifted(drift: float | None) -> bool:
+    """Whether the machine's measured `drift`, not the floor, is the margin of figures measured apart."""
+    return drift is not None and not _nan(drift) and float(drift) >= MIN_EFFECT_APART
+
+
+def too_close(interleaved: bool = False, *, drift: float | None = None) -> str:
     """Why two figures closer than `margin` are not ranked, in words."""
-    m = margin(interleaved)
+    m = margin(interleaved, drift=drift)
     if interleaved:
         return f"within {100 * m:.0f} % of each other, less than such ratios move between runs, too close to call"
-    if _machine_drift is not None and _machine_drift >= m:
+    if drifted(drift):
         return (f"within {100 * m:.0f} % of each other, no more than this machine drifted during this run "
                 "(drift probe), too close to call")
     return f"within {100 * m:.0f} % of each other, too close to call for figures measured at different times"
 
 
-def close(a, b, metric: str = "throughput_img_s") -> bool:
-    """True when two figures differ by no more than `margin()` of the larger."""
+def close(a, b, metric: str = "throughput_img_s", *, drift: float | None = None) -> bool:
+    """True when two figures differ by no more than `margin(drift=drift)` of the larger."""
     va, vb = band(a, metric)[0], band(b, metric)[0]
-    return abs(va - vb) <= margin() * max(abs(va), abs(vb))
+    return abs(va - vb) <= margin(drift=drift) * max(abs(va), abs(vb))
 
 
-def apart_reading(a, b, metric: str = "throughput_img_s", *, higher_is_better: bool | None = None) -> Verdict:
+def apart_reading(a, b, metric: str = "throughput_img_s", *, higher_is_better: bool | None = None,
+                  drift: float | None = None) -> Verdict:
     """How this run reads two of its figures measured at different times (read_apart above, the
     rule every sentence and every exercise check uses): their bands (`band`), whether each settled and carries a
-    spread, against `margin()`. Higher is better, except for a latency."""
+    spread, against `margin(drift=drift)`. Higher is better, except for a latency."""
     if higher_is_better is None:
         higher_is_better = not metric.startswith("latency")
-    return read_apart(band(a, metric), band(b, metric), margin=margin(), higher_is_better=higher_is_better,
-                      settled=(_stable(a), _stable(b)), spread=(has_band(a, metric), has_band(b, metric)))
+    v = read_apart(band(a, metric), band(b, metric), margin=margin(drift=drift), higher_is_better=higher_is_better,
+                   settled=(_stable(a), _stable(b)), spread=(has_band(a, metric), has_band(b, metric)))
+    return replace(v, drifted=drifted(drift))
 
 
-def apart(a, b, metric: str = "throughput_img_s") -> bool:
+def apart(a, b, metric: str = "throughput_img_s", *, drift: float | None = None) -> bool:
     """Two figures a sentence ranks (`apart_reading` says ranked): both settled, both carry a spread, their bands
-    do not overlap, and they differ by more than `margin()`. A figure whose windows never settled is never
+    do not overlap, and they differ by more than `margin(drift=drift)`. A figure whose windows never settled is never
     ranked, even with every window on one side: its windows bound where it was going, not where it would have
     settled (a server slowing down for minutes leaves windows far below its steady figure)."""
-    return apart_reading(a, b, metric).ranked
+    return apart_reading(a, b, metric, drift=drift).ranked
 
 
 def ratio_reading(rec) -> Verdict:

@@ -19,10 +19,12 @@ that very workload moved within one run, which the probe (another workload) can 
 also within noise when the two runs' ranges for its configuration overlap: the rule for window ranges, with the
 run's other measurements of the configuration as further windows. The summary says how many points needed each
 allowance. Runs without probes are judged on window spreads alone. A point is within noise when all its metrics
-are. Headlines (see servelab.bench.report.headlines) must make the same claims; for one that does not, the statements
-that differ are named with both runs' figures, and whether a ratio's pairs overlapped in the two runs (the margin
-running through one ratio) or not (the ratio moved). A run reproduces another when at least `min_fraction` of the
-points are within noise and every headline is the same.
+are. Headlines (see servelab.bench.report.headlines) are compared by the findings they state, matched by key:
+the same reading and the same side ahead is the same conclusion; for one that differs, both runs' figures are
+named and whether their ranges overlapped (the margin running through one figure) or not (the figure moved). A
+headline recorded as text only (before headlines kept their findings) is not comparable and is left out. A run
+reproduces another when at least `min_fraction` of the points are within noise and every comparable headline is
+the same.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servelab.bench.load.drift import drift, machine_speed, probe_values
-from servelab.bench.report.headlines import compare_headlines, load_headlines
+from servelab.bench.report.headlines import NOT_COMPARABLE, compare_headlines, load_headlines
 from servelab.bench.results.records import load_records, resolve_run_dir
 
 KEY = ("experiment", "kind", "server", "backend", "engine", "provider", "protocol", "payload", "batch", "concurrency",
@@ -88,7 +90,8 @@ class Comparison:
 
     @property
     def headlines_same(self) -> bool:
-        return all(h["verdict"] == "same" for h in self.headlines)
+        """Every headline the two runs can compare concludes the same (a headline kept as text only is left out)."""
+        return all(h["verdict"] in ("same", NOT_COMPARABLE) for h in self.headlines)
 
     @property
     def reproduced(self) -> bool:
@@ -98,7 +101,7 @@ class Comparison:
     def summary(self) -> str:
         f = self.fraction_within_noise
         same = sum(h["verdict"] == "same" for h in self.headlines)
-        strict = sum(bool(h.get("same_strict")) for h in self.headlines)
+        text_only = sum(h["verdict"] == NOT_COMPARABLE for h in self.headlines)
         drift_note = ("no drift probe in " + ("either run" if not any(self.probes) else "one run")
                       + ": absolute figures judged on window spreads alone; "
                       if self.machine_drift is None else
@@ -111,10 +114,11 @@ class Comparison:
         return (drift_note + f"{self.within_noise} of {len(self.points)} points within noise "
                 f"({'n/a' if f is None else f'{100 * f:.0f} %'}; " + allowance
                 + f"{self.only_a} only in A, {self.only_b} only in B); "
-                f"{same} of {len(self.headlines)} headlines the same ({strict} also in the direction of every lead "
-                "not ranked); "
-                + ("reproduced" if self.reproduced else
-                   f"NOT reproduced (needs ≥ {100 * self.min_fraction:.0f} % of points within noise and every headline the same)"))
+                f"{same} of {len(self.headlines) - text_only} headlines the same"
+                + (f" ({text_only} not comparable: no verdict data, recorded as text only)" if text_only else "")
+                + "; " + ("reproduced" if self.reproduced else
+                          f"NOT reproduced (needs ≥ {100 * self.min_fraction:.0f} % of points within noise and every "
+                          "comparable headline the same)"))
 
 
 def point_key(r: dict) -> tuple:
