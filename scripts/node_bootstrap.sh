@@ -5,6 +5,8 @@
 #   REPO_URL (required)  git URL to clone          REPO_REF   branch/tag/commit (default main)
 #   REMOTE_DIR           clone folder (~/servelab)   STACKS     compose steps to bring up (default "06a-all-backends jupyter": the service on 8080 and Triton on 8000-8002, which a full lab run needs, and JupyterLab)
 #   SERVELAB_INSTANCES   Triton encoder instances per GPU (default 1)
+#   SERVELAB_LAB_PROFILE the lab profile the stacks must admit (default gpu): the prepare step writes its largest
+#                        batch and client count into docker/.env as the service's limits and stages Triton with them
 #   SERVELAB_TRITON_GPU / SERVELAB_SERVICE_GPU   the node's GPU id for Triton / the service (default 0)
 #   SERVELAB_PRETRAINED, SERVELAB_CHECKPOINT, SERVELAB_SEED   the weights every container uses
 #   SKIP_PREPARE=1       do not run the export + stage step
@@ -144,6 +146,7 @@ chmod 600 docker/.env.new && mv docker/.env.new docker/.env
 COMPOSE_ENV=(
   "SERVELAB_UID=$(id -u)" "SERVELAB_GID=$(id -g)"
   "SERVELAB_INSTANCES=${SERVELAB_INSTANCES:-1}"
+  "SERVELAB_LAB_PROFILE=${SERVELAB_LAB_PROFILE:-gpu}"
   "SERVELAB_TRITON_GPU=${SERVELAB_TRITON_GPU:-0}" "SERVELAB_SERVICE_GPU=${SERVELAB_SERVICE_GPU:-0}"
 )
 OVERRIDE=()

@@ -8,6 +8,7 @@ error rather than a silent no-op.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -80,6 +81,53 @@ LAB_PROFILES: dict[LabProfile, dict[str, Any]] = {
 def profile(name: str) -> dict[str, Any]:
     name = word(LabProfile, name, "profile")
     return dict(LAB_PROFILES[name], profile=name)
+
+
+@dataclass(frozen=True)
+class StackLimits:
+    """What a node's stacks must admit for a lab profile to run without refusals: the largest batch it sends in
+    one request, the most clients at once, and the images those may hold waiting. The prepare step writes
+    `service_env()` into docker/.env (read by every compose file in docker/) and stages Triton with
+    `triton_max_batch`, so the profile is the one place these numbers come from."""
+
+    max_images: int       # images in one request (the service's SERVELAB_MAX_IMAGES)
+    max_in_flight: int    # requests at once (SERVELAB_MAX_IN_FLIGHT)
+    max_queue: int        # images waiting (SERVELAB_MAX_QUEUE)
+    max_body_bytes: int   # one request's body, a batch of float32 tensors included (SERVELAB_MAX_BODY_BYTES)
+    triton_max_batch: int  # the staged GPU models' max_batch_size (SERVELAB_TRITON_MAX_BATCH)
+
+    def service_env(self) -> dict[str, str]:
+        """The service's variables (servelab.config.Settings.from_env), as the compose files pass them on."""
+        return {"SERVELAB_MAX_IMAGES": str(self.max_images), "SERVELAB_MAX_IN_FLIGHT": str(self.max_in_flight),
+                "SERVELAB_MAX_QUEUE": str(self.max_queue), "SERVELAB_MAX_BODY_BYTES": str(self.max_body_bytes)}
+
+
+def largest_batch(name: str) -> int:
+    """The most images the profile's notebooks put in one request."""
+    p = profile(name)
+    return max(p["batch_sizes"] + p["serialisation_batches"])
+
+
+def most_clients(name: str) -> int:
+    return max(profile(name)["concurrency_levels"])
+
+
+def stack_limits(name: str) -> StackLimits:
+    """The node stacks' limits for lab profile `name`: never below the service's own defaults, nor below the
+    GPU encoder template's max_batch_size, and large enough for every batch and client count the profile sends."""
+    import math
+
+    from servelab.config import Settings
+    from servelab.model.contract import INPUT_SHAPE
+    from servelab.triton.models import GPU_ENCODER
+    from servelab.triton.repository import STAGING, parse_config
+
+    d, batch, clients = Settings(), largest_batch(name), most_clients(name)
+    template_batch = parse_config(STAGING / "gpu" / GPU_ENCODER / "config.pbtxt").max_batch_size
+    body = batch * math.prod(INPUT_SHAPE) * 4 + (1 << 20)  # a batch of float32 tensors, and 1 MiB for the framing
+    return StackLimits(max_images=max(d.max_images_per_request, batch), max_in_flight=max(d.max_queue, clients),
+                       max_queue=max(d.max_queue, batch, clients), max_body_bytes=max(d.max_body_bytes, body),
+                       triton_max_batch=max(template_batch, batch))
 
 
 def parse_param(text: str) -> tuple[str, Any]:
