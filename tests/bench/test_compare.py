@@ -200,3 +200,15 @@ def test_overload_points_are_matched_by_their_multiple_of_capacity_not_their_rat
     c = compare(tmp_path / "A", tmp_path / "B")
     assert (len(c.points), c.only_a, c.only_b, c.within_noise) == (2, 0, 0, 2)
     assert sorted(p["point"].split()[-1] for p in c.points) == ["level=1", "level=8"]
+
+
+def test_a_run_recorded_before_headlines_kept_their_findings_is_compared_on_its_points_only(tmp_path):
+    import json
+
+    points = [(1, "loopback", [10.0, 10.4, 10.2], [100, 98, 99])]
+    _run(tmp_path, "A", points, {})
+    (tmp_path / "A" / "headlines.json").write_text(json.dumps({"07": {"text": "grpc ahead", "claim": "grpc ahead"}}))
+    _run(tmp_path, "B", points, {"07": ("grpc ahead", [_ratio(1.32, 1.2, 1.4)])})
+    c = compare(tmp_path / "A", tmp_path / "B")
+    assert [h["verdict"] for h in c.headlines] == ["not comparable"] and c.reproduced
+    assert "0 of 0 headlines the same (1 not comparable: no verdict data, recorded as text only)" in c.summary()
