@@ -71,12 +71,9 @@ def _restore(http_url: str, model: str, original: dict, timeout: float) -> None:
 
 def measure_triton(run, experiment: str, http_url: str, model: str, *, concurrency: int, opts, params: dict) -> dict:
     """One closed-loop point of batch-1 tensor requests against `model` as it is loaded now; the record written."""
-    try:
-        from servelab.bench.experiments import measure
-        from servelab.bench.servers import attach
-    except ImportError:  # the bench before its servers module
-        from servelab.bench.experiments import measure_served as measure
-        from servelab.lab.places import attach
+    from servelab.bench.experiments.point import measure
+    from servelab.bench.servers.lifecycle import attach
+
     srv = attach("triton-http", http_url, payload="tensor", model=model)
     return measure(run, experiment, srv, payload="tensor", batch=1, concurrency=concurrency, opts=opts, params=params)
 
