@@ -316,13 +316,13 @@ class Service:
         self.admission.max_wait_s = self.wait_budget_s()
 
     def wait_budget_s(self) -> float:
-        """The wait budget: max_wait_ms, but never under two full batches' time, one running and one queued behind
-        it; a shorter budget would drop requests that arrive while a batch runs and leave the engine idle after
-        it (0: no budget)."""
+        """The wait budget: max_wait_ms, but never under two runs of one image, on an engine that slow; less would
+        drop a lone request that arrives while another runs (0: no budget). The gate's estimate keeps batches
+        to what the budget holds, so a wait stays near the budget, not near a full batch's time."""
         setting = self.settings.max_wait_ms / 1000.0
         if setting <= 0:
             return 0.0
-        return max(setting, 2 * self.batcher.cost.batch_s(self.settings.max_batch))
+        return max(setting, 2 * self.batcher.cost.batch_s(1))
 
     def start(self) -> None:
         s = self.settings

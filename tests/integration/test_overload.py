@@ -146,6 +146,34 @@ def test_a_request_past_its_deadline_is_dropped_not_computed():
         assert srv.metric("servelab_rejections_total", reason="deadline_exceeded") == 2
 
 
+def _server_wait_ms(response: httpx.Response) -> float:
+    """The `wait` the service reports in Server-Timing: from the body's arrival until the engine took it."""
+    timings = dict(part.strip().split(";dur=") for part in response.headers["server-timing"].split(","))
+    return float(timings["wait"])
+
+
+def test_a_burst_far_over_capacity_keeps_admitted_waits_within_the_budget():
+    # a batch takes 0.3 s, one image at a time: 40 requests at once are 12 s of work, many times the 0.8 s budget.
+    # A count limit of 64 alone would admit them all and keep the last one waiting about 12 s.
+    with Server(SlowEmbedder(0.3), max_in_flight=64, max_wait_ms=800, request_timeout_s=30) as srv:
+        for _ in range(3):  # the engine's pace, learnt from a few batches at its real speed
+            assert httpx.post(srv.url + "/embed/tensor", content=ONE_TENSOR, headers=TENSOR_HEADERS,
+                              timeout=30).status_code == 200
+        with cf.ThreadPoolExecutor(40) as pool:
+            responses = list(pool.map(
+                lambda _: httpx.post(srv.url + "/embed/tensor", content=ONE_TENSOR, headers=TENSOR_HEADERS, timeout=60),
+                range(40)))
+    ok = [r for r in responses if r.status_code == 200]
+    shed = [r for r in responses if r.status_code != 200]
+    assert ok and shed, [r.status_code for r in responses]
+    assert {r.status_code for r in shed} == {503}
+    for r in shed:
+        assert r.json()["error"]["code"] in ("overloaded", "deadline_exceeded"), r.text
+        assert int(r.headers["retry-after"]) >= 1
+    waits = [_server_wait_ms(r) for r in ok]
+    assert max(waits) <= 800, waits  # what the service measured, not the wall clock of a busy machine
+
+
 def test_404_probes_add_one_series_not_one_per_path():
     with Server(SlowEmbedder(0.0)) as srv, httpx.Client(base_url=srv.url) as http:
         probes = [f"/{uuid.uuid4().hex}/admin.php" for _ in range(40)]
