@@ -53,8 +53,10 @@
 # is printed. Set `dry_run=False` with your project, key pair and repository URL to do it for real
 # (needs `pip install -r requirements-chameleon.txt` and Chameleon credentials in the environment).
 #
-# **Vast.ai** is the documented alternative (`scripts/VASTAI.md`): rent a GPU instance with Docker, publish
-# the ports the stacks use, and point `--place node` at it.
+# **Vast.ai** is the documented alternative (`scripts/VASTAI.md`): a Vast instance is itself a container (the
+# compose stacks do not apply), started in SSH mode with no published port. Triton is never published (its model
+# control loads code): an SSH tunnel brings its ports and the service's to this machine's loopback, and
+# `--place node` uses them there.
 
 # %% tags=["parameters"]
 harness = {}              # where this runs: filled by `servelab lab run` ({}: this place's defaults)
@@ -132,7 +134,8 @@ show_code(chameleon.run_plan)
 # %% [markdown]
 # ## On the node
 # After bootstrap, check the GPU from inside a container, then bring up a stack (bootstrap does this for
-# `stacks`). From this machine, an SSH tunnel makes the node's ports local so `--place node` works here.
+# `stacks`). Every port stays on the node's loopback; from this machine, an SSH tunnel forwards only what you use:
+# Triton (8000-8002) and the service (8080) for `--place node` here, or JupyterLab (8888) alone to work on the node.
 
 # %%
 show_commands("node",
