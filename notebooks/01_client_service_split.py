@@ -228,14 +228,12 @@ checks.difference(hop_cost_ms, hop, key="server", a="fastapi", b="in-process", m
                   at={"batch": min(batch_sizes)}, exercise="01.1", step=step)
 
 # %%
-from servelab.bench.report import ratio_sentence
-
 lines = []
 for local_rec, service_rec, r in zip(local_recs, service_recs, hop_ratios, strict=True):
     b = local_rec["batch"]
     added = service_rec["latency_p50_ms"] - local_rec["latency_p50_ms"]
     lines.append(f"batch {b}: p50 {local_rec['latency_p50_ms']:.0f} → {service_rec['latency_p50_ms']:.0f} ms "
-                 f"({added:+.0f} ms, {100 * added / local_rec['latency_p50_ms']:+.0f} %); " + ratio_sentence(r))
+                 f"({added:+.0f} ms, {100 * added / local_rec['latency_p50_ms']:+.0f} %); " + step.ratio(r))
 step.answer("; ".join(lines) + ".")
 
 # %% [markdown]
@@ -279,7 +277,6 @@ step.answer(f"The tensor is {tensor_kib / jpeg_kib:.0f}× the size of this run's
 
 # %%
 from servelab.bench.load.cpu import CpuMeter
-from servelab.bench.report import ratio_sentence
 from servelab.bench.servers.link import link_effect, link_profile, network_link
 
 link_sides, link_ab = [], []
@@ -301,7 +298,7 @@ else:
 
 # %%
 if link:
-    said = [link_effect(lo_rec, wan_rec, link) + "; " + ratio_sentence(r)
+    said = [link_effect(lo_rec, wan_rec, link) + "; " + step.ratio(r)
             for lo_rec, wan_rec, r in zip(link_sides[::2], link_sides[1::2], link_ab, strict=True)]
     prof = link_profile(link)
     gap = prof.transfer_ms(link_sides[1]["payload_bytes_per_request"]) - prof.transfer_ms(link_sides[3]["payload_bytes_per_request"])

@@ -329,7 +329,7 @@ if engine:
 # %%
 if engine and lab.place == "local":
     from servelab.bench.experiments import ab
-    from servelab.bench.report import idle_sentence, ratio_sentence
+    from servelab.bench.report import idle_sentence
     from servelab.lab.places import attach
 
     bare = attach("fastapi", lab.service_url, payload="tensor", pid=lab.service_pid or None)
@@ -350,7 +350,7 @@ elif engine:
 if engine and lab.place == "local":
     step.answer(f"p50 {bare_rec['latency_p50_ms']:.1f} ms as a bare process, {boxed_rec['latency_p50_ms']:.1f} ms in the "
                 f"container ({boxed_rec['latency_p50_ms'] - bare_rec['latency_p50_ms']:+.1f} ms). "
-                + ratio_sentence(box_ratio) + ". " + idle_sentence(box_ratio) + "."
+                + step.ratio(box_ratio) + ". " + idle_sentence(box_ratio) + "."
                 + (" The container runs on a stand-in base image (its Python is this machine's own CPython): the "
                    "official image's interpreter build may differ." if built.standin else ""))
 
@@ -383,4 +383,4 @@ step.shows(f"{len(stacks)} compose stacks are defined; {n_ok} of {len(checks)} o
               + (f" ({scratch.seconds:.0f} s from scratch)" if scratch else "")
               + f"; its container answered /healthz {start.healthz_s:.1f} s and /readyz {start.readyz_s:.1f} s after "
               "`docker run`" + (f", Docker called it healthy at {start.healthy_s:.1f} s" if start.healthy_s else "")
-              + (f"; {ratio_sentence(box_ratio)} (the container against the bare process)" if lab.place == "local" else "") + "."))
+              + (f"; {step.ratio(box_ratio)} (the container against the bare process)" if lab.place == "local" else "") + "."))

@@ -126,14 +126,12 @@ checks.best_choice(batch_job_engine, table, key="engine", metric="throughput_img
 # its size and the reason it is not ranked ([how a measurement is read](../docs/METHOD.md)).
 
 # %%
-from servelab.bench.report import leader, versus
-
 cpu = {(r["engine"], r["batch"]): r for r in recs if r.get("provider") == "cpu" and r.get("throughput_img_s")}
 b_lo, b_hi = min(batch_sizes), max(batch_sizes)
-lines = [versus(f"{e} batch {b_hi}", cpu[(e, b_hi)], f"{e} batch {b_lo}", cpu[(e, b_lo)])
+lines = [step.versus(f"{e} batch {b_hi}", cpu[(e, b_hi)], f"{e} batch {b_lo}", cpu[(e, b_lo)])
          for e in engines if (e, b_lo) in cpu and (e, b_hi) in cpu]
 if ("onnx", b_hi) in cpu and ("onnx-int8", b_hi) in cpu:
-    lines.append(versus(f"onnx-int8 batch {b_hi}", cpu[("onnx-int8", b_hi)], f"onnx batch {b_hi}", cpu[("onnx", b_hi)]))
+    lines.append(step.versus(f"onnx-int8 batch {b_hi}", cpu[("onnx-int8", b_hi)], f"onnx batch {b_hi}", cpu[("onnx", b_hi)]))
 providers_seen = ProviderSummary.of(recs)
 step.answer("; ".join(lines) + ". " + (providers_seen.sentence() if providers_seen.not_run else
                                        "Every provider asked for was measured."))
@@ -191,7 +189,7 @@ by_engine = measured.sort_values("throughput_img_s", ascending=False).drop_dupli
 recs_by_point = {(r["engine"], r.get("provider"), r["batch"]): r for r in recs if r.get("throughput_img_s")}
 cosines = by_engine["cosine_vs_torch_fp32"].dropna()
 # named in a fixed order (engine, provider): the sentence must not rank two engines by the order a tie left them in
-fastest = leader({f"{r['engine']} on {r['provider']}": recs_by_point[(r["engine"], r["provider"], r["batch"])]
+fastest = step.leader({f"{r['engine']} on {r['provider']}": recs_by_point[(r["engine"], r["provider"], r["batch"])]
                   for _, r in by_engine.sort_values(["engine", "provider"]).iterrows()})
 step.shows(f"Each engine at its best batch size: {fastest}. "
            + (f"Every one matched torch fp32 to cosine ≥ {cosines.min():.5f}. " if len(cosines)

@@ -88,7 +88,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from servelab.bench.report import versus
 from servelab.lab.step import show_code
 from servelab.triton.repository import STAGING
 
@@ -198,8 +197,6 @@ step.answer(f"The JSON body was {j['request_bytes'] / 1024:,.0f} KiB against {b[
 # flat (a CPU that batch 1 already keeps busy)? And how will the latency of one request grow?
 
 # %%
-from servelab.bench.report import ratio_sentence
-
 torch_provider = in_process_provider(lab.place, "torch")  # at place=node: the node's GPU when this kernel has it
 with served("in-process", engine="torch", provider=torch_provider) as torch_engine:
     # the largest batch against the smallest in alternating windows of the same engine: the ratio the summary
@@ -213,25 +210,28 @@ with served("in-process", engine="torch", provider=torch_provider) as torch_engi
     torch_batches = batch_sweep(step.run, torch_engine, batches=tuple(batch_sizes), opts=opts,
                                 experiment="04-torch-batch", measured=torch_ab)
 in_process_note(step, lab.place, torch_provider, "the in-process PyTorch rows (by batch size)")
-print(f"in-process PyTorch, alternating windows: {ratio_sentence(torch_ratio)}")
+print(f"in-process PyTorch, alternating windows: {step.ratio(torch_ratio)}")
 triton_batches = batch_sweep(step.run, triton, batches=tuple(batch_sizes), opts=opts, experiment="04-triton-batch")
 by_batch = step.table(step.frame(torch_batches + triton_batches, *cols), "by_batch",
                       "PyTorch (in-process) vs Triton by batch size, concurrency 1")
 
 # %%
+from servelab.bench.report import Grade, grade
+
 tb = step.frame(triton_batches, "batch", "throughput_img_s", "latency_p50_ms").sort_values("batch")
 small, big = tb.iloc[0], tb.iloc[-1]
 gain = big["throughput_img_s"] / small["throughput_img_s"]
+graded = grade(gain, margin=step.margin(), target=big["batch"] / small["batch"])  # flat, far from or close to N×
 step.answer(f"Triton went from {small['throughput_img_s']:.1f} img/s at batch {int(small['batch'])} to "
             f"{big['throughput_img_s']:.1f} img/s at batch {int(big['batch'])}: {gain:.2f}× for {int(big['batch'] / small['batch'])}× "
             f"the images per request, while one request's p50 grew from {small['latency_p50_ms']:.0f} to "
             f"{big['latency_p50_ms']:.0f} ms ({big['latency_p50_ms'] / big['batch']:.0f} ms per image at the larger batch, "
             f"{small['latency_p50_ms'] / small['batch']:.0f} ms at the smaller). "
             + (f"Nearly flat: {triton_hw} was already busy at batch 1, so a batch costs about its size in time."
-               if gain < 1.15 else
+               if graded in (Grade.FLAT, Grade.LOSS) else
                f"More images per second, but far from {big['batch'] / small['batch']:.0f}×: batch 1 already kept most "
                f"of {triton_hw} busy, so a batch only fills the part a single image left idle."
-               if gain < 0.8 * big["batch"] / small["batch"] else
+               if graded is Grade.FAR_FROM_TARGET else
                "Close to proportional: the hardware had parallelism batch 1 left idle."))
 
 # %% [markdown]
@@ -321,7 +321,7 @@ print(f"this sweep: {images} images in {executions} executions = {images / max(e
 # The highest concurrency against one client, from the alternating windows above:
 
 # %%
-print(ratio_sentence(conc_ratio))
+print(step.ratio(conc_ratio))
 
 # %%
 tc = step.frame(triton_conc, "concurrency", "throughput_img_s", "latency_p50_ms", "server_stats.avg_batch",
@@ -337,7 +337,7 @@ step.answer(f"At concurrency 1 Triton computed a request in t = {t:.0f} ms and t
             f"{top['server_stats.avg_queue_ms']:.0f} ms queueing and {top['server_stats.avg_compute_infer_ms']:.0f} ms compute per request. "
             f"Triton executed batches of {b_avg:.2f} images on average, so a request waited about ({n}−1)/{b_avg:.2f} ≈ "
             f"{(n - 1) / b_avg:.1f} executions. Throughput: {one['throughput_img_s']:.1f} → {top['throughput_img_s']:.1f} img/s "
-            f"in the sweep; in alternating windows, {ratio_sentence(conc_ratio)}.")
+            f"in the sweep; in alternating windows, {step.ratio(conc_ratio)}.")
 
 # %% [markdown]
 # ## NVIDIA's perf_analyzer on the same point
@@ -599,7 +599,7 @@ batching = step.table(batching, "batching_off_on",
                       f"Batching off vs on at concurrency {hi_c} (batch-1 requests, alternating windows)")
 
 # %%
-step.answer(" ".join(f"{system}: {ratio_sentence(ratio)}." for system, *_, ratio in baseline)
+step.answer(" ".join(f"{system}: {step.ratio(ratio)}." for system, *_, ratio in baseline)
             + f" On {triton_hw} a batch of {int(big['batch'])} took as long as "
               f"{big['batch'] / small['batch'] / gain:.1f} batch-{int(small['batch'])} requests (the batch-size table "
               "above; \"Why\" below "
@@ -639,7 +639,7 @@ checks.outcome(read_outcome, loaded, key="server", a="fastapi", b="triton-http",
 engine = service_conc[-1]["engine"]
 engines = "one engine, ONNX Runtime" if engine == "onnx" else f"two engines ({engine} in the service, ONNX Runtime in Triton)"
 step.answer(f"At concurrency {max(concurrency_levels)}, "
-            + versus(f"the FastAPI service ({engine} engine)", service_conc[-1], "Triton", triton_conc[-1])
+            + step.versus(f"the FastAPI service ({engine} engine)", service_conc[-1], "Triton", triton_conc[-1])
             + f". Measured minutes apart, with {engines}: this reads how each stack copes with concurrency. Which "
               "serving layer is faster is 06a's question, measured there with one engine behind both, in "
               "alternating windows.")
@@ -755,7 +755,7 @@ pt, ox = engines_cmp.iloc[0], engines_cmp.iloc[1]
 step.answer(f"PyTorch took {pt[f'ms_per_image_batch_{lo_b}']:.0f} ms per image at batch {lo_b} and "
             f"{pt[f'ms_per_image_batch_{hi_b}']:.0f} ms at batch {hi_b}: {pt['saved_ms_per_image']:.0f} ms per image was "
             f"per-call cost that the batch shared out, a gain of {pt['batch_gain']:.2f}× (in alternating windows: "
-            f"{ratio_sentence(torch_ratio)}). ONNX Runtime in Triton took {ox[f'ms_per_image_batch_{lo_b}']:.0f} and "
+            f"{step.ratio(torch_ratio)}). ONNX Runtime in Triton took {ox[f'ms_per_image_batch_{lo_b}']:.0f} and "
             f"{ox[f'ms_per_image_batch_{hi_b}']:.0f} ms, saving {ox['saved_ms_per_image']:.0f} ms per image "
             f"({ox['batch_gain']:.2f}×), and dynamic batching on ÷ off gave {triton_ratio['ratio']:.2f}× under "
             f"concurrent clients. At batch {hi_b} the two engines ran at {pt[f'img_s_batch_{hi_b}']:.1f} and "
@@ -836,7 +836,7 @@ if emu_ready:
         f"On the emulated device ({emu_profile.label}; an emulation, not a GPU measurement): t(1) = "
         f"{1000 * emu_profile.t_s(1):.0f} ms and t({n}) = {1000 * emu_profile.t_s(n):.0f} ms, so batching could buy "
         f"t(1)·{n} ÷ t({n}) = {can_buy:.2f}×; two groups taking turns predict {groups:.2f}× and an average batch of "
-        f"{n / 2:g}. Measured in alternating windows: {ratio_sentence(emu_ratio)}, with Triton executing "
+        f"{n / 2:g}. Measured in alternating windows: {step.ratio(emu_ratio)}, with Triton executing "
         f"{b_on:.2f} images per batch. A request waited about ({n}−1)/{max(b_on, 1):.2f} ≈ {(n - 1) / max(b_on, 1):.1f} "
         f"executions: the two-group round predicts a p50 of about {round_ms:.0f} ms, the run measured "
         f"{emu_on['latency_p50_ms']:.0f} ms (HTTP and the CPU's share of each request on top). The average executed "
@@ -879,10 +879,10 @@ if emu_ready:
 t = by_conc[by_conc["server"].str.startswith("triton")].sort_values("concurrency")
 lo, hi = t.iloc[0], t.iloc[-1]
 step.shows(
-    f"Triton throughput, measured in alternating windows: {ratio_sentence(conc_ratio)}"
+    f"Triton throughput, measured in alternating windows: {step.ratio(conc_ratio)}"
     + f"; executing batches of {hi['server_stats.avg_batch']:.1f} images on average at concurrency {hi['concurrency']} "
     f"(p50 {lo['latency_p50_ms']:.0f} → {hi['latency_p50_ms']:.0f} ms). "
     f"Dynamic batching on ÷ off at concurrency {hi_c}, in alternating windows: "
-    + "; ".join(f"{system}: {ratio_sentence(ratio)}" for system, *_, ratio in baseline)
-    + f". In-process PyTorch, measured in alternating windows: {ratio_sentence(torch_ratio)}."
+    + "; ".join(f"{system}: {step.ratio(ratio)}" for system, *_, ratio in baseline)
+    + f". In-process PyTorch, measured in alternating windows: {step.ratio(torch_ratio)}."
 )

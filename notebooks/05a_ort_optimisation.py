@@ -177,24 +177,29 @@ options_table = step.table(pd.DataFrame(options_rows).round(3), "ort_options",
                            "per session, ratios within each round")
 
 # %%
+from servelab.bench.report import Grade, grade
+
 row = options_table.set_index("session")
 int8_x, fused_x = row.loc["int8, ORT_ENABLE_ALL", "speed_vs_enable_all"], 1 / row.loc["fp32, ORT_DISABLE_ALL", "speed_vs_enable_all"]
 one_thread_x = 1 / row.loc["fp32, ORT_ENABLE_ALL, 1 thread", "speed_vs_enable_all"]
 int8_row = row.loc["int8, ORT_ENABLE_ALL"]
+within_round = step.margin(interleaved=True)  # the sessions alternate within each round, as an interleaved A/B does
+int8_gain, fused_gain, threads_gain = (grade(x, lo, hi, margin=within_round) is Grade.GAIN for x, lo, hi in (
+    (int8_x, int8_row["ratio_min"], int8_row["ratio_max"]), (fused_x, None, None), (one_thread_x, None, None)))
 step.answer(f"This CPU has {'VNNI (' + ', '.join(vnni) + ')' if vnni else 'no VNNI'}. int8 ran one image "
             f"{int8_x:.2f}× as fast as fp32 (rounds {int8_row['ratio_min']:.2f}–{int8_row['ratio_max']:.2f}), with an "
             f"embedding at cosine {int8_row['cosine_vs_fp32']:.6f} to fp32's"
             + (": the matrix products, most of the time (section 1), run on 8-bit multiply-add instructions. "
-               if vnni and int8_x > 1.2 else
+               if vnni and int8_gain else
                ", less than VNNI usually gives: the 8-bit products were not the bottleneck in this run. " if vnni else
                ": without VNNI the 8-bit products run on wider instructions, so it gains less than on a CPU with VNNI. ")
             + f"The optimised graph ran {fused_x:.2f}× as fast as the graph as exported"
-            + (": fused kernels make fewer operator calls and fewer passes over memory. " if fused_x > 1.05 else
+            + (": fused kernels make fewer operator calls and fewer passes over memory. " if fused_gain else
                ", no clear gain in this run: for this network most of the time is in the matrix products, which "
                "fusion does not make cheaper. ")
             + f"Two threads against one: {one_thread_x:.2f}×"
             + (", so at batch 1 ONNX Runtime already spreads one image over both cores: a batch, or Triton's dynamic "
-               "batching, has little idle capacity left to fill here (notebook 04). " if one_thread_x > 1.3 else
+               "batching, has little idle capacity left to fill here (notebook 04). " if threads_gain else
                ", less than the two cores promise: while other work runs on this machine the two threads wait for "
                "each other at every operator, so the second core added little or even cost time. ")
             + ("(Smoke profile: one run per session, the figures are not results.)" if opts.quick else ""))
@@ -284,8 +289,6 @@ checks.queue_delay_for_budget(choose_queue_delay, cells, latency_budget_ms, conc
                               exercise="05a.1", step=step)
 
 # %%
-from servelab.bench.report import ratio_sentence
-
 
 def grid_point(delay, c):
     return next(r for r in grid if r["params"]["max_queue_delay_us"] == delay and r["concurrency"] == c)
@@ -302,7 +305,7 @@ step.answer(f"At concurrency {lo_c}, raising the delay from {lo_d} to {hi_d} µs
             f"{quiet_hi['latency_p50_ms']:.0f} ms (a lone request can wait up to {hi_d / 1000:g} ms for company that never comes). "
             f"At concurrency {top_c} the average executed batch was {avg_batch(busy_lo):.2f} with {lo_d} µs and "
             f"{avg_batch(busy_hi):.2f} with {hi_d} µs; in alternating windows, "
-            + ratio_sentence(delay_ab[-1]) + ".")
+            + step.ratio(delay_ab[-1]) + ".")
 
 # %% [markdown]
 # ### The same grid on an emulated accelerator
@@ -323,7 +326,6 @@ step.answer(f"At concurrency {lo_c}, raising the delay from {lo_d} to {hi_d} µs
 
 # %%
 from servelab.bench.experiments import emulated_lesson as emulated
-from servelab.bench.report import ratio_sentence
 from servelab.model.device_profile import profile as device_profile_named
 
 emu_profile = device_profile_named(device_profile)
@@ -369,13 +371,13 @@ if emu_ready:
         f"{top_c} clients a delay of {t1_us} µs should turn a round of two executions "
         f"({1000 * two_groups:.0f} ms) into one ({1000 * emu_profile.t_s(top_c):.0f} ms): {predicted:.2f}× the "
         f"throughput and an average batch of {top_c} instead of about {top_c / 2:g}. Measured in alternating "
-        f"windows: {ratio_sentence(emu_ratio)}; average executed batch {avg_batch(emu_point(0, top_c)):.2f} without "
+        f"windows: {step.ratio(emu_ratio)}; average executed batch {avg_batch(emu_point(0, top_c)):.2f} without "
         f"the delay, {avg_batch(emu_point(t1_us, top_c)):.2f} with it. At {lo_c} client(s) the delay moved p50 from "
         f"{q_lo['latency_p50_ms']:.0f} to {q_hi['latency_p50_ms']:.0f} ms: "
         + ("a lone request waits out the whole delay. "
            if lo_c < min(top_c, 32) else "there the batch fills at once. ")
         + f"On this CPU the same delay range gave average batches of {avg_batch(busy_lo):.2f} and "
-          f"{avg_batch(busy_hi):.2f} at {top_c} clients, and " + ratio_sentence(delay_ab[-1])
+          f"{avg_batch(busy_hi):.2f} at {top_c} clients, and " + step.ratio(delay_ab[-1])
         + ": there a batch costs what its images cost, so filling it buys nothing.")
 
 # %% [markdown]
@@ -517,7 +519,7 @@ b_max = max(serialisation_batches)
 s_max = serialisation[serialisation["batch"] == b_max].set_index("payload")
 step.shows(
     f"**{top['op_type']}** took {top['share_pct']:.0f}% of ONNX Runtime's kernel time. Queue delays at "
-    f"concurrency {hi_c}, in alternating windows: {ratio_sentence(delay_ab[-1])}. At batch {b_max}, JSON number lists took "
+    f"concurrency {hi_c}, in alternating windows: {step.ratio(delay_ab[-1])}. At batch {b_max}, JSON number lists took "
     f"{s_max.loc['json-lists', 'bytes_per_request'] / s_max.loc['binary-tensor', 'bytes_per_request']:.1f}× the bytes of "
     f"the binary tensor and {s_max.loc['json-lists', 'serialise_p50_ms'] / max(s_max.loc['binary-tensor', 'serialise_p50_ms'], 1e-6):.0f}× "
     f"its serialisation time; the JPEG files were {s_max.loc['binary-tensor', 'bytes_per_request'] / s_max.loc['jpeg', 'bytes_per_request']:.0f}× "

@@ -73,7 +73,7 @@ lab = session("06a", globals())  # endpoints, model names, results folder and lo
 
 # %%
 from servelab.bench.experiments import compare_servers, concurrency_sweep
-from servelab.bench.report import idle_sentence, ratio_sentence
+from servelab.bench.report import idle_sentence
 from servelab.bench.servers import served
 from servelab.lab.places import attach
 
@@ -98,7 +98,6 @@ def sweep(srv, payload="jpeg", measured=()):
 # %%
 from pathlib import Path
 
-from servelab.bench.report import versus
 from servelab.lab.step import show_code
 from servelab.triton.repository import STAGING
 
@@ -184,10 +183,10 @@ checks.best_choice(best_backend, step.frame(recs), key="server", metric="through
 hi = max(concurrency_levels)
 busiest = [r for r in recs if r["concurrency"] == hi]
 pairs = [(a, b) for i, a in enumerate(busiest) for b in busiest[i + 1:]]
-step.answer(f"At concurrency {hi}: " + "; ".join(versus(a["server"], a, b["server"], b) for a, b in pairs) + ". "
+step.answer(f"At concurrency {hi}: " + "; ".join(step.versus(a["server"], a, b["server"], b) for a, b in pairs) + ". "
             "Where the ranges overlap the servers are tied on this machine: the shared ONNX Runtime compute sets the pace."
-            + f" Measured in alternating windows, {ratio_sentence(head_to_head[-1])}"
-            + (f"; {ratio_sentence(peer[-1])}." if peer else ".")
+            + f" Measured in alternating windows, {step.ratio(head_to_head[-1])}"
+            + (f"; {step.ratio(peer[-1])}." if peer else ".")
             + "".join(f" {idle_sentence(measured[-1])}." for measured in (head_to_head, peer) if measured))
 
 # %%
@@ -363,7 +362,7 @@ if link:
                           "link_cpu_pct", "params.link_shaping"),
                "link", f"JPEG to the service and tensor to Triton, over loopback and over {link} (concurrency 1)")
     step.answer("; ".join(link_effect(lo_rec, wan_rec, link, name=f"{wan_rec['payload']} to {wan_rec['server']}")
-                          + "; " + ratio_sentence(r)
+                          + "; " + step.ratio(r)
                           for lo_rec, wan_rec, r in zip(link_sides[::2], link_sides[1::2], link_ab, strict=True))
                 + f". Before either server does any work, the tensor path pays {gap:.0f} ms more per request than "
                 f"the JPEG path on this link, {100 * gap / triton_p50:.0f} % of Triton's loopback p50 here "
@@ -390,7 +389,7 @@ hi_c = max(concurrency_levels)
 r = breakdown[breakdown["concurrency"] == hi_c].iloc[0]
 step.shows(
     f"At concurrency {hi_c}, measured in alternating windows: "
-    + "; ".join(ratio_sentence(measured[-1]) for measured in (head_to_head, peer) if measured)
+    + "; ".join(step.ratio(measured[-1]) for measured in (head_to_head, peer) if measured)
     + "".join(f". {idle_sentence(measured[-1])}" for measured in (head_to_head, peer) if measured)
     + f". In Triton, a request's {r['client_mean_ms']:.0f} ms (client mean) split into "
     f"{r['server_queue_ms']:.0f} ms queueing, {r['server_compute_ms']:.0f} ms compute and "

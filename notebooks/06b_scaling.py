@@ -235,7 +235,7 @@ else:
 import dataclasses
 
 from servelab.bench.experiments import ab, instances_ab
-from servelab.bench.report import ratio_sentence, ratio_verdict
+from servelab.bench.report import Grade, grade, ratio_verdict
 from servelab.triton.control import config_switch
 
 if cpu_hands:
@@ -250,7 +250,7 @@ else:  # on a GPU the copies share the GPU: the most instances against the fewes
     instance_ab = instances_ab(step.run, triton, instances=(n_hi, n_lo), concurrency=top_c, opts=opts,
                                experiment="06b-instances-ratio")
 instance_ratio = instance_ab[-1]
-print(ratio_sentence(instance_ratio))
+print(step.ratio(instance_ratio))
 
 # %%
 busy = {r["params"]["instances"]: r for r in recs if r["concurrency"] == top_c}
@@ -274,14 +274,14 @@ if cpu_hands:
               "same compute, split by requests or by threads.",
     }
     step.answer(sweep_text + f"Your configuration against the staged one, in alternating windows: "
-                f"{ratio_sentence(instance_ratio)}; p50 {a_rec['latency_p50_ms']:.0f} ms against "
+                f"{step.ratio(instance_ratio)}; p50 {a_rec['latency_p50_ms']:.0f} ms against "
                 f"{b_rec['latency_p50_ms']:.0f} ms, average executed batch "
                 f"{(a_rec.get('server_stats') or {}).get('avg_batch') or float('nan'):.1f} against "
                 f"{(b_rec.get('server_stats') or {}).get('avg_batch') or float('nan'):.1f}. " + reasons[ahead]
                 + " The sweep's second copy, with a whole machine's threads, had the same cores to share and more "
                   "threads than cores taking turns on them (and spinning while the other waited).")
 else:
-    step.answer(sweep_text + f"In alternating windows: {ratio_sentence(instance_ratio)}.")
+    step.answer(sweep_text + f"In alternating windows: {step.ratio(instance_ratio)}.")
 
 # %% [markdown]
 # ### The third knob: spinning
@@ -303,7 +303,7 @@ if cpu_hands:
         spin_ab = ab(step.run, "06b-spinning", off, one, label_a="spinning off",
                      label_b="spinning on", concurrency_a=top_c, opts=opts,
                      prepare=use)
-    print(ratio_sentence(spin_ab[-1]))
+    print(step.ratio(spin_ab[-1]))
 else:
     step.not_run("spinning on and off", "this Triton's encoder runs on a GPU" if triton.gpus
                  else f"{config_file} is not readable here", "the threads × instances comparison above")
@@ -322,7 +322,7 @@ if spin_ab is not None:
         None: "At this concurrency a new batch is usually waiting when a run ends, so the threads are rarely idle "
               "long enough for spinning to cost or save much.",
     }
-    step.answer(f"One instance × {cores} threads at {top_c} clients: {ratio_sentence(spin_ratio)}; p50 "
+    step.answer(f"One instance × {cores} threads at {top_c} clients: {step.ratio(spin_ratio)}; p50 "
                 f"{off_rec['latency_p50_ms']:.0f} ms against {on_rec['latency_p50_ms']:.0f} ms. "
                 + spin_reasons[spin_ahead]
                 + " Spinning matters most where cores are scarce and the gaps between runs are long: at one client "
@@ -417,14 +417,14 @@ if emu_ready:
         f"batches of about {top_c / 2:g}: t({half}) = {1000 * emu_profile.t_s(half):.0f} ms, "
         f"t({top_c}) = {1000 * emu_profile.t_s(top_c):.0f} ms. Two instances on one device should give "
         f"{inst_pred:.2f}× one ({'two groups at once, in the room the device has' if room else 'the device is full'}"
-        f"); measured in alternating windows: {ratio_sentence(emu_instances[-1])}. "
+        f"); measured in alternating windows: {step.ratio(emu_instances[-1])}. "
         + (f"A second device would add nothing there: {top_c} images leave the first one room (it is full at "
            f"{emu_profile.full_at}). " if room else "")
         + f"On {flat.label}, full at {flat.full_at} images (t({flat.full_at}) = {1000 * flat.t_s(flat.full_at):.0f} ms, "
           f"t({full_c}) = {1000 * flat.t_s(full_c):.0f} ms), {full_c} clients and batches of {flat.full_at}: a second "
           f"instance should give {full_pred:.2f}× — its batch only queues for the same multiprocessors — measured: "
-          f"{ratio_sentence(full_instances[-1])}; a second device should give {dev_pred:.2f}×, its whole capacity — "
-          f"measured: {ratio_sentence(emu_devices[-1])}. On this CPU, {ratio_sentence(instance_ratio)}: the cores "
+          f"{step.ratio(full_instances[-1])}; a second device should give {dev_pred:.2f}×, its whole capacity — "
+          f"measured: {step.ratio(emu_devices[-1])}. On this CPU, {step.ratio(instance_ratio)}: the cores "
           "were already busy, so there was no room to add.")
     # the predictions take the clients' two groups as whole batches; what Triton ran says whether they stayed so
     avg = [float((r.get("server_stats") or {}).get("avg_batch") or 0)
@@ -433,7 +433,8 @@ if emu_ready:
         at_batches = [emulated.throughput_at(emu_profile, avg[0], 2) / emulated.throughput_at(emu_profile, avg[1]),
                       emulated.throughput_at(flat, avg[2], 2) / emulated.throughput_at(flat, avg[3]),
                       emulated.throughput_at(flat, avg[4], 2, 2) / emulated.throughput_at(flat, avg[5], 2)]
-        broke = avg[0] < 0.9 * (top_c / 2) or avg[2] < 0.9 * (full_c / 2)  # below the groups' size
+        broke = any(grade(got / group, margin=step.margin()) is Grade.LOSS  # batches below the groups' size
+                    for got, group in ((avg[0], top_c / 2), (avg[2], full_c / 2)))
         step.answer(
             "Those predictions take each group of clients as one batch. Triton reported batches of "
             f"{avg[0]:.1f} images on average with two instances against {avg[1]:.1f} with one on "
@@ -577,7 +578,7 @@ checks.p99_budget(tune, trials=trials, budget_ms=budget_ms, exercise="06b.3", st
 
 # %%
 step.shows(
-    f"At concurrency {top_c}, in alternating windows: {ratio_sentence(instance_ratio)}. In the sweep, "
+    f"At concurrency {top_c}, in alternating windows: {step.ratio(instance_ratio)}. In the sweep, "
     f"{n_hi} instances against {n_lo} gave a scaling efficiency of {eff:.2f} on "
     + (f"{len(triton.gpus)} GPU(s). " if triton.gpus else f"{step.environment.get('cpu_usable')} CPU cores. ")
     + (f"Multi-GPU scaling was not run: the node's Triton reports {gpus_seen} GPU(s). "

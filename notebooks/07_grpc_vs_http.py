@@ -90,7 +90,6 @@ import pandas as pd
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from servelab.bench.report import ratio_sentence
 from servelab.data import synthetic_photo
 from servelab.model.preprocess import preprocess_pil
 
@@ -143,7 +142,7 @@ by_batch = step.table(step.frame(recs, *cols), "by_batch", "gRPC vs HTTP by batc
 # %%
 def protocol_pairs(ab_records, key):
     """One sentence per interleaved A/B point: gRPC ÷ HTTP throughput with the range over window pairs."""
-    return "; ".join(f"{key} {r[key]}: {ratio_sentence(r)}" for r in ab_records if r["kind"] == "ab")
+    return "; ".join(f"{key} {r[key]}: {step.ratio(r)}" for r in ab_records if r["kind"] == "ab")
 
 
 step.answer(protocol_pairs(ab_batch, "batch") + ".")
@@ -224,11 +223,9 @@ checks.outcome(lower_tail, busiest, key="protocol", a="http", b="grpc", metric="
                higher_is_better=False, prediction=prediction_07, exercise="07.2", step=step)
 
 # %%
-from servelab.bench.report import versus
-
 tails = {r["protocol"]: r for r in recs if r["concurrency"] == max(concurrency_levels)}
 step.answer(f"With {max(concurrency_levels)} clients, p99 latency: "
-            + versus("gRPC", tails["grpc"], "HTTP", tails["http"], metric="latency_p99_ms", unit="ms", digits=0)
+            + step.versus("gRPC", tails["grpc"], "HTTP", tails["http"], metric="latency_p99_ms", unit="ms", digits=0)
             + ".")
 
 # %% [markdown]
@@ -270,7 +267,7 @@ if link:
                "by_link", f"gRPC and HTTP over loopback and over {link} (batch {link_batch}, concurrency 1)")
     lo_ratio, wan_ratio = [r for r in link_ab if r["kind"] == "ab"]
     points = {(r["params"]["link"], r["protocol"]): r for r in sides(link_ab)}
-    step.answer(f"On loopback {ratio_sentence(lo_ratio)}; over {link} {ratio_sentence(wan_ratio)}. "
+    step.answer(f"On loopback {step.ratio(lo_ratio)}; over {link} {step.ratio(wan_ratio)}. "
                 + "; ".join(link_effect(points["loopback", p], points[link, p], link, name=p.upper())
                             for p in ("http", "grpc")) + ".")
 else:
@@ -286,6 +283,7 @@ else:
 # %%
 import math
 
+from servelab.bench.report import Grade, grade
 from servelab.bench.servers.link import link_profile
 
 if link_ab:
@@ -298,11 +296,13 @@ if link_ab:
     predicted = (lo_mean["http"] + link_adds) / (lo_mean["grpc"] + link_adds)  # one client: throughput ∝ 1 / mean
     added = {p: wan_mean[p] - lo_mean[p] for p in ("http", "grpc")}
     on_average = sum(added.values()) / 2
-    if on_average > 1.5 * link_adds:
+    # measured apart, so this run's margin for such figures; a link that added nothing reads as a loss
+    against_arithmetic = grade(max(on_average / link_adds, 1e-9), margin=step.margin())
+    if against_arithmetic is Grade.GAIN:
         versus = (f", {on_average:.0f} ms on average — more than that arithmetic: the relay that shapes the link runs "
                   "on the same cores as client and server, and what it adds beyond the rate and the round trip falls "
                   "on both protocols. ")
-    elif on_average < 0.5 * link_adds:
+    elif against_arithmetic is Grade.LOSS:
         versus = (f", {on_average:.0f} ms on average — less than that arithmetic: the loopback and link points are "
                   "means of a few windows measured apart, and on this machine they move by more than the link adds. ")
     else:

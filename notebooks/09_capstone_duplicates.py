@@ -93,7 +93,7 @@ candidates = step.table(served[["experiment", "server", "payload", "batch", "con
                         "candidates", "Fastest served measurements in this run")
 
 # %%
-from servelab.bench.report import ratio_figure, ratio_sentence, ratio_verdict
+from servelab.bench.report import ratio_figure, ratio_verdict
 
 HEAD_TO_HEAD = "06a-servelab-vs-triton"  # FastAPI ÷ Triton, JPEG requests, alternating windows
 urls = {"fastapi": lab.service_url, "triton-http": lab.triton_http_url}
@@ -109,7 +109,7 @@ if len(head):
            f"{ratio_figure(verdict)}; "
            + ("Triton was clearly ahead" if backend == "triton-http" else "Triton was not clearly ahead, so the "
               "simpler stack wins"))
-    print("06a read it:", ratio_sentence(verdict))
+    print("06a read it:", step.ratio(verdict))
     options = {"model": lab.triton_model, "jpeg_model": lab.triton_jpeg_model} if backend.startswith("triton") else {}
     client = InferenceClient(mode="remote", backend=backend, url=urls[backend], payload=payload, **options)
     print("chosen measurement:", {k: best[k] for k in ("experiment", "server", "payload", "batch", "concurrency",
@@ -223,24 +223,25 @@ step.answer(
        "until `servelab dedup evaluate` has calibrated the cosine threshold on labelled photos."))
 
 # %%
-from servelab.bench.report import margin
+from servelab.bench.report import Grade, grade
 
 promised = float(best["throughput_img_s"]) if best is not None else None
 achieved = embedded.embedded / max(embed_s, 1e-9)
 if promised:
     record = (f"{promised:.1f} img/s in the record it was chosen by ({best['experiment']}, {int(best['concurrency'])} "
               f"client(s) sending {int(best['batch'])} image(s) per request)")
-    if achieved > promised * (1 + margin()):
+    finder_vs_record = grade(max(achieved / promised, 1e-9), margin=step.margin())  # measured apart: this run's margin
+    if finder_vs_record is Grade.GAIN:
         why_gap = (f"{achieved / promised:.1f}× faster than {record}. Its requests carry {finder_batch} photos each, so "
                    "the per-request costs — the HTTP round trip, parsing, queueing — are paid once per "
                    f"{finder_batch} images instead of once per {int(best['batch'])}, and the server can embed them "
                    "as one batch; that outweighs reading, hashing and decoding the files and writing the catalog.")
-    elif achieved < promised * (1 - margin()):
+    elif finder_vs_record is Grade.LOSS:
         why_gap = (f"{promised / achieved:.1f}× slower than {record}. The finder adds what the benchmark left out: "
                    "reading and hashing the files, decoding full-size JPEGs, one client waiting for each batch before "
                    "sending the next, and writing the catalog.")
     else:
-        why_gap = (f"within {margin():.0%} of {record}, which is inside what this run's figures move by: the "
+        why_gap = (f"within {step.margin():.0%} of {record}, which is inside what this run's figures move by: the "
                    f"finder's larger requests ({finder_batch} photos) and its file reading, hashing and catalog "
                    "writes roughly cancel.")
     step.answer(f"The finder embedded {embedded.embedded} photos in {embed_s:.1f} s: {achieved:.1f} img/s, " + why_gap)
