@@ -65,13 +65,15 @@ from servelab.lab.session import session
 lab = session("04", globals())  # endpoints, model names, results folder and load profile of this run
 
 # %%
+import contextlib
+
 from servelab.bench.experiments import ab, batch_sweep, concurrency_sweep
 from servelab.bench.servers import served
-from servelab.lab.places import attach, in_process_note, in_process_provider
+from servelab.lab.places import in_process_note, in_process_provider
 
 step = lab.step
 opts = lab.load
-triton = attach("triton-http", lab.triton_http_url, payload="tensor", model=lab.triton_model, pid=lab.triton_pid or None)
+triton = lab.attach("triton-http")
 # where Triton computes, as the server itself reports it (its loaded config names the GPUs it runs on)
 triton_hw = "the server's GPU" if triton.gpus else ("this CPU" if lab.place != "node" else "the server's CPU")
 cols = ["server", "engine", "batch", "concurrency", "throughput_img_s", "throughput_min_img_s", "throughput_max_img_s",
@@ -145,35 +147,17 @@ else:
 # more than the run-to-run noise?
 
 # %%
-import time
-
-import numpy as np
 import tritonclient.http as httpclient
 
 from servelab.data import synthetic_photo
+from servelab.lab import triton_by_hand as by_hand
 from servelab.model.preprocess import preprocess_pil
 
 pixels = preprocess_pil(synthetic_photo(0))[None]  # shape (1, 3, 224, 224), float32
-client = httpclient.InferenceServerClient(lab.triton_http_url.split("://")[-1])
-
-
-def infer_once(binary: bool):
-    inp = httpclient.InferInput("pixel_values", list(pixels.shape), "FP32")
-    inp.set_data_from_numpy(pixels, binary_data=binary)
-    out = httpclient.InferRequestedOutput("embedding", binary_data=binary)
-    body, _ = httpclient.InferenceServerClient.generate_request_body([inp], [out])
-    t0 = time.perf_counter()
-    result = client.infer(lab.triton_model, inputs=[inp], outputs=[out])
-    return len(body), time.perf_counter() - t0, result.as_numpy("embedding")
-
-
-raw = {name: [infer_once(binary) for _ in range(5)] for name, binary in (("binary", True), ("json", False))}
-raw_calls = pd.DataFrame([{"encoding": name, "request_bytes": calls[0][0],
-                           "round_trip_ms_median": 1000 * float(np.median([c[1] for c in calls])),
-                           "round_trip_ms_min": 1000 * min(c[1] for c in calls),
-                           "round_trip_ms_max": 1000 * max(c[1] for c in calls)} for name, calls in raw.items()])
+client = httpclient.InferenceServerClient(lab.triton_address)
+show_code(by_hand.infer_once)
+raw_calls = by_hand.raw_calls(client, lab.triton_model, pixels)  # 5 calls each; both encodings, one embedding
 step.table(raw_calls.round(1), "raw_call", "One image, 5 calls each: tritonclient binary vs JSON (served round trip)")
-assert np.allclose(raw["binary"][0][2], raw["json"][0][2], atol=1e-5), "binary and JSON gave different embeddings"
 
 # %%
 b, j = raw_calls.set_index("encoding").loc["binary"], raw_calls.set_index("encoding").loc["json"]
@@ -241,19 +225,9 @@ step.answer(f"Triton went from {small['throughput_img_s']:.1f} img/s at batch {i
 # as the Chameleon lab does with `curl …/v2/models/<model>/versions/1/stats`:
 
 # %%
-import httpx
-
-stats_url = f"{triton_http_url}/v2/models/{triton_model}/stats"
-
-
-def model_counts():
-    s = httpx.get(stats_url, timeout=10).json()["model_stats"][0]
-    batches = {b["batch_size"]: b["compute_infer"]["count"] for b in s.get("batch_stats", [])}
-    return {"inferences": int(s["inference_count"]), "executions": int(s["execution_count"]), "by_batch": batches}
-
-
-stats_before = model_counts()
-print(f"GET {stats_url}\n{stats_before}")
+show_code(by_hand.ModelCounts.read)
+stats_before = by_hand.ModelCounts.read(lab.triton_http_url, lab.triton_model)
+print(f"GET {by_hand.ModelCounts.url(lab.triton_http_url, lab.triton_model)}\n{stats_before}")
 
 # %% [markdown]
 # ## Under concurrency: batch-1 requests from N clients
@@ -274,14 +248,10 @@ print(f"GET {stats_url}\n{stats_before}")
 prediction_04 = None
 
 # %%
-if lab.extra_servers:
-    with served("fastapi", engine="torch", log_path=step.out_dir / "logs" / "04-service-torch.log") as service:
-        service_conc = concurrency_sweep(step.run, service, concurrencies=tuple(concurrency_levels), opts=opts,
-                                         experiment="04-service-concurrency")
-else:
-    step.not_run("PyTorch-engine FastAPI service", "extra_servers=False (smoke profile)",
-                 "this run's FastAPI service (ONNX Runtime engine) stands in")
-    service = attach("fastapi", lab.service_url, payload="tensor", pid=lab.service_pid or None)
+with (served("fastapi", engine="torch", log_path=step.out_dir / "logs" / "04-service-torch.log")
+      if step.skip_unless(lab.extra_servers, "PyTorch-engine FastAPI service", "extra_servers=False (smoke profile)",
+                          "this run's FastAPI service (ONNX Runtime engine) stands in")
+      else contextlib.nullcontext(lab.attach("fastapi"))) as service:
     service_conc = concurrency_sweep(step.run, service, concurrencies=tuple(concurrency_levels), opts=opts,
                                      experiment="04-service-concurrency")
 
@@ -308,14 +278,11 @@ by_conc = step.table(step.frame(service_conc + triton_conc, *cols), "by_concurre
 # images inferred, `execute` calls, and how many calls ran at each batch size.
 
 # %%
-stats_after = model_counts()
-images = stats_after["inferences"] - stats_before["inferences"]
-executions = stats_after["executions"] - stats_before["executions"]
-histogram = {size: n - stats_before["by_batch"].get(size, 0) for size, n in sorted(stats_after["by_batch"].items())
-             if n - stats_before["by_batch"].get(size, 0)}
-print(f"GET {stats_url}\n{stats_after}")
-print(f"this sweep: {images} images in {executions} executions = {images / max(executions, 1):.2f} images per execution; "
-      f"executions by batch size: {histogram}")
+stats_after = by_hand.ModelCounts.read(lab.triton_http_url, lab.triton_model)
+sweep_counts = stats_after.since(stats_before)
+histogram = sweep_counts.by_batch
+print(f"{stats_after}\nthis sweep: {sweep_counts.inferences} images in {sweep_counts.executions} executions = "
+      f"{sweep_counts.avg_batch:.2f} images per execution; executions by batch size: {histogram}")
 
 # %% [markdown]
 # The highest concurrency against one client, from the alternating windows above:
@@ -356,6 +323,7 @@ step.answer(f"At concurrency 1 Triton computed a request in t = {t:.0f} ms and t
 # throughput agree within servelab's window spread? Which one might be a little faster, and why?
 
 # %%
+from servelab.lab import batching_tables as tables
 from servelab.triton import perf_analyzer as pa
 
 pa_binary = pa.find()
@@ -374,17 +342,7 @@ if step.skip_unless(pa_binary, "perf_analyzer", "no binary on this machine",
 # %%
 ours = triton_conc[-1]
 if pa_result is not None:
-    stats_of = ours.get("server_stats") or {}
-    side = pd.DataFrame([
-        {"tool": "perf_analyzer (NVIDIA, C++ client)", "concurrency": pa_result.concurrency,
-         "throughput_img_s": pa_result.throughput_img_s, "latency_p50_ms": pa_result.latency_p50_ms,
-         "latency_p99_ms": pa_result.latency_p99_ms, "server_queue_ms": pa_result.server_queue_ms,
-         "server_compute_ms": pa_result.server_compute_ms},
-        {"tool": "servelab closed loop (Python threads)", "concurrency": ours["concurrency"],
-         "throughput_img_s": ours["throughput_img_s"], "latency_p50_ms": ours["latency_p50_ms"],
-         "latency_p99_ms": ours["latency_p99_ms"], "server_queue_ms": stats_of.get("avg_queue_ms"),
-         "server_compute_ms": stats_of.get("avg_compute_infer_ms")}])
-    step.table(side.round(1), "perf_analyzer", f"The same point measured by two tools, concurrency {hi_c}, "
+    step.table(tables.tools_side_by_side(pa_result, ours).round(1), "perf_analyzer", f"The same point measured by two tools, concurrency {hi_c}, "
                                                "minutes apart (not alternating windows)")
     inside = ours["throughput_min_img_s"] <= pa_result.throughput_img_s <= ours["throughput_max_img_s"]
     step.answer(f"perf_analyzer measured {pa_result.throughput_img_s:.1f} img/s at p50 {pa_result.latency_p50_ms:.0f} ms; "
@@ -416,64 +374,24 @@ if pa_result is not None:
 # execution is running wait in the queue?
 
 # %%
-import threading
-
 from servelab.bench.report import plot_batch_histogram
 from servelab.triton import trace
 
 show_code(trace.tracing)
-client_address = lab.triton_http_url.split("://")[-1]
-
-
-def send(clients: int, per_client: int) -> None:
-    """`clients` threads, each with its own client, sending batch-1 requests back to back."""
-    def worker():
-        own = httpclient.InferenceServerClient(client_address)
-        for _ in range(per_client):
-            inp = httpclient.InferInput("pixel_values", list(pixels.shape), "FP32")
-            inp.set_data_from_numpy(pixels)
-            own.infer(lab.triton_model, inputs=[inp])
-        own.close()
-
-    threads = [threading.Thread(target=worker) for _ in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-
-
-def traced(clients: int, per_client: int) -> list:
-    """Send the load with Triton's trace on; the traced requests (servelab.triton.trace.RequestSpan)."""
-    with trace.tracing(lab.triton_http_url, lab.triton_model) as window:
-        send(clients, per_client)
-    return window.spans(expected=clients * per_client)
-
-
+show_code(by_hand.traced)
+show_code(by_hand.send)
 trace_per_client = 1 if opts.quick else 3
 spans_on = []
 with step.attempt("Triton's trace", "the executed-batch histogram from /stats"):  # a Triton without a trace file
-    spans_on = traced(hi_c, trace_per_client)
-    if not spans_on:
-        raise RuntimeError("its trace file held no request of this window (a server on another machine writes it there)")
+    spans_on = by_hand.traced(lab.triton_http_url, lab.triton_model, pixels, hi_c, trace_per_client)
 if spans_on:
-    runs_on = trace.executions(spans_on)
     step.show_plot(trace.plot_timeline(spans_on, step.plot_path("trace_timeline_on"),
                                        title=f"{triton_model}, its own config: {hi_c} clients, batch-1 requests"))
     step.show_plot(plot_batch_histogram(triton_conc, step.plot_path("batch_sizes")))  # /stats, the sweep above
 
 # %%
-def trace_summary(spans, label):
-    runs = trace.executions(spans)
-    queue = np.array([s.queue_ms for s in spans])
-    compute = np.array([r.compute_end - r.compute_start for r in runs]) / 1e6
-    return {"config": label, "requests": len(spans), "executions": len(runs),
-            "batch_sizes": str(trace.batch_histogram(runs)), "queue_ms_median": float(np.median(queue)),
-            "queue_ms_max": float(queue.max()), "execution_ms_median": float(np.median(compute)),
-            "window_ms": (max(s.request_end for s in spans) - min(s.queue_start for s in spans)) / 1e6}
-
-
 if spans_on:
-    on_row = trace_summary(spans_on, "its own config")
+    on_row = tables.trace_row(spans_on, "its own config")
     step.table(pd.DataFrame([on_row]).round(1), "trace_on", "One traced window: requests, executions, queue waits")
     step.answer(f"{on_row['requests']} requests ran in {on_row['executions']} executions, by batch size "
                 f"{on_row['batch_sizes']}; the concurrency sweep's /stats counted {histogram}. A request waited "
@@ -531,7 +449,7 @@ print("the running server now says:", client.get_model_config(lab.triton_model).
 
 # %%
 try:
-    spans_mine = traced(hi_c, trace_per_client) if spans_on else []
+    spans_mine = by_hand.traced(lab.triton_http_url, lab.triton_model, pixels, hi_c, trace_per_client) if spans_on else []
 finally:
     own_json = json_format.MessageToJson(text_format.Parse(pbtxt, model_config_pb2.ModelConfig()),
                                          preserving_proto_field_name=True)
@@ -540,7 +458,7 @@ print("restored:", client.get_model_config(lab.triton_model).get("dynamic_batchi
 if spans_mine:
     step.show_plot(trace.plot_timeline(spans_mine, step.plot_path("trace_timeline_edit"),
                                        title=f"{triton_model}, your edit ({my_edit}): {hi_c} clients"))
-    mine_row = trace_summary(spans_mine, f"your edit ({my_edit})")
+    mine_row = tables.trace_row(spans_mine, f"your edit ({my_edit})")
     step.table(pd.DataFrame([on_row, mine_row]).round(1), "trace_edit",
                "The same traced load with the model's own config and with your edit (one short window each: "
                "a picture, not a throughput measurement; the alternating windows below measure that)")
@@ -737,19 +655,10 @@ step.answer(f"In this run one batch-{B} request took {bb[B]:.0f} ms against {bb[
 # how close each engine's batch-1 rate came to its own largest-batch rate.
 
 # %%
-def per_image_ms(records, batch):
-    row = next(r for r in records if r["batch"] == batch)
-    return row["latency_p50_ms"] / batch, row["throughput_img_s"]
-
-
 lo_b, hi_b = min(batch_sizes), max(batch_sizes)
-engines_cmp = []
-for label, records in (("PyTorch in-process", torch_batches), (f"ONNX Runtime in Triton ({triton_hw})", triton_batches)):
-    (t1, x1), (tb_, xb) = per_image_ms(records, lo_b), per_image_ms(records, hi_b)
-    engines_cmp.append({"engine": label, f"ms_per_image_batch_{lo_b}": t1, f"ms_per_image_batch_{hi_b}": tb_,
-                        "saved_ms_per_image": t1 - tb_, f"img_s_batch_{lo_b}": x1, f"img_s_batch_{hi_b}": xb,
-                        "batch_gain": xb / x1})
-engines_cmp = step.table(pd.DataFrame(engines_cmp).round(2), "batch_gain_by_engine",
+engines_cmp = tables.batch_gain_by_engine({"PyTorch in-process": torch_batches,
+                                           f"ONNX Runtime in Triton ({triton_hw})": triton_batches}, lo_b, hi_b)
+engines_cmp = step.table(engines_cmp.round(2), "batch_gain_by_engine",
                          f"What batch {hi_b} saved per image, by engine (p50 per request ÷ batch; one client)")
 pt, ox = engines_cmp.iloc[0], engines_cmp.iloc[1]
 step.answer(f"PyTorch took {pt[f'ms_per_image_batch_{lo_b}']:.0f} ms per image at batch {lo_b} and "

@@ -1,0 +1,61 @@
+"""The rows lesson 04 draws from its measurements to explain dynamic batching: what a batch saved per image by
+engine, one traced window summed up, and the same point measured by perf_analyzer and by servelab.
+
+    batch_gain_by_engine({"PyTorch in-process": torch_batches, "ONNX Runtime in Triton": triton_batches}, 1, 8)
+    trace_row(spans, "its own config")        # requests, executions, batch sizes, queue waits, window
+    tools_side_by_side(pa_result, triton_conc[-1])
+
+Each takes the records or spans a lesson already has and returns plain rows; the lesson files them as tables.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from servelab.triton import trace
+
+
+def per_image_ms(records: list[dict], batch: int) -> tuple[float, float]:
+    """(p50 of one request ÷ its batch, images per second) of the point measured at `batch`."""
+    row = next(r for r in records if r["batch"] == batch)
+    return row["latency_p50_ms"] / batch, row["throughput_img_s"]
+
+
+def batch_gain_by_engine(by_engine: dict[str, list[dict]], lo_b: int, hi_b: int) -> pd.DataFrame:
+    """One row per engine: ms per image at batch `lo_b` and `hi_b`, what the batch saved per image, the images per
+    second at both, and their ratio (`batch_gain`). `by_engine`: engine label -> its batch-sweep records."""
+    rows = []
+    for label, records in by_engine.items():
+        (t1, x1), (tb, xb) = per_image_ms(records, lo_b), per_image_ms(records, hi_b)
+        rows.append({"engine": label, f"ms_per_image_batch_{lo_b}": t1, f"ms_per_image_batch_{hi_b}": tb,
+                     "saved_ms_per_image": t1 - tb, f"img_s_batch_{lo_b}": x1, f"img_s_batch_{hi_b}": xb,
+                     "batch_gain": xb / x1})
+    return pd.DataFrame(rows)
+
+
+def trace_row(spans: list[trace.RequestSpan], label: str) -> dict:
+    """One traced window summed up: requests, executions and their batch sizes, queue wait (median, max),
+    execution time (median) and the whole window, in ms."""
+    runs = trace.executions(spans)
+    queue = np.array([s.queue_ms for s in spans])
+    compute = np.array([r.compute_end - r.compute_start for r in runs]) / 1e6
+    return {"config": label, "requests": len(spans), "executions": len(runs),
+            "batch_sizes": str(trace.batch_histogram(runs)), "queue_ms_median": float(np.median(queue)),
+            "queue_ms_max": float(queue.max()), "execution_ms_median": float(np.median(compute)),
+            "window_ms": (max(s.request_end for s in spans) - min(s.queue_start for s in spans)) / 1e6}
+
+
+def tools_side_by_side(pa_result, ours: dict) -> pd.DataFrame:
+    """perf_analyzer's result (servelab.triton.perf_analyzer.PerfResult) beside servelab's record of the same
+    point: throughput, latency and the server's queue and compute time."""
+    stats_of = ours.get("server_stats") or {}
+    return pd.DataFrame([
+        {"tool": "perf_analyzer (NVIDIA, C++ client)", "concurrency": pa_result.concurrency,
+         "throughput_img_s": pa_result.throughput_img_s, "latency_p50_ms": pa_result.latency_p50_ms,
+         "latency_p99_ms": pa_result.latency_p99_ms, "server_queue_ms": pa_result.server_queue_ms,
+         "server_compute_ms": pa_result.server_compute_ms},
+        {"tool": "servelab closed loop (Python threads)", "concurrency": ours["concurrency"],
+         "throughput_img_s": ours["throughput_img_s"], "latency_p50_ms": ours["latency_p50_ms"],
+         "latency_p99_ms": ours["latency_p99_ms"], "server_queue_ms": stats_of.get("avg_queue_ms"),
+         "server_compute_ms": stats_of.get("avg_compute_infer_ms")}])
