@@ -88,3 +88,29 @@ def test_an_optional_step_that_cannot_run_is_recorded_as_not_run(tmp_path, monke
         ("perf_analyzer", "no binary on this machine", "the command above"),
         ("Triton's trace", "this Triton writes no trace file", "the /stats histogram")]
     assert any("Not run here:** perf_analyzer" in t for t in shown)
+
+
+def test_a_headline_stores_the_findings_it_states_with_the_steps_margin(tmp_path, monkeypatch):
+    from servelab.bench.load.drift import EXPERIMENT
+    from servelab.bench.report.headlines import findings, load_headlines
+    from servelab.bench.results.records import Run
+
+    monkeypatch.setattr(step, "_display_md", lambda text: None)
+    run = Run(run_id="lab", root=tmp_path)
+    for v in (15.0, 15.3, 12.0):  # the probe moved ~25 %: figures measured apart need more than that
+        run.record(EXPERIMENT, kind="probe", server="in-process", throughput_img_s=v)
+    s = step.Step("03", run.dir)
+    fig = lambda v: {"throughput_img_s": v, "throughput_min_img_s": v - 0.1, "throughput_max_img_s": v + 0.1,  # noqa: E731
+                     "stable": True}
+    ratio = {"ratio": 1.3, "ratio_min": 1.2, "ratio_max": 1.4, "repeats": 4, "a": "grpc", "b": "http", "concurrency": 8}
+    apart = s.versus("int8", fig(6.0), "fp32", fig(5.0))  # 20 % apart: below this run's drift
+    assert "drifted during this run" in apart
+    s.ratio({**ratio, "a": "said", "b": "elsewhere"})  # said in an answer, not in the headline: not stored
+    s.shows(f"Engines: {apart}; protocols: {s.ratio(ratio)}; {s.leader({'int8': fig(6.0), 'fp32': fig(5.0)})}.")
+    stored = findings(load_headlines(run.dir)["03"])
+    assert list(stored) == ["int8 vs fp32 throughput_img_s", "grpc÷http throughput c=8",
+                            "leader of int8, fp32 throughput_img_s"]
+    assert stored["int8 vs fp32 throughput_img_s"].verdict.margin == s.margin() > 0.2
+    assert stored["grpc÷http throughput c=8"].verdict.ranked and stored["grpc÷http throughput c=8"].ahead == "grpc"
+    s.shows("No comparison stated.")  # what was said before the last headline is not carried into the next
+    assert load_headlines(run.dir)["03"]["verdicts"] == []
