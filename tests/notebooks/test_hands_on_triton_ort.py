@@ -26,7 +26,7 @@ def test_04_loads_the_students_edit_with_a_plain_repository_api_request():
 def test_04_shows_perf_analyzer_and_the_trace_beside_its_own_numbers():
     text = lesson("04_")
     assert "pa.command(" in text and "pa.run(" in text and '"perf_analyzer"' in text
-    assert "trace.tracing(" in text and "trace.plot_timeline(" in text and "trace.executions(" in text
+    assert "show_code(trace.tracing)" in text and "by_hand.traced(" in text and "trace.plot_timeline(" in text
     assert "plot_batch_histogram(" in text, "the /stats histogram beside the timeline"
     assert "batch_gain_by_engine" in text, "why PyTorch gains from a batch and ONNX Runtime hardly does, from the run"
 

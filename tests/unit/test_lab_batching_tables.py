@@ -1,0 +1,47 @@
+"""The rows lesson 04 draws from its records and its trace: per-image cost by engine, one traced window, and
+perf_analyzer beside servelab's own record of the same point."""
+
+from __future__ import annotations
+
+import pytest
+
+from servelab.lab import batching_tables as tables
+from servelab.triton.perf_analyzer import PerfResult
+from servelab.triton.trace import RequestSpan
+
+
+def point(batch, p50, img_s):
+    return {"batch": batch, "latency_p50_ms": p50, "throughput_img_s": img_s}
+
+
+def test_batch_gain_by_engine_splits_per_call_cost_over_the_batch():
+    df = tables.batch_gain_by_engine({"torch": [point(1, 100.0, 10.0), point(8, 400.0, 20.0)],
+                                      "ort": [point(1, 50.0, 20.0), point(8, 400.0, 20.0)]}, 1, 8)
+    torch, ort = df.iloc[0], df.iloc[1]
+    assert torch["ms_per_image_batch_1"] == 100 and torch["ms_per_image_batch_8"] == 50
+    assert torch["saved_ms_per_image"] == 50 and torch["batch_gain"] == 2
+    assert ort["saved_ms_per_image"] == 0 and ort["batch_gain"] == 1
+    assert list(df["engine"]) == ["torch", "ort"]
+
+
+def test_trace_row_groups_requests_by_shared_compute():
+    ms = 1_000_000
+    spans = [RequestSpan(1, "m", 0, 0, 10 * ms, 11 * ms),  # ran alone, no wait
+             RequestSpan(2, "m", 1 * ms, 10 * ms, 30 * ms, 31 * ms),  # these two shared one execution
+             RequestSpan(3, "m", 2 * ms, 10 * ms, 30 * ms, 32 * ms)]
+    row = tables.trace_row(spans, "own config")
+    assert row["requests"] == 3 and row["executions"] == 2
+    assert row["batch_sizes"] == "{1: 1, 2: 1}"
+    assert row["queue_ms_median"] == pytest.approx(8.0) and row["queue_ms_max"] == pytest.approx(9.0)
+    assert row["execution_ms_median"] == pytest.approx(15.0) and row["window_ms"] == pytest.approx(32.0)
+
+
+def test_tools_side_by_side_puts_the_servers_own_breakdown_beside_perf_analyzer():
+    pa = PerfResult(concurrency=8, throughput_img_s=12.0, latency_p50_ms=600.0, latency_p99_ms=900.0,
+                    server_queue_ms=400.0, server_compute_ms=150.0, output="")
+    ours = {"concurrency": 8, "throughput_img_s": 11.0, "latency_p50_ms": 650.0, "latency_p99_ms": 950.0,
+            "server_stats": {"avg_queue_ms": 420.0, "avg_compute_infer_ms": 160.0}}
+    df = tables.tools_side_by_side(pa, ours).set_index("concurrency", append=True)
+    assert list(df["throughput_img_s"]) == [12.0, 11.0]
+    assert list(df["server_queue_ms"]) == [400.0, 420.0] and list(df["server_compute_ms"]) == [150.0, 160.0]
+    assert tables.tools_side_by_side(pa, {**ours, "server_stats": None})["server_queue_ms"].isna().iloc[1]
