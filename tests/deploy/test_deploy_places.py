@@ -89,16 +89,15 @@ def test_plain_papermill_with_only_place_node(tmp_path, no_place_env, monkeypatc
 
 @pytest.mark.parametrize("py", nbs.discover(), ids=lambda p: p.stem)
 def test_every_notebook_derives_its_place_defaults(py):
-    """Endpoint and model-name parameters default to "" and are filled by place_defaults right after the
-    parameters cell; no notebook keeps a hard-coded loopback URL or a cwd-relative out_dir."""
+    """Where a notebook runs comes from the runner in one `harness` parameter, resolved by `session(...)` right
+    after the parameters cell; no notebook keeps an endpoint, a hard-coded loopback URL or a cwd-relative out_dir."""
     text = py.read_text()
     params = text.split('# %% tags=["parameters"]', 1)[1].split("\n# %%", 1)[0]
     assigned = dict(re.findall(r"^(\w+) = (.*?)\s*(?:#.*)?$", params, re.M))
-    assert assigned.get("place") == '""' and assigned.get("out_dir") == '""', py.name
-    for name in ENDPOINT_PARAMS & set(assigned):
-        assert assigned[name] == '""', f"{py.name}: {name} = {assigned[name]}"
+    assert assigned.get("harness") == "{}", f"{py.name}: the parameters cell must declare harness = {{}}"
+    assert not (ENDPOINT_PARAMS | {"place", "out_dir"}) & set(assigned), f"{py.name}: {sorted(assigned)}"
     after = text.split('# %% tags=["parameters"]', 1)[1].split("\n# %%", 2)[1]
-    assert "globals().update(place_defaults(globals()))" in after, f"{py.name}: first cell must resolve the place"
+    assert f'session("{py.name.split("_", 1)[0]}", globals())' in after, f"{py.name}: first cell must resolve the place"
 
 
 def test_in_process_rows_at_node_say_when_they_missed_the_gpu(tmp_path):
