@@ -424,15 +424,13 @@ if spans_on:
 import difflib
 import re
 
-from google.protobuf import json_format, text_format
-from tritonclient.grpc import model_config_pb2
+from servelab.lab.config_text import as_json, as_text
 
 config_path = repository / lab.triton_model / "config.pbtxt"
 if repository == Path(lab.triton_repository):  # the running server's own repository
     pbtxt = config_path.read_text()
 else:  # a server whose files are elsewhere (the node's): its loaded config, written out as config.pbtxt text
-    pbtxt = text_format.MessageToString(json_format.ParseDict(client.get_model_config(lab.triton_model),
-                                                              model_config_pb2.ModelConfig(), ignore_unknown_fields=True))
+    pbtxt = as_text(client.get_model_config(lab.triton_model))
 my_edit = "off"  # "off": delete the dynamic_batching stanza; or a number: max_queue_delay_microseconds
 stanza = re.compile(r"(?ms)^dynamic_batching\s*\{.*?^\}\n")  # from its first line to the closing brace
 if my_edit == "off":
@@ -441,8 +439,7 @@ else:
     my_pbtxt = stanza.sub(f"dynamic_batching {{\n  max_queue_delay_microseconds: {int(my_edit)}\n}}\n", pbtxt)
 print("".join(difflib.unified_diff(pbtxt.splitlines(True), my_pbtxt.splitlines(True), "config.pbtxt", "your edit")))
 assert my_pbtxt != pbtxt, f"the edit changed nothing: is there a dynamic_batching stanza in {config_path}?"
-my_json = json_format.MessageToJson(text_format.Parse(my_pbtxt, model_config_pb2.ModelConfig()),
-                                    preserving_proto_field_name=True)
+my_json = as_json(my_pbtxt)  # parsed by Triton's own ModelConfig: a typo fails here
 print(f"POST {triton_http_url}/v2/repository/models/{triton_model}/load  (config: {len(my_json)} bytes of JSON)")
 client.load_model(lab.triton_model, config=my_json, headers=lab.triton_headers)
 print("the running server now says:", client.get_model_config(lab.triton_model).get("dynamic_batching", "no dynamic_batching"))
@@ -451,8 +448,7 @@ print("the running server now says:", client.get_model_config(lab.triton_model).
 try:
     spans_mine = by_hand.traced(lab.triton_http_url, lab.triton_model, pixels, hi_c, trace_per_client) if spans_on else []
 finally:
-    own_json = json_format.MessageToJson(text_format.Parse(pbtxt, model_config_pb2.ModelConfig()),
-                                         preserving_proto_field_name=True)
+    own_json = as_json(pbtxt)
     client.load_model(lab.triton_model, config=own_json, headers=lab.triton_headers)  # the file's own config back, by the same request
 print("restored:", client.get_model_config(lab.triton_model).get("dynamic_batching", "no dynamic_batching"))
 if spans_mine:

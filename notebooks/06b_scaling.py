@@ -70,12 +70,11 @@ import pandas as pd
 
 from servelab.bench.experiments import instance_scaling
 from servelab.bench.report import cost_table
-from servelab.lab.places import attach
 from servelab.lab.step import show_commands
 
 step = lab.step
 opts = lab.load
-triton = attach("triton-http", lab.triton_http_url, payload="tensor", model=lab.triton_model, pid=lab.triton_pid or None)
+triton = lab.attach("triton-http")
 
 # %% [markdown]
 # ## Instance count × concurrency
@@ -174,32 +173,16 @@ parameters {{ key: "intra_op_spinning", value: {{ string_value: "1" }} }}
 
 # %%
 import tritonclient.http as httpclient
-from google.protobuf import json_format, text_format
-from tritonclient.grpc import model_config_pb2
 
+from servelab.lab.config_text import as_json, edited
 
-def edited(config_text, edit):
-    """config.pbtxt text with the edit's instance_group in place of the file's and its parameters over the file's."""
-    cfg = text_format.Parse(config_text, model_config_pb2.ModelConfig())
-    change = text_format.Parse(edit, model_config_pb2.ModelConfig())
-    if change.instance_group:
-        del cfg.instance_group[:]
-    cfg.MergeFrom(change)  # repeated fields append (emptied above), map entries such as parameters replace by key
-    return text_format.MessageToString(cfg)
-
-
-def as_json(config_text):
-    """The config as Triton's load request takes it."""
-    cfg = text_format.Parse(config_text, model_config_pb2.ModelConfig())
-    return json_format.MessageToJson(cfg, preserving_proto_field_name=True)
-
-
+show_code(edited)
 cpu_hands = config_file.is_file() and not triton.gpus  # a CPU model in a repository this notebook can read
 if cpu_hands:
     staged_text = config_file.read_text()
     my_text = edited(staged_text, my_edit)
     print(my_text[my_text.index("instance_group"):])
-    client = httpclient.InferenceServerClient(lab.triton_http_url.split("://")[-1].rstrip("/"))
+    client = httpclient.InferenceServerClient(lab.triton_address)
     client.load_model(lab.triton_model, config=as_json(my_text), headers=lab.triton_headers)  # POST /v2/repository/models/<model>/load
     loaded = client.get_model_config(lab.triton_model)
     print("loaded:", loaded["instance_group"], {k: v["string_value"] for k, v in loaded["parameters"].items()
