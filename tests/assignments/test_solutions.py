@@ -23,6 +23,7 @@ from servelab.bench.experiments import emulated_lesson
 from servelab.bench.load import LoadOpts
 from servelab.client import InferenceClient
 from servelab.lab.notebooks import discover
+from servelab.lab.session import session
 from servelab.lab.step import Step
 from servelab.model.device_profile import DeviceProfile
 from servelab.triton.models import CPU_ENCODER, EMULATED_ENCODER
@@ -62,6 +63,10 @@ class Live:
             load_model(url, EMULATED_ENCODER)
         return url
 
+    def lab(self, notebook: str, **harness):
+        """Where the notebook runs, as the lab runner hands it over: the real session() on a harness dict."""
+        return session(notebook, {"harness": {"place": "local", "out_dir": str(self.step.out_dir), **harness}})
+
     @property
     def photos(self):
         self._request.getfixturevalue("onnx_meta")
@@ -76,7 +81,7 @@ BINDINGS: dict[str, dict] = {
              "service_conc": [_rec(server="fastapi", concurrency=c, windows=w) for c, w in ((1, [19, 21]), (4, [22, 25]))],
              "triton_conc": [_rec(server="triton-http", concurrency=c, windows=w) for c, w in ((1, [18, 20]), (4, [24, 27]))]},
     "04.2": lambda ctx: {"max_batch": 32, "instance_kind": "KIND_CPU", "concurrency_levels": [1, 2], "opts": _opts(),
-                         "triton_http_url": ctx.triton.http_url, "triton_model": CPU_ENCODER},
+                         "lab": ctx.lab("04", triton_http_url=ctx.triton.http_url, triton_model=CPU_ENCODER)},
     "05a.1": {"hi_c": 4, "latency_budget_ms": 1.25 * 300.0, "cells": pd.DataFrame({
         "max_queue_delay_us": [0, 0, 2000, 2000, 10000, 10000], "concurrency": [1, 4, 1, 4, 1, 4],
         "throughput_img_s": [19.0, 24.0, 18.0, 28.0, 16.0, 31.0],
@@ -87,7 +92,8 @@ BINDINGS: dict[str, dict] = {
                                      ("jpeg-reencode", 21_000), ("base64-json", 32_100),
                                      ("preprocess+binary", 602_112))])},
     # the emulated accelerator, loaded into the live Triton; a profile of the student's own (written to a file)
-    "05a.3": lambda ctx: {"emulated": emulated_lesson, "triton_http_url": ctx.emulated_triton_url, "emu_ready": True,
+    "05a.3": lambda ctx: {"emulated": emulated_lesson, "lab": ctx.lab("05a", triton_http_url=ctx.emulated_triton_url),
+                          "emu_ready": True,
                           "top_c": 4, "opts": LoadOpts.smoke(min_requests=4, min_p50s=2, max_windows=3),
                           "exercise_device": DeviceProfile(name="my-card", fixed_ms=2.0, per_image_ms=0.5, full_at=16,
                                                            time_scale=10.0, source="a student's guess")},
@@ -96,8 +102,8 @@ BINDINGS: dict[str, dict] = {
         _rec(server=t, concurrency=c, windows=w) for t, c, w in (
             ("fastapi", 1, [18, 20]), ("fastapi", 4, [24, 26]), ("triton-http", 1, [17, 19]),
             ("triton-http", 4, [28, 30]), ("litserve", 1, [19, 21]), ("litserve", 4, [25, 27]))]},
-    "06a.3": lambda ctx: {"place": "local", "triton_http_url": ctx.triton.http_url,
-                          "triton_repository": str(ctx.triton.repository)},
+    "06a.3": lambda ctx: {"lab": ctx.lab("06a", triton_http_url=ctx.triton.http_url,
+                                          triton_repository=str(ctx.triton.repository))},
     # windows of several requests: the check ranks trials by their bands, which one-request windows make too narrow
     "06b.3": lambda ctx: {"concurrency_levels": [1, 2], "trials": Trials(
         ctx.step.run, ctx.triton.http_url, CPU_ENCODER, LoadOpts.smoke(min_requests=4, min_p50s=3, max_windows=3),
@@ -109,8 +115,8 @@ BINDINGS: dict[str, dict] = {
         "instances": [1, 1, 2, 2, 4, 4], "concurrency": [1, 4, 1, 4, 1, 4],
         "throughput_img_s": [18.0, 24.0, 18.5, 30.0, 18.0, 33.0]})},
     "06b.2": {},
-    "07.1": lambda ctx: {"triton_http_url": ctx.triton.http_url, "triton_grpc_url": ctx.triton.grpc_url,
-                         "triton_model": CPU_ENCODER, "grpcclient": grpcclient},
+    "07.1": lambda ctx: {"lab": ctx.lab("07", triton_http_url=ctx.triton.http_url, triton_grpc_url=ctx.triton.grpc_url,
+                                        triton_model=CPU_ENCODER), "grpcclient": grpcclient},
     "07.2": {"concurrency_levels": [1, 4], "prediction_07": "tie", "recs": [
         {"protocol": p, "batch": 1, "concurrency": c, "latency_p99_ms": v, "spread": 0.1}
         for p, c, v in (("http", 1, 60.0), ("grpc", 1, 58.0), ("http", 4, 260.0), ("grpc", 4, 240.0))]},
