@@ -75,7 +75,6 @@ lab = session("06a", globals())  # endpoints, model names, results folder and lo
 from servelab.bench.experiments import compare_servers, concurrency_sweep
 from servelab.bench.report import idle_sentence
 from servelab.bench.servers import served
-from servelab.lab.places import attach
 
 step = lab.step
 opts = lab.load
@@ -132,9 +131,8 @@ def service_batches() -> dict:
         return dict(((remote.info().get("engine") or {}).get("instances") or {}).get("batches_run") or {})
 
 
-fastapi = attach("fastapi", lab.service_url, payload="jpeg", pid=lab.service_pid or None)
-triton_http = attach("triton-http", lab.triton_http_url, payload="jpeg", model=lab.triton_model, jpeg_model=lab.triton_jpeg_model,
-                     pid=lab.triton_pid or None)
+fastapi = lab.attach("fastapi", payload="jpeg")
+triton_http = lab.attach("triton-http", payload="jpeg", jpeg_model=lab.triton_jpeg_model)
 # the verdict: alternating windows at the highest concurrency, where drift cancels
 ran_before = service_batches()
 head_to_head = compare_servers(step.run, fastapi, triton_http, concurrencies=(max(concurrency_levels),),
@@ -142,15 +140,14 @@ head_to_head = compare_servers(step.run, fastapi, triton_http, concurrencies=(ma
 ran_during = {k: v - ran_before.get(k, 0) for k, v in service_batches().items()}  # at the highest concurrency only
 recs = sweep(fastapi, measured=head_to_head) + sweep(triton_http, measured=head_to_head)
 peer = []  # servelab ÷ LitServe at the highest concurrency, measured in alternating windows (drift cancels)
-if lab.extra_servers:
+if step.skip_unless(lab.extra_servers, "LitServe peer baseline", "extra_servers=False (smoke profile)",
+                    "FastAPI service and Triton compared"):
     with served("litserve", engine="onnx", payload="jpeg", log_path=step.out_dir / "logs" / "litserve.log") as litserve:
         ran_before = service_batches()
         peer = compare_servers(step.run, fastapi, litserve, concurrencies=(max(concurrency_levels),), payload="jpeg",
                                opts=opts, experiment="06a-servelab-vs-litserve")
         ran_during = {k: v - ran_before.get(k, 0) + ran_during.get(k, 0) for k, v in service_batches().items()}
         recs += sweep(litserve, measured=peer)
-else:
-    step.not_run("LitServe peer baseline", "extra_servers=False (smoke profile)", "FastAPI service and Triton compared")
 three_way = step.table(step.frame(recs, *cols), "three_way", "Three servers, batch-1 JPEG requests")
 step.table(step.frame([r for r in head_to_head + peer if r["kind"] == "ab"], "a", "b", "concurrency", "ratio",
                       "ratio_min", "ratio_max", "stable", "idle_cpu_pct_a", "idle_cpu_pct_b", "idle_paused_a",
@@ -206,20 +203,14 @@ step.show_plot(plot_latency_throughput(recs, step.plot_path("three_way")))
 # share change from concurrency 1 to the highest concurrency?
 
 # %%
+from servelab.lab.latency_breakdown import BREAKDOWN_COLUMNS, breakdown_table
+
 # notebook 04 of this lab run measured this Triton with these requests at these concurrencies: a lab run takes each
 # point once, so those records are used here (`measured=`); a notebook run on its own measures them now
-tensor_recs = sweep(attach("triton-http", lab.triton_http_url, payload="tensor", model=lab.triton_model, pid=lab.triton_pid or None),
-                    payload="tensor", measured=step.earlier("04"))
+tensor_recs = sweep(lab.attach("triton-http"), payload="tensor", measured=step.earlier("04"))
 print("from notebook 04 of this run:", [f"concurrency {r['concurrency']}" for r in tensor_recs if r["experiment"][:3] == "04-"]
       or "none (measured here)")
-b = step.frame(tensor_recs, "concurrency", "latency_mean_ms", "server_stats.avg_request_ms", "server_stats.avg_queue_ms",
-               "server_stats.avg_compute_input_ms", "server_stats.avg_compute_infer_ms", "server_stats.avg_compute_output_ms")
-b["server_compute_ms"] = b[["server_stats.avg_compute_input_ms", "server_stats.avg_compute_infer_ms", "server_stats.avg_compute_output_ms"]].sum(axis=1)
-b["outside_server_ms"] = b["latency_mean_ms"] - b["server_stats.avg_request_ms"]
-breakdown = step.table(b.rename(columns={"latency_mean_ms": "client_mean_ms", "server_stats.avg_request_ms": "server_request_ms",
-                                         "server_stats.avg_queue_ms": "server_queue_ms"})
-                       [["concurrency", "client_mean_ms", "server_request_ms", "server_queue_ms", "server_compute_ms",
-                         "outside_server_ms"]].round(2), "breakdown",
+breakdown = step.table(breakdown_table(step.frame(tensor_recs, *BREAKDOWN_COLUMNS)), "breakdown",
                        "Client latency vs server queue and compute vs the rest (Triton statistics)")
 
 # %% [markdown]
@@ -344,7 +335,7 @@ from servelab.bench.experiments import ab
 from servelab.bench.load.cpu import CpuMeter
 from servelab.bench.servers.link import link_effect, link_profile, network_link
 
-triton_tensor = attach("triton-http", lab.triton_http_url, payload="tensor", model=lab.triton_model, pid=lab.triton_pid or None)
+triton_tensor = lab.attach("triton-http")
 link_sides, link_ab = [], []
 if link:
     with network_link("loopback", fastapi, triton_tensor) as lo, network_link(link, fastapi, triton_tensor) as wan:
@@ -439,15 +430,13 @@ import pandas as pd
 from servelab.bench.experiments.overload import knee_rows, overload, plot_knee
 
 knee = None
-if lab.extra_servers:  # two more services, three load levels each: about a minute and a half on two cores
+if step.skip_unless(lab.extra_servers, "overload knee", "extra_servers=False (smoke profile)",  # two services, 1.5 min
+                    "`servelab bench overload` measures it, with LitServe and Triton alongside"):
     overload_recs = overload(step.run, servers=("fastapi", "fastapi-no-admission"), engine="onnx-int8",
                              levels=(1, 2, 8), duration_s=4.0, queue=32, quick=opts.quick)
     knee = step.table(pd.DataFrame(knee_rows(overload_recs)), "overload_knee",
                       "Goodput and accepted latency past capacity, with and without admission control")
     step.show_plot(plot_knee(overload_recs, step.plot_path("overload_knee")))
-else:
-    step.not_run("overload knee", "extra_servers=False (smoke profile)",
-                 "`servelab bench overload` measures it, with LitServe and Triton alongside")
 
 # %%
 def _at(server, level):
