@@ -15,10 +15,19 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import TypeVar
 
-W = TypeVar("W", bound=StrEnum)
 
 
-def choices(words: type[StrEnum]) -> str:
+class Word(StrEnum):
+    """A closed set of words: members are their strings, and print as them in a dict or a log line too."""
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+W = TypeVar("W", bound=Word)
+
+
+def choices(words: type[Word]) -> str:
     """The members of a word set as one `a | b | c` string, for help texts."""
     return " | ".join(words)
 
@@ -31,7 +40,7 @@ def word(words: type[W], value: str, what: str) -> W:
         raise ValueError(f"{what} must be one of {', '.join(words)}, got {value!r}") from None
 
 
-class Engine(StrEnum):
+class Engine(Word):
     """What runs the model: PyTorch, the fp32 or int8 ONNX graph in ONNX Runtime, or an emulated accelerator
     (no model: a device profile's time per batch, servelab.model.emulated_engine)."""
 
@@ -46,7 +55,7 @@ MODEL_ENGINES = (Engine.TORCH, Engine.ONNX, Engine.ONNX_INT8)
 ONNX_ENGINES = (Engine.ONNX, Engine.ONNX_INT8)
 
 
-class Provider(StrEnum):
+class Provider(Word):
     """Where an engine runs: ONNX Runtime's execution provider, or the torch device kind."""
 
     CPU = "cpu"
@@ -54,7 +63,7 @@ class Provider(StrEnum):
     TENSORRT = "tensorrt"
 
 
-class Precision(StrEnum):
+class Precision(Word):
     """The torch engine's weights and activations; the ONNX engines run the fp32 export."""
 
     FP32 = "fp32"
@@ -62,7 +71,7 @@ class Precision(StrEnum):
     BF16 = "bf16"
 
 
-class Server(StrEnum):
+class Server(Word):
     """A server kind, as records and handles name it. `fastapi-no-admission` is the service with its admission
     control off (the overload lesson); `in-process` is the engine called directly, without a server."""
 
@@ -84,14 +93,14 @@ REMOTE_SERVERS = (Server.FASTAPI, Server.TRITON_HTTP, Server.TRITON_GRPC)
 TRITON_SERVERS = (Server.TRITON_HTTP, Server.TRITON_GRPC)
 
 
-class Payload(StrEnum):
+class Payload(Word):
     """What a client sends: encoded image files (the far side decodes), or preprocessed float32 tensors."""
 
     JPEG = "jpeg"
     TENSOR = "tensor"
 
 
-class ClientMode(StrEnum):
+class ClientMode(Word):
     """Where InferenceClient runs the model: in this process, on a server, or a server when one answers."""
 
     LOCAL = "local"
@@ -99,14 +108,14 @@ class ClientMode(StrEnum):
     AUTO = "auto"
 
 
-class Place(StrEnum):
+class Place(Word):
     """Where the lab runs: this machine, or a GPU node whose compose stacks serve the notebooks."""
 
     LOCAL = "local"
     NODE = "node"
 
 
-class LabProfile(StrEnum):
+class LabProfile(Word):
     """A lab run's size (servelab.lab.params.LAB_PROFILES): seconds per notebook, the default lab, longer sweeps,
     or one GPU machine."""
 

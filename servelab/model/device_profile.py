@@ -110,7 +110,7 @@ def _vit_b32_h100() -> DeviceProfile:
     )
 
 
-PROFILES: dict[str, DeviceProfile] = {p.name: p for p in (
+DEVICE_PROFILES: dict[str, DeviceProfile] = {p.name: p for p in (
     _vit_b32_h100(),
     # `servelab bench device-profile reference/nvidia-h100-80gb-hbm3 --engine torch --provider cuda --precision bf16
     # --experiment gpu-raw-host --name vit-b32-h100-measured` (the file beside that run holds the same numbers)
@@ -139,10 +139,10 @@ def profile(name: str, devices: int | None = None) -> DeviceProfile:
     None: the profile's own count)."""
     if name.endswith(".json"):
         p = read_profile(Path(name))
-    elif name in PROFILES:
-        p = PROFILES[name]
+    elif name in DEVICE_PROFILES:
+        p = DEVICE_PROFILES[name]
     else:
-        raise ValueError(f"unknown device profile {name!r}: choose one of {', '.join(sorted(PROFILES))}, or give "
+        raise ValueError(f"unknown device profile {name!r}: choose one of {', '.join(sorted(DEVICE_PROFILES))}, or give "
                          "a profile file (*.json) written by `servelab bench device-profile`")
     return p.with_devices(devices) if devices else p
 

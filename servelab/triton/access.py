@@ -6,7 +6,7 @@ requests that carry a key drawn when the server starts, and the course's own cal
     access.server_args(key)                 # ["--http-restricted-api=model-repository,…:servelab-admin-key=<key>", …]
     access.headers("http://127.0.0.1:8003")  # {"servelab-admin-key": "<key>"}: tritonclient's headers= (or curl -H)
     access.headers("127.0.0.1:8004", grpc=True)   # {"triton-grpc-protocol-servelab-admin-key": "<key>"}
-    access.attach(client, url)               # every call of one tritonclient client (HTTP or gRPC) carries it
+    access.send_key(client, url)             # every call of one tritonclient client (HTTP or gRPC) carries it
 
 Why: a Triton in explicit model-control mode loads what a load request sends, and such a request may carry a
 config and a python `model.py` that Triton writes to disk and runs as the user who started it. Triton reads the
@@ -186,7 +186,7 @@ def headers(url: str, key: str | None = None, *, grpc: bool = False) -> dict[str
     return {GRPC_HEADER if grpc else HEADER: found} if found else {}
 
 
-def attach(client, url: str, key: str | None = None) -> None:
+def send_key(client, url: str, key: str | None = None) -> None:
     """Make every call of a tritonclient client (HTTP or gRPC) carry the key for `url`, through tritonclient's own
     plugin hook; nothing is attached when no key is known (the server then answers restricted calls with 403)."""
     found = key_for(url, key)

@@ -40,7 +40,7 @@ def management_client(http_url: str, what: str, timeout: float = 10.0, key: str 
     from tritonclient.utils import InferenceServerException
 
     client = th.InferenceServerClient(address(http_url), connection_timeout=timeout, network_timeout=timeout)
-    access.attach(client, http_url, key)
+    access.send_key(client, http_url, key)
     try:
         yield client
     except InferenceServerException as exc:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from servelab.model.device_profile import PROFILES, is_emulated, profile
+from servelab.model.device_profile import DEVICE_PROFILES, is_emulated, profile
 
 
 def test_the_curve_is_flat_until_the_device_is_full_then_linear():
@@ -27,7 +27,7 @@ def test_the_vit_b32_roofline_is_slowed_for_the_laptop_and_keeps_its_ratios():
 def test_every_label_says_emulated():
     assert profile("flat").label == "emulated flat"
     assert profile("flat", devices=2).label == "emulated flat, 2 devices"
-    assert all(is_emulated(p.label) for p in PROFILES.values())
+    assert all(is_emulated(p.label) for p in DEVICE_PROFILES.values())
     assert not is_emulated("random-init seed 0") and not is_emulated("") and not is_emulated(None)
 
 

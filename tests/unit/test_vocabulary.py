@@ -29,3 +29,7 @@ def test_an_unknown_word_is_refused_with_the_choices():
 def test_settings_refuse_an_unknown_engine_naming_every_engine():
     with pytest.raises(ValueError, match="torch, onnx, onnx-int8, emulated"):
         Settings(engine="tensorflow").validate()
+
+
+def test_a_member_prints_as_its_string_inside_a_dict():
+    assert repr({"engine": Engine.ONNX}) == "{'engine': 'onnx'}"

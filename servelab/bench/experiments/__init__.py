@@ -19,9 +19,7 @@ from servelab.bench.experiments.course import peer_baseline, service, triton
 from servelab.bench.experiments.interleaved import ABResult, ab, instances_ab, queue_delays_ab
 from servelab.bench.experiments.point import already_measured, measure, merge_deltas, unavailable
 from servelab.bench.experiments.raw import (
-    ENGINES,
     MIN_REPEATS,
-    PROVIDERS,
     REPEAT_BUDGET_S,
     ort_profile,
     raw_engines,
@@ -42,7 +40,7 @@ from servelab.bench.experiments.sweeps import (
 )
 
 __all__ = [
-    "measure", "ab", "ABResult", "already_measured", "merge_deltas", "unavailable", "ENGINES", "PROVIDERS",
+    "measure", "ab", "ABResult", "already_measured", "merge_deltas", "unavailable",
     "MIN_REPEATS", "REPEAT_BUDGET_S",
     "raw_engines", "serialisation", "serialisation_costs", "ort_profile", "batch_sweep", "concurrency_sweep",
     "rate_sweep", "payload", "http_vs_grpc", "queue_delay_grid", "queue_delays_ab", "instance_scaling",

@@ -194,16 +194,16 @@ class EmulatedTriton:
                   params={"device": self.label, "device_source": self.profile.source})
 
 
-def attach(http_url: str, device_dir: Path | str, device: DeviceProfile | str = "vit-b32-h100") -> EmulatedTriton:
+def emulated_model(http_url: str, device_dir: Path | str, device: DeviceProfile | str = "vit-b32-h100") -> EmulatedTriton:
     """The emulated model of the Triton at `http_url`, to be loaded with `device` (a profile, its name or a profile
     file) and its devices' state under `device_dir`. A profile that is not one of the named ones is written next
     to that folder, for the model to read. `restore()` loads the model's own config again."""
-    from servelab.model.device_profile import PROFILES, write_profile
+    from servelab.model.device_profile import DEVICE_PROFILES, write_profile
     from servelab.triton.control import config_dict, get_config
 
     if isinstance(device, DeviceProfile):
         chosen = device
-        named = PROFILES.get(device.name)
+        named = DEVICE_PROFILES.get(device.name)
         ref = (device.name if named is not None and named.with_devices(device.devices) == device
                else str(write_profile(device, Path(device_dir).resolve().parent / f"device-profile-{device.name}.json")))
     else:
@@ -216,8 +216,8 @@ def attach(http_url: str, device_dir: Path | str, device: DeviceProfile | str = 
 @contextlib.contextmanager
 def emulated_triton(http_url: str, device_dir: Path | str, device_profile: DeviceProfile | str = "vit-b32-h100"
                     ) -> Iterator[EmulatedTriton]:
-    """`attach`, with the model's own config loaded again when the block ends."""
-    emu = attach(http_url, device_dir, device_profile)
+    """`emulated_model`, with the model's own config loaded again when the block ends."""
+    emu = emulated_model(http_url, device_dir, device_profile)
     try:
         yield emu
     finally:

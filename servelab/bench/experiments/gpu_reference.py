@@ -32,9 +32,9 @@ import numpy as np
 
 from servelab.bench.results.records import Run
 from servelab.fingerprint import usable_cores
+from servelab.vocabulary import Precision
 
 STAGES = ("raw", "service", "triton")
-PRECISIONS = ("fp32", "fp16", "bf16")
 BATCHES = (1, 8, 32, 64, 128, 256)
 CONCURRENCIES = (1, 16, 64, 128)
 SERVED_MAX_BATCH = 128  # the service's micro-batch and Triton's max_batch_size: every client's request in one batch
@@ -68,7 +68,7 @@ def _rate_fields(rates: list[float], batch: int) -> dict:
             "stable": bool(max(rates) - min(rates) <= 0.2 * med)}  # the windows within ±10 % of their median
 
 
-def device_resident(run: Run, *, device: str = "cuda", precisions=PRECISIONS, batches=BATCHES,
+def device_resident(run: Run, *, device: str = "cuda", precisions=tuple(Precision), batches=BATCHES,
                     window_s: float = 0.5, windows: int = 5) -> list[dict]:
     """The torch engine's module on inputs already on `device`: what the engine itself does, no copy, no server.
     Every precision at every batch size, run as PyTorch runs it (eager: one launch per kernel)."""

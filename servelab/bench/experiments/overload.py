@@ -44,8 +44,9 @@ from servelab.bench.load.poisson import open_loop
 from servelab.bench.load.workers import client_factory
 from servelab.bench.results.goals import goal_record
 from servelab.bench.results.records import Run, memory_snapshot
+from servelab.vocabulary import Server
 
-SERVERS = ("fastapi", "fastapi-no-admission", "litserve", "triton-http")
+SERVERS = (Server.FASTAPI, Server.FASTAPI_NO_ADMISSION, Server.LITSERVE, Server.TRITON_HTTP)
 # the same service with and without its gate: one capacity serves both (measured with at most `queue` clients, the
 # gate admits every one of them), so both copies are offered the same arrival rates
 SERVICE_COPIES = ("fastapi", "fastapi-no-admission")

@@ -1,7 +1,7 @@
 """The engines without a server: raw in-process throughput per engine and provider, what each wire format costs
 the client to build, and where ONNX Runtime spends its time.
 
-    raw_engines(run, engines=ENGINES, batches=(1, 8)), serialisation(run, batches=(1, 16)), ort_profile(run)
+    raw_engines(run, engines=MODEL_ENGINES, batches=(1, 8)), serialisation(run, batches=(1, 16)), ort_profile(run)
 """
 
 from __future__ import annotations
@@ -19,9 +19,8 @@ from servelab.bench.load.options import LoadOpts
 from servelab.bench.load.stats import latency_summary
 from servelab.bench.results.records import Run, memory_snapshot
 from servelab.bench.servers.in_process import InProcess, make_embedder
-
-ENGINES = ("torch", "onnx", "onnx-int8")
-PROVIDERS = ("cpu", "cuda", "tensorrt")
+from servelab.model.contract import INPUT_NAME, TRITON_DTYPE
+from servelab.vocabulary import MODEL_ENGINES, Provider
 
 
 def _torch_reference(engines: tuple, threads: int = 0):
@@ -39,7 +38,7 @@ def _torch_reference(engines: tuple, threads: int = 0):
     return ref
 
 
-def raw_engines(run: Run, *, engines: tuple = ENGINES, providers: tuple = ("cpu",), batches: tuple = (1, 8, 16, 32),
+def raw_engines(run: Run, *, engines: tuple = MODEL_ENGINES, providers: tuple = (Provider.CPU,), batches: tuple = (1, 8, 16, 32),
             threads: int = 0, opts: LoadOpts | None = None, experiment: str = "engines") -> list[dict]:
     """Raw in-process throughput of torch fp32 / ORT fp32 / ORT int8 per execution provider and batch size.
 
@@ -85,7 +84,7 @@ def serialisation_costs(batch: int = 1, repeats: int = 20, budget_s: float = REP
     jpegs = list(sample_jpegs(batch))
 
     def json_lists():
-        return json.dumps({"inputs": [{"name": "pixel_values", "shape": list(x.shape), "datatype": "FP32",
+        return json.dumps({"inputs": [{"name": INPUT_NAME, "shape": list(x.shape), "datatype": TRITON_DTYPE,
                                        "data": x.ravel().tolist()}]}).encode()
 
     def binary_tensor():

@@ -9,8 +9,8 @@ a verdict never rests on a difference the run cannot resolve. It also says wheth
 from __future__ import annotations
 
 from servelab.bench.results.records import Run
+from servelab.vocabulary import MODEL_ENGINES
 
-ENGINES = ("torch", "onnx", "onnx-int8")
 
 
 def _meets(v: float, op: str, threshold: float) -> bool:
@@ -73,7 +73,7 @@ def service_goals(run: Run, records: list[dict], *, hi=16, lo=1, big=16, small=1
     """served c=hi ÷ raw batch big ≥ 0.95 (interleaved); served c=lo p50 − raw batch small p50 ≤ 3 ms;
     int8 ≥ 2.5 × torch fp32 throughput (batch big) at cosine ≥ 0.999 vs torch fp32."""
     out = []
-    for engine in ENGINES:
+    for engine in MODEL_ENGINES:
         r = _ratio(records, f"fastapi c={hi}", f"raw batch {big}", engine=engine)
         out += ratio_goal(run, "service", f"{engine}: served c={hi} / raw batch {big} throughput", r, ">=", 0.95)
         raw_small = _find(records, kind="raw", engine=engine, batch=small)

@@ -3,14 +3,14 @@ it is started or attached to, and the network link between client and server. Ex
 never start a server.
 
 Server kinds (the word for them in servelab.bench is *server*): fastapi, litserve, triton-http, triton-grpc,
-in-process (SERVERS).
+in-process (servelab.vocabulary.Server).
 
     with served("triton-grpc", payload="tensor") as srv: …   # start one for the measurement (CLI, tests)
     srv = attach("triton-http", url, model=…)                 # one already running (the lab's stack, a node)
     with network_link("wan-100mbit-20ms", srv) as link: measure(run, exp, link.over(srv), …)
 """
 
-from servelab.bench.servers.handle import SERVERS, Served, reported_machine, this_machine
+from servelab.bench.servers.handle import Served, reported_machine, this_machine
 from servelab.bench.servers.in_process import InProcess, make_embedder
 from servelab.bench.servers.lifecycle import (
     ATTACHED,
@@ -30,7 +30,7 @@ from servelab.bench.servers.triton_served import TritonJsonClient, TritonJsonSer
 _LINK = ("LOOPBACK", "Link", "LinkProfile", "link_effect", "link_profile", "netem_support", "network_link")
 
 __all__ = [
-    "SERVERS", "Served", "reported_machine", "this_machine", "InProcess", "make_embedder", "ATTACHED", "attach",
+    "Served", "reported_machine", "this_machine", "InProcess", "make_embedder", "ATTACHED", "attach",
     "emulated_device", "serve_fastapi", "serve_in_process", "serve_litserve", "serve_triton", "served", "LOOPBACK",
     "Link", "LinkProfile", "link_effect", "link_profile", "netem_support", "network_link", "LitServed",
     "ServiceServed", "service_delta", "service_metrics", "TritonJsonClient", "TritonJsonServed", "TritonServed",

@@ -1,6 +1,6 @@
 """What a benchmark talks to: a typed handle on a running server. Experiments take one and never start servers.
 
-Server kinds (the word for them in servelab.bench is *server*):
+Server kinds (servelab.vocabulary.Server; the word for them in servelab.bench is *server*):
 
   fastapi      servelab's FastAPI service (payload jpeg | tensor), counters from its Prometheus /metrics
   litserve     the same engine behind LitServe (peer baseline; jpeg as base64 JSON | tensor)
@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-
-SERVERS = ("fastapi", "litserve", "triton-http", "triton-grpc", "in-process")
 
 
 @dataclass

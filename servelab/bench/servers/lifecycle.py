@@ -14,11 +14,12 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from servelab.bench.servers.handle import SERVERS, Served, reported_machine, this_machine
+from servelab.bench.servers.handle import Served, reported_machine, this_machine
 from servelab.bench.servers.in_process import InProcess, make_embedder
 from servelab.bench.servers.service_served import LitServed, ServiceServed, service_engine
 from servelab.bench.servers.triton_served import TritonServed, triton_machine
 from servelab.triton.models import CPU_ENCODER, EMULATED_ENCODER, ENSEMBLE
+from servelab.vocabulary import Server
 
 # In every record measured on an attached server: the lab's own stack, not one a notebook started for a comparison.
 ATTACHED = {"attached": True}
@@ -153,7 +154,8 @@ def served(server: str, engine: str = "onnx", **kwargs):
         return _labelled(serve_triton(protocol=server.split("-")[1], engine=engine, **kwargs))
     if server == "in-process":
         return serve_in_process(engine, **kwargs)
-    raise ValueError(f"server must be one of {', '.join(SERVERS)}, got {server!r}")
+    startable = [s for s in Server if s != Server.FASTAPI_NO_ADMISSION]  # that one: servelab.bench.experiments.overload
+    raise ValueError(f"server must be one of {', '.join(startable)}, got {server!r}")
 
 
 @contextlib.contextmanager

@@ -35,7 +35,7 @@ LOOPBACK = "loopback"
 SHAPING_NONE = "none (loopback)"
 SHAPING_PROXY = "user-space relay (rate + delay, no loss)"
 URL_FIELDS = ("url", "http_url", "grpc_url")  # where a server handle keeps the addresses its clients use
-PROFILES = ("loopback", "wan-100mbit-20ms")  # the ones the lab uses; other names parse (see link_profile)
+LINK_PROFILES = ("loopback", "wan-100mbit-20ms")  # the ones the lab uses; other names parse (see link_profile)
 
 _NAME = re.compile(r"^(?:[a-z]+-)?(?P<rate>\d+(?:\.\d+)?)(?P<unit>[kmg])bit-(?P<rtt>\d+(?:\.\d+)?)ms"
                    r"(?:-loss(?P<loss>\d+(?:\.\d+)?)pct)?$")

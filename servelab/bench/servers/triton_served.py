@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from servelab.bench.servers.handle import Served
+from servelab.model.contract import INPUT_NAME, OUTPUT_NAME, TRITON_DTYPE
 from servelab.triton.models import CPU_ENCODER, ENSEMBLE
 
 
@@ -124,10 +125,10 @@ class TritonJsonClient:
 
     def embed_tensor(self, batch):
         tc = self.tc
-        inp = tc.InferInput("pixel_values", list(batch.shape), "FP32")
+        inp = tc.InferInput(INPUT_NAME, list(batch.shape), TRITON_DTYPE)
         inp.set_data_from_numpy(batch, binary_data=False)
-        res = self.client.infer(self.model, [inp], outputs=[tc.InferRequestedOutput("embedding", binary_data=True)])
-        return res.as_numpy("embedding")
+        res = self.client.infer(self.model, [inp], outputs=[tc.InferRequestedOutput(OUTPUT_NAME, binary_data=True)])
+        return res.as_numpy(OUTPUT_NAME)
 
     def close(self):
         self.client.close()
