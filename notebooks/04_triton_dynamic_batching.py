@@ -751,13 +751,11 @@ if emu_ready:
           f"{1 / per_image_ratio:.2f}× (a batch costs about what its images cost). The gap between the two groups and one full batch of {n} is what a queue "
           "delay can close: 05a measures that.")
     side_by_side = pd.DataFrame([
-        {"device": f"this CPU ({triton_model})", "on_div_off": triton_ratio["ratio"],
-         "pairs_min": triton_ratio["ratio_min"], "pairs_max": triton_ratio["ratio_max"],
+        {"device": f"this CPU ({triton_model})", **tables.ratio_columns(triton_ratio, "on_div_off"),
          "avg_batch_on": (triton_on.get("server_stats") or {}).get("avg_batch"),
          "predicted": round(1 / per_image_ratio, 2), "predicted_from": "the batch-size table above (measured)"},
-        {"device": f"{emu_profile.label} (emulation)", "on_div_off": emu_ratio["ratio"],
-         "pairs_min": emu_ratio["ratio_min"], "pairs_max": emu_ratio["ratio_max"], "avg_batch_on": b_on,
-         "predicted": round(groups, 2), "predicted_from": "the profile: two groups taking turns"}])
+        {"device": f"{emu_profile.label} (emulation)", **tables.ratio_columns(emu_ratio, "on_div_off"),
+         "avg_batch_on": b_on, "predicted": round(groups, 2), "predicted_from": "the profile: two groups taking turns"}])
     step.table(side_by_side.round(2), "batching_cpu_vs_emulated",
                f"Dynamic batching on ÷ off at concurrency {hi_c}, alternating windows: this CPU and the emulated "
                "accelerator (an emulation, not a GPU measurement)")

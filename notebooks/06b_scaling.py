@@ -353,6 +353,7 @@ step.show_plot(plot_latency_throughput(recs, step.plot_path("latency_vs_throughp
 
 # %%
 from servelab.bench.experiments import emulated_lesson as emulated
+from servelab.lab.batching_tables import ratio_columns
 from servelab.model.device_profile import profile as device_profile_named
 
 emu_profile = device_profile_named(device_profile)
@@ -430,21 +431,17 @@ if emu_ready:
             "batch of that size): the measurement follows the batches, not the groups. Keeping batches whole in "
             "front of several instances is what a queue delay is for (notebook 05a).")
     side_by_side = pd.DataFrame([
-        {"comparison": f"{instance_ratio['a']} ÷ {instance_ratio['b']}", "device": "this CPU",
-         "concurrency": top_c, "ratio": instance_ratio["ratio"], "pairs_min": instance_ratio["ratio_min"],
-         "pairs_max": instance_ratio["ratio_max"], "predicted": 1.0,
+        {"comparison": f"{instance_ratio['a']} ÷ {instance_ratio['b']}", "device": "this CPU", "concurrency": top_c,
+         **ratio_columns(instance_ratio), "predicted": 1.0,
          "predicted_from": "both use every core once: nothing idle to add"},
         {"comparison": "2 instances ÷ 1 (one device with room)", "device": f"{emu_profile.label} (emulation)",
-         "concurrency": top_c, "ratio": emu_instances[-1]["ratio"], "pairs_min": emu_instances[-1]["ratio_min"],
-         "pairs_max": emu_instances[-1]["ratio_max"], "predicted": round(inst_pred, 2),
+         "concurrency": top_c, **ratio_columns(emu_instances[-1]), "predicted": round(inst_pred, 2),
          "predicted_from": "the profile: (t(a) + t(b)) ÷ t(N)"},
         {"comparison": "2 instances ÷ 1 (one full device)", "device": f"{flat.label} (emulation)",
-         "concurrency": full_c, "ratio": full_instances[-1]["ratio"], "pairs_min": full_instances[-1]["ratio_min"],
-         "pairs_max": full_instances[-1]["ratio_max"], "predicted": round(full_pred, 2),
+         "concurrency": full_c, **ratio_columns(full_instances[-1]), "predicted": round(full_pred, 2),
          "predicted_from": "the profile: (t(a) + t(b)) ÷ t(N)"},
         {"comparison": "2 devices ÷ 1 (two instances, full)", "device": f"{flat.label} (emulation)",
-         "concurrency": full_c, "ratio": emu_devices[-1]["ratio"], "pairs_min": emu_devices[-1]["ratio_min"],
-         "pairs_max": emu_devices[-1]["ratio_max"], "predicted": round(dev_pred, 2),
+         "concurrency": full_c, **ratio_columns(emu_devices[-1]), "predicted": round(dev_pred, 2),
          "predicted_from": "the profile: t(N) ÷ max(t(a), t(b))"}])
     if all(avg):  # the emulated rows again, at the batches Triton ran
         side_by_side["at_measured_batches"] = [None, *at_batches]

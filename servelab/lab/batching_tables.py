@@ -59,3 +59,8 @@ def tools_side_by_side(pa_result, ours: dict) -> pd.DataFrame:
          "throughput_img_s": ours["throughput_img_s"], "latency_p50_ms": ours["latency_p50_ms"],
          "latency_p99_ms": ours["latency_p99_ms"], "server_queue_ms": stats_of.get("avg_queue_ms"),
          "server_compute_ms": stats_of.get("avg_compute_infer_ms")}])
+
+
+def ratio_columns(r: dict, name: str = "ratio") -> dict:
+    """An alternating-windows ratio record as table columns: the ratio (under `name`) and the range of its pairs."""
+    return {name: r["ratio"], "pairs_min": r["ratio_min"], "pairs_max": r["ratio_max"]}

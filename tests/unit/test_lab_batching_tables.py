@@ -45,3 +45,9 @@ def test_tools_side_by_side_puts_the_servers_own_breakdown_beside_perf_analyzer(
     assert list(df["throughput_img_s"]) == [12.0, 11.0]
     assert list(df["server_queue_ms"]) == [400.0, 420.0] and list(df["server_compute_ms"]) == [150.0, 160.0]
     assert tables.tools_side_by_side(pa, {**ours, "server_stats": None})["server_queue_ms"].isna().iloc[1]
+
+
+def test_ratio_columns_carry_the_ratio_and_its_pair_range():
+    r = {"kind": "ab", "ratio": 1.5, "ratio_min": 1.2, "ratio_max": 1.8}
+    assert tables.ratio_columns(r) == {"ratio": 1.5, "pairs_min": 1.2, "pairs_max": 1.8}
+    assert tables.ratio_columns(r, "on_div_off") == {"on_div_off": 1.5, "pairs_min": 1.2, "pairs_max": 1.8}
