@@ -22,3 +22,15 @@ def test_the_two_service_copies_share_one_capacity_and_get_the_same_arrivals(onn
     copies = [r for r in recs if r.get("experiment") == EXPERIMENT and r.get("server") == "fastapi-no-admission"
               and r.get("kind") == "load"]
     assert {r["params"]["capacity_measured_on"] for r in copies} == {"fastapi"}
+    # the gate's wait budget is on in the copy with admission and off in the other; client and server were placed
+    # on separate cores where the machine has two (what was done is recorded either way)
+    load = [r for r in recs if r.get("kind") == "load"]
+    assert {r["params"]["max_wait_ms"] for r in load if r["server"] == "fastapi"} == {1000.0}
+    assert {r["params"]["max_wait_ms"] for r in load if r["server"] == "fastapi-no-admission"} == {None}
+    assert all(r["params"]["cpu_pinning"] for r in load)
+    goals = {r["goal"]: r for r in recs if r.get("kind") == "derived"}
+    for server in ("fastapi", "fastapi-no-admission"):
+        for goal, op, threshold in ((f"{server}: goodput at 2x capacity / goodput at 1x", ">=", 0.9),
+                                    (f"{server}: accepted p99 at 2x capacity / accepted p99 at 1x", "<=", 2.0),
+                                    (f"{server}: 5xx answers other than 503", "<=", 0)):
+            assert (goals[goal]["op"], goals[goal]["threshold"]) == (op, threshold), goal
