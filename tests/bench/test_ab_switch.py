@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from servelab.bench.experiments import ab
+from servelab.bench.experiments import Side, ab
 from servelab.bench.load import LoadOpts
 from servelab.bench.results.records import Run
 from servelab.bench.servers import TritonServed
@@ -35,8 +35,8 @@ def test_batching_on_and_off_interleave_on_one_model_and_the_config_comes_back(t
             return changed
 
         opts = LoadOpts(min_requests=16, min_p50s=2, max_windows=3, tolerance=0.5, max_warmup_s=5)
-        a, b, r = ab(Run("t", root=tmp_path, weights="none"), "t-batching", srv, srv, label_a="batching on",
-                     label_b="batching off", concurrency_a=8, opts=opts, prepare=prepare)
+        a, b, r = ab(Run("t", root=tmp_path, weights="none"), "t-batching", Side("batching on", srv, concurrency=8),
+                     Side("batching off", srv, concurrency=8), opts=opts, prepare=prepare)
 
     # every window of each side ran on that side's config; A and B alternated (ABBA), so the model was
     # reloaded at most once per window, not per request

@@ -15,7 +15,7 @@ import numpy as np
 import psutil
 import pytest
 
-from servelab.bench.experiments import ab
+from servelab.bench.experiments import Side, ab
 from servelab.bench.load import LoadOpts
 from servelab.bench.load.idle import IdleSides, idle_cpu_pct, stoppable_group
 from servelab.bench.load.inputs import sample_jpegs, sample_tensor
@@ -130,7 +130,7 @@ def test_a_server_busy_while_idle_moves_the_ratio_only_when_it_is_not_stopped(on
         busy_answer = busy.make_client().embed_tensor(x)
 
         def compare(pause: bool):
-            return ab(run, "t-idle", quiet, busy, label_a="quiet", label_b="busy when idle", concurrency_a=2,
+            return ab(run, "t-idle", Side("quiet", quiet, concurrency=2), Side("busy when idle", busy, concurrency=2),
                       opts=opts, pause_idle=pause)
 
         qa, qb, unpaused = compare(False)

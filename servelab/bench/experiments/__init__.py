@@ -8,7 +8,7 @@ cancels. Pass/fail goals: servelab.bench.results.goals; tables and sentences: se
 
     from servelab.bench import experiments as ex
     ex.measure(run, "service", srv, batch=1, concurrency=4, opts=opts)
-    ex.ab(run, "payload", a, b, label_a="jpeg", label_b="tensor", opts=opts)
+    ex.ab(run, "payload", ex.Side("jpeg", a), ex.Side("tensor", b), opts=opts)
 
 Besides the core experiments re-exported here, each a module of its own: overload (the knee under rising load),
 monitoring (Prometheus beside a stepped load), gpu_reference (the GPU node's reference stages), device_fit (an
@@ -16,7 +16,7 @@ emulated device fitted to measured batches) and emulated_lesson (the emulated ac
 """
 
 from servelab.bench.experiments.course import peer_baseline, service, triton
-from servelab.bench.experiments.interleaved import ABResult, ab, instances_ab, queue_delays_ab
+from servelab.bench.experiments.interleaved import ABResult, Side, ab, instances_ab, queue_delays_ab
 from servelab.bench.experiments.point import already_measured, measure, merge_deltas, unavailable
 from servelab.bench.experiments.raw import (
     MIN_REPEATS,
@@ -40,7 +40,7 @@ from servelab.bench.experiments.sweeps import (
 )
 
 __all__ = [
-    "measure", "ab", "ABResult", "already_measured", "merge_deltas", "unavailable",
+    "measure", "ab", "Side", "ABResult", "already_measured", "merge_deltas", "unavailable",
     "MIN_REPEATS", "REPEAT_BUDGET_S",
     "raw_engines", "serialisation", "serialisation_costs", "ort_profile", "batch_sweep", "concurrency_sweep",
     "rate_sweep", "payload", "http_vs_grpc", "queue_delay_grid", "queue_delays_ab", "instance_scaling",

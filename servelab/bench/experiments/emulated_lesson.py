@@ -185,12 +185,12 @@ class EmulatedTriton:
            opts: LoadOpts, concurrency_b: int | None = None) -> list[dict]:
         """Two configurations in alternating windows (the model reloaded when the side changes): A's record,
         B's record and the ratio A ÷ B, as servelab.bench.experiments.ab writes them."""
-        from servelab.bench.experiments.interleaved import ab
+        from servelab.bench.experiments.interleaved import Side, ab
 
         configs = (cfg_a, cfg_b)
-        return ab(self._run(run), experiment, self.handle(cfg_a), self.handle(cfg_b), label_a=label_a,
-                  label_b=label_b, payload_a="tensor", payload_b="tensor", concurrency_a=concurrency,
-                  concurrency_b=concurrency_b, opts=opts, prepare=lambda side: self.use(configs[side]),
+        return ab(self._run(run), experiment, Side(label_a, self.handle(cfg_a), "tensor", concurrency=concurrency),
+                  Side(label_b, self.handle(cfg_b), "tensor", concurrency=concurrency_b or concurrency), opts=opts,
+                  prepare=lambda side: self.use(configs[side]),
                   params={"device": self.label, "device_source": self.profile.source})
 
 

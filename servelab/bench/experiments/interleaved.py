@@ -1,5 +1,11 @@
 """The interleaved A/B: two sides measured in alternating windows (A B B A …), so a machine's drift cancels in
 their ratio, and the experiment that writes A's, B's and the ratio's records.
+
+    ab(run, "04-batching", Side("batch 8", srv, "tensor", batch=8), Side("batch 1", srv, "tensor"), opts=opts)
+    instances_ab(run, triton, instances=(2, 1), concurrency=8)   # two settings of one Triton model, reloaded
+
+A `Side` is what one side measures (label, server, payload, batch, concurrency); `interleaved` is the loop
+on two client factories, `ab` the experiment on two sides.
 """
 
 from __future__ import annotations
@@ -154,9 +160,32 @@ def _agreeing_pairs(ratios: list[float], opts: LoadOpts) -> int | None:
     return k
 
 
-def ab(run: Run, experiment: str, a: Served, b: Served, *, label_a: str, label_b: str, payload_a: str | None = None,
-       payload_b: str | None = None, batch_a: int = 1, batch_b: int = 1, concurrency_a: int = 1,
-       concurrency_b: int | None = None, opts: LoadOpts | None = None, params: dict | None = None,
+@dataclass(frozen=True)
+class Side:
+    """One side of an interleaved A/B: the name its records and the ratio give it, the server it measures, and
+    what its clients send — `payload` (None: the server's own), `batch` images a request, `concurrency` clients.
+
+        ab(run, "payload", Side("jpeg", srv.variant(payload="jpeg")), Side("tensor", srv), opts=opts)
+    """
+
+    label: str
+    server: Served
+    payload: str | None = None
+    batch: int = 1
+    concurrency: int = 1
+
+    def __post_init__(self):
+        if self.batch < 1 or self.concurrency < 1:
+            raise ValueError(f"side {self.label!r}: batch and concurrency must be >= 1, got batch {self.batch}, "
+                             f"concurrency {self.concurrency}")
+
+    @property
+    def sends(self) -> str:
+        """The payload its clients send: its own, or else its server's."""
+        return self.payload or self.server.payload
+
+
+def ab(run: Run, experiment: str, a: Side, b: Side, *, opts: LoadOpts | None = None, params: dict | None = None,
        meters=(), prepare: Callable[[int], bool | None] | None = None, pause_idle: bool = True) -> list[dict]:
     """Interleaved A/B: windows of A and B alternate in one sequence; writes A's and B's records and an `ab`
     record (kind "ab": A ÷ B throughput, with the min–max of the per-pair ratios and whether they settled).
@@ -173,55 +202,65 @@ def ab(run: Run, experiment: str, a: Served, b: Served, *, label_a: str, label_b
     when it returns True (it changed something), the side warms up again before its window.
     """
     opts = opts or LoadOpts()
-    pa, pb = payload_a or a.payload, payload_b or b.payload
-    cb = concurrency_b or concurrency_a
-    handles, snaps, deltas = (a, b), [None, None], ([], [])
+    sides, snaps, deltas = (a, b), [None, None], ([], [])
 
     def on_window(k: int, phase: str) -> bool:
         if phase in ("warm-up", "start"):
             idle.run_only(k)  # side k's server continues, the other's process group stops
         changed = bool(prepare(k)) if prepare and phase in ("warm-up", "start") else False
         if phase == "start":
-            snaps[k] = quietly(handles[k].snapshot)
+            snaps[k] = quietly(sides[k].server.snapshot)
         elif phase == "end":
-            deltas[k].append(handles[k].delta(snaps[k], quietly(handles[k].snapshot)))
+            deltas[k].append(sides[k].server.delta(snaps[k], quietly(sides[k].server.snapshot)))
         return changed
 
-    with IdleSides([local_pid(a), local_pid(b)], [label_a, label_b], pause=pause_idle,
+    with IdleSides([local_pid(a.server), local_pid(b.server)], [a.label, b.label], pause=pause_idle,
                    probe_s=0.25 if opts.quick else 2.0) as idle:
-        res = interleaved(a.worker_factory(pa, batch_a), b.worker_factory(pb, batch_b), concurrency_a, opts,
-                          concurrency_b=cb, meters=meters, on_window=on_window, reconfigures=prepare is not None,
-                          desc=f"{experiment} {label_a} / {label_b}")
-    extra = {"ab": {"pairs": res.pairs, "order": "ABBA", "a": label_a, "b": label_b}, **(params or {})}
-    ra = run.record(experiment, **point_fields(
-        run, a, payload=pa, batch=batch_a, concurrency=concurrency_a, opts=opts, params={**extra, "side": "a"},
-        stats=merge_deltas(deltas[0]), summary=res.a.summary()), **idle.record_fields(0))
-    rb = run.record(experiment, **point_fields(
-        run, b, payload=pb, batch=batch_b, concurrency=cb, opts=opts, params={**extra, "side": "b"},
-        stats=merge_deltas(deltas[1]), summary=res.b.summary()), **idle.record_fields(1))
+        res = interleaved(a.server.worker_factory(a.sends, a.batch), b.server.worker_factory(b.sends, b.batch),
+                          a.concurrency, opts, concurrency_b=b.concurrency, meters=meters, on_window=on_window,
+                          reconfigures=prepare is not None, desc=f"{experiment} {a.label} / {b.label}")
+    extra = {"ab": {"pairs": res.pairs, "order": "ABBA", "a": a.label, "b": b.label}, **(params or {})}
+
+    def side_record(k: int, result: LoadResult) -> dict:
+        side = sides[k]
+        return run.record(experiment, **point_fields(
+            run, side.server, payload=side.sends, batch=side.batch, concurrency=side.concurrency, opts=opts,
+            params={**extra, "side": ("a", "b")[k]}, stats=merge_deltas(deltas[k]), summary=result.summary()),
+            **idle.record_fields(k))
+
+    ra, rb = side_record(0, res.a), side_record(1, res.b)
+    return [ra, rb, _ratio_record(run, experiment, a, b, res, ra, rb, opts, extra)]
+
+
+def _ratio_record(run: Run, experiment: str, a: Side, b: Side, res: ABResult, ra: dict, rb: dict, opts: LoadOpts,
+                  extra: dict) -> dict:
+    """The `ab` record: the ratio A ÷ B and its spread, named by what both sides had in common."""
     s = res.summary()
     # what both sides had in common (the link, Triton's instances…) names the ratio's point too
     shared = {k: v for k, v in ra["params"].items() if k not in ("load", "side") and rb["params"].get(k, ...) == v}
     machines = [r["params"].get("served_by") for r in (ra, rb)]
     if "served_by" not in shared and all(machines):  # a ratio of two machines names both
         shared["served_by"] = f"A: {machines[0]}; B: {machines[1]}"
-    rr = run.record(experiment, kind="ab", server=f"{label_a} / {label_b}", ratio=s["ratio"],
-                    ratio_min=s["ratio_min"], ratio_max=s["ratio_max"], latency_p50_ratio=s["latency_p50_ratio"],
-                    stable=s["stable"], settled_by=s["settled_by"], repeats=s["pairs"], quick=s["quick"], a=label_a,
-                    b=label_b,
-                    engine=a.engine if a.engine == b.engine else None,
-                    protocol=a.protocol if a.protocol == b.protocol else None,
-                    payload=pa if pa == pb else None,
-                    batch=batch_a if batch_a == batch_b else None,
-                    concurrency=concurrency_a if concurrency_a == cb else None,
-                    params={**shared, "load": opts.as_params(), **extra},
-                    idle_cpu_pct_a=ra["idle_cpu_pct"], idle_cpu_pct_b=rb["idle_cpu_pct"],
-                    idle_paused_a=ra["idle_paused"], idle_paused_b=rb["idle_paused"],
-                    idle_side_a=ra["idle_side"], idle_side_b=rb["idle_side"],
-                    note="throughput A ÷ B, interleaved windows; min–max over the window pairs; idle_cpu_pct_a/_b: "
-                         "% of one core each side used while idle, before the windows; idle_paused_a/_b, idle_side_a/_b: "
-                         "whether each side was stopped during the other's windows, and how or why not")
-    return [ra, rb, rr]
+
+    def common(x, y):
+        return x if x == y else None
+
+    return run.record(experiment, kind="ab", server=f"{a.label} / {b.label}", ratio=s["ratio"],
+                      ratio_min=s["ratio_min"], ratio_max=s["ratio_max"], latency_p50_ratio=s["latency_p50_ratio"],
+                      stable=s["stable"], settled_by=s["settled_by"], repeats=s["pairs"], quick=s["quick"],
+                      a=a.label, b=b.label,
+                      engine=common(a.server.engine, b.server.engine),
+                      protocol=common(a.server.protocol, b.server.protocol),
+                      payload=common(a.sends, b.sends), batch=common(a.batch, b.batch),
+                      concurrency=common(a.concurrency, b.concurrency),
+                      params={**shared, "load": opts.as_params(), **extra},
+                      idle_cpu_pct_a=ra["idle_cpu_pct"], idle_cpu_pct_b=rb["idle_cpu_pct"],
+                      idle_paused_a=ra["idle_paused"], idle_paused_b=rb["idle_paused"],
+                      idle_side_a=ra["idle_side"], idle_side_b=rb["idle_side"],
+                      note="throughput A ÷ B, interleaved windows; min–max over the window pairs; idle_cpu_pct_a/_b: "
+                           "% of one core each side used while idle, before the windows; idle_paused_a/_b, "
+                           "idle_side_a/_b: whether each side was stopped during the other's windows, and how or why "
+                           "not")
 
 
 def queue_delays_ab(run: Run, triton: TritonServed, *, delays_us: tuple[int, int] = (4000, 0), concurrency: int = 8,
@@ -251,8 +290,8 @@ def _settings_ab(run: Run, triton: TritonServed, setting: str, values: tuple[int
     a side's value when the side changes and restored after; each side's records name its value."""
     from servelab.triton.control import config_switch, config_with
 
-    sides = [dataclasses.replace(triton, **{setting: int(v)}) for v in values]
+    sides = [Side(label, dataclasses.replace(triton, **{setting: int(v)}), payload, concurrency=concurrency)
+             for label, v in zip(labels, values, strict=True)]
     configs = [config_with(triton.http_url, triton.model, **{setting: int(v)}) for v in values]
     with config_switch(triton.http_url, triton.model, configs) as use:
-        return ab(run, experiment, *sides, label_a=labels[0], label_b=labels[1], payload_a=payload,
-                  payload_b=payload, concurrency_a=concurrency, opts=opts, prepare=use)
+        return ab(run, experiment, *sides, opts=opts, prepare=use)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from servelab.bench.experiments.interleaved import ab
+from servelab.bench.experiments.interleaved import Side, ab
 from servelab.bench.experiments.point import already_measured, measure, quietly, unavailable
 from servelab.bench.load.inputs import sample_tensor
 from servelab.bench.load.options import LoadOpts
@@ -70,8 +70,9 @@ def payload(run: Run, srv: Served, *, batch: int = 1, concurrency: int = 4, json
             opts: LoadOpts | None = None, experiment: str = "payload") -> list[dict]:
     """JPEG vs binary tensor to one server as an interleaved A/B (ratio JPEG ÷ tensor throughput); for Triton
     HTTP also JSON number lists (a plain point: the slow format, for its bytes and time)."""
-    out = ab(run, experiment, srv.variant(payload="jpeg"), srv.variant(payload="tensor"), label_a=f"{srv.server} jpeg",
-             label_b=f"{srv.server} tensor", batch_a=batch, batch_b=batch, concurrency_a=concurrency, opts=opts)
+    jpeg, tensor = (Side(f"{srv.server} {p}", srv.variant(payload=p), batch=batch, concurrency=concurrency)
+                    for p in ("jpeg", "tensor"))
+    out = ab(run, experiment, jpeg, tensor, opts=opts)
     if json_lists and isinstance(srv, TritonServed):
         js = TritonJsonServed(**{**vars(srv.variant(protocol="http", payload="tensor"))})
         out.append(measure(run, experiment, js, payload="json-lists", batch=batch, concurrency=concurrency, opts=opts))
@@ -95,8 +96,8 @@ def http_vs_grpc(run: Run, triton: TritonServed, *, batches: tuple = (1,), concu
             ratio = next((r for r in measured if r.get("kind") == "ab" and all(sides)
                           and r.get("experiment") == sides[0].get("experiment") and (r.get("a"), r.get("b")) == ("grpc", "http")
                           and (r.get("batch"), r.get("concurrency")) == (b, c)), None)
-            out += [*sides, ratio] if ratio else ab(run, experiment, g, h, label_a="grpc", label_b="http", batch_a=b,
-                                                   batch_b=b, concurrency_a=c, opts=opts)
+            out += [*sides, ratio] if ratio else ab(run, experiment, Side("grpc", g, batch=b, concurrency=c),
+                                                   Side("http", h, batch=b, concurrency=c), opts=opts)
     return out
 
 
@@ -140,9 +141,8 @@ def served_vs_raw(run: Run, srv: Served, raw: InProcess, *, concurrency: int = 1
                   payload: str = "tensor", opts: LoadOpts | None = None, experiment: str = "served-vs-raw") -> list[dict]:
     """Batch-1 requests at `concurrency` to a server vs the same engine in-process on batch `raw_batch`,
     interleaved (ratio served ÷ raw throughput): what the serving layer and its batcher keep of the engine."""
-    return ab(run, experiment, srv, raw, label_a=f"{srv.server} c={concurrency}", label_b=f"raw batch {raw_batch}",
-              payload_a=payload, payload_b="tensor", batch_a=1, batch_b=raw_batch, concurrency_a=concurrency,
-              concurrency_b=1, opts=opts)
+    return ab(run, experiment, Side(f"{srv.server} c={concurrency}", srv, payload, concurrency=concurrency),
+              Side(f"raw batch {raw_batch}", raw, "tensor", batch=raw_batch), opts=opts)
 
 
 def compare_servers(run: Run, a: Served, b: Served, *, concurrencies: tuple = (1, 16), payload: str | None = None,
@@ -151,8 +151,8 @@ def compare_servers(run: Run, a: Served, b: Served, *, concurrencies: tuple = (1
     batching on vs off (two servers configured differently), …"""
     out = []
     for c in concurrencies:
-        out += ab(run, experiment, a, b, label_a=a.server, label_b=b.server, payload_a=payload, payload_b=payload,
-                  batch_a=batch, batch_b=batch, concurrency_a=c, opts=opts)
+        out += ab(run, experiment, Side(a.server, a, payload, batch, c), Side(b.server, b, payload, batch, c),
+                  opts=opts)
     return out
 
 
