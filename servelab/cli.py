@@ -13,11 +13,13 @@ from pathlib import Path
 
 import typer
 
+from servelab.errors import ServelabError
+
 app = typer.Typer(help="servelab: serve OpenCLIP ViT-B/32 and measure it honestly.", no_args_is_help=True,
                   pretty_exceptions_enable=False, add_completion=False)
 
 
-class CliError(Exception):
+class CliError(ServelabError):
     """A failure the user can fix; printed as one line."""
 
 
@@ -123,12 +125,12 @@ def _add_groups() -> None:
 
 
 def main() -> None:
-    from servelab.client.errors import InferenceError
-
     _add_groups()
     try:
         app()
-    except (CliError, ValueError, FileNotFoundError, PermissionError, InferenceError, RuntimeError) as exc:
+    # ServelabError: every error servelab raises on purpose (CliError, InferenceError, … derive from it); OSError:
+    # a file or folder the user named; ValueError and RuntimeError: checks that still raise the built-in kinds
+    except (ServelabError, OSError, ValueError, RuntimeError) as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(1)
 

@@ -22,6 +22,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from servelab.errors import ServelabError
+
 
 def _umask() -> int:
     """The process umask, read without changing it where Linux allows (os.umask sets it for every thread)."""
@@ -107,7 +109,7 @@ def make_dirs(folder: Path | str, mode_for) -> list[Path]:
     return created
 
 
-class MoveVerifyError(OSError):
+class MoveVerifyError(ServelabError, OSError):
     """A copy across file systems that did not read back as the source: the source was left in place."""
 
 

@@ -6,7 +6,7 @@ payloads, client modes, places and lab profiles.
     Server("triton-grpc").protocol          # "grpc"
     ", ".join(Engine)                       # "torch, onnx, onnx-int8, emulated" for an error message
 
-Every layer imports it (it imports nothing of servelab), so records, settings and command lines keep their
+Every layer imports it (it imports only servelab.errors), so records, settings and command lines keep their
 plain strings while the code names each word once.
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import TypeVar
 
+from servelab.errors import UnknownWord
 
 
 class Word(StrEnum):
@@ -33,11 +34,11 @@ def choices(words: type[Word]) -> str:
 
 
 def word(words: type[W], value: str, what: str) -> W:
-    """`value` as a member of `words`; ValueError naming `what` and the allowed words when it is none of them."""
+    """`value` as a member of `words`; UnknownWord (a ValueError) naming `what` and the allowed words when it is none of them."""
     try:
         return words(value)
     except ValueError:
-        raise ValueError(f"{what} must be one of {', '.join(words)}, got {value!r}") from None
+        raise UnknownWord(f"{what} must be one of {', '.join(words)}, got {value!r}") from None
 
 
 class Engine(Word):

@@ -26,6 +26,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from servelab.errors import ServelabError
+
 TAG = "exercise"
 HEADER = re.compile(r"^#\s*Exercise\s+(?P<id>[0-9]{2}[a-z]?\.[0-9]+)\s*[:—–-]\s*(?P<title>.+?)\s*$")
 BEGIN = re.compile(r"^(?P<indent>\s*)#\s*BEGIN SOLUTION\s*$")
@@ -33,7 +35,7 @@ END = re.compile(r"^\s*#\s*END SOLUTION\s*$")
 CHECK_ID = re.compile(r"""exercise\s*=\s*["'](?P<id>[^"']+)["']""")
 
 
-class FormatError(ValueError):
+class FormatError(ServelabError, ValueError):
     """An exercise cell that does not follow the format; the message names the notebook and the cell."""
 
 

@@ -17,8 +17,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from servelab.errors import ServelabError
 
-class NotApplied(Exception):
+
+class NotApplied(ServelabError):
     """The answer could not be put into service; the message says why (Triton's or uvicorn's reason)."""
 
 

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from servelab.errors import ServelabError
 from servelab.fileio import atomic_write
 
 MIME_TYPE = "application/vnd.servelab.check+json"
@@ -23,7 +24,7 @@ PASS, FAIL, NOT_IMPLEMENTED, ERROR, NOT_RUN = "pass", "fail", "not implemented",
 STATUSES = (PASS, FAIL, NOT_IMPLEMENTED, ERROR, NOT_RUN)
 
 
-class ExerciseFailed(Exception):
+class ExerciseFailed(ServelabError):
     """Raised by a check in strict mode when the answer does not pass; `.result` is the CheckResult."""
 
     def __init__(self, result: CheckResult):
@@ -58,7 +59,7 @@ class CheckResult:
         """A check cell ends with the check call: its result was already shown once, by the check itself."""
 
 
-class _Rejected(Exception):
+class _Rejected(ServelabError):
     """Internal: the answer is wrong; the message is the hint shown to the student."""
 
     def __init__(self, hint: str, detail: dict | None = None):
@@ -66,7 +67,7 @@ class _Rejected(Exception):
         self.detail = detail or {}
 
 
-class NotRunHere(Exception):
+class NotRunHere(ServelabError):
     """The check cannot run on this target (e.g. no local model repository on a remote node); the message
     says why. The result is `not run`, neither a pass nor the student's failure."""
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from servelab.errors import ServelabError
 
-class InferenceError(RuntimeError):
+
+class InferenceError(ServelabError, RuntimeError):
     """The server (or engine) refused or failed a request; `message` is the server's own words."""
 
     def __init__(self, message: str, *, status: int | None = None, code: str | None = None, backend: str = "",

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from servelab.errors import ServelabError
 from servelab.model.contract import EMBED_DIM
 
 STATE_DIR = ".servelab"  # inside the root: default catalog + trash; never scanned
@@ -160,7 +161,7 @@ class Catalog:
         self.close()
 
 
-class OutsideRoot(ValueError):
+class OutsideRoot(ServelabError, ValueError):
     """A path that would leave the scanned root: refused."""
 
 

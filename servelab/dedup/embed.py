@@ -19,15 +19,16 @@ import numpy as np
 
 from servelab.client.errors import InferenceError
 from servelab.dedup.catalog import Catalog, OutsideRoot
+from servelab.errors import ServelabError
 from servelab.model.contract import EMBED_DIM
 from servelab.model.device_profile import is_emulated
 
 
-class EmulatedEngineRefused(ValueError):
+class EmulatedEngineRefused(ServelabError, ValueError):
     """The client's model is the emulated accelerator, whose vectors are not image embeddings."""
 
 
-class EmbedStopped(RuntimeError):
+class EmbedStopped(ServelabError, RuntimeError):
     """The model stopped answering mid-run; finished batches are kept and a rerun continues."""
 
 

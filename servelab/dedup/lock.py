@@ -22,10 +22,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from servelab.errors import ServelabError
+
 LOCK_WAIT_S = 10.0  # a delete or an undo takes well under a second; a scan of a large folder can take longer
 
 
-class FolderBusy(RuntimeError):
+class FolderBusy(ServelabError, RuntimeError):
     """Another process is moving files in this photo folder (or scanning it); nothing was changed."""
 
 

@@ -31,10 +31,11 @@ from pathlib import Path
 
 from servelab.dedup.catalog import Catalog, OutsideRoot, file_mode_of, folder_mode_of, safe_path
 from servelab.dedup.lock import folder_lock
+from servelab.errors import ServelabError
 from servelab.fileio import durable_move, file_digest, fsync_dir, make_dirs, partial_copies
 
 
-class TrashError(ValueError):
+class TrashError(ServelabError, ValueError):
     pass
 
 

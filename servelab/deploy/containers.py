@@ -35,11 +35,12 @@ import httpx
 import yaml
 
 from servelab.config import checkout
+from servelab.errors import ServelabError
 
 CONTAINER_PORT = 8002  # the port the service image listens on (docker/Dockerfile: SERVELAB_PORT)
 
 
-class DockerError(RuntimeError):
+class DockerError(ServelabError, RuntimeError):
     """A docker command failed; the message carries its exit code and last output lines."""
 
 

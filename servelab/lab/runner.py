@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab import config
+from servelab.errors import ServelabError
 from servelab.fileio import atomic_write
 from servelab.lab import notebooks as nbs
 from servelab.lab import params as lab_params
@@ -31,7 +32,7 @@ URL_KEYS = {"service_url", "triton_http_url", "triton_grpc_url", "triton_metrics
             "service_pid", "triton_pid"}
 
 
-class NotebookFailed(RuntimeError):
+class NotebookFailed(ServelabError, RuntimeError):
     """A notebook raised; the message names the notebook, the cell, and where the partial results are."""
 
 

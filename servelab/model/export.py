@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from servelab.config import Settings
+from servelab.errors import ServelabError
 from servelab.fileio import atomic_path, atomic_write, file_digest
 from servelab.model.contract import DTYPE, EMBED_DIM, IMAGE_SIZE, INPUT_NAME, INPUT_SHAPE, OUTPUT_NAME
 from servelab.model.weights import weights_label
@@ -29,7 +30,7 @@ FP32_MIN_COSINE = 0.9999
 INT8_MIN_COSINE = 0.995
 
 
-class ParityError(RuntimeError):
+class ParityError(ServelabError, RuntimeError):
     pass
 
 

@@ -23,6 +23,7 @@ import warnings
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from servelab.errors import ServelabError
 from servelab.model.contract import IMAGE_SIZE, INPUT_SHAPE
 
 MEAN = np.array([0.48145466, 0.4578275, 0.40821073], dtype=np.float32)
@@ -36,7 +37,7 @@ DEFAULT_MAX_BYTES = 20 * 1024 * 1024
 DEFAULT_MAX_PIXELS = 40_000_000
 
 
-class ImageDecodeError(ValueError):
+class ImageDecodeError(ServelabError, ValueError):
     """The bytes are not a usable image; the message says why (shown to API users)."""
 
     def __init__(self, message: str, kind: str = "invalid_image"):

@@ -29,8 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
+from servelab.errors import ServelabError
 
-class EngineError(RuntimeError):
+
+class EngineError(ServelabError, RuntimeError):
     pass
 
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from servelab.errors import ServelabError
+
 _VAR = re.compile(r"\$(?:(?P<escaped>\$)|\{(?P<braced>[^}]*)\}|(?P<named>[A-Za-z_][A-Za-z0-9_]*))")
 _BRACED = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?+])(?P<arg>.*))?$", re.S)
 
 
-class InterpolationError(ValueError):
+class InterpolationError(ServelabError, ValueError):
     pass
 
 

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from servelab.config import CHECKOUT, checkout
+from servelab.errors import ServelabError
 
 # The node's stacks and bootstrap ship with the course repository (an installed package has none of them).
 _ROOT = CHECKOUT or Path.cwd()
@@ -78,7 +79,7 @@ ENV = {  # field -> environment variable
 }
 
 
-class ProvisionError(RuntimeError):
+class ProvisionError(ServelabError, RuntimeError):
     """A cloud step failed; the message names the step and what to do."""
 
 

@@ -27,14 +27,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from servelab.errors import ServelabError
 from servelab.fingerprint import usable_cores
 
 
-class QueueFull(RuntimeError):
+class QueueFull(ServelabError, RuntimeError):
     """No room in the queue for this request's images."""
 
 
-class DeadlineExceeded(RuntimeError):
+class DeadlineExceeded(ServelabError, RuntimeError):
     """The request waited in the queue past its timeout and was dropped without being computed."""
 
 

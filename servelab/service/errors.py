@@ -8,8 +8,10 @@ from __future__ import annotations
 import math
 from typing import NoReturn
 
+from servelab.errors import ServelabError
 
-class ApiError(Exception):
+
+class ApiError(ServelabError):
     """A refusal with its HTTP status, a stable machine-readable code and a message naming the problem."""
 
     def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None):

@@ -33,6 +33,8 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from servelab.errors import ServelabError
+
 # the header Triton checks over HTTP (lower case: gRPC metadata keys are)
 HEADER = "servelab-admin-key"
 # over gRPC, Triton looks for the same name behind its own prefix (the refusal names it)
@@ -42,7 +44,7 @@ RESTRICTED = ("model-repository", "shared-memory", "logging", "trace")
 LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]", "0.0.0.0"})
 
 
-class AccessError(RuntimeError):
+class AccessError(ServelabError, RuntimeError):
     """The per-user folder or a key file cannot be trusted; the message says what to remove or set."""
 
 

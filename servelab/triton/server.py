@@ -49,6 +49,7 @@ import sys
 from pathlib import Path
 
 from servelab.config import workspace
+from servelab.errors import ServelabError
 from servelab.managed_process import ManagedProcess
 from servelab.netutil import free_port
 from servelab.triton import access
@@ -93,7 +94,7 @@ def pytriton_version() -> str | None:
         return None
 
 
-class TritonStartError(RuntimeError):
+class TritonStartError(ServelabError, RuntimeError):
     """tritonserver could not be started or a model did not load; the message is one line saying why."""
 
 
