@@ -115,6 +115,21 @@ def test_a_small_consistent_lead_is_named_by_the_check_with_its_size():
                                   exercise="t").passed
 
 
+def test_the_check_ranks_by_the_runs_margin_when_a_step_carries_its_drift(tmp_path):
+    """A lab step whose run drifted 30 % widens the margin the check ranks by, as it does for the run's sentences."""
+    from servelab.lab.step import Step
+
+    fastapi, triton = _rec("fastapi", 20.0, 21.0), _rec("triton-http", 24.0, 25.0)  # about 19 % apart
+    ranked = checks.outcome("triton-http", [fastapi, triton], key="server", a="fastapi", b="triton-http",
+                            exercise="t")
+    assert ranked.passed and "below the" not in ranked.message
+    step = Step("98", tmp_path / "run")
+    step.machine_drift = 0.3
+    drifted = checks.outcome("triton-http", [fastapi, triton], key="server", a="fastapi", b="triton-http",
+                             exercise="t", step=step)
+    assert drifted.passed and "30 %" in drifted.message
+
+
 def test_a_tail_latency_is_banded_alike_by_the_check_and_the_sentence():
     from servelab.bench.report import versus
 

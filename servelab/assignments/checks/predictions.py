@@ -50,11 +50,12 @@ def measured_bands(table, *, key: str, metric: str = "throughput_img_s", at: Map
     return pd.DataFrame(out).set_index(key) if out else pd.DataFrame(columns=cols)
 
 
-def reading(bands: pd.DataFrame, a, b, higher_is_better: bool = True):
+def reading(bands: pd.DataFrame, a, b, higher_is_better: bool = True, *, margin: float | None = None):
     """The run's reading of `a` against `b` from `measured_bands`: servelab.bench.report.read_apart, the rule
     every sentence of the run uses. Ranges that overlap are too close to call; ranges apart give a direction,
     ranked when the lead exceeds the run's margin and both settled. A table that records no spread for any row
-    (numbers a notebook computed, say) is read as exact numbers."""
+    (numbers a notebook computed, say) is read as exact numbers. `margin`: the run's (a lab step's `margin()`,
+    which counts the machine's drift during the run); None: the floor."""
     ra, rb = bands.loc[a], bands.loc[b]
     exact = all(str(x) == NO_SPREAD for x in bands["source"])
     spread = tuple(exact or r["source"] != NO_SPREAD for r in (ra, rb))
@@ -63,7 +64,7 @@ def reading(bands: pd.DataFrame, a, b, higher_is_better: bool = True):
         x = r.get("settled")
         return None if x is None or pd.isna(x) else bool(x)
 
-    return read_apart((ra["value"], ra["lo"], ra["hi"]), (rb["value"], rb["lo"], rb["hi"]), margin=ranking_margin(),
+    return read_apart((ra["value"], ra["lo"], ra["hi"]), (rb["value"], rb["lo"], rb["hi"]), margin=ranking_margin() if margin is None else margin,
                       higher_is_better=higher_is_better, settled=(settled(ra), settled(rb)), spread=spread)
 
 
@@ -82,7 +83,7 @@ def outcome(answer, table, *, key: str, a, b, metric: str = "throughput_img_s", 
         if k not in bands.index:
             raise ValueError(f"no {key}={k} rows with {metric} in the table (has {', '.join(map(str, bands.index))})")
     bands = bands.loc[[a, b]]
-    read = reading(bands, a, b, higher_is_better)
+    read = reading(bands, a, b, higher_is_better, margin=step.margin() if hasattr(step, "margin") else None)
     expected = read.side(a, b, TIE)
     choices = {norm(a): a, norm(b): b, TIE: TIE}
     better = "higher" if higher_is_better else "lower"
