@@ -30,7 +30,7 @@
 
   report/ (servelab.bench.report): band, ratio_reading, apart_reading, margin (report.verdicts: the one reading of
     a comparison);  versus, ratio_sentence, leader, idle_sentence (report.sentences);  write_report, goals_table,
-    cost_table, markdown_table (report.tables);  plots (report.plots);  headline claims (report.headlines)
+    cost_table, markdown_table (report.tables);  plots (report.plots);  headlines as verdict data (report.headlines, report.findings)
 
 CLI: `servelab bench …` (see `servelab bench --help`): each command starts what it measures in a `with served(…)`.
 """

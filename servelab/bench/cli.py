@@ -377,7 +377,8 @@ def compare(run_a: str = typer.Argument(..., help="baseline run (id or folder)")
             check: bool = typer.Option(False, "--check", help="exit 1 unless B reproduces A")):
     """B vs A point by point (within noise when their window ranges overlap, the change is inside the spread and the
     machine's drift, or the drift probes show the machine itself that much faster or slower at that moment), the
-    share of points within noise, and whether each headline sentence makes the same claim."""
+    share of points within noise, and whether each headline's verdicts (what was compared, ranked or not, which side
+    ahead) are the same."""
     from servelab.bench.report.tables import markdown_table
     from servelab.bench.results.compare import compare as do_compare
 
