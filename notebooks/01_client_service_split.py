@@ -184,7 +184,7 @@ show_code(Pool._loop)
 # relative terms) at the larger batch, where the compute takes longer?
 
 # %%
-from servelab.bench.experiments import ab
+from servelab.bench.experiments import Side, ab
 from servelab.bench.servers import served
 from servelab.lab.places import attach, in_process_note, in_process_provider
 
@@ -195,8 +195,8 @@ provider = in_process_provider(lab.place, service.engine)  # at place=node: the 
 in_process_note(step, lab.place, provider, "the in-process side of the hop", engine=service.engine)
 with served("in-process", engine=service.engine, provider=provider) as local:  # the service's engine, here
     for b in batch_sizes:  # windows of the two sides alternate, so drift on the shared machine cancels
-        s, loc, r = ab(step.run, "01-hop", service, local, label_a="service", label_b="in-process", batch_a=b, batch_b=b,
-                     opts=opts)
+        s, loc, r = ab(step.run, "01-hop", Side("service", service, batch=b), Side("in-process", local, batch=b),
+                       opts=opts)
         service_recs.append(s)
         local_recs.append(loc)
         hop_ratios.append(r)
@@ -284,8 +284,8 @@ if link:
     with network_link("loopback", service) as lo, network_link(link, service) as wan:
         meters = [CpuMeter(server_pid=service.pid, link_pid=wan.pid)]
         for payload in ("tensor", "jpeg"):
-            a, b, r = ab(step.run, "01-link", lo.over(service), wan.over(service), label_a="loopback",
-                         label_b=link, payload_a=payload, payload_b=payload, opts=opts, meters=meters)
+            a, b, r = ab(step.run, "01-link", Side("loopback", lo.over(service), payload),
+                         Side(link, wan.over(service), payload), opts=opts, meters=meters)
             link_sides += [a, b]
             link_ab.append(r)
     over_link = step.table(step.frame(link_sides, "params.link", "payload", "payload_bytes_per_request",

@@ -328,14 +328,14 @@ if engine:
 
 # %%
 if engine and lab.place == "local":
-    from servelab.bench.experiments import ab
+    from servelab.bench.experiments import Side, ab
     from servelab.bench.report import idle_sentence
     from servelab.lab.places import attach
 
     bare = attach("fastapi", lab.service_url, payload="tensor", pid=lab.service_pid or None)
     boxed = attach("fastapi", container.url, payload="tensor")
-    boxed_rec, bare_rec, box_ratio = ab(step.run, "02-container", boxed, bare, label_a="container",
-                                        label_b="process", opts=lab.load)
+    boxed_rec, bare_rec, box_ratio = ab(step.run, "02-container", Side("container", boxed), Side("process", bare),
+                                        opts=lab.load)
     cost = step.frame([boxed_rec, bare_rec], "engine", "batch", "throughput_img_s", "throughput_min_img_s",
                       "throughput_max_img_s", "latency_p50_ms", "latency_p99_ms", "stable", "params.served_by")
     cost = cost.rename(columns={"params.served_by": "served by"})

@@ -67,7 +67,7 @@ lab = session("04", globals())  # endpoints, model names, results folder and loa
 # %%
 import contextlib
 
-from servelab.bench.experiments import ab, batch_sweep, concurrency_sweep
+from servelab.bench.experiments import Side, ab, batch_sweep, concurrency_sweep
 from servelab.bench.servers import served
 from servelab.lab.places import in_process_note, in_process_provider
 
@@ -187,9 +187,8 @@ with served("in-process", engine="torch", provider=torch_provider) as torch_engi
     # draws, with the machine's drift hitting both sides alike. Its two sides are also the sweep's end points
     # (`measured=`): each point is measured once and serves both the table and the ratio
     small_b, big_b = min(batch_sizes), max(batch_sizes)
-    torch_ab = ab(step.run, "04-torch-batch-ratio", torch_engine, torch_engine, label_a=f"batch {big_b}",
-                  label_b=f"batch {small_b}", payload_a="tensor", payload_b="tensor", batch_a=big_b,
-                  batch_b=small_b, opts=opts)
+    torch_ab = ab(step.run, "04-torch-batch-ratio", Side(f"batch {big_b}", torch_engine, "tensor", batch=big_b),
+                  Side(f"batch {small_b}", torch_engine, "tensor", batch=small_b), opts=opts)
     torch_ratio = torch_ab[-1]
     torch_batches = batch_sweep(step.run, torch_engine, batches=tuple(batch_sizes), opts=opts,
                                 experiment="04-torch-batch", measured=torch_ab)
@@ -264,9 +263,9 @@ with (served("fastapi", engine="torch", log_path=step.out_dir / "logs" / "04-ser
 
 # %%
 lo_c, hi_c = min(concurrency_levels), max(concurrency_levels)
-conc_ab = ab(step.run, "04-triton-concurrency-ratio", triton, triton, label_a=f"concurrency {hi_c}",
-             label_b=f"concurrency {lo_c}", payload_a="tensor", payload_b="tensor", concurrency_a=hi_c,
-             concurrency_b=lo_c, opts=opts)
+conc_ab = ab(step.run, "04-triton-concurrency-ratio",
+             Side(f"concurrency {hi_c}", triton, "tensor", concurrency=hi_c),
+             Side(f"concurrency {lo_c}", triton, "tensor", concurrency=lo_c), opts=opts)
 conc_ratio = conc_ab[-1]
 triton_conc = concurrency_sweep(step.run, triton, concurrencies=tuple(concurrency_levels), opts=opts,
                                 experiment="04-triton-concurrency", measured=conc_ab)
@@ -488,17 +487,16 @@ print(f"alternating {triton_model} between its own config and the same minus the
 # use(0) / use(1) load the batched / unbatched config when the side changes; the original comes back after
 with config_switch(lab.triton_http_url, lab.triton_model, [batched, unbatched]) as use:
     triton_on, triton_off, triton_ratio = ab(
-        step.run, "04-batching", triton, triton, label_a="batching on", label_b="batching off",
-        payload_a="tensor", payload_b="tensor", concurrency_a=hi_c, opts=opts, prepare=use,
-        params={"system": "triton"})
+        step.run, "04-batching", Side("batching on", triton, "tensor", concurrency=hi_c),
+        Side("batching off", triton, "tensor", concurrency=hi_c), opts=opts, prepare=use, params={"system": "triton"})
 baseline = [("triton", "off (no dynamic_batching)", triton_off, "on", triton_on, triton_ratio)]
 if lab.extra_servers and lab.service_batching_baseline:
     with served("fastapi", engine="torch", log_path=step.out_dir / "logs" / "04-service-batching.log") as service_on, \
             served("fastapi", engine="torch", max_batch=1,
                    log_path=step.out_dir / "logs" / "04-service-max-batch-1.log") as service_off:
         service_on_rec, service_off_rec, service_ratio = ab(
-            step.run, "04-batching", service_on, service_off, label_a="batching on", label_b="batching off",
-            payload_a="tensor", payload_b="tensor", concurrency_a=hi_c, opts=opts, params={"system": "fastapi"})
+            step.run, "04-batching", Side("batching on", service_on, "tensor", concurrency=hi_c),
+            Side("batching off", service_off, "tensor", concurrency=hi_c), opts=opts, params={"system": "fastapi"})
     baseline.append(("fastapi", "off (max_batch 1)", service_off_rec, "on", service_on_rec, service_ratio))
 else:
     step.not_run("FastAPI service with max_batch 1",

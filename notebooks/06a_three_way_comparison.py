@@ -331,7 +331,7 @@ step.answer(f"Triton reported {hi_row['server_compute_ms']:.0f} ms of compute pe
 # **Predict first.** Which path will the link slow down more, and by roughly how many milliseconds?
 
 # %%
-from servelab.bench.experiments import ab
+from servelab.bench.experiments import Side, ab
 from servelab.bench.load.cpu import CpuMeter
 from servelab.bench.servers.link import link_effect, link_profile, network_link
 
@@ -340,7 +340,7 @@ link_sides, link_ab = [], []
 if link:
     with network_link("loopback", fastapi, triton_tensor) as lo, network_link(link, fastapi, triton_tensor) as wan:
         for srv in (fastapi, triton_tensor):
-            a, b, r = ab(step.run, "06a-link", lo.over(srv), wan.over(srv), label_a="loopback", label_b=link,
+            a, b, r = ab(step.run, "06a-link", Side("loopback", lo.over(srv)), Side(link, wan.over(srv)),
                          opts=opts, meters=[CpuMeter(server_pid=srv.pid, link_pid=wan.pid)])
             link_sides += [a, b]
             link_ab.append(r)

@@ -211,13 +211,13 @@ else:
 #
 # ```python
 # with config_switch(url, model, [mine, staged]) as use:   # the config loaded before comes back after
-#     ab(run, experiment, two, one, ..., prepare=use)      # use(0) / use(1) before A's / B's windows
+#     ab(run, experiment, Side("mine", two), Side("staged", one), prepare=use)  # use(0) / use(1): A's / B's config
 # ```
 
 # %%
 import dataclasses
 
-from servelab.bench.experiments import ab, instances_ab
+from servelab.bench.experiments import Side, ab, instances_ab
 from servelab.bench.report import Grade, grade, ratio_verdict
 from servelab.triton.control import config_switch
 
@@ -227,8 +227,9 @@ if cpu_hands:
     two = dataclasses.replace(triton, instances=2, settings={**triton.settings, "threads": threads_each})
     one = dataclasses.replace(triton, instances=1, settings={**triton.settings, "threads": cores})
     with config_switch(lab.triton_http_url, lab.triton_model, [mine, staged]) as use:
-        instance_ab = ab(step.run, "06b-threads-instances", two, one, label_a=f"2 instances x {threads_each} thread(s)",
-                         label_b=f"1 instance x {cores} threads", concurrency_a=top_c, opts=opts, prepare=use)
+        instance_ab = ab(step.run, "06b-threads-instances",
+                         Side(f"2 instances x {threads_each} thread(s)", two, concurrency=top_c),
+                         Side(f"1 instance x {cores} threads", one, concurrency=top_c), opts=opts, prepare=use)
 else:  # on a GPU the copies share the GPU: the most instances against the fewest
     instance_ab = instances_ab(step.run, triton, instances=(n_hi, n_lo), concurrency=top_c, opts=opts,
                                experiment="06b-instances-ratio")
@@ -283,9 +284,8 @@ if cpu_hands:
     spin_off_text = edited(staged_text, 'parameters { key: "intra_op_spinning", value: { string_value: "0" } }')
     off = dataclasses.replace(one, settings={**one.settings, "spinning": False})
     with config_switch(lab.triton_http_url, lab.triton_model, [json.loads(as_json(spin_off_text)), staged]) as use:
-        spin_ab = ab(step.run, "06b-spinning", off, one, label_a="spinning off",
-                     label_b="spinning on", concurrency_a=top_c, opts=opts,
-                     prepare=use)
+        spin_ab = ab(step.run, "06b-spinning", Side("spinning off", off, concurrency=top_c),
+                     Side("spinning on", one, concurrency=top_c), opts=opts, prepare=use)
     print(step.ratio(spin_ab[-1]))
 else:
     step.not_run("spinning on and off", "this Triton's encoder runs on a GPU" if triton.gpus
