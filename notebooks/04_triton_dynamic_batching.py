@@ -490,7 +490,9 @@ with config_switch(lab.triton_http_url, lab.triton_model, [batched, unbatched]) 
         step.run, "04-batching", Side("batching on", triton, "tensor", concurrency=hi_c),
         Side("batching off", triton, "tensor", concurrency=hi_c), opts=opts, prepare=use, params={"system": "triton"})
 baseline = [("triton", "off (no dynamic_batching)", triton_off, "on", triton_on, triton_ratio)]
-if lab.extra_servers and lab.service_batching_baseline:
+if step.skip_unless(lab.extra_servers and lab.service_batching_baseline, "FastAPI service with max_batch 1",
+                    "two more torch services for one ratio (the full profile, `service_batching_baseline=True`)",
+                    "Triton's baseline only"):
     with served("fastapi", engine="torch", log_path=step.out_dir / "logs" / "04-service-batching.log") as service_on, \
             served("fastapi", engine="torch", max_batch=1,
                    log_path=step.out_dir / "logs" / "04-service-max-batch-1.log") as service_off:
@@ -498,10 +500,6 @@ if lab.extra_servers and lab.service_batching_baseline:
             step.run, "04-batching", Side("batching on", service_on, "tensor", concurrency=hi_c),
             Side("batching off", service_off, "tensor", concurrency=hi_c), opts=opts, params={"system": "fastapi"})
     baseline.append(("fastapi", "off (max_batch 1)", service_off_rec, "on", service_on_rec, service_ratio))
-else:
-    step.not_run("FastAPI service with max_batch 1",
-                 "two more torch services for one ratio (the full profile, `service_batching_baseline=True`)",
-                 "Triton's baseline only")
 batching = step.frame([rec for row in baseline for rec in (row[2], row[4])], "concurrency", "throughput_img_s",
                       "throughput_min_img_s", "throughput_max_img_s", "latency_p50_ms", "latency_p99_ms",
                       "server_stats.avg_batch", "stable")
@@ -695,31 +693,17 @@ from servelab.bench.experiments import emulated_lesson as emulated
 from servelab.model.device_profile import profile as device_profile_named
 
 emu_profile = device_profile_named(device_profile)
-emu_ready = lab.place != "node" and emulated.available(lab.triton_http_url)
-profile_rows = pd.DataFrame([{"device": emu_profile.label, "batch": n, "t_ms": round(1000 * emu_profile.t_s(n), 1),
-                              "t_unscaled_ms": round(1000 * emu_profile.unscaled_t_s(n), 3),
-                              "batching_can_buy": round(emu_profile.batching_gain(n), 2),
-                              "device_img_s": round(emu_profile.throughput_img_s(n), 1)}
-                             for n in sorted({1, max(1, hi_c // 2), hi_c})])
-step.table(profile_rows, "emulated_profile", f"Device profile {emu_profile.label} (not a measurement): "
-                                             f"{emu_profile.source}", measured=False)
-if not emu_ready:
-    step.not_run("the emulated accelerator", "this Triton has no openclip_vit_b32_emulated model (a GPU node's "
-                 "repository has none: it has the GPU itself)", "the measurements above")
+step.table(pd.DataFrame(emulated.profile_table(emu_profile, {1, max(1, hi_c // 2), hi_c})), "emulated_profile",
+           f"Device profile {emu_profile.label} (not a measurement): {emu_profile.source}", measured=False)
+emu_ready = step.skip_unless(lab.place != "node" and emulated.available(lab.triton_http_url), "the emulated accelerator",
+                             "this Triton has no openclip_vit_b32_emulated model (a GPU node's repository has none: it "
+                             "has the GPU itself)", "the measurements above")
 
 # %%
-emu_rows = []
-if emu_ready:
-    with emulated.emulated_triton(lab.triton_http_url, step.out_dir / "emulated-devices", device_profile) as emu:
-        emu_opts = emu.opts(opts)
-        emu_on_cfg = emu.config(delay_us=0)
-        # batching on vs off at the highest concurrency, in alternating windows; the "on" side is also the sweep's
-        # point at that concurrency, so each point is measured once
-        emu_ab = emu.ab(step.run, "04-emulated-batching", emu_on_cfg, emu.config(batching=False),
-                        label_a="batching on", label_b="batching off", concurrency=hi_c, opts=emu_opts)
-        emu_on, emu_off, emu_ratio = emu_ab
-        emu_conc = emu.sweep(step.run, "04-emulated-concurrency", emu_on_cfg,
-                             concurrencies=tuple(concurrency_levels), opts=emu_opts, measured=(emu_on,))
+if emu_ready:  # batching on vs off at the highest concurrency in alternating windows, then the concurrency sweep
+    emu = emulated.compare(step.run, lab.triton_http_url, step.out_dir,
+                           emulated.lesson_plan("04", device_profile, concurrency_levels), opts)
+    (emu_on, emu_off, emu_ratio), emu_conc = emu.pairs["04-emulated-batching"], emu.sweeps["04-emulated-concurrency"]
     emu_cols = ["params.device", "params.batching", "concurrency", "throughput_img_s", "throughput_min_img_s",
                 "throughput_max_img_s", "latency_p50_ms", "server_stats.avg_batch", "stable"]
     step.table(step.frame([emu_off] + emu_conc, *emu_cols).rename(columns={"params.device": "device",

@@ -331,20 +331,11 @@ from servelab.model.device_profile import profile as device_profile_named
 emu_profile = device_profile_named(device_profile)
 emu_ready = lab.place != "node" and emulated.available(lab.triton_http_url)
 lo_c, top_c = min(concurrency_levels), max(concurrency_levels)
-t1_us = int(round(emu_profile.t_s(1) * 1e6, -3))  # about one batch's time on the emulated device
-if emu_ready:
-    with emulated.emulated_triton(lab.triton_http_url, step.out_dir / "emulated-devices", device_profile) as emu:
-        emu_opts = emu.opts(opts)
-        emu_cfgs = {d: emu.config(delay_us=d, max_batch=min(top_c, emulated.TEMPLATE_MAX_BATCH)) for d in (0, t1_us)}
-        # the claimed ratio (delay t(1) ÷ none at the highest concurrency) in alternating windows; its sides are
-        # also the grid's points there
-        emu_ab = emu.ab(step.run, "05a-emulated-queue-delay-ratio", emu_cfgs[t1_us], emu_cfgs[0],
-                        label_a=f"delay {t1_us} µs", label_b="delay 0 µs", concurrency=top_c, opts=emu_opts)
-        emu_ratio = emu_ab[-1]
-        emu_grid = [rec for d, cfg in emu_cfgs.items()
-                    for rec in emu.sweep(step.run, "05a-emulated-queue-delay", cfg,
-                                         concurrencies=tuple(concurrency_levels), opts=emu_opts,
-                                         measured=tuple(emu_ab[:2]))]
+t1_us = emulated.one_batch_delay_us(emu_profile)  # about one batch's time on the emulated device
+if emu_ready:  # delay t(1) ÷ none at the highest concurrency in alternating windows, then the grid
+    emu = emulated.compare(step.run, lab.triton_http_url, step.out_dir,
+                           emulated.lesson_plan("05a", device_profile, concurrency_levels), opts)
+    emu_ratio, emu_grid = emu.pairs["05a-emulated-queue-delay-ratio"][-1], emu.sweeps["05a-emulated-queue-delay"]
     emu_cells = step.frame(emu_grid, "params.device", "params.max_queue_delay_us", "concurrency", "throughput_img_s",
                            "throughput_min_img_s", "throughput_max_img_s", "latency_p50_ms", "stable",
                            "server_stats.avg_batch", "server_stats.avg_queue_ms")

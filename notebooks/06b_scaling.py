@@ -178,7 +178,8 @@ from servelab.lab.config_text import as_json, edited
 
 show_code(edited)
 cpu_hands = config_file.is_file() and not triton.gpus  # a CPU model in a repository this notebook can read
-if cpu_hands:
+not_here = "this Triton's encoder runs on a GPU" if triton.gpus else f"{config_file} is not readable here"
+if step.skip_unless(cpu_hands, "the threads × instances configuration loaded by hand", not_here, "the instance sweep above"):
     staged_text = config_file.read_text()
     my_text = edited(staged_text, my_edit)
     print(my_text[my_text.index("instance_group"):])
@@ -194,10 +195,6 @@ if cpu_hands:
     print("the file's config again:", client.get_model_config(lab.triton_model)["instance_group"][0]["count"],
           "instance(s)")
     client.close()
-else:
-    step.not_run("the threads × instances configuration loaded by hand",
-                 "this Triton's encoder runs on a GPU" if triton.gpus else f"{config_file} is not readable here",
-                 "the instance sweep above")
 
 # %% [markdown]
 # **Predict first.** Your configuration against the staged one at the highest concurrency, in alternating
@@ -280,16 +277,13 @@ else:
 
 # %%
 spin_ab = None
-if cpu_hands:
+if step.skip_unless(cpu_hands, "spinning on and off", not_here, "the threads × instances comparison above"):
     spin_off_text = edited(staged_text, 'parameters { key: "intra_op_spinning", value: { string_value: "0" } }')
     off = dataclasses.replace(one, settings={**one.settings, "spinning": False})
     with config_switch(lab.triton_http_url, lab.triton_model, [json.loads(as_json(spin_off_text)), staged]) as use:
         spin_ab = ab(step.run, "06b-spinning", Side("spinning off", off, concurrency=top_c),
                      Side("spinning on", one, concurrency=top_c), opts=opts, prepare=use)
     print(step.ratio(spin_ab[-1]))
-else:
-    step.not_run("spinning on and off", "this Triton's encoder runs on a GPU" if triton.gpus
-                 else f"{config_file} is not readable here", "the threads × instances comparison above")
 
 # %%
 if spin_ab is not None:
@@ -359,23 +353,14 @@ from servelab.model.device_profile import profile as device_profile_named
 emu_profile = device_profile_named(device_profile)
 flat = device_profile_named("flat")
 full_c = 2 * flat.full_at  # two groups of full batches: enough clients to fill the flat device twice over
-emu_ready = lab.place != "node" and emulated.available(lab.triton_http_url)
-if emu_ready:
-    with emulated.emulated_triton(lab.triton_http_url, step.out_dir / "emulated-devices", device_profile) as emu:
-        emu_opts = emu.opts(opts, instances=2)  # two instances: windows long enough to hold several executions
-        emu_instances = emu.ab(step.run, "06b-emulated-instances", emu.config(instances=2, devices=1),
-                               emu.config(instances=1, devices=1), label_a="2 instances, 1 device",
-                               label_b="1 instance, 1 device", concurrency=top_c, opts=emu_opts)
-    # the same two questions on a device that batches of 4 fill: max_batch_size 4, 8 clients
-    with emulated.emulated_triton(lab.triton_http_url, step.out_dir / "emulated-devices-flat", flat) as emu_flat:
-        full = dict(max_batch=flat.full_at)
-        full_instances = emu_flat.ab(step.run, "06b-emulated-full-instances",
-                                     emu_flat.config(instances=2, devices=1, **full),
-                                     emu_flat.config(instances=1, devices=1, **full), label_a="2 instances, 1 device",
-                                     label_b="1 instance, 1 device", concurrency=full_c, opts=emu_opts)
-        emu_devices = emu_flat.ab(step.run, "06b-emulated-devices", emu_flat.config(instances=2, devices=2, **full),
-                                  emu_flat.config(instances=2, devices=1, **full), label_a="2 instances, 2 devices",
-                                  label_b="2 instances, 1 device", concurrency=full_c, opts=emu_opts)
+emu_ready = step.skip_unless(lab.place != "node" and emulated.available(lab.triton_http_url),
+                             "instances and devices on the emulated accelerator", "this Triton has no "
+                             "openclip_vit_b32_emulated model (a GPU node's repository has none: it has the GPU "
+                             "itself)", "the measurements above")
+if emu_ready:  # instances on the lesson's device; then instances and devices on one that batches of 4 fill
+    emu = emulated.compare(step.run, lab.triton_http_url, step.out_dir,
+                           emulated.lesson_plan("06b", device_profile, concurrency_levels), opts)
+    emu_instances, full_instances, emu_devices = emu.pairs.values()  # instances, full-instances, devices
     emu_points = step.frame(emu_instances[:2] + full_instances[:2] + emu_devices[:1], "params.device",
                             "params.max_batch", "params.instances", "params.devices", "concurrency",
                             "throughput_img_s", "throughput_min_img_s", "throughput_max_img_s", "latency_p50_ms",
@@ -383,11 +368,7 @@ if emu_ready:
     step.table(emu_points.rename(columns={"params.device": "device", "params.max_batch": "max_batch_size",
                                           "params.instances": "instances", "params.devices": "devices"}),
                "emulated_instances_devices",
-               f"{emu.caption}; and {emu_flat.caption}: instances and devices (batch-1 clients, dynamic batching "
-               "without delay)")
-else:
-    step.not_run("instances and devices on the emulated accelerator", "this Triton has no openclip_vit_b32_emulated "
-                 "model (a GPU node's repository has none: it has the GPU itself)", "the measurements above")
+               f"{emu.caption}: instances and devices (batch-1 clients, dynamic batching without delay)")
 
 # %%
 if emu_ready:

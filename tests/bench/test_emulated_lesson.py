@@ -109,3 +109,47 @@ def test_a_headline_quotes_the_emulated_ratios_its_notebook_measured_labelled_wi
     assert "2 instances, 2 devices ÷ 2 instances, 1 device throughput: 2.00×" in text
     assert "thread" not in text and "batching" not in text
     assert found.device == "emulated flat" and found.key.endswith("c=8 on emulated flat")  # labelled in its fields
+
+
+def test_each_lesson_plan_names_its_experiments_and_configurations():
+    (p04,) = emulated.lesson_plan("04", "vit-b32-h100", [1, 8])
+    (pair,) = p04.pairs
+    assert (pair.experiment, pair.label_a, pair.label_b, pair.concurrency) == (
+        "04-emulated-batching", "batching on", "batching off", 8)
+    assert pair.a == {"delay_us": 0} and pair.b == {"batching": False}
+    assert [(s.experiment, s.config, s.concurrencies) for s in p04.sweeps] == [
+        ("04-emulated-concurrency", {"delay_us": 0}, (1, 8))]
+
+    t1_us = emulated.one_batch_delay_us(DEVICE_PROFILES["vit-b32-h100"])
+    (p05a,) = emulated.lesson_plan("05a", "vit-b32-h100", [1, 8])
+    assert p05a.pairs[0].a == {"delay_us": t1_us, "max_batch": 8} and p05a.pairs[0].b == {"delay_us": 0, "max_batch": 8}
+    assert p05a.pairs[0].label_a == f"delay {t1_us} µs"
+    assert [s.config["delay_us"] for s in p05a.sweeps] == [0, t1_us], "the grid: no delay first, then t(1)"
+
+    room, full = emulated.lesson_plan("06b", "vit-b32-h100", [1, 8])
+    assert [p.experiment for p in (*room.pairs, *full.pairs)] == [
+        "06b-emulated-instances", "06b-emulated-full-instances", "06b-emulated-devices"]
+    assert full.profile == FLAT and full.folder == "emulated-devices-flat"
+    assert {p.concurrency for p in full.pairs} == {2 * FLAT.full_at}
+    assert room.instances == full.instances == 2, "two instances: windows as long as the notebook's"
+
+
+def test_a_lesson_without_an_emulated_comparison_is_refused():
+    with pytest.raises(ValueError, match="04, 05a, 06b"):
+        emulated.lesson_plan("07", "vit-b32-h100", [1, 8])
+
+
+def test_one_batch_delay_is_t1_to_the_millisecond():
+    assert emulated.one_batch_delay_us(LINEAR) == 42000  # t(1) = 41.5 ms, rounded
+
+
+def test_profile_table_is_the_profiles_own_figures():
+    rows = emulated.profile_table(LINEAR, {8, 1})
+    assert [r["batch"] for r in rows] == [1, 8]
+    assert rows[1]["batching_can_buy"] == round(LINEAR.batching_gain(8), 2)
+    assert rows[0]["device"] == LINEAR.label
+
+
+def test_a_comparison_on_two_devices_names_both_as_emulations():
+    emu = emulated.EmulatedComparison({}, {}, ["A: an emulated accelerator", "B: an emulated accelerator"])
+    assert emu.caption == "A: an emulated accelerator; and B: an emulated accelerator"

@@ -1,6 +1,12 @@
 """The emulated accelerator beside the CPU in the lessons (04, 05a, 06b): the lab's Triton also loads
 `openclip_vit_b32_emulated`, whose batches wait t(B) on an emulated device instead of computing; a lesson
-reloads it with the configurations it compares and measures them like the CPU model.
+reloads it with the configurations it compares and measures them like the CPU model. Each lesson's comparison
+is one call, its plan (`lesson_plan`) named by the lesson:
+
+    emu = compare(step.run, triton_http_url, step.out_dir, lesson_plan("04", "vit-b32-h100", [1, 8]), opts)
+    on, off, ratio = emu.pairs["04-emulated-batching"]      # emu.sweeps["04-emulated-concurrency"]: the points
+
+One measurement, by hand:
 
     with emulated_triton(triton_http_url, step.out_dir / "emulated-devices", "vit-b32-h100") as emu:
         on, off, ratio = emu.ab(step.run, "04-emulated-batching", emu.config(), emu.config(batching=False),
@@ -265,3 +271,127 @@ def throughput_at(p: DeviceProfile, avg_batch: float, instances: int = 1, device
     two groups stay whole."""
     per_device = instances / devices
     return instances * avg_batch / p.t_s(per_device * avg_batch)
+
+
+# --- the comparison each lesson shows, in one call --------------------------------------------------------
+
+@dataclass(frozen=True)
+class Pair:
+    """Two configurations (`EmulatedTriton.config` keywords) measured in alternating windows."""
+
+    experiment: str
+    a: dict
+    b: dict
+    label_a: str
+    label_b: str
+    concurrency: int
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """One configuration at each concurrency (points a pair already measured are taken from it)."""
+
+    experiment: str
+    config: dict
+    concurrencies: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class OnDevice:
+    """What a lesson measures on one emulated device, in this order: its pairs, then its sweeps. `instances`
+    sizes the windows (`EmulatedTriton.opts`); the device's state lives in `folder` under the run's folder."""
+
+    profile: DeviceProfile | str
+    folder: str
+    pairs: tuple[Pair, ...]
+    sweeps: tuple[Sweep, ...] = ()
+    instances: int = 1
+
+
+@dataclass
+class EmulatedComparison:
+    """A lesson's measurements on the emulated device(s): each pair's [A, B, A ÷ B] and each sweep's records
+    (a sweep run on several configurations under one experiment name: all of them, in plan order), by
+    experiment name."""
+
+    pairs: dict[str, list[dict]]
+    sweeps: dict[str, list[dict]]
+    captions: list[str]
+
+    @property
+    def caption(self) -> str:
+        """What a table of these points says it is: every device it used, each labelled as an emulation."""
+        return "; and ".join(self.captions)
+
+
+def one_batch_delay_us(p: DeviceProfile) -> int:
+    """About one batch's time on the device, t(1), rounded to the millisecond: 05a's queue delay."""
+    return int(round(p.t_s(1) * 1e6, -3))
+
+
+def lesson_plan(lesson: str, device_profile: DeviceProfile | str, concurrencies) -> tuple[OnDevice, ...]:
+    """What lesson `lesson` ("04", "05a" or "06b") compares on the emulated accelerator, at its concurrencies:
+    04 batching on and off, 05a a queue delay of t(1) and none, 06b instances and devices."""
+    levels = tuple(concurrencies)
+    top = max(levels)
+    if lesson == "04":  # batching on vs off at the top concurrency; the "on" side is also the sweep's point there
+        on = {"delay_us": 0}
+        return (OnDevice(device_profile, "emulated-devices",
+                         (Pair("04-emulated-batching", on, {"batching": False}, "batching on", "batching off", top),),
+                         (Sweep("04-emulated-concurrency", on, levels),)),)
+    if lesson == "05a":  # delay t(1) ÷ none at the top concurrency; its sides are also the grid's points there
+        t1_us = one_batch_delay_us(profile(device_profile) if isinstance(device_profile, str) else device_profile)
+        cfg = {d: {"delay_us": d, "max_batch": min(top, TEMPLATE_MAX_BATCH)} for d in (0, t1_us)}
+        return (OnDevice(device_profile, "emulated-devices",
+                         (Pair("05a-emulated-queue-delay-ratio", cfg[t1_us], cfg[0], f"delay {t1_us} µs", "delay 0 µs",
+                               top),),
+                         tuple(Sweep("05a-emulated-queue-delay", c, levels) for c in cfg.values())),)
+    if lesson == "06b":  # instances on the lesson's device; then on a device that batches of 4 fill, twice over
+        flat = profile("flat")
+        full, full_c = {"max_batch": flat.full_at}, 2 * flat.full_at
+        return (OnDevice(device_profile, "emulated-devices",
+                         (Pair("06b-emulated-instances", {"instances": 2, "devices": 1}, {"instances": 1, "devices": 1},
+                               "2 instances, 1 device", "1 instance, 1 device", top),), instances=2),
+                OnDevice(flat, "emulated-devices-flat",
+                         (Pair("06b-emulated-full-instances", {"instances": 2, "devices": 1, **full},
+                               {"instances": 1, "devices": 1, **full}, "2 instances, 1 device", "1 instance, 1 device",
+                               full_c),
+                          Pair("06b-emulated-devices", {"instances": 2, "devices": 2, **full},
+                               {"instances": 2, "devices": 1, **full}, "2 instances, 2 devices", "2 instances, 1 device",
+                               full_c)), instances=2))
+    raise ValueError(f"no emulated comparison for lesson {lesson!r}: one of 04, 05a, 06b")
+
+
+def compare(run, http_url: str, out_dir: Path | str, plan: tuple[OnDevice, ...], opts: LoadOpts) -> EmulatedComparison:
+    """Measure `plan` on the emulated model of the Triton at `http_url`, device by device (each loaded with its
+    own config again when done), its devices' state under `out_dir`:
+
+        emu = compare(step.run, triton_http_url, step.out_dir, lesson_plan("04", "vit-b32-h100", [1, 8]), opts)
+        on, off, ratio = emu.pairs["04-emulated-batching"]
+    """
+    pairs: dict[str, list[dict]] = {}
+    sweeps: dict[str, list[dict]] = {}
+    captions = []
+    for device in plan:
+        with emulated_triton(http_url, Path(out_dir) / device.folder, device.profile) as emu:
+            device_opts = emu.opts(opts, instances=device.instances)
+            measured: list[dict] = []
+            for p in device.pairs:
+                pairs[p.experiment] = emu.ab(run, p.experiment, emu.config(**p.a), emu.config(**p.b),
+                                             label_a=p.label_a, label_b=p.label_b, concurrency=p.concurrency,
+                                             opts=device_opts)
+                measured += pairs[p.experiment][:2]
+            for s in device.sweeps:
+                sweeps.setdefault(s.experiment, []).extend(
+                    emu.sweep(run, s.experiment, emu.config(**s.config), concurrencies=s.concurrencies,
+                              opts=device_opts, measured=tuple(measured)))
+            captions.append(emu.caption)
+    return EmulatedComparison(pairs, sweeps, captions)
+
+
+def profile_table(p: DeviceProfile, batches) -> list[dict]:
+    """The profile's figures at these batch sizes (not a measurement): t(B) as emulated and unscaled, what
+    batching can buy, and the device's images per second."""
+    return [{"device": p.label, "batch": n, "t_ms": round(1000 * p.t_s(n), 1),
+             "t_unscaled_ms": round(1000 * p.unscaled_t_s(n), 3), "batching_can_buy": round(p.batching_gain(n), 2),
+             "device_img_s": round(p.throughput_img_s(n), 1)} for n in sorted(batches)]
