@@ -27,10 +27,11 @@ help:
 # torch files no lab imports); Python compiles the ones that are imported, once, on first use.
 # --no-deps: each file is already the whole closure of its packages in the lock, so pip's resolver has nothing to
 # add (it took ten seconds of a fresh set-up to find that out); `pip check` then confirms that nothing is missing.
+# --require-hashes: every line carries the sha256 of the wheels it may be (pip would check them anyway; this says so).
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m servelab.setup_guard requirements.txt
-	$(PIP) install --disable-pip-version-check -q --no-compile --no-deps -r requirements.txt
+	$(PIP) install --disable-pip-version-check -q --no-compile --no-deps --require-hashes -r requirements.txt
 	$(PIP) install --disable-pip-version-check -q --no-deps --no-build-isolation -e .
 	$(PIP) check --disable-pip-version-check -q
 	$(PY) -m ipykernel install --sys-prefix --name servelab --display-name "servelab (.venv)" >/dev/null
@@ -39,7 +40,7 @@ $(STAMP): requirements.txt pyproject.toml
 setup: $(STAMP)
 
 $(TEST_STAMP): $(STAMP) requirements-test.txt
-	$(PIP) install --disable-pip-version-check -q --no-compile --no-deps -r requirements-test.txt
+	$(PIP) install --disable-pip-version-check -q --no-compile --no-deps --require-hashes -r requirements-test.txt
 	$(PIP) check --disable-pip-version-check -q
 	touch $@
 

@@ -161,3 +161,34 @@ def test_healthcheck_script_against_a_real_service(onnx_meta):
     down = subprocess.run([sys.executable, str(script)], env={**os.environ, "SERVELAB_PORT": str(port)},
                           capture_output=True, text=True, timeout=30)
     assert down.returncode == 1 and "readyz failed" in down.stderr
+
+
+def _pip_installs(path: Path) -> list[str]:
+    """The RUN instructions of a Dockerfile that install requirements files."""
+    return [args for op, args in instructions(path) if op == "RUN" and "pip install" in args and " -r " in args]
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
+def test_images_install_generated_hashed_files_as_make_setup_does(path):
+    """Every requirements install is --no-deps --require-hashes of files generated from the lock, followed by
+    `pip check` (except NVIDIA's Triton image, whose own packages are not in the lock)."""
+    sys.path.insert(0, str(REPO_ROOT / "scripts"))
+    try:
+        from lock import OUTPUTS, unhashed
+    finally:
+        sys.path.remove(str(REPO_ROOT / "scripts"))
+    copied = {Path(w).name: w for op, args in instructions(path) if op == "COPY" and "--from=" not in args
+              for w in args.split()[:-1] if not w.startswith("--")}
+    runs = _pip_installs(path)
+    assert runs or path.name == "Dockerfile.triton" or "pip install" not in path.read_text()
+    for run in runs:
+        for command in run.split("&&"):
+            if "pip install" not in command or " -r " not in command:
+                continue
+            assert "--no-deps" in command and "--require-hashes" in command, f"{path.name}: {command.strip()}"
+            for target in re.findall(r"-r\s+(\S+)", command):
+                source = copied.get(Path(target).name)
+                assert source in OUTPUTS, f"{path.name}: {target} is not a requirements file generated from the lock"
+                assert not unhashed((REPO_ROOT / source).read_text()), f"{source} has lines without hashes"
+        if path.name != "Dockerfile.triton":
+            assert "pip check" in run, f"{path.name}: no `pip check` after installing with --no-deps"

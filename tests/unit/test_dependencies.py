@@ -1,14 +1,19 @@
-"""pyproject.toml declares what servelab imports, and the requirements files are exactly what the lock implies."""
+"""pyproject.toml declares what servelab imports, the requirements files are exactly what the lock implies, with
+hashes, and each set resolves for the machines it is meant for."""
 
 from __future__ import annotations
 
 import ast
+import importlib.util
+import json
 import subprocess
 import sys
 import tomllib
+import urllib.request
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -17,6 +22,27 @@ ROOT = Path(__file__).resolve().parents[2]
 NOT_DISTRIBUTIONS = {"triton_python_backend_utils"}
 # Modules of extras the CPU lab does not install (gpu, chameleon): the distribution that provides each.
 NOT_INSTALLED_HERE = {"pynvml": "nvidia-ml-py", "chi": "python-chi", "tensorrt": "tensorrt"}
+
+
+def _lock_script():
+    spec = importlib.util.spec_from_file_location("servelab_lock_script", ROOT / "scripts" / "lock.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+lock = _lock_script()
+
+
+def pins(name: str) -> dict[str, str]:
+    """{canonical name: version} of the requirement lines of a requirements file (options and hashes skipped)."""
+    out = {}
+    for line in (ROOT / name).read_text().splitlines():
+        if line and not line[0].isspace() and not line.startswith(("#", "-")):
+            req, _, version = line.split()[0].partition("==")
+            out[canonicalize_name(req)] = version
+    return out
 
 
 def _declared() -> set[str]:
@@ -69,13 +95,65 @@ def test_requirements_files_are_generated_from_the_lock():
 def test_test_only_packages_stay_out_of_the_runtime_and_image_sets():
     test_only = {"pytest", "pytest-timeout", "playwright", "kubernetes", "ruff"}
     for name in ["requirements.txt", "requirements-gpu.txt", "docker/requirements-service.txt",
-                 "docker/requirements-export.txt"]:
-        pins = {canonicalize_name(line.split("==")[0]) for line in (ROOT / name).read_text().splitlines()
-                if line and not line.startswith("#")}
-        assert not pins & test_only, f"{name} carries test-only packages {sorted(pins & test_only)}"
+                 "docker/requirements-export.txt", "docker/requirements-triton.txt"]:
+        found = set(pins(name)) & test_only
+        assert not found, f"{name} carries test-only packages {sorted(found)}"
 
 
 def test_gpu_set_has_onnxruntime_gpu_and_never_both_builds():
-    pins = {canonicalize_name(line.split("==")[0]) for line in (ROOT / "requirements-gpu.txt").read_text().splitlines()
-            if line and not line.startswith("#")}
-    assert "onnxruntime-gpu" in pins and "onnxruntime" not in pins  # one `onnxruntime` module per environment
+    gpu = pins("requirements-gpu.txt")
+    assert "onnxruntime-gpu" in gpu and "onnxruntime" not in gpu  # one `onnxruntime` module per environment
+
+
+def test_gpu_set_pins_torch_cuda_build_and_every_cuda_wheel():
+    gpu = pins("requirements-gpu.txt")
+    cuda = {n for n in gpu if n.startswith(("nvidia-", "cuda-")) or n == "triton"} - {"nvidia-ml-py", "nvidia-pytriton"}
+    # onnxruntime-gpu's CUDA provider loads libcurand; torch's CUDA build brings it with its CUDA toolkit wheels
+    assert {"nvidia-curand", "nvidia-cublas", "nvidia-cudnn-cu13", "cuda-toolkit"} <= cuda
+    assert all(gpu[n] for n in cuda) and gpu["torch"] == "2.13.0"
+    assert not cuda & set(pins("requirements.txt")), "the CPU lab set must not carry CUDA wheels"
+
+
+def test_every_requirement_carries_a_hash_and_the_cpu_torch_only_its_cpu_build():
+    for name in lock.OUTPUTS:
+        assert not lock.unhashed((ROOT / name).read_text()), name
+    locked = lock.read_lock()["torch"]["wheels"]
+    cpu_lab = (ROOT / "requirements.txt").read_text()
+    for wheel, sha in locked.items():
+        if "cp311" in wheel and "x86_64" in wheel:
+            assert (sha in cpu_lab) == ("+cpu" in wheel), f"requirements.txt and {wheel}"
+    assert lock.TORCH_CPU_WHEELS in cpu_lab
+
+
+def test_a_requirement_without_a_hash_is_found():
+    text = "a==1 \\\n    --hash=sha256:00\nb==2\n--find-links x\n"
+    assert lock.unhashed(text) == ["b==2"]
+
+
+def _index_answers() -> str | None:
+    try:
+        urllib.request.urlopen(f"{lock.PYPI_SIMPLE}/pip/", timeout=15).close()
+    except OSError as e:
+        return f"the package index {lock.PYPI_SIMPLE} does not answer ({e}): cannot resolve the sets"
+    return None
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("name,target", [("requirements.txt", lock.CPU_LAB), ("requirements-gpu.txt", lock.GPU_NODE)],
+                         ids=["cpu-lab-py3.11", "gpu-node-py3.12"])
+def test_set_resolves_for_its_target_without_installing(tmp_path, name, target):
+    """pip resolves the file for the target's Python and platform, hashes required; dependencies are resolved too
+    (no --no-deps), so a package the set lacks or a version that does not fit fails here, as `pip check` would."""
+    reason = _index_answers()
+    if reason:
+        pytest.skip(reason)
+    report = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
+                           "--require-hashes", "--disable-pip-version-check", "--target", str(tmp_path / "t"),
+                           "--report", str(report), *target.pip_options(), "-r", str(ROOT / name)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=840)
+    assert done.returncode == 0, done.stderr[-3000:]
+    chosen = {canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"]
+              for i in json.loads(report.read_text())["install"]}
+    assert {n: v.split("+")[0] for n, v in chosen.items()} == pins(name)
+    assert ("+cpu" in chosen["torch"]) == (target.build == "cpu")

@@ -9,7 +9,7 @@ import sys
 from servelab.config import CHECKOUT
 from tests.conftest import PHASES
 
-FILES = ["tests/bench/test_idle_side.py", "tests/triton/test_emulated.py", "tests/unit/test_batcher.py"]
+FILES = ["tests/bench/load/test_idle.py", "tests/triton/test_emulated.py", "tests/unit/test_batcher.py"]
 
 
 def _collect(phase: str | None, *files: str) -> subprocess.CompletedProcess:

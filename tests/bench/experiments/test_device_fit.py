@@ -67,7 +67,7 @@ def test_the_measured_h100_profile_is_the_fit_of_the_reference_run():
     from servelab.bench.results.records import load_records
     from servelab.model.device_profile import profile
 
-    records = load_records(Path(__file__).resolve().parents[2] / "reference" / "nvidia-h100-80gb-hbm3")
+    records = load_records(Path(__file__).resolve().parents[3] / "reference" / "nvidia-h100-80gb-hbm3")
     with pytest.raises(ValueError, match="several curves of that engine"):
         batch_curve(records, engine="torch", provider="cuda")
     curve = batch_curve(records, engine="torch", provider="cuda", precision="bf16", experiment="gpu-raw-host")

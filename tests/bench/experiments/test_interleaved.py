@@ -12,7 +12,7 @@ from servelab.bench.results.records import Run
 from servelab.bench.servers import TritonServed
 from servelab.triton.control import config_dict, config_switch, get_config
 
-from .conftest import TINY
+from ..conftest import TINY
 
 pytestmark = pytest.mark.triton
 

@@ -13,7 +13,7 @@ from servelab.bench.load import LoadOpts, Recorder, client_factory, closed_loop,
 from servelab.bench.report import Reading, read_ratio
 from servelab.bench.results.records import make_record, validate_record
 
-from .conftest import TINY
+from ..conftest import TINY
 
 QUICK = LoadOpts(min_requests=5, min_p50s=2, max_windows=3, tolerance=0.5, max_warmup_s=5)
 
