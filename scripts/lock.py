@@ -200,7 +200,7 @@ def index_wheels(name: str, version: str) -> dict[str, str]:
 def add_index_hashes(packages: dict) -> None:
     with ThreadPoolExecutor(8) as pool:
         found = pool.map(lambda p: index_wheels(p["name"], p["version"]), packages.values())
-        for p, wheels in zip(packages.values(), found):
+        for p, wheels in zip(packages.values(), found, strict=True):
             p["wheels"].update(wheels)
 
 
