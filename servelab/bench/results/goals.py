@@ -12,7 +12,6 @@ from servelab.bench.results.records import Run
 from servelab.vocabulary import MODEL_ENGINES
 
 
-
 def _meets(v: float, op: str, threshold: float) -> bool:
     return v >= threshold if op == ">=" else v <= threshold
 
