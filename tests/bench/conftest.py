@@ -5,6 +5,7 @@ every request exactly and to probe open-loop rates without the 2-core machine's 
 from __future__ import annotations
 
 import textwrap
+import time
 
 import pytest
 
@@ -100,3 +101,21 @@ def bench_service(service):
     from servelab.bench.servers import attach
 
     return attach("fastapi", service.url, payload="tensor", pid=service.proc.pid)
+
+
+def paced(cost):
+    """A work factory whose requests each take `cost()` seconds, paced: a request ends one `cost` after the
+    worker's previous one was due, so a late wake-up on a busy machine (several ms have been seen in CI) is
+    made up by the next request instead of adding to every one; after a pause (the other side's window in
+    an A/B) the schedule restarts from now."""
+    def factory(i):
+        due = 0.0
+
+        def work():
+            nonlocal due
+            now, step = time.perf_counter(), cost()
+            due = (due if now - due < step else now) + step
+            time.sleep(max(0.0, due - time.perf_counter()))
+            return 1
+        return work
+    return factory

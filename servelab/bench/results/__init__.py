@@ -6,7 +6,14 @@ committed reference runs on real GPUs.
 """
 
 from servelab.bench.results.compare import Comparison
-from servelab.bench.results.goals import goal_record, peer_goals, ratio_goal, scaling_efficiency, service_goals, triton_goals
+from servelab.bench.results.goals import (
+    goal_record,
+    peer_goals,
+    ratio_goal,
+    scaling_efficiency,
+    service_goals,
+    triton_goals,
+)
 from servelab.bench.results.records import (
     KINDS,
     RECORD_SCHEMA,
