@@ -157,6 +157,26 @@ def _triton_engine(srv, engine: str) -> str:
     return name
 
 
+@contextlib.contextmanager
+def started_on_server_cores(client_cores: int | None, enabled: bool = True):
+    """Start what the block starts on the cores `pinned` will leave to the server, as `taskset` would: a server
+    sizes its thread pools to the cores it may use when it starts, and one moved onto fewer cores afterwards runs
+    more threads than it has cores. This thread's own cores come back at the end of the block."""
+    if not enabled or not hasattr(os, "sched_setaffinity"):
+        yield
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        yield
+        return
+    n = min(client_cores or max(1, len(cores) // 4), len(cores) - 1)  # as servelab.bench.load.cpu.plan_cores
+    os.sched_setaffinity(0, cores[n:])
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, cores)
+
+
 def _info(url: str) -> dict:
     import httpx
 
@@ -194,9 +214,11 @@ def overload(run: Run | str | None = None, *, servers: tuple = SERVERS, engine: 
     out: list[dict] = []
     service_capacity: float | None = None  # the two service copies share one: below its limit the gate is idle
     for name in servers:
-        with overload_server(name, engine, queue=queue, deadline_s=deadline_s, log_dir=run.dir,
-                             max_wait_ms=max_wait_ms) as (srv, make, conf), \
-                pinned(srv.pid, client_cores, enabled=pin) as pinning:
+        with contextlib.ExitStack() as stack:
+            with started_on_server_cores(client_cores, enabled=pin):
+                srv, make, conf = stack.enter_context(overload_server(
+                    name, engine, queue=queue, deadline_s=deadline_s, log_dir=run.dir, max_wait_ms=max_wait_ms))
+            pinning = stack.enter_context(pinned(srv.pid, client_cores, enabled=pin))
             queue_limit = TRITON_QUEUE if name == "triton-http" else queue
             base = dict(server=name, backend=srv.backend, engine=engine, protocol="http", payload="jpeg", batch=1)
             shared = name in SERVICE_COPIES and capacity_concurrency <= queue
