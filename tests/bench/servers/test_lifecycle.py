@@ -1,6 +1,14 @@
-"""Records measured on an attached server (the lab's own stack) say so: notebook 09 picks its backend from them."""
+"""Handles on servers: records measured on an attached server (the lab's own stack) say so, as notebook 09 picks
+its backend from them; servers started on the emulated accelerator name the emulated device in every record, so
+no figure measured on it passes for a model's."""
 
-from servelab.bench.servers import attach
+import pytest
+
+from servelab.bench.experiments import measure
+from servelab.bench.load import LoadOpts
+from servelab.bench.results.records import Run
+from servelab.bench.servers import attach, served
+from servelab.triton.models import EMULATED_ENCODER
 
 
 def test_attached_handles_mark_their_records_and_keep_the_mark_across_variants():
@@ -44,3 +52,22 @@ def test_a_triton_elsewhere_is_labelled_with_the_gpus_it_reports(bench_triton):
     remote = attach("triton-http", bench_triton.http_url, model=bench_triton.model)
     assert remote.gpus == [] and remote.served_by.endswith("(no GPU instances)")
     assert remote.params()["served_by"] == remote.served_by
+
+
+@pytest.fixture
+def flat_device(tmp_path, monkeypatch):
+    monkeypatch.setenv("SERVELAB_DEVICE_PROFILE", "flat")
+    monkeypatch.setenv("SERVELAB_DEVICE_DIR", str(tmp_path / "devices"))
+
+
+@pytest.mark.parametrize("server", ["in-process", "fastapi", pytest.param("triton-http", marks=pytest.mark.triton)])
+def test_records_measured_on_the_emulated_engine_name_the_device(server, flat_device, tmp_path, onnx_meta):
+    run = Run(run_id="emulated", root=tmp_path / "results", weights="test")
+    with served(server, engine="emulated", log_path=tmp_path / f"{server}.log") if server != "in-process" \
+            else served(server, engine="emulated") as srv:
+        rec = measure(run, "emulated", srv, payload="tensor", batch=2, opts=LoadOpts.smoke())
+        if server == "triton-http":
+            assert srv.model == EMULATED_ENCODER
+    assert rec["engine"] == "emulated" and rec["errors"] == 0
+    label = rec["provider"] if server == "in-process" else rec["params"]["device"]
+    assert label == "emulated flat"
