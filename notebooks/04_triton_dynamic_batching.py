@@ -133,7 +133,7 @@ model_py = repository / lab.triton_model / "1" / "model.py"
 if model_py.is_file():
     show_code(model_py, "def execute", "def finalize")
 else:
-    print(f"{triton_model} has no model.py: it runs on Triton's onnxruntime backend, which batches the same way in C++")
+    print(f"{lab.triton_model} has no model.py: it runs on Triton's onnxruntime backend, which batches the same way in C++")
 
 # %% [markdown]
 # ## One request by hand: `tritonclient`, binary vs JSON
@@ -385,7 +385,7 @@ with step.attempt("Triton's trace", "the executed-batch histogram from /stats"):
     spans_on = by_hand.traced(lab.triton_http_url, lab.triton_model, pixels, hi_c, trace_per_client)
 if spans_on:
     step.show_plot(trace.plot_timeline(spans_on, step.plot_path("trace_timeline_on"),
-                                       title=f"{triton_model}, its own config: {hi_c} clients, batch-1 requests"))
+                                       title=f"{lab.triton_model}, its own config: {hi_c} clients, batch-1 requests"))
     step.show_plot(plot_batch_histogram(triton_conc, step.plot_path("batch_sizes")))  # /stats, the sweep above
 
 # %%
@@ -439,7 +439,7 @@ else:
 print("".join(difflib.unified_diff(pbtxt.splitlines(True), my_pbtxt.splitlines(True), "config.pbtxt", "your edit")))
 assert my_pbtxt != pbtxt, f"the edit changed nothing: is there a dynamic_batching stanza in {config_path}?"
 my_json = as_json(my_pbtxt)  # parsed by Triton's own ModelConfig: a typo fails here
-print(f"POST {triton_http_url}/v2/repository/models/{triton_model}/load  (config: {len(my_json)} bytes of JSON)")
+print(f"POST {lab.triton_http_url}/v2/repository/models/{lab.triton_model}/load  (config: {len(my_json)} bytes of JSON)")
 client.load_model(lab.triton_model, config=my_json, headers=lab.triton_headers)
 print("the running server now says:", client.get_model_config(lab.triton_model).get("dynamic_batching", "no dynamic_batching"))
 
@@ -452,7 +452,7 @@ finally:
 print("restored:", client.get_model_config(lab.triton_model).get("dynamic_batching", "no dynamic_batching"))
 if spans_mine:
     step.show_plot(trace.plot_timeline(spans_mine, step.plot_path("trace_timeline_edit"),
-                                       title=f"{triton_model}, your edit ({my_edit}): {hi_c} clients"))
+                                       title=f"{lab.triton_model}, your edit ({my_edit}): {hi_c} clients"))
     mine_row = tables.trace_row(spans_mine, f"your edit ({my_edit})")
     step.table(pd.DataFrame([on_row, mine_row]).round(1), "trace_edit",
                "The same traced load with the model's own config and with your edit (one short window each: "
@@ -483,7 +483,7 @@ from servelab.triton.control import config_dict, config_switch, get_config
 
 batched = config_dict(get_config(lab.triton_http_url, lab.triton_model))
 unbatched = {key: value for key, value in batched.items() if key != "dynamic_batching"}
-print(f"alternating {triton_model} between its own config and the same minus the dynamic_batching stanza")
+print(f"alternating {lab.triton_model} between its own config and the same minus the dynamic_batching stanza")
 # use(0) / use(1) load the batched / unbatched config when the side changes; the original comes back after
 with config_switch(lab.triton_http_url, lab.triton_model, [batched, unbatched]) as use:
     triton_on, triton_off, triton_ratio = ab(
@@ -570,7 +570,7 @@ from servelab.triton.control import get_config
 
 max_batch = int(get_config(lab.triton_http_url, lab.triton_model)["max_batch_size"])
 instance_kind = "KIND_GPU" if lab.place == "node" else "KIND_CPU"
-print(f"{triton_model}: max_batch_size {max_batch}; instances of kind {instance_kind}")
+print(f"{lab.triton_model}: max_batch_size {max_batch}; instances of kind {instance_kind}")
 
 # %% tags=["exercise"]
 # Exercise 04.2: write the dynamic_batching and instance_group stanzas, applied to the running server
@@ -733,7 +733,7 @@ if emu_ready:
           f"{1 / per_image_ratio:.2f}× (a batch costs about what its images cost). The gap between the two groups and one full batch of {n} is what a queue "
           "delay can close: 05a measures that.")
     side_by_side = pd.DataFrame([
-        {"device": f"this CPU ({triton_model})", **tables.ratio_columns(triton_ratio, "on_div_off"),
+        {"device": f"this CPU ({lab.triton_model})", **tables.ratio_columns(triton_ratio, "on_div_off"),
          "avg_batch_on": (triton_on.get("server_stats") or {}).get("avg_batch"),
          "predicted": round(1 / per_image_ratio, 2), "predicted_from": "the batch-size table above (measured)"},
         {"device": f"{emu_profile.label} (emulation)", **tables.ratio_columns(emu_ratio, "on_div_off"),

@@ -505,14 +505,14 @@ counters = ("nv_inference_request_success", "nv_inference_queue_duration_us", "n
 try:
     metrics_text = urllib.request.urlopen(lab.triton_metrics_url, timeout=5).read().decode()
 except (urllib.error.URLError, OSError) as exc:
-    step.not_run("Triton's /metrics read by hand", f"{triton_metrics_url} did not answer ({exc})")
+    step.not_run("Triton's /metrics read by hand", f"{lab.triton_metrics_url} did not answer ({exc})")
 else:
-    lines = [ln for ln in metrics_text.splitlines() if ln.startswith(counters) and f'model="{triton_model}"' in ln]
+    lines = [ln for ln in metrics_text.splitlines() if ln.startswith(counters) and f'model="{lab.triton_model}"' in ln]
     print("\n".join(lines))
     total = {name: sum(float(ln.rsplit(" ", 1)[1]) for ln in lines if ln.startswith(name + "{")) for name in counters}
     if total["nv_inference_request_success"]:
         n = total["nv_inference_request_success"]
-        step.answer(f"Since Triton started, {triton_model} answered {n:.0f} requests; on average each waited "
+        step.answer(f"Since Triton started, {lab.triton_model} answered {n:.0f} requests; on average each waited "
                     f"{total['nv_inference_queue_duration_us'] / n / 1000:.1f} ms in the queue and computed for "
                     f"{total['nv_inference_compute_infer_duration_us'] / n / 1000:.1f} ms. Averages since start hide the "
                     "present: the view below takes the rate of each counter over a short window instead.")
