@@ -56,7 +56,8 @@ class Server:
     """create_app(settings, embedder) under a real uvicorn on a free loopback port, in a background thread."""
 
     def __init__(self, embedder: SlowEmbedder, **settings):
-        base = dict(max_batch=1, max_delay_ms=0, warmup_iters=1, decode_threads=1)
+        # the wait budget off unless a test is about it: each test below times its waits with a slow engine
+        base = dict(max_batch=1, max_delay_ms=0, warmup_iters=1, decode_threads=1, max_wait_ms=0)
         self.settings = Settings.from_env(**{**base, **settings})
         self.embedder = embedder
         self.port = free_port()
