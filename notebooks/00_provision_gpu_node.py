@@ -115,8 +115,7 @@ step.answer(f"{len(scarce)} of the {len(plan_steps)} steps claim scarce resource
             + "; ".join(f"**{s.name}** — {s.detail}" for s in scarce)
             + f". Each one looks its resource up by name first and reuses it, so a second run resumes where the "
               f"first stopped. The lease holds one `{spec.node_type}` for {spec.hours} h, billed in allocation hours until "
-              "it ends whether or not the node computes; the lab's default profile needs well under one hour of it, "
-              "so release the lease when you are done.")
+              "it ends whether or not the node computes, so release the lease when you are done.")
 
 # %% [markdown]
 # ## The python-chi calls

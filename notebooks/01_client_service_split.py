@@ -23,7 +23,7 @@
 #   tensors, how many bytes, in which encoding) and why that choice matters more than it looks;
 # - read the service's request handler and its micro-batcher loop, and follow one request through them;
 # - check that both sides of the split compute the same embedding;
-# - measure what the hop costs on this machine, and explain why it is small here and large over a WAN.
+# - measure what the hop costs on this machine, and explain what makes it small on loopback and large over a WAN.
 #
 # The photo finder needs embeddings; where the model runs is a deployment decision. `InferenceClient` hides
 # it: `mode="local"` runs the ONNX engine in this process, `mode="remote"` sends the photo to a server
@@ -47,7 +47,7 @@
 # **Honest framing for this machine.** Client and service talk over loopback: no wire, no bandwidth limit,
 # no round-trip time, so "the hop" here is serialisation, HTTP handling and copies — the network cost the
 # source material measured over the internet is absent (a shaped WAN-like link is measured separately where
-# the lab provides one). Both processes share the same two CPU cores. And the service batches too: its
+# the lab provides one). Both processes share this machine's CPU cores. And the service batches too: its
 # micro-batcher groups concurrent requests, exactly the idea notebook 04 studies in Triton.
 
 # %% tags=["parameters"]
@@ -91,23 +91,23 @@ show_code(service_app.embed_tensor)
 # engine was busy form the next batch without waiting at all. Requests already admitted but still being read
 # or decoded are waited for a little longer: at most a batch's *fixed* cost (`self.cost`, fitted from the
 # engine's own runs as t(n) = fixed + per-image × n). A request left out runs in the next batch and costs one
-# more fixed cost; waiting longer than that would idle the engine for more than it saves. On a GPU, where a
-# batch of 8 costs about what a batch of 1 does, that is a long wait and batches fill up; on these CPU cores,
-# where every image adds the same tens of milliseconds, it is a few milliseconds or none, and the engine goes on with
-# whoever is ready.
+# more fixed cost; waiting longer than that would idle the engine for more than it saves. Where a batch of 8
+# costs about what a batch of 1 does (a GPU's case), that is a long wait and batches fill up; where every image
+# adds about as much as the first (a CPU's case), it is short or none, and the engine goes on with whoever is
+# ready. A cell below prints this service's own fitted costs.
 
 # %%
 show_code(MicroBatcher._loop)
 
 # %% [markdown]
 # What runs the batch. On a CPU of several cores the service keeps two engine instances, each on half the cores
-# (here one core each), and the batcher hands each free instance its own batch, so two batches run side by side
-# (`parallel`). A batch that finds the engine idle, with nothing waiting behind it, runs on all cores instead: one
-# image takes about 88 ms on one of these cores and 52 ms on two. Why not always all cores? ONNX Runtime's
-# threads split every operator between the cores and meet after each one, a few hundred times per image; when
-# the service's decoding takes a core for a moment, both threads wait. Separate instances never wait for each
-# other. On a 2-core EPYC with a decode running beside them, two single-thread instances embedded 21.5 images/s
-# where one two-thread session did 17.6–18.4. Triton's instance groups make the same choice (notebook 06b).
+# (a cell below says how many it has here), and the batcher hands each free instance its own batch, so two
+# batches run side by side (`parallel`). A batch that finds the engine idle, with nothing waiting behind it, runs
+# on all cores instead. Why not always all cores? ONNX Runtime's threads split every operator between the cores
+# and meet after each one, a few hundred times per image; when the service's decoding takes a core for a moment,
+# both threads wait. Separate instances never wait for each other. Whether that wins on a given machine is
+# measured, not assumed: notebook 06b compares two single-thread instances with one two-thread session in
+# alternating windows, as Triton's instance groups make the same choice.
 # The hold above is about a batch on an instance, beside another, so only those runs teach the batcher its
 # cost: a batch alone on all cores is a different engine. The engine says which way each run went
 # (`ran_on_an_instance`, asked on the thread that ran it), so the batcher never has to guess.
@@ -238,13 +238,13 @@ step.answer("; ".join(lines) + ".")
 
 # %% [markdown]
 # ## Why the hop costs what it does here — and what changes over a real network
-# On loopback the bytes themselves are cheap: copying 602 KB into the HTTP body and between two sockets takes
-# a few hundred microseconds. What the service adds at batch 1 (the p50 difference above) is mostly its own
-# handling: parsing the request, a hand-off to a decode thread, the micro-batcher's wait of up to
-# `max_delay_ms` (2 ms by default) for other requests to join, the engine thread, and the answer's way back —
-# and on two cores the client competes with the engine's threads for the CPU. Much of that is paid once per
-# request, not per image, so at batch 8 it is spread over eight images and the share lost shrinks; it can even
-# come out *negative*: the service's engine runs in another process with its own threads. Over a network the
+# On loopback the bytes move at memory-copy speed, not at a link's. What the service adds at batch 1 (the p50
+# difference above) is mostly its own handling: parsing the request, a hand-off to a decode thread, the
+# micro-batcher's wait of up to `max_delay_ms` (2 ms by default) for other requests to join, the engine thread,
+# and the answer's way back — and the client shares the machine's cores with the engine's threads. Much of that
+# is paid once per request, not per image, so a larger batch spreads it over more images and the share lost
+# should shrink (the answer above says whether it did); it can even come out *negative*: the service's engine
+# runs in another process with its own threads. Over a network the
 # bytes themselves cost time, and the choice of what crosses the boundary decides it:
 
 # %%

@@ -143,11 +143,10 @@ print(f"service process start -> ready over {cold['repeats']} starts: median {co
 
 # %%
 step.answer(f"The slowest of {cold['repeats']} fresh services took {cold_start_s:.1f} s from process start to ready on "
-            "this machine (most of it loading "
-            "and warming the ONNX Runtime session). The photo-dedup write-ups measured 541 ms for PyTorch and 614 ms for "
-            "Triton on their GPU host, and 279 ms for creating the ONNX Runtime session alone: on two shared cores, with "
-            "a warm-up batch, expect seconds. A health check that fails during that time without a `start_period` would "
-            "mark a healthy container as failed.")
+            "this machine: loading the model, creating the ONNX Runtime session and running a warm-up batch. The "
+            "photo-dedup write-ups measured 541 ms for PyTorch and 614 ms for Triton on their GPU host, and 279 ms for "
+            "creating the ONNX Runtime session alone (SOURCES.md). A health check that fails during that time without a "
+            "`start_period` would mark a healthy container as failed.")
 
 # %% tags=["exercise"]
 # Exercise 02.1: write the compose healthcheck for the service
@@ -199,7 +198,7 @@ if not engine:
                  "the commands shown where Docker runs (Docker Desktop, Docker Engine, the GPU node)")
 elif not lab.cold_build:
     step.not_run("a build from scratch (--no-cache)", "this profile keeps to seconds, and a build from scratch "
-                 "downloads and installs every package again (about a minute on two cores)",
+                 "downloads and installs every package again",
                  "the rebuild from the layer cache; `--param cold_build=true` adds it")
 
 # %%
@@ -343,7 +342,7 @@ if engine and lab.place == "local":
     step.table(cost, "container_vs_process", "The service in its container against the bare process (interleaved, "
                "batch 1, one client)")
 elif engine:
-    step.not_run("the container against the bare process", f"at place={place} the bare service is the node's and the "
+    step.not_run("the container against the bare process", f"at place={lab.place} the bare service is the node's and the "
                  "container this machine's: the ratio would compare two machines", "run the notebook with place=local")
 
 # %%

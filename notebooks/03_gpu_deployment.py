@@ -83,6 +83,8 @@ show_code(check_active_provider)
 recs = raw_engines(step.run, engines=tuple(engines), providers=("cpu", "cuda", "tensorrt"),
                    batches=tuple(batch_sizes), opts=lab.load)
 # int8 on a GPU provider: ONNX Runtime's profile says how many of its nodes ran on the CPU anyway
+from dataclasses import replace
+
 from servelab.bench.experiments import ort_profile
 from servelab.lab.provider_summary import ProviderSummary, cpu_nodes_note
 
@@ -133,6 +135,8 @@ lines = [step.versus(f"{e} batch {b_hi}", cpu[(e, b_hi)], f"{e} batch {b_lo}", c
 if ("onnx", b_hi) in cpu and ("onnx-int8", b_hi) in cpu:
     lines.append(step.versus(f"onnx-int8 batch {b_hi}", cpu[("onnx-int8", b_hi)], f"onnx batch {b_hi}", cpu[("onnx", b_hi)]))
 providers_seen = ProviderSummary.of(recs)
+if not step.environment.get("gpus"):  # no GPU at all: say that, not the first engine's error (the table has each)
+    providers_seen = replace(providers_seen, not_run={p: "no CUDA GPU on this machine" for p in providers_seen.not_run})
 step.answer("; ".join(lines) + ". " + (providers_seen.sentence() if providers_seen.not_run else
                                        "Every provider asked for was measured."))
 
@@ -170,7 +174,7 @@ checks.execution_providers(providers_for, want="tensorrt", exercise="03.2", step
 # ## Why, and compared with the source material
 # The model is mostly matrix products (notebook 05a's profile), so its speed is the speed of the matrix
 # units: on a CPU, a few wide vector units per core — int8 helps when the CPU has VNNI instructions, and a
-# batch helps only as far as it keeps those units fed (two cores are kept busy by one image); on a GPU,
+# batch helps only as far as it keeps those units fed; on a GPU,
 # thousands of multiply-add units that a single image leaves mostly idle. The **photo-dedup "ONNX Runtime /
 # Triton optimisation report"** measured the same model's batch scaling on a CPU: 33.4 img/s at batch 1,
 # 49.0 at batch 4, 54.7 at batch 32 — 1.6× for 32× the batch. On its RTX A4000 the GPU compute per request

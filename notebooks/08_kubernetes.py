@@ -38,7 +38,7 @@
 # ```
 #
 # Beyond one machine, the service runs as a Kubernetes **Deployment** behind a **Service**, scaled by a
-# **HorizontalPodAutoscaler** (2–6 replicas at 60 % CPU), protected during node drains by a
+# **HorizontalPodAutoscaler** (2–6 replicas, targeting 60 % of the CPU request), protected during node drains by a
 # **PodDisruptionBudget**, and bounded by a **ResourceQuota**. Readiness (`/readyz`: the model is loaded)
 # and liveness (`/healthz`) probes let Kubernetes route traffic only to pods that can answer. A GPU overlay
 # requests `nvidia.com/gpu`. `k8s/` is a kustomize base plus overlays, for a kind cluster on the GPU node
@@ -94,15 +94,27 @@ print(f"{len(checks)} checks: " + ", ".join(f"{n} {k}" for k, n in outcomes.item
 # throughput the service reached on this machine's cores, how many replicas will the autoscaler settle at —
 # and how many nodes like this one does the scheduler need to place them?
 #
-# Two steps, two controllers. The **autoscaler** only counts: replicas = ⌈load ÷ (per-core throughput × 1 CPU ×
-# 60 %)⌉. The **scheduler** then places each pod on a node whose *allocatable* CPU and memory (capacity less what
-# the kubelet keeps back) still cover the pod's requests; a pod that fits nowhere stays `Pending`, and the
-# replicas it stands for serve nothing. So the answer is replicas *and* nodes.
+# Two steps, two controllers. The **autoscaler** only counts: replicas = ⌈load ÷ (per-core throughput × CPU
+# request × target)⌉, never fewer than its `minReplicas` nor more than its `maxReplicas`. The **scheduler** then places each pod on a node whose *allocatable* CPU and memory (capacity less what
+# the kubelet keeps back) still cover the pod's requests, beside whatever else runs there — on a one-node kind
+# cluster, the control plane's own pods; a pod that fits nowhere stays `Pending`, and the replicas it stands
+# for serve nothing. So the answer is replicas *and* nodes.
 
 # %%
-from servelab.deploy.capacity import pod_shape, replica_plan
+import math
 
-service_points = step.records(kind="load", server="fastapi")
+import yaml
+
+from servelab.deploy.capacity import KUBELET_EVICTION_MB, pod_shape, replica_plan
+
+deployment = yaml.safe_load(repo_path("k8s", "base", "deployment.yaml").read_text())
+container = next(c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "servelab")
+deployed_engine = next(e["value"] for e in container["env"] if e["name"] == "SERVELAB_ENGINE")
+# the kind cluster's nodes: with one, the control plane's pods share it with the replicas. What they request of it
+# (kubeadm's static pods and CoreDNS, kind's kindnet) is quoted in notebooks/SOURCES.md
+kind_nodes = yaml.safe_load(repo_path("k8s", "kind", "cluster.yaml").read_text())["nodes"]
+control_plane = {"cpu": 0.95, "memory_mb": 290.0} if len(kind_nodes) == 1 else {"cpu": 0.0, "memory_mb": 0.0}
+service_points = step.records(kind="load", server="fastapi", engine=deployed_engine)  # the engine the pods run
 if len(service_points):
     best_thr = float(service_points["throughput_img_s"].max())
     cores = float(step.environment.get("cpu_usable") or step.environment.get("cpu_logical") or 1)
@@ -112,25 +124,39 @@ if len(service_points):
     pod_rss_mb = float(rss.dropna().max()) if rss is not None and rss.notna().any() else None
     shape = pod_shape(repo_path("k8s", "base"))
     plan = replica_plan(20, per_core_img_s=best_thr / cores, node_cores=cores, node_memory_mb=node_memory_mb,
-                        shape=shape, pod_rss_mb=pod_rss_mb)
+                        shape=shape, pod_rss_mb=pod_rss_mb, reserved_cpu=control_plane["cpu"],
+                        reserved_memory_mb=KUBELET_EVICTION_MB + control_plane["memory_mb"])
+    settled = min(max(plan.replicas, shape.min_replicas), shape.max_replicas)  # the HPA's bounds from hpa.yaml
+    if plan.replicas < shape.min_replicas:
+        bounds = (f", below the HPA's minReplicas of {shape.min_replicas}: it keeps {settled} running, more than the "
+                  "load needs. ")
+    elif plan.above_hpa_max:
+        bounds = f", more than the HPA's maxReplicas of {shape.max_replicas}: it stops there and the load is not met. "
+    else:
+        bounds = f", within the HPA's {shape.min_replicas}–{shape.max_replicas}. "
     step.answer(
-        f"The service's best point in this run was {best_thr:.1f} img/s on {cores:g} cores, {best_thr / cores:.1f} img/s "
+        f"The Deployment runs the `{deployed_engine}` engine (`SERVELAB_ENGINE` in deployment.yaml); that engine's "
+        f"best service point in this run was {best_thr:.1f} img/s on {cores:g} cores, {best_thr / cores:.1f} img/s "
         f"per core, so a pod held at {shape.cpu_target:.0%} of its {shape.cpu_request:g} CPU delivers about "
-        f"{plan.per_pod_img_s:.1f} img/s and 20 img/s needs ⌈20 / {plan.per_pod_img_s:.1f}⌉ = {plan.replicas} replicas"
-        + (f", more than the HPA's maximum of {shape.max_replicas}: it stops at {shape.max_replicas} and the load is not "
-           "met. " if plan.above_hpa_max else f" (within the HPA's {shape.min_replicas}–{shape.max_replicas}). ")
-        + f"A node like this machine ({cores:g} cores, {node_memory_mb / 1024:.1f} GiB; allocatable "
-        f"{plan.allocatable_cpu:g} CPU and {plan.allocatable_memory_mb / 1024:.1f} GiB after the kubelet's eviction "
-        f"reserve) holds {plan.pods_per_node} pod(s) of {shape.cpu_request:g} CPU and "
-        f"{shape.memory_request_mb / 1024:g} GiB — its {'CPU' if plan.limited_by == 'cpu' else 'memory'} runs out first"
-        + (f" — so {plan.replicas} replicas need {plan.nodes} such nodes." if plan.pods_per_node else
-           ", so no pod fits: this load needs bigger nodes, not more of them.")
+        f"{plan.per_pod_img_s:.1f} img/s and 20 img/s needs ⌈20 / {plan.per_pod_img_s:.1f}⌉ = {plan.replicas}"
+        + bounds
+        + f"A node like this machine ({cores:g} cores, {node_memory_mb / 1024:.1f} GiB)"
+        + (f" that is also the kind cluster's control plane (its only node in k8s/kind/cluster.yaml), whose pods "
+           f"request {control_plane['cpu']:g} CPU and {control_plane['memory_mb']:.0f} MiB of it (SOURCES.md)," if
+           control_plane["cpu"] else "")
+        + f" keeps {plan.allocatable_cpu:g} CPU and {plan.allocatable_memory_mb / 1024:.1f} GiB for the replicas after "
+        f"{'those and ' if control_plane['cpu'] else ''}the kubelet's eviction reserve: it holds {plan.pods_per_node} "
+        f"pod(s) of {shape.cpu_request:g} CPU and {shape.memory_request_mb / 1024:g} GiB — its "
+        f"{'CPU' if plan.limited_by == 'cpu' else 'memory'} runs out first"
+        + (f" — so {settled} replicas need {math.ceil(settled / plan.pods_per_node)} such nodes." if plan.pods_per_node
+           else ", so no pod fits: this load needs bigger nodes, not more of them.")
         + (f" The service's measured memory ({pod_rss_mb:.0f} MB) is "
            + ("above its 1 GiB request: the scheduler would pack pods the node cannot hold, so raise the request."
               if plan.memory_request_too_low else "within its memory request, so CPU, not memory, sets the packing.")
            if pod_rss_mb else ""))
 else:
-    step.not_run("replica estimate from a measured throughput", "no FastAPI load measurement in this run's records",
+    step.not_run("replica estimate from a measured throughput", f"no FastAPI load measurement of the "
+                 f"`{deployed_engine}` engine the Deployment runs in this run's records",
                  "run notebook 01 or 04 in the same run")
 
 # %% [markdown]
