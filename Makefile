@@ -28,10 +28,15 @@ help:
 # --no-deps: each file is already the whole closure of its packages in the lock, so pip's resolver has nothing to
 # add (it took ten seconds of a fresh set-up to find that out); `pip check` then confirms that nothing is missing.
 # --require-hashes: every line carries the sha256 of the wheels it may be (pip would check them anyway; this says so).
+# PyTorch's CPU index, where it answers: requirements.txt lists only the CPU build of torch (hash), which it serves;
+# elsewhere pip's own find-links folder must hold that wheel. Probed, because an unreachable index costs pip's
+# retries for every package.
+TORCH_CPU_INDEX = $(shell $(PYTHON) -c "import urllib.request as u; u.urlopen('https://download.pytorch.org/whl/cpu/torch/', timeout=10); print('https://download.pytorch.org/whl/cpu')" 2>/dev/null)
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m servelab.setup_guard requirements.txt
-	$(PIP) install --disable-pip-version-check -q --no-compile --no-deps --require-hashes -r requirements.txt
+	$(PIP) install --disable-pip-version-check -q --no-compile --no-deps --require-hashes \
+	  $(if $(TORCH_CPU_INDEX),--extra-index-url $(TORCH_CPU_INDEX)) -r requirements.txt
 	$(PIP) install --disable-pip-version-check -q --no-deps --no-build-isolation -e .
 	$(PIP) check --disable-pip-version-check -q
 	$(PY) -m ipykernel install --sys-prefix --name servelab --display-name "servelab (.venv)" >/dev/null

@@ -11,7 +11,7 @@ computed from the packages' own metadata: nothing is kept by hand, and nothing c
 
 Hashes: every line carries the sha256 of each wheel its target machines can get (pip accepts several per
 requirement and checks them whenever any are given). torch 2.13.0 has two builds under one version: the CPU
-build (`+cpu`, from PyTorch's CPU index, whose torch page the CPU sets name with --find-links; a local
+build (`+cpu`, from PyTorch's CPU index, which `make setup` and the images add with --extra-index-url; a
 find-links folder serves the same file where that index cannot be reached) and the CUDA build on PyPI. A CPU set lists only the
 CPU build's hash, so a machine that cannot reach a CPU torch fails on the hash instead of installing the CUDA
 build without its CUDA libraries; the GPU set lists only the CUDA build, with all of its CUDA wheels.
@@ -42,9 +42,9 @@ LOCK = ROOT / "requirements.lock"
 TORCH = "torch==2.13.0"
 EVERYTHING = ".[lab,lab-gpu,test,chameleon]"
 GPU_ROOTS = ".[lab-gpu]"
-# torch's page in PyTorch's CPU index, as find-links: pip reads it once per install, not once per package
-# as it would an --extra-index-url (which, unreachable, costs pip's retries for every package)
-TORCH_CPU_WHEELS = "https://download.pytorch.org/whl/cpu/torch/"
+# Named in a comment, not as an option line: pip asks every index for every package, and an unreachable one costs
+# its retries each time (half an hour for the CPU lab set), so the installer adds it where it answers.
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 PYPI_SIMPLE = "https://pypi.org/simple"
 # Packages whose one version has a CPU build (local label +cpu) and a CUDA build (no label, on PyPI).
 TWO_BUILDS = {"torch"}
@@ -294,8 +294,8 @@ def rendered(packages: dict) -> dict[str, str]:
         names = sets[f] - set().union(*(sets[o] for o in on_top_of))
         index = ""
         if "torch" in names and all(t.build == "cpu" for t in targets):
-            index = ("# torch's CPU build: PyTorch's CPU wheels (elsewhere a find-links folder with the same file).\n"
-                     f"--find-links {TORCH_CPU_WHEELS}\n")
+            index = ("# torch is listed with its CPU build's hash only: install with --extra-index-url "
+                     f"{TORCH_CPU_INDEX}\n# (`make setup` adds it where it answers) or a find-links folder holding that wheel.\n")
         body = "".join(requirement_lines(packages[n], targets) for n in sorted(names))
         out[f] = HEADER + f"# {why}\n" + index + body
     return out

@@ -122,7 +122,7 @@ def test_every_requirement_carries_a_hash_and_the_cpu_torch_only_its_cpu_build()
     for wheel, sha in locked.items():
         if "cp311" in wheel and "x86_64" in wheel:
             assert (sha in cpu_lab) == ("+cpu" in wheel), f"requirements.txt and {wheel}"
-    assert lock.TORCH_CPU_WHEELS in cpu_lab
+    assert lock.TORCH_CPU_INDEX in cpu_lab
 
 
 def test_a_requirement_without_a_hash_is_found():
