@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import threading
 from collections import Counter
@@ -50,11 +51,12 @@ from servelab.bench.results.records import Run, memory_snapshot
 from servelab.vocabulary import Server
 
 SERVERS = (Server.FASTAPI, Server.FASTAPI_NO_ADMISSION, Server.LITSERVE, Server.TRITON_HTTP)
-# the same service with and without its gate: one capacity serves both (measured with at most `queue` clients, the
-# gate admits every one of them), so both copies are offered the same arrival rates
+# the same service with and without its gate: one capacity serves both (its clients honour Retry-After, so the gate
+# refusing some of them only spaces them out), so both copies are offered the same arrival rates
 SERVICE_COPIES = ("fastapi", "fastapi-no-admission")
 LEVELS = (1, 2, 4, 8)
 EXPERIMENT = "overload"
+CAPACITY_RETRIES = 8  # the capacity's clients wait as the service's Retry-After asks, up to this many times
 TRITON_QUEUE = 64  # max_queue_size the encoder is reloaded with here (the lab's config leaves it unbounded)
 
 
@@ -116,8 +118,9 @@ def overload_server(name: str, engine: str, *, queue: int, deadline_s: float, lo
                **({"SERVELAB_MAX_WAIT_MS": max_wait_ms} if admission and max_wait_ms is not None else {}),
                **({} if admission else {"SERVELAB_MAX_WAIT_MS": 0})}
         with served("fastapi", engine, payload="jpeg", max_queue=queue, env=env, log_path=log_path) as srv:
-            yield srv, (lambda: InferenceClient(mode="remote", backend="fastapi", url=srv.url, payload="jpeg",
-                                                retries=0)), \
+            # no retries in the open loop (a refusal shows as one); `retries` for the capacity's closed loop
+            yield srv, (lambda retries=0: InferenceClient(mode="remote", backend="fastapi", url=srv.url,
+                                                          payload="jpeg", retries=retries)), \
                 {"admission_control": admission, "max_in_flight": queue if admission else None,
                  "request_timeout_s": deadline_s if admission else None, "max_queue_images": queue,
                  "max_wait_ms": _info(srv.url)["limits"].get("max_wait_ms") if admission else None}
@@ -225,7 +228,10 @@ def overload(run: Run | str | None = None, *, servers: tuple = SERVERS, engine: 
             if shared and service_capacity is not None:
                 capacity, measured_on = service_capacity, SERVICE_COPIES[0]
             else:
-                cap = closed_loop(client_factory(make, blobs=jpegs), capacity_concurrency, opts,
+                # clients that come back when the gate asks them to, as a user's would: ones that asked again at
+                # once would keep the server's core busy refusing them, and measure that instead of its capacity
+                cap_make = functools.partial(make, retries=CAPACITY_RETRIES) if name in SERVICE_COPIES else make
+                cap = closed_loop(client_factory(cap_make, blobs=jpegs), capacity_concurrency, opts,
                                   desc=f"{EXPERIMENT} {name} capacity")
                 capacity, measured_on = cap.throughput_img_s, name
                 if shared:
