@@ -108,7 +108,9 @@ OUTPUTS: dict[str, tuple[str, list[str], list[str], list[Target]]] = {
     "requirements.txt": ("The CPU lab: `make setup` installs it with --no-deps, then servelab itself.",
                          ["servelab[lab]"], [], [CPU_LAB]),
     "requirements-test.txt": ("What the tests add on top of requirements.txt (`make test`) or requirements-gpu.txt "
-                              "(docker/Dockerfile.gpu).", ["servelab[lab,test]"], ["requirements.txt"],
+                              "(docker/Dockerfile.gpu).", ["servelab[lab,test]"],
+                              # on top of either: neither torch's CUDA libraries nor anything a lab set has
+                              ["requirements.txt", "requirements-gpu.txt"],
                               [CPU_LAB, GPU_NODE]),
     "requirements-gpu.txt": ("The lab on a GPU machine or node image (docker/Dockerfile.gpu; Python 3.12, and 3.11 in its rehearsal): onnxruntime-gpu "
                              "instead of onnxruntime, torch's CUDA build and every CUDA wheel it needs, pinned.",

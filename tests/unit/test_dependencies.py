@@ -111,7 +111,9 @@ def test_gpu_set_pins_torch_cuda_build_and_every_cuda_wheel():
     # onnxruntime-gpu's CUDA provider loads libcurand; torch's CUDA build brings it with its CUDA toolkit wheels
     assert {"nvidia-curand", "nvidia-cublas", "nvidia-cudnn-cu13", "cuda-toolkit"} <= cuda
     assert all(gpu[n] for n in cuda) and gpu["torch"] == "2.13.0"
-    assert not cuda & set(pins("requirements.txt")), "the CPU lab set must not carry CUDA wheels"
+    for cpu_set in ("requirements.txt", "requirements-test.txt", "requirements-chameleon.txt"):
+        # the test set goes on top of either lab set: torch's CUDA libraries belong to the GPU set alone
+        assert not cuda & set(pins(cpu_set)), f"{cpu_set} must not carry CUDA wheels (several GB on a CPU machine)"
 
 
 def test_every_requirement_carries_a_hash_and_the_cpu_torch_only_its_cpu_build():
