@@ -148,7 +148,8 @@ if len(service_points):
         f"{'those and ' if control_plane['cpu'] else ''}the kubelet's eviction reserve: it holds {plan.pods_per_node} "
         f"pod(s) of {shape.cpu_request:g} CPU and {shape.memory_request_mb / 1024:g} GiB — its "
         f"{'CPU' if plan.limited_by == 'cpu' else 'memory'} runs out first"
-        + (f" — so {settled} replicas need {math.ceil(settled / plan.pods_per_node)} such nodes." if plan.pods_per_node
+        + (f" — so {settled} replicas need {math.ceil(settled / plan.pods_per_node)} such nodes"
+           + (" (fewer where the others run no control plane)." if control_plane["cpu"] else ".") if plan.pods_per_node
            else ", so no pod fits: this load needs bigger nodes, not more of them.")
         + (f" The service's measured memory ({pod_rss_mb:.0f} MB) is "
            + ("above its 1 GiB request: the scheduler would pack pods the node cannot hold, so raise the request."
