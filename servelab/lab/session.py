@@ -23,7 +23,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
 
 from servelab.lab.places import place_defaults
 

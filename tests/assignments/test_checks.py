@@ -15,7 +15,7 @@ import servelab
 from servelab.assignments import checks
 
 PACKAGE = Path(servelab.__file__).parent
-PURE = ("tables", "predictions", "measured", "capacity", "config_text")
+PURE = ("answer_tables", "predictions", "measured", "sizing", "config_answers")
 LIVE = ("live_configs", "emulated_plan", "live_code")
 # what starts a process or a server: a pure check imports none of these, directly or through servelab modules
 STARTS_PROCESSES = ("subprocess", "multiprocessing", "uvicorn", "servelab.triton.server", "servelab.service.process",

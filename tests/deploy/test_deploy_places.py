@@ -13,8 +13,8 @@ import pytest
 
 from servelab.lab import notebooks as nbs
 from servelab.lab.places import place_defaults
-from servelab.vocabulary import Place
 from servelab.provision import NODE_PORTS
+from servelab.vocabulary import Place
 
 ENDPOINT_PARAMS = {"service_url", "triton_http_url", "triton_grpc_url", "triton_metrics_url", "triton_model",
                    "triton_jpeg_model"}

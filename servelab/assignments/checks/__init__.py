@@ -17,15 +17,14 @@ it passes the name explicitly.
     checks.outcome(read_outcome, records, key="server", a="fastapi", b="triton-http", exercise="04.1", step=step)
 
 The pure checks read tables and text and start nothing: predictions (predict, then measure: the bands and the
-reading of servelab.bench.report), measured (answers read off a table), capacity (replicas, cost), config_text
-(config.pbtxt, probes, healthchecks, providers), over the table helpers in tables. The live checks put an
+reading of servelab.bench.report), measured (answers read off a table), sizing (replicas, cost), config_answers
+(config.pbtxt, probes, healthchecks, providers), over the table helpers in answer_tables. The live checks put an
 answer into the running stack: live_configs (a stanza loaded into Triton and measured, the p99 budget),
 emulated_plan (a plan on the emulated accelerator) and live_code (a client call, a python-backend execute, a
 FastAPI route), through servelab.assignments.live.
 """
 
-from servelab.assignments.checks.capacity import cost_per_1k_images, replicas_for_load
-from servelab.assignments.checks.config_text import (
+from servelab.assignments.checks.config_answers import (
     batching_stanza,
     compose_healthcheck,
     execution_providers,
@@ -52,6 +51,7 @@ from servelab.assignments.checks.measured import (
     threshold_for_precision,
 )
 from servelab.assignments.checks.predictions import TIE, measured_bands, outcome, reading
+from servelab.assignments.checks.sizing import cost_per_1k_images, replicas_for_load
 
 __all__ = [
     "outcome", "live_config", "p99_budget", "emulated_plan", "triton_client_call", "python_backend_execute", "fastapi_route",

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from servelab.assignments.checks.answer_tables import close, number
 from servelab.assignments.checks.live_configs import served_ok
-from servelab.assignments.checks.tables import close, number
 from servelab.assignments.result import CheckResult, NotRunHere, reject, run_check
 
 QUICK_PLAN_TOL = 0.5  # emulated_plan's bound in a smoke run: a prediction off by 2× still fails

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from servelab.assignments.result import CheckResult, NotRunHere, reject, run_check
+from servelab.model.contract import DTYPE, EMBED_DIM, OUTPUT_NAME, TRITON_DTYPE
 
 
 def triton_client_call(answer, *, triton_http_url: str, model: str, triton_grpc_url: str | None = None, batch: int = 2,
@@ -57,14 +58,13 @@ def triton_client_call(answer, *, triton_http_url: str, model: str, triton_grpc_
     return run_check("triton_client_call", exercise, answer, (host, model, pixels), judge, step, strict)
 
 
-L2NORM_CONFIG = """name: "{name}"
-backend: "python"
-max_batch_size: 8
-input [ {{ name: "embedding", data_type: TYPE_FP32, dims: [ 512 ] }} ]
-output [ {{ name: "unit_embedding", data_type: TYPE_FP32, dims: [ 512 ] }} ]
-dynamic_batching {{ max_queue_delay_microseconds: 200000 }}
-instance_group [ {{ kind: KIND_CPU, count: 1 }} ]
-"""
+_ROWS = f"data_type: TYPE_{TRITON_DTYPE}, dims: [ {EMBED_DIM} ]"  # the encoder's output rows, in and out
+# a template: .format(name=...) fills in the model's name
+L2NORM_CONFIG = ('name: "{name}"\nbackend: "python"\nmax_batch_size: 8\n'
+                 f'input [ {{{{ name: "{OUTPUT_NAME}", {_ROWS} }}}} ]\n'
+                 f'output [ {{{{ name: "unit_embedding", {_ROWS} }}}} ]\n'
+                 "dynamic_batching {{ max_queue_delay_microseconds: 200000 }}\n"
+                 "instance_group [ {{ kind: KIND_CPU, count: 1 }} ]\n")
 
 
 def python_backend_execute(answer, *, triton_http_url: str, repository, exercise: str, step=None,
@@ -97,7 +97,7 @@ def python_backend_execute(answer, *, triton_http_url: str, repository, exercise
                              "on this machine (a remote node): run this exercise against the local stack")
 
         rng = np.random.default_rng(3)
-        batches = [rng.normal(size=(1 + i % 3, 512)).astype(np.float32) for i in range(6)]
+        batches = [rng.normal(size=(1 + i % 3, EMBED_DIM)).astype(DTYPE) for i in range(6)]
         host = address(triton_http_url)
         try:
             with python_model(repository, triton_http_url, name, L2NORM_CONFIG.format(name=name), text):

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from servelab.assignments.checks.config_text import batching_rules, parse_config
+from servelab.assignments.checks.config_answers import batching_rules, parse_config
 from servelab.assignments.checks.predictions import TIE, measured_bands, reading
 from servelab.assignments.result import CheckResult, reject, run_check
 from servelab.bench.report import Reading, Why, said

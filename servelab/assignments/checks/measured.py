@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping
 
 import pandas as pd
 
+from servelab.assignments.checks.answer_tables import at_words, close, col, frame, norm, number, where
 from servelab.assignments.checks.predictions import measured_bands, reading
-from servelab.assignments.checks.tables import at_words, close, col, frame, norm, number, where
 from servelab.assignments.result import CheckResult, reject, run_check
 from servelab.bench.report import Reading, said
 

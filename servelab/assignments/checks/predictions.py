@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from servelab.assignments.checks.tables import at_words, frame, norm, row_figures, where
+from servelab.assignments.checks.answer_tables import at_words, frame, norm, row_figures, where
 from servelab.assignments.result import CheckResult, reject, run_check
 from servelab.bench.report import Why, band, has_band, read_apart, said
 from servelab.bench.report import margin as ranking_margin

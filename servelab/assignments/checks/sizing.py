@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from servelab.assignments.checks.tables import close, number
+from servelab.assignments.checks.answer_tables import close, number
 from servelab.assignments.result import CheckResult, reject, run_check
 
 

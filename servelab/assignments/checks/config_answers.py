@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 from servelab.assignments.result import CheckResult, reject, run_check
+from servelab.model.contract import INPUT_NAME
 
 
 def parse_config(text, what: str = "your stanza"):
@@ -110,7 +111,7 @@ def gpu_instance_group(answer, *, gpus: Iterable[int], per_gpu: int, exercise: s
     return run_check("gpu_instance_group", exercise, answer, (gpus, per_gpu), judge, step, strict)
 
 
-def trt_accelerator_stanza(answer, *, max_batch: int, cache_path: str, input_name: str = "pixel_values",
+def trt_accelerator_stanza(answer, *, max_batch: int, cache_path: str, input_name: str = INPUT_NAME,
                            exercise: str, step=None, strict: bool | None = None) -> CheckResult:
     """answer: config.pbtxt text with `optimization { execution_accelerators { … } }`, or fn(max_batch, cache_path).
 

@@ -9,7 +9,7 @@ import math
 import pandas as pd
 import pytest
 
-from servelab.assignments.checks.tables import at_words, col, frame, norm, number, row_figures, where
+from servelab.assignments.checks.answer_tables import at_words, col, frame, norm, number, row_figures, where
 from servelab.assignments.result import FAIL, PASS, run_check
 
 
