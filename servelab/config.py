@@ -123,6 +123,9 @@ class Settings:
     # the key of a Triton this process did not start (a compose stack's, from docker/.env); servelab finds the key
     # of a Triton it started by itself (servelab.triton.access.key_for)
     triton_key: str | None = field(default=None, repr=False)
+    # how the process that started this one placed client and server on cores (servelab.bench.load.cpu.pinned);
+    # a lab run's notebook kernels are given it, and their CPU meters report it
+    cpu_pinning: str | None = None
 
     @classmethod
     def from_env(cls, **overrides) -> Settings:
@@ -158,6 +161,7 @@ class Settings:
             warmup_iters=_env("WARMUP_ITERS", d.warmup_iters, int),
             triton_host=_env("TRITON_HOST", d.triton_host),
             triton_key=_env("TRITON_KEY", None),
+            cpu_pinning=_env("CPU_PINNING", None),
         )
         values.update({k: v for k, v in overrides.items() if v is not None})
         s = cls(**values)

@@ -24,12 +24,11 @@ def run(
     results: Path = typer.Option(None, help="results folder (default: $SERVELAB_RESULTS, else results/)"),
     progress_bar: bool = typer.Option(True, help="papermill's per-cell progress bar"),
     notebooks: Path = typer.Option(None, help="folder of NN_*.py/.ipynb notebooks (default ./notebooks; e.g. generated assignment notebooks)"),
-    device: str = typer.Option("cpu", help="cpu | cuda: where the local stack and the in-process rows run (cuda: the service and Triton's encoder on this machine's GPU; sets SERVELAB_PROVIDER=cuda)"),
+    device: str = typer.Option("cpu", help="cpu | cuda: where the local stack and the in-process rows run (cuda: the service and Triton's encoder on this machine's GPU, the notebooks' in-process rows too)"),
     pin_cores: bool = typer.Option(False, "--pin-cores", help="pin the notebooks (the client) and the local stack's servers to separate cores where the OS allows; the report says which"),
 ):
     """Execute the lab notebooks with papermill into results/<run-id>/ and write report.md/.html."""
-    import os
-
+    from servelab.config import Settings
     from servelab.lab.places import default_place
     from servelab.lab.runner import run as do_run
 
@@ -38,12 +37,12 @@ def run(
     if profile == "gpu" and device == "cpu" and (place or default_place()) == "local":
         raise typer.BadParameter("the gpu profile measures a GPU: add --device cuda (this machine's GPU) or "
                                  "--place node")
-    if device == "cuda":  # the stack's servers and the notebook kernels inherit it
-        os.environ["SERVELAB_PROVIDER"] = "cuda"
+    # the stack's servers and the notebook kernels are given the provider
+    settings = Settings.from_env(provider="cuda" if device == "cuda" else None)
 
     state = do_run(profile=profile, only=only, params=param, place=place, run_id=run_id, ports=ports,
                    results_dir=results, say=_say, progress_bar=progress_bar, notebook_dir=notebooks,
-                   pin_cores=pin_cores)
+                   pin_cores=pin_cores, settings=settings)
     ok = sum(e["status"] == "ok" for e in state["notebooks"])
     typer.echo(f"{ok}/{len(state['notebooks'])} notebooks ok -> {state['out_dir']}/report.md (and report.html)")
 

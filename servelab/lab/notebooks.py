@@ -120,18 +120,35 @@ def uses_servers(ipynb: Path) -> bool:
     return any(_SERVER_USE.search(c.source) for c in nb.cells if c.cell_type == "code")
 
 
-def execute(src: Path, dst: Path, parameters: dict, *, cwd: Path | None = None, progress_bar: bool = False) -> None:
+def execute(src: Path, dst: Path, parameters: dict, *, cwd: Path | None = None, progress_bar: bool = False,
+            env: dict[str, str] | None = None) -> None:
     """Run notebook `src` with papermill on the servelab kernel into `dst`, with `parameters` injected (only
     ones it declares: see servelab.lab.params.for_notebook). `dst` is saved after every cell, so a failure
     leaves it readable up to the failing cell; the failure is papermill's exception. Runs in `cwd` (default:
-    the notebook's folder)."""
+    the notebook's folder); `env`: variables the kernel process gets on top of this one's environment."""
     import papermill
 
     ensure_kernel()
     Path(dst).parent.mkdir(parents=True, exist_ok=True)
     papermill.execute_notebook(str(src), str(dst), parameters=parameters, kernel_name=KERNEL,
                                cwd=str(cwd or Path(src).parent), progress_bar=progress_bar,
-                               request_save_on_cell_execute=True, extra_arguments=["--IPKernelApp.log_level=ERROR"])
+                               request_save_on_cell_execute=True, extra_arguments=["--IPKernelApp.log_level=ERROR"],
+                               kernel_manager_class=_kernel_manager(env or {}))
+
+
+def _kernel_manager(env: dict[str, str]):
+    """A kernel manager whose kernel process starts with this process's environment plus `env`: how the lab
+    runner hands its kernels settings (a child's environment, built explicitly) without changing its own."""
+    import os
+
+    from jupyter_client import AsyncKernelManager
+
+    class KernelManager(AsyncKernelManager):
+        async def _async_pre_start_kernel(self, **kw):
+            kw["env"] = {**os.environ, **kw.get("env", {}), **{k: str(v) for k, v in env.items()}}
+            return await super()._async_pre_start_kernel(**kw)
+
+    return KernelManager
 
 
 def ensure_kernel(name: str = KERNEL) -> None:

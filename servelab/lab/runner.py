@@ -135,15 +135,14 @@ def _failure(exc: Exception) -> dict:
     return {"cell": None, "error": f"{type(exc).__name__}: {exc}".strip()}
 
 
-def _fingerprint(out_dir: Path, say: Callable[[str], None]) -> dict:
+def _fingerprint(out_dir: Path, say: Callable[[str], None], settings: config.Settings) -> dict:
     """The environment fingerprint, written once per run as environment.json."""
-    from servelab.config import Settings
     from servelab.fingerprint import environment_fingerprint
     from servelab.model.weights import weights_label
 
     path = out_dir / "environment.json"
     try:
-        fp = environment_fingerprint(weights_label(Settings.from_env()))
+        fp = environment_fingerprint(weights_label(settings))
     except Exception as exc:  # the report must still be written; say what is missing
         say(f"warning: no environment fingerprint ({type(exc).__name__}: {exc})")
         fp = {"error": f"fingerprint unavailable: {exc}"}
@@ -152,8 +151,11 @@ def _fingerprint(out_dir: Path, say: Callable[[str], None]) -> dict:
 
 
 def execute(p: RunPlan, ports: str = "auto", say: Callable[[str], None] = print,
-            progress_bar: bool = True, pin_cores: bool = False) -> dict:
-    """Run the plan; returns the run state (also in run.json). Raises NotebookFailed after writing the report."""
+            progress_bar: bool = True, pin_cores: bool = False, settings: config.Settings | None = None) -> dict:
+    """Run the plan; returns the run state (also in run.json). Raises NotebookFailed after writing the report.
+    `settings` (default: from the environment) choose the local stack's engines; the notebook kernels get their
+    provider, and the CPU pinning, in their environment."""
+    settings = settings or config.Settings.from_env()
     nbs.ensure_kernel()
     out_dir = p.out_dir
     for sub in ("notebooks", "tables", "plots", "logs"):
@@ -174,14 +176,15 @@ def execute(p: RunPlan, ports: str = "auto", say: Callable[[str], None] = print,
 
     say(f"lab run {p.run_id}: profile {p.profile}, place {p.place}, {len(p.notebooks)} notebook(s) -> {out_dir}")
     save()
-    _fingerprint(out_dir, say)
+    _fingerprint(out_dir, say, settings)
     if p.place == "node":
         state["unreachable"] = probe_endpoints(p, say)
     failed: NotebookFailed | None = None
     stopped = "run interrupted"
     try:
-        with _stack(p, ports, say) as stack_params, _pinned(stack_params, pin_cores, say) as pinning:
+        with _stack(p, ports, say, settings) as stack_params, _pinned(stack_params, pin_cores, say) as pinning:
             state["cpu_pinning"] = pinning
+            kernel_env = kernel_environment(settings, pinning)
             values = {**p.values, **stack_params, **p.overrides}
             state["endpoints"] = {k: v for k, v in values.items() if k in URL_KEYS}
             probe = _drift_probe(p, say)
@@ -198,7 +201,7 @@ def execute(p: RunPlan, ports: str = "auto", say: Callable[[str], None] = print,
                 save()
                 t0 = time.monotonic()
                 try:
-                    nbs.execute(ipynb, output, injected, progress_bar=progress_bar)
+                    nbs.execute(ipynb, output, injected, progress_bar=progress_bar, env=kernel_env)
                 except Exception as exc:  # PapermillExecutionError, a dead kernel, …: report any failure
                     entry.update(status="failed", seconds=round(time.monotonic() - t0, 1), **_failure(exc))
                     save()
@@ -282,15 +285,24 @@ def probe_endpoints(p: RunPlan, say: Callable[[str], None]) -> list[str]:
     return missing
 
 
+def kernel_environment(settings: config.Settings, pinning: str) -> dict[str, str]:
+    """What a notebook kernel is given on top of this process's environment: the provider the run chose
+    (`--device cuda`), which its in-process rows use, and how client and servers were placed on cores, which its
+    CPU meters report (both read back by Settings.from_env in the kernel)."""
+    from servelab.bench.load.cpu import PINNING_ENV
+
+    return {"SERVELAB_PROVIDER": settings.provider, PINNING_ENV: pinning}
+
+
 @contextlib.contextmanager
-def _stack(p: RunPlan, ports: str, say: Callable[[str], None]):
+def _stack(p: RunPlan, ports: str, say: Callable[[str], None], settings: config.Settings):
     """Parameters the stack contributes: URLs of the loopback servers for local, nothing extra for node."""
     if not p.needs_stack:
         yield {}
         return
     from servelab.lab.stack import local_stack
 
-    with local_stack(p.out_dir, ports=ports, say=say) as info:
+    with local_stack(p.out_dir, ports=ports, say=say, settings=settings) as info:
         yield {**info.endpoints.as_params(), "triton_repository": info.triton_repository,
                "service_pid": info.pids["service"], "triton_pid": info.pids["triton"]}
 
@@ -312,11 +324,11 @@ def _pinned(stack_params: dict, enabled: bool, say: Callable[[str], None]):
 def run(profile: str = "default", only: list[str] | None = None, params: list[str] | None = None,
         place: str | None = None, run_id: str | None = None, ports: str = "auto", results_dir: Path | None = None,
         say: Callable[[str], None] = print, progress_bar: bool = True, notebook_dir: Path | None = None,
-        pin_cores: bool = False) -> dict:
+        pin_cores: bool = False, settings: config.Settings | None = None) -> dict:
     p = plan(profile=profile, only=only, params=params, place=place, run_id=run_id, results_dir=results_dir,
              notebook_dir=notebook_dir)
     with _terminate_cleanly():
-        return execute(p, ports=ports, say=say, progress_bar=progress_bar, pin_cores=pin_cores)
+        return execute(p, ports=ports, say=say, progress_bar=progress_bar, pin_cores=pin_cores, settings=settings)
 
 
 @contextlib.contextmanager

@@ -50,7 +50,7 @@ def service_env(device: str) -> dict:
 
 def stack_device(settings: Settings) -> str:
     """Where the stack's engines run: cpu, or cuda when the settings' provider asks for the GPU (`servelab lab run
-    --device cuda` sets SERVELAB_PROVIDER): the service on that provider, Triton's python-backend encoder on
+    --device cuda` sets it): the service on that provider, Triton's python-backend encoder on
     KIND_GPU with onnxruntime's CUDA provider. Refused before anything starts where CUDA cannot run."""
     if settings.provider == "cpu":
         return "cpu"
@@ -74,15 +74,17 @@ class StackInfo:
 
 
 @contextlib.contextmanager
-def local_stack(run_dir: Path, ports: str = "auto", say: Callable[[str], None] = print) -> Iterator[StackInfo]:
+def local_stack(run_dir: Path, ports: str = "auto", say: Callable[[str], None] = print,
+                settings: Settings | None = None) -> Iterator[StackInfo]:
     """Export (if needed), stage the Triton repository into <run_dir>/models (the notebooks reconfigure it
-    live, so a run never edits the shared models/), start service + tritonserver; stop both on exit."""
+    live, so a run never edits the shared models/), start service + tritonserver; stop both on exit. `settings`
+    (default: from the environment) choose the model and where the engines run."""
     from servelab.model.export import ensure_exported
     from servelab.service.process import ServiceProcess
     from servelab.triton.repository import stage
     from servelab.triton.server import EmbeddedTriton
 
-    settings = Settings.from_env()
+    settings = settings or Settings.from_env()
     log_dir = Path(run_dir) / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     say("exporting the model (skipped when artifacts/ is up to date)")
@@ -104,7 +106,8 @@ def local_stack(run_dir: Path, ports: str = "auto", say: Callable[[str], None] =
 
     logs = {"service": str(log_dir / "service.log"), "triton": str(log_dir / "tritonserver.log")}
     say(f"starting the FastAPI service on 127.0.0.1:{service_port} (log {logs['service']})")
-    with ServiceProcess(port=service_port, log_path=Path(logs["service"]), env=service_env(device)) as svc:
+    service = {"SERVELAB_PROVIDER": settings.provider, **service_env(device)}
+    with ServiceProcess(port=service_port, log_path=Path(logs["service"]), env=service) as svc:
         say(f"starting tritonserver on 127.0.0.1:{http_port}/{grpc_port}/{metrics_port} (log {logs['triton']})")
         with EmbeddedTriton(repository=repo, http_port=http_port, grpc_port=grpc_port,
                             metrics_port=metrics_port, log_path=Path(logs["triton"])) as tri:

@@ -21,25 +21,19 @@ READERS = {
     "triton/server.py": "tritonserver's environment, and where its binary and python live",
     "triton/perf_analyzer.py": "perf_analyzer's environment",
     "bench/servers/litserve_server.py": "the LitServe child's environment",
+    "lab/notebooks.py": "a notebook kernel's environment: this one's plus what the lab run gives it",
     # still read where they are used; to move into Settings
     "lab/places.py": "SERVELAB_PLACE and the node's endpoints (SERVELAB_NODE_*)",
-    "lab/cli.py": "(its write, below)",
     "model/providers.py": "SERVELAB_TRT_CACHE",
     "fingerprint.py": "SERVELAB_STANDIN (the stand-in image label)",
     "client/triton.py": "SERVELAB_TRITON_URL / _GRPC_URL / _MODEL / _JPEG_MODEL",
     "triton/cli.py": "SERVELAB_TRITON_STATE_DIR",
     "provision/plan.py": "the OpenStack RC file's OS_* variables",
     "assignments/result.py": "the strict-grading switch",
-    "bench/load/cpu.py": "the pinning a parent process set up",
-    "bench/experiments/gpu_reference.py": "(its write, below)",
 }
-# Writes that still pass a setting to code or to child processes through os.environ; each is to be replaced by
-# an argument or a Settings field. The list may only shrink.
-WRITERS = {
-    "lab/cli.py": "--device cuda sets SERVELAB_PROVIDER for the stack and the notebook kernels",
-    "bench/load/cpu.py": "pinned() tells the notebook kernels started inside it the pinning",
-    "bench/experiments/gpu_reference.py": "_env() sets the engine for the stages' servers",
-}
+# Writes that pass a setting to code or to child processes through os.environ: none. A child process is given
+# its environment explicitly; code is given an argument or a Settings field.
+WRITERS: dict[str, str] = {}
 WRITE_METHODS = {"update", "pop", "setdefault", "clear", "popitem", "__setitem__", "__delitem__"}
 
 

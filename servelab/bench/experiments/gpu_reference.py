@@ -25,7 +25,6 @@ server were (`client_process_cpu_pct`, `server_cpu_pct`, % of one core) and the 
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
@@ -291,9 +290,14 @@ def served_sweep(run: Run, server: str, *, engine: str, payloads=("tensor", "jpe
     return out
 
 
-def _env(**values) -> None:
-    """Settings for this process's engines and the servers it starts (they inherit the environment)."""
-    os.environ.update({f"SERVELAB_{k.upper()}": str(v) for k, v in values.items()})
+def _on_gpu(engine: str, precision: str) -> tuple:
+    """(settings, env) for a stage's engines: the Settings this process's in-process engines are built with, and
+    the same choice as the variables a server it starts reads."""
+    from servelab.config import Settings
+
+    settings = Settings.from_env(engine=engine, provider="cuda", precision=precision)
+    env = {"SERVELAB_ENGINE": engine, "SERVELAB_PROVIDER": "cuda", "SERVELAB_PRECISION": precision}
+    return settings, env
 
 
 def run_stage(run: Run, stage: str, *, budget_s: float = 240.0) -> list[dict]:
@@ -322,24 +326,25 @@ def run_stage(run: Run, stage: str, *, budget_s: float = 240.0) -> list[dict]:
         best = best_precision(out)
         step("precision parity", lambda: precision_parity(run))
         step("GPU JPEG decode", lambda: decode(run))
-        _env(engine="torch", provider="cuda", precision=best)
+        settings, _ = _on_gpu("torch", best)
         step("host-fed engine", lambda: ex.raw_engines(run, engines=("torch",), providers=("cuda",),
-                                                       batches=(1, 64, 256), opts=opts, experiment="gpu-raw-host"))
+                                                       batches=(1, 64, 256), opts=opts, experiment="gpu-raw-host",
+                                                       settings=settings))
         step("host copies", lambda: host_copies(run, best))
         step("CUDA graphs and torch.compile",
              lambda: launch_variants(run, best, time_left=lambda: deadline - time.monotonic()))
     elif stage == "service":
-        _env(engine="torch", provider="cuda", precision=best_precision(run.records))
-        decode = {"SERVELAB_DECODE_THREADS": max(1, usable_cores() // 2)}
+        _, on_gpu = _on_gpu("torch", best_precision(run.records))
+        decode = {**on_gpu, "SERVELAB_DECODE_THREADS": max(1, usable_cores() // 2)}
         step("FastAPI service", lambda: served_sweep(run, "fastapi", engine="torch", opts=opts, env=decode))
         # the first lease saw the service burn 3-10 cores while the GPU idled: its CPU-side torch threads?
         step("FastAPI service, 2 torch threads", lambda: served_sweep(
             run, "fastapi", engine="torch", opts=opts, concurrencies=(1, 128), experiment="gpu-served-2-threads",
             env={**decode, "SERVELAB_THREADS": 2}))
     else:  # triton: ONNX Runtime's CUDA provider, in-process and behind the embedded tritonserver
-        _env(engine="onnx", provider="cuda", precision="fp32")
+        settings, _ = _on_gpu("onnx", Precision.FP32)
         step("ONNX Runtime CUDA engine", lambda: ex.raw_engines(run, engines=("onnx",), providers=("cuda",),
                                                                 batches=(1, 64, 256), opts=opts,
-                                                                experiment="gpu-raw-host"))
+                                                                experiment="gpu-raw-host", settings=settings))
         step("Triton", lambda: served_sweep(run, "triton-grpc", engine="onnx", opts=opts, device="cuda"))
     return out

@@ -39,12 +39,13 @@ def _torch_reference(engines: tuple, threads: int = 0):
 
 
 def raw_engines(run: Run, *, engines: tuple = MODEL_ENGINES, providers: tuple = (Provider.CPU,), batches: tuple = (1, 8, 16, 32),
-            threads: int = 0, opts: LoadOpts | None = None, experiment: str = "engines") -> list[dict]:
+            threads: int = 0, opts: LoadOpts | None = None, experiment: str = "engines", settings=None) -> list[dict]:
     """Raw in-process throughput of torch fp32 / ORT fp32 / ORT int8 per execution provider and batch size.
 
     One engine is loaded at a time, compared with torch fp32 (cosine_vs_torch_fp32, min over 8 photos), measured
     at each batch size, then released. A provider that is not present here gets a record with available=false
-    and the reason, instead of a silent CPU fallback.
+    and the reason, instead of a silent CPU fallback. `settings` (servelab.config.Settings) give what the
+    arguments leave open, such as the torch engine's precision; default: from the environment.
     """
     from servelab.model.export import cosine_rows
 
@@ -53,7 +54,7 @@ def raw_engines(run: Run, *, engines: tuple = MODEL_ENGINES, providers: tuple = 
     for provider in providers:
         for engine in engines:
             try:
-                emb = make_embedder(engine, provider, threads)
+                emb = make_embedder(engine, provider, threads, settings=settings)
             except Exception as exc:
                 out.append(run.record(experiment, kind="unavailable", server="in-process", backend="local",
                                       engine=engine, provider=provider, available=False,

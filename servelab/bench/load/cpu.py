@@ -15,8 +15,9 @@ measured windows, in percent of one core:
 `pinned(server_pids, ...)` pins this process to some cores and the servers to the others where the OS allows
 (Linux `sched_setaffinity`, every thread of each process), restoring the old masks afterwards; it says what
 it did or why it could not. Processes started inside the block inherit the client's cores (a notebook's
-kernel started by the lab runner: wanted; a server a notebook starts itself: it shares the client's cores),
-and see the placement in SERVELAB_CPU_PINNING, which the meter reports.
+kernel started by the lab runner: wanted; a server a notebook starts itself: it shares the client's cores);
+the lab runner gives its kernels the placement text in their environment (PINNING_ENV, read into
+Settings.cpu_pinning), which their meters report.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import psutil
 
 LOAD_THREAD_PREFIXES = ("load", "open")  # the names the load loops give their worker threads
 NOT_PINNED = "not pinned (client and server share every core)"
-PINNING_ENV = "SERVELAB_CPU_PINNING"
+PINNING_ENV = "SERVELAB_CPU_PINNING"  # the variable a child process is given the placement in (Settings.cpu_pinning)
 
 
 def _cpu_s(proc: psutil.Process | None) -> float | None:
@@ -105,9 +106,13 @@ def _process(pid: int | None) -> psutil.Process | None:
 _pinning = threading.local()
 
 
-def current_pinning() -> str:
-    """What `pinned` set up for this thread, or for the process that started this one (or that nothing is)."""
-    return getattr(_pinning, "text", None) or os.environ.get(PINNING_ENV) or NOT_PINNED
+def current_pinning(settings=None) -> str:
+    """What `pinned` set up for this thread, or for the process that started this one (`settings.cpu_pinning`,
+    default: from the environment), or that nothing is."""
+    from servelab.config import Settings
+
+    inherited = (settings or Settings.from_env()).cpu_pinning
+    return getattr(_pinning, "text", None) or inherited or NOT_PINNED
 
 
 def _affinity(pid: int) -> set[int]:
@@ -191,15 +196,9 @@ def pinned(server_pids, client_cores: int | None = None, enabled: bool = True) -
             _restore(old)
             raise
         text = f"client on core(s) {','.join(map(str, sorted(client)))}, server on {','.join(map(str, sorted(server)))}"
-    before_env = os.environ.get(PINNING_ENV)
     _pinning.text = text
-    os.environ[PINNING_ENV] = text
     try:
         yield text
     finally:
         _pinning.text = None
-        if before_env is None:
-            os.environ.pop(PINNING_ENV, None)
-        else:
-            os.environ[PINNING_ENV] = before_env
         _restore(old)

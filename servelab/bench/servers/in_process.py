@@ -29,8 +29,9 @@ class InProcess(Served):
                 "served_by": self.served_by or None}
 
 
-def make_embedder(engine: str, provider: str = "cpu", threads: int = 0):
+def make_embedder(engine: str, provider: str = "cpu", threads: int = 0, settings=None):
+    """`settings` (servelab.config.Settings, default: from the environment) for what the arguments leave open."""
     from servelab.config import Settings
     from servelab.model.engines import make_embedder as _make
 
-    return _make(Settings.from_env(), engine=engine, provider=provider, threads=threads or None)
+    return _make(settings or Settings.from_env(), engine=engine, provider=provider, threads=threads or None)

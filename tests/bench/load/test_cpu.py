@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from servelab.bench.load.cpu import NOT_PINNED, CpuMeter, pinned, plan_cores
+from servelab.bench.load.cpu import NOT_PINNED, CpuMeter, current_pinning, pinned, plan_cores
+from servelab.config import Settings
 
 
 def _spin(stop: threading.Event) -> None:
@@ -88,9 +89,13 @@ def test_pinned_separates_client_and_server_then_restores(server):
         meter = CpuMeter(server_pid=server.pid)
         meter.start()
         assert meter.stop()["cpu_pinning"] == how
-        assert os.environ["SERVELAB_CPU_PINNING"] == how  # processes started inside (kernels) see it too
+        assert "SERVELAB_CPU_PINNING" not in os.environ  # a child is given it explicitly (the lab runner's kernels)
     assert os.sched_getaffinity(0) == mine and os.sched_getaffinity(server.pid) == theirs
-    assert "SERVELAB_CPU_PINNING" not in os.environ
+
+
+def test_a_child_reports_the_pinning_its_parent_gave_it():
+    assert current_pinning(Settings(cpu_pinning="client on core(s) 0, server on 1")) == "client on core(s) 0, server on 1"
+    assert current_pinning(Settings()) == NOT_PINNED
 
 
 def test_pinned_says_why_not():
