@@ -23,10 +23,9 @@
 # - read a Triton **ensemble** (JPEG bytes → preprocessing model → encoder) and say where each step runs;
 # - split a request's latency into client-side, queueing, compute and "everything else" from Triton's own
 #   statistics, and tell which part a faster model, a faster server or a faster network would shrink;
-# - refuse to rank two systems whose measured ranges overlap;
-# - read the few lines of the service that refuse work past capacity, and watch them act through a real
-#   Prometheus: latency quantiles from a histogram, Triton's queue and compute time, and an alert — and say
-#   when each one lags or misleads.
+# - refuse to rank two systems whose measured ranges overlap.
+#
+# What these servers do past capacity, and how an operator watches them, is notebook 06c.
 #
 # Three ways to put the same ONNX Runtime engine behind HTTP, sent the same requests (one JPEG per request,
 # decoded by the server: servelab's multipart upload, LitServe's base64 JSON, Triton's JPEG ensemble):
@@ -64,7 +63,6 @@
 harness = {}              # where this runs: filled by `servelab lab run` ({}: this place's defaults)
 link = "wan-100mbit-20ms"  # a shaped client-server link measured beside loopback ("": loopback only)
 concurrency_levels = [1, 8]
-monitor_step_s = 2.0     # seconds per step of the monitoring view's stepped load (a quick run takes 0.5)
 
 # %%
 from servelab.lab.session import session
@@ -295,8 +293,10 @@ step.show_plot(plot_server_breakdown(tensor_recs, step.plot_path("server_breakdo
 # %%
 with InferenceClient(mode="remote", backend="fastapi", url=lab.service_url) as remote:
     instances = (remote.info().get("engine") or {}).get("instances")  # None: one session (a GPU, one core)
-compute_ms = float(hi_row["server_compute_ms"]) / max(float((tensor_recs[-1].get("server_stats") or {}).get("avg_batch") or 1), 1)
-ceiling = 1000 / max(compute_ms, 1e-9)
+# the ceiling is measured, not derived: Triton's compute per request counts a batch's time once for every request in
+# it, so dividing it by the average batch (per execution) does not give a time per image
+bare = next(r for r in tensor_recs if r["concurrency"] == hi)  # Triton sent tensors: one session, nothing decoded
+ceiling = bare["throughput_img_s"]
 top = max(busiest, key=lambda r: r["throughput_img_s"])
 best = top["throughput_img_s"]
 ran = (f" During the {max(concurrency_levels)}-client comparisons, servelab's service ran "
@@ -312,14 +312,16 @@ host = (f" The drift probe before this notebook, one two-thread session like Tri
         "shared VM such a session's speed changes with the host from minute to minute (its threads wait for each "
         "other after every operator), while single-thread instances hardly move: the ratios above hold for the "
         "moment this run measured them." if len(probes) >= 2 else "")
-step.answer(f"Triton reported {hi_row['server_compute_ms']:.0f} ms of compute per request at concurrency "
-            f"{int(hi_row['concurrency'])}, about {compute_ms:.0f} ms per image: one session on these cores allows "
-            f"about {ceiling:.1f} img/s. The best server here, {top['server']}, delivered {best:.1f} img/s"
-            + (f", {100 * best / ceiling:.0f} % of that: the rest went to each server's own overhead." if best < ceiling
-               else f", {100 * best / ceiling:.0f} % of that figure." + (
-                   " Instances on separate cores do not wait for each other, so they are not held to it." if instances
-                   and top["server"] == "fastapi" else " The servers' overheads are lost in this run's noise."))
+step.answer(f"Sent binary tensors at concurrency {hi}, Triton delivered {ceiling:.1f} img/s: one session of the engine "
+            "with nothing decoded in the server, the measured ceiling for a server running one session. The best "
+            f"JPEG server here, {top['server']}, delivered {100 * best / max(ceiling, 1e-9):.0f} % of it: "
+            + step.versus(top["server"], top, "Triton with tensors", bare)
+            + (". Instances on separate cores do not wait for each other, so they are not held to one session's figure."
+               if instances and top["server"] == "fastapi" and best > ceiling else
+               ". What lies between them is each JPEG server's own work around the engine: decoding, copies, HTTP."
+               if best < ceiling else ".")
             + ran + host)
+
 
 # %% [markdown]
 # ## Measured: JPEGs to the service and tensors to Triton, across a WAN-like link
@@ -389,236 +391,3 @@ step.shows(
        f"the client's mean by {-r['outside_server_ms']:.0f} ms).")
 )
 
-# %% [markdown]
-# ## Past capacity: the overload knee
-# Everything above kept the offered load at or below what the servers can finish. Real traffic does not ask
-# first. Here the clients are **open loop**: requests arrive at a fixed average rate (Poisson), whether or
-# not earlier ones have been answered, at 1×, 2× and 8× the service's measured capacity. Two copies of
-# the servelab service take the same arrivals:
-#
-# - **with admission control**: it counts the requests in flight (being read, decoded, queued or run) and,
-#   past its limit, answers `503` with `Retry-After` *before reading the body*; a request still queued at
-#   its deadline is dropped instead of computed;
-# - **without**: every body is read and decoded first, and only then refused if the batcher's queue is full.
-#
-# *Goodput* is what matters to users: images per second answered 200. Latency is counted from each
-# request's scheduled arrival, so waiting anywhere counts.
-#
-# ### The gate, in the service's code
-# Before the harness takes over, read the lines that do the shedding. Every embedding route depends on
-# `admitted`: it asks the gate for a slot before FastAPI reads the body, answers 503 at once when there is
-# none, and gives the slot back when the answer is done, whatever happened in between. The gate itself is a
-# counter with a limit; its `drain_s()` (requests in flight ÷ images per second the engine has been doing)
-# becomes the `Retry-After` a refused client is told.
-
-# %%
-from servelab.service.admission import Admission
-from servelab.service.app import admitted
-
-show_code(admitted)
-show_code(Admission.try_enter)
-show_code(Admission.leave)
-show_code(Admission.drain_s)
-
-# %% [markdown]
-# **Predict first.** At 8× capacity, what happens to goodput and to the p99 latency of the *accepted*
-# requests, with and without admission control? Does refusing requests lower goodput or raise it?
-
-# %%
-import pandas as pd
-
-from servelab.bench.experiments.overload import knee_rows, overload, plot_knee
-
-knee = None
-if step.skip_unless(lab.extra_servers, "overload knee", "extra_servers=False (smoke profile)",  # two services, 1.5 min
-                    "`servelab bench overload` measures it, with LitServe and Triton alongside"):
-    overload_recs = overload(step.run, servers=("fastapi", "fastapi-no-admission"), engine="onnx-int8",
-                             levels=(1, 2, 8), duration_s=4.0, queue=32, quick=opts.quick)
-    knee = step.table(pd.DataFrame(knee_rows(overload_recs)), "overload_knee",
-                      "Goodput and accepted latency past capacity, with and without admission control")
-    step.show_plot(plot_knee(overload_recs, step.plot_path("overload_knee")))
-
-# %%
-def _at(server, level):
-    return knee[(knee["server"] == server) & (knee["level"] == level)].iloc[0]
-
-
-if knee is not None:
-    top = int(knee["level"].max())
-    on1, on_top = _at("fastapi", 1), _at("fastapi", top)
-    off1, off_top = _at("fastapi-no-admission", 1), _at("fastapi-no-admission", top)
-    step.answer(
-        f"With admission control, goodput went from {on1['goodput_img_s']:.1f} img/s at capacity to "
-        f"{on_top['goodput_img_s']:.1f} img/s at {top}× "
-        f"({100 * on_top['goodput_img_s'] / max(on1['goodput_img_s'], 1e-9):.0f} %), refusing "
-        f"{int(on_top['shed_503'])} requests with 503, and the accepted p99 was {on_top['accepted_p99_ms'] / 1000:.1f} s "
-        f"(a full queue drains in {on_top['drain_s']:.1f} s). Without it, goodput went from "
-        f"{off1['goodput_img_s']:.1f} to {off_top['goodput_img_s']:.1f} img/s "
-        f"({100 * off_top['goodput_img_s'] / max(off1['goodput_img_s'], 1e-9):.0f} %) with an accepted p99 of "
-        f"{off_top['accepted_p99_ms'] / 1000:.1f} s, {int(off_top['shed_503'])} refused only after being decoded and "
-        f"{int(off_top['no_answer'])} never answered in time. Goodput is counted over a few seconds per level, so "
-        "compare the two servers' trends, not single points that differ by less than a batch."
-    )
-
-# %% [markdown]
-# ### Why shedding early keeps a server useful
-# A server past capacity will fail some requests whatever it does; the only choice is *which* and *at what
-# cost*. Refusing at the door costs almost nothing — no body read, no decode — so every CPU second still goes
-# to requests that will be answered, and goodput stays near capacity. Because at most `limit` requests are
-# ever inside, an accepted one waits at most about `limit ÷ throughput` (Little's law): the latency of the
-# requests you do serve is bounded, and `Retry-After` tells clients when to come back.
-#
-# Without that gate, every extra request is read and decoded before it can be turned away: that decoding
-# competes with the engine for the same cores, so goodput *falls* as load rises, and the accepted requests
-# wait behind a line that keeps growing — until their answers arrive after the client has given up, computed
-# for nobody. Triton does the same with `max_queue_size` in its dynamic batcher's queue policy (which the
-# benchmark turns on; notebook 04 says why this lab's own config leaves it off); LitServe has no bound.
-# `servelab bench overload` measures all four side by side.
-
-# %% [markdown]
-# ## Watching it happen: a monitoring view
-# The tables above were written after the fact by the load generator. An operator sees a server while it
-# runs, through its metrics: the service and Triton both publish Prometheus counters and histograms at
-# `/metrics`, and a **Prometheus** server scrapes them on a timer, stores the series and answers queries in
-# PromQL. Here a real Prometheus (started for this section on a free loopback port, with a temporary data
-# folder, and stopped at its end) scrapes both every 0.5 s while a **stepped load** runs: 1, 2, 3, 5, 3, 2 and
-# 1 clients, each step a couple of seconds, sent to the service and to Triton at once (two deployments on the
-# same cores, so they also compete for them). The service here admits 4 requests at a time: at 5 clients it
-# must refuse some. One alert rule watches for that.
-#
-# The queries read:
-# - the service's latency quantiles with `histogram_quantile` over its `servelab_request_latency_seconds`
-#   histogram (rates of the bucket counters over a short window);
-# - its answers per second by status, from `servelab_requests_total`;
-# - Triton's queue and compute time per request: its cumulative microsecond counters
-#   `nv_inference_queue_duration_us` and `nv_inference_compute_infer_duration_us`, each rate divided by the
-#   rate of `nv_inference_request_success`.
-#
-# First, Triton's `/metrics` read by hand: plain text, one line per counter and model. These counters only
-# grow, so what they say is an average since the server started.
-
-# %%
-import urllib.error
-import urllib.request
-
-counters = ("nv_inference_request_success", "nv_inference_queue_duration_us", "nv_inference_compute_infer_duration_us")
-try:
-    metrics_text = urllib.request.urlopen(lab.triton_metrics_url, timeout=5).read().decode()
-except (urllib.error.URLError, OSError) as exc:
-    step.not_run("Triton's /metrics read by hand", f"{lab.triton_metrics_url} did not answer ({exc})")
-else:
-    lines = [ln for ln in metrics_text.splitlines() if ln.startswith(counters) and f'model="{lab.triton_model}"' in ln]
-    print("\n".join(lines))
-    total = {name: sum(float(ln.rsplit(" ", 1)[1]) for ln in lines if ln.startswith(name + "{")) for name in counters}
-    if total["nv_inference_request_success"]:
-        n = total["nv_inference_request_success"]
-        step.answer(f"Since Triton started, {lab.triton_model} answered {n:.0f} requests; on average each waited "
-                    f"{total['nv_inference_queue_duration_us'] / n / 1000:.1f} ms in the queue and computed for "
-                    f"{total['nv_inference_compute_infer_duration_us'] / n / 1000:.1f} ms. Averages since start hide the "
-                    "present: the view below takes the rate of each counter over a short window instead.")
-
-# %% [markdown]
-# **Predict first.** At 5 clients, most of the service's answers will be instant 503s. What will the p50
-# from `histogram_quantile` do during that step — rise, stay, or fall? And will the alert start at the first
-# 503 and stop at the last, or later, and by about how much?
-
-# %%
-import contextlib
-
-from servelab.bench.experiments.monitoring import STEPS, Target, monitor, plot_monitoring
-from servelab.bench.load import client_factory
-from servelab.bench.load.inputs import sample_jpegs
-from servelab.client import InferenceClient
-
-step_s = min(monitor_step_s, 0.5) if opts.quick else monitor_step_s
-interval_s = 0.5  # Prometheus scrapes (and evaluates the rule) every 0.5 s: four times per 2 s step
-monitored = None
-with contextlib.ExitStack() as stack:
-    if lab.extra_servers:  # a service that admits 4 at a time, on the engine the overload section used
-        svc = stack.enter_context(served("fastapi", "onnx-int8", payload="jpeg", max_queue=32,
-                                         env={"SERVELAB_MAX_IN_FLIGHT": 4, "SERVELAB_REQUEST_TIMEOUT_S": 10},
-                                         log_path=step.out_dir / "logs" / "monitored-service.log"))
-        monitored_url, admits = svc.url, 4
-    else:  # a quick run starts no extra server: the run's own service, whose limit is far above 5 clients
-        monitored_url, admits = fastapi.url, None
-    jpegs = list(sample_jpegs(1))
-    view = monitor(
-        [Target("servelab", monitored_url + "/metrics"), Target("triton", lab.triton_metrics_url)],
-        {"servelab": client_factory(lambda: InferenceClient(mode="remote", backend="fastapi", url=monitored_url,
-                                                            payload="jpeg", retries=0), blobs=jpegs),
-         "triton": client_factory(triton_http.make_client, blobs=jpegs)},
-        triton_model=lab.triton_model, steps=STEPS, step_s=step_s, interval_s=interval_s,
-        log_path=step.out_dir / "logs" / "prometheus.log")
-print(view.prometheus if view.scraped else f"{view.prometheus}: the stepped load below comes from servelab's "
-      "own records only")
-if view.scraped:  # what was asked of Prometheus, and the rule it evaluated
-    print("\n".join(f"{name:>17}: {q}" for name, q in view.queries.items()) + "\n\n" + view.rules)
-if admits is None:
-    step.not_run("shedding under the stepped load", "a quick run uses the run's own service, which admits far more "
-                 "than 5 requests", "the same view without 503s; the default profile starts a service admitting 4")
-steps_table = step.table(pd.DataFrame(view.steps), "monitoring_steps",
-                         "The stepped load from servelab's own records: per server and step, answers/s and the "
-                         "accepted requests' latency")
-step.show_plot(plot_monitoring(view, step.plot_path("monitoring")))
-
-# %%
-def _own(target, clients):
-    rows = [r for r in view.steps if r["target"] == target and r["clients"] == clients]
-    return rows[-1] if rows else {}
-
-
-def _ms(x):
-    return "no value" if x is None or x != x else f"{x:.0f} ms"  # None or NaN: no answer in that step
-
-
-top_clients = max(STEPS)
-one, five = _own("servelab", 1), _own("servelab", top_clients)
-parts = [f"In servelab's own records, at 1 client the service answered {one.get('ok_rps', 0):.1f} req/s (accepted "
-         f"p99 {_ms(one.get('accepted_p99_ms'))}); at {top_clients} clients {five.get('ok_rps', 0):.1f} req/s "
-         f"answered 200 and {five.get('shed_rps', 0):.1f} req/s were refused with 503 (accepted p99 "
-         f"{_ms(five.get('accepted_p99_ms'))})"]
-if view.scraped:
-    p50_1, p50_5 = view.during("p50_ms", 1), view.during("p50_ms", top_clients)
-    parts.append(f"Prometheus's histogram_quantile gave a p50 of {_ms(p50_1)} at 1 client and {_ms(p50_5)} at "
-                 f"{top_clients} (p99 {_ms(view.during('p99_ms', top_clients))})"
-                 + (": the p50 fell because the histogram counts the instant refusals with the answers"
-                    if view.shed_span and p50_1 is not None and p50_5 is not None and p50_5 < p50_1 else ""))
-    q1, q5 = view.during("triton_queue_ms", 1), view.during("triton_queue_ms", top_clients)
-    c5 = view.during("triton_compute_ms", top_clients)
-    if None not in (q1, q5, c5):
-        parts.append(f"Triton's queue time per request went from {q1:.0f} ms at 1 client to {q5:.0f} ms at "
-                     f"{top_clients}, beside {c5:.0f} ms of compute per request"
-                     + (": past what the cores finish, the extra clients wait in its queue" if q5 > q1 else ""))
-    if view.shed_span and view.alert_firing:
-        (a, b), (s0, s1) = (view.alert_firing[0][0], view.alert_firing[-1][1]), view.shed_span
-        parts.append(f"the first 503 left the service {s0:.1f} s into the load and the last at {s1:.1f} s; the "
-                     f"alert fired from {a:.1f} s to {b:.1f} s, {a - s0:.1f} s after the first refusal and "
-                     f"{b - s1:.1f} s past the last. Expected from the settings: a lag of up to "
-                     f"{3 * view.interval_s:g} s (the 503 series appears at the next scrape, rate() needs a second "
-                     f"one, the rule runs on its own {view.interval_s:g} s timer) and a linger of about the "
-                     f"{view.window_s:g} s rate window")
-    elif view.shed_span:
-        parts.append("the service shed, but the alert never fired: the refusals were over before two scrapes "
-                     "had seen them")
-    else:
-        parts.append("the service never shed, so the alert stayed silent")
-step.answer("; ".join(parts) + ".")
-
-# %% [markdown]
-# ### Why the monitoring view looks the way it does
-# - **`histogram_quantile` estimates.** Prometheus never sees a single request's latency, only how many fell
-#   into each bucket (here ≤ 5, 10, 25, 50, 75, 100, 250, 500, 750 ms, 1 s, …), and it interpolates
-#   linearly inside a bucket. A p99 is only as sharp as the bucket that holds it; compare the lines with the
-#   dots of servelab's own records.
-# - **It counts what the histogram counts.** The service records every answer of an embedding route in one
-#   histogram, refusals included. When most answers are millisecond 503s, the median answer *is* a 503: the
-#   p50 falls just as the service is in trouble. Watch the answers by status beside it, or keep accepted and
-#   refused latencies apart (a `status` label on the histogram) before putting a latency SLO on a dashboard.
-# - **An alert is late by construction.** A series that appears with the first 503 needs two scrapes before
-#   `rate()` has a value, the rule is evaluated on its own timer, and the rate window keeps the alert firing
-#   until the last refusal has slid out of it. Lag ≈ one or two scrape intervals plus an evaluation; linger ≈
-#   the window. Production rules add `for: 1m` so that a blip pages no one; here `for: 0s` shows the mechanism.
-# - **Refused clients come straight back.** The load generator's clients resend at once, ignoring
-#   `Retry-After`, so a couple of clients over the limit make many refusals per second. Each costs the
-#   service almost nothing — that is the point of refusing before reading the body — but well-behaved clients
-#   wait the `Retry-After` they were given.

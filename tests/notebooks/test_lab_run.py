@@ -16,7 +16,7 @@ NOTEBOOKS = [p.stem for p in nbs.discover()]
 
 def test_the_lab_has_every_step():
     ids = [nbs.notebook_id(p) for p in nbs.discover()]
-    assert ids == ["00", "01", "02", "03", "04", "05a", "05b", "06a", "06b", "07", "08", "09"]
+    assert ids == ["00", "01", "02", "03", "04", "05a", "05b", "06a", "06b", "06c", "07", "08", "09"]
 
 
 def test_every_notebook_ran_ok(smoke_run):

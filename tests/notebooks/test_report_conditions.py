@@ -57,7 +57,7 @@ def test_each_notebook_time_stands_beside_its_budget_and_an_overrun_is_marked(tm
 
     assert params.budget_s("default", "04") and params.budget_s("smoke", "04") and params.budget_s("full", "04") is None
     assert set(params.BUDGETS_S["default"]) == set(params.BUDGETS_S["smoke"]) == {
-        "00", "01", "02", "03", "04", "05a", "05b", "06a", "06b", "07", "08", "09"}
+        "00", "01", "02", "03", "04", "05a", "05b", "06a", "06b", "06c", "07", "08", "09"}
     run = {"run_id": "r", "profile": "default", "started": "2026-11-25T10:00:00", "finished": "2026-11-25T10:07:30",
            "notebooks": [{"id": "01", "name": "01_a", "status": "ok", "seconds": 100.0, "budget_s": 150},
                          {"id": "04", "name": "04_b", "status": "ok", "seconds": 340.0, "budget_s": 330}]}
