@@ -64,6 +64,11 @@ def _env(name: str, default, cast=str):
         raise ValueError(f"SERVELAB_{name}={raw!r} is not a valid {cast.__name__}") from exc
 
 
+def _flag(raw: str) -> bool:
+    """A switch's text: 1, true, yes or on (any case) is on; anything else is off."""
+    return raw.strip().lower() in ("1", "true", "yes", "on")
+
+
 @dataclass(frozen=True)
 class Settings:
     # model
@@ -126,6 +131,13 @@ class Settings:
     # how the process that started this one placed client and server on cores (servelab.bench.load.cpu.pinned);
     # a lab run's notebook kernels are given it, and their CPU meters report it
     cpu_pinning: str | None = None
+    # the TensorRT provider's engine and timing caches (servelab.model.providers.tensorrt_options)
+    trt_cache: Path = Path("artifacts/trt_cache")
+    # what an image built on a stand-in base says it is (scripts/standin_images.sh sets it in the base), so the
+    # rehearsal's rows say they ran on stand-ins (servelab.fingerprint.standin)
+    standin: str | None = None
+    # an exercise check that fails raises ExerciseFailed unless told otherwise (the grader's mode)
+    checks_strict: bool = False
 
     @classmethod
     def from_env(cls, **overrides) -> Settings:
@@ -162,6 +174,9 @@ class Settings:
             triton_host=_env("TRITON_HOST", d.triton_host),
             triton_key=_env("TRITON_KEY", None),
             cpu_pinning=_env("CPU_PINNING", None),
+            trt_cache=Path(_env("TRT_CACHE", str(d.trt_cache))),
+            standin=_env("STANDIN", None),
+            checks_strict=_env("CHECKS_STRICT", d.checks_strict, _flag),
         )
         values.update({k: v for k, v in overrides.items() if v is not None})
         s = cls(**values)
@@ -200,5 +215,6 @@ class Settings:
         d = asdict(self)
         d["artifacts"] = str(self.artifacts)
         d["device_dir"] = str(self.device_dir)
+        d["trt_cache"] = str(self.trt_cache)
         d.pop("triton_key")  # a secret: never into a record, a log or a page
         return d

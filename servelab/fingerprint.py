@@ -99,10 +99,13 @@ def machine() -> dict:
             "gpus": [g["name"] for g in gpu_list if g.get("name")], **standin()}
 
 
-def standin() -> dict:
+def standin(settings=None) -> dict:
     """{"standin": what} inside an image built on a stand-in base (scripts/standin_images.sh sets SERVELAB_STANDIN
-    in the base, every image built on it inherits it), else {}: the rehearsal's rows say they ran on stand-ins."""
-    what = os.environ.get("SERVELAB_STANDIN")
+    in the base, every image built on it inherits it), else {}: the rehearsal's rows say they ran on stand-ins.
+    `settings`: servelab.config.Settings (default: from the environment)."""
+    from servelab.config import Settings
+
+    what = (settings or Settings.from_env()).standin
     return {"standin": what} if what else {}
 
 

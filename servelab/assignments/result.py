@@ -8,7 +8,6 @@ hide every later measurement and exercise. A student's notebook must run to the 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -92,7 +91,10 @@ def evaluate(answer: Any, args: tuple) -> tuple[Any, CheckResult | None]:
 
 
 def strict_default() -> bool:
-    return os.environ.get(STRICT_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    """Whether a failed check raises when the caller does not say (STRICT_ENV, read into Settings)."""
+    from servelab.config import Settings
+
+    return Settings.from_env().checks_strict
 
 
 def _in_kernel() -> bool:

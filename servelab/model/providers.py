@@ -20,7 +20,6 @@ import base64
 import ctypes
 import functools
 import importlib.util
-import os
 import shutil
 import sys
 import tempfile
@@ -96,8 +95,11 @@ def ort_providers(provider: str, cache_dir: Path | None = None, model_sha256: st
 
 
 def tensorrt_options(cache_dir: Path | None = None, model_sha256: str = "") -> dict:
-    """The TensorRT provider's options (fp16, engine and timing caches); touches nothing on disk."""
-    cache = Path(cache_dir or os.environ.get("SERVELAB_TRT_CACHE", "artifacts/trt_cache"))
+    """The TensorRT provider's options (fp16, engine and timing caches; `cache_dir` default: the settings'
+    trt_cache); touches nothing on disk."""
+    from servelab.config import Settings
+
+    cache = Path(cache_dir or Settings.from_env().trt_cache)
     engines = cache / model_sha256[:16] if model_sha256 else cache
     return {
         "trt_fp16_enable": True,

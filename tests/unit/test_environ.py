@@ -24,12 +24,9 @@ READERS = {
     "lab/notebooks.py": "a notebook kernel's environment: this one's plus what the lab run gives it",
     # still read where they are used; to move into Settings
     "lab/places.py": "SERVELAB_PLACE and the node's endpoints (SERVELAB_NODE_*)",
-    "model/providers.py": "SERVELAB_TRT_CACHE",
-    "fingerprint.py": "SERVELAB_STANDIN (the stand-in image label)",
     "client/triton.py": "SERVELAB_TRITON_URL / _GRPC_URL / _MODEL / _JPEG_MODEL",
     "triton/cli.py": "SERVELAB_TRITON_STATE_DIR",
     "provision/plan.py": "the OpenStack RC file's OS_* variables",
-    "assignments/result.py": "the strict-grading switch",
 }
 # Writes that pass a setting to code or to child processes through os.environ: none. A child process is given
 # its environment explicitly; code is given an argument or a Settings field.
