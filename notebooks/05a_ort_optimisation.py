@@ -19,24 +19,15 @@
 # How a measurement is read here (windows, drift, alternating windows, and when a lead is ranked): [How this lab reads a measurement](../docs/METHOD.md).
 #
 # **After this notebook you can**
-# - create an ONNX Runtime session with its options (graph optimisation level, threads, profiling), change
-#   them and measure what each buys, int8 included, after checking the CPU for VNNI;
-# - profile an ONNX Runtime session and say which operators the time goes to, and what that implies for
-#   int8, batching and GPUs;
+# - create an ONNX Runtime session with its options, change them and measure what each buys, int8 included;
+# - profile a session and say which operators the time goes to, and what that implies for int8, batching and
+#   GPUs;
 # - explain what `max_queue_delay_microseconds` does — and what it cannot do — and choose it for a latency
 #   budget from measurements;
 # - count the bytes and the client time each wire format costs, and know where those costs matter;
-# - read the resident memory of each serving process.
-#
-# Four questions about the CPU deployment, each answered by measurement:
-#
-# 1. **Where does the time go?** ONNX Runtime's profiler splits kernel time by operator type.
-# 2. **How long should Triton wait to form a batch?** A grid of queue delay × concurrency, Triton reloaded
-#    between rows.
-# 3. **What does the wire format cost?** JSON number lists vs binary tensors vs JPEG files, by batch size:
-#    bytes per request and client-side serialisation time, measured apart from any request.
-# 4. **What does each server hold in memory?** Resident memory of the service and of Triton (with its
-#    python-backend stubs).
+# - read the resident memory of each serving process;
+# - deploy the engine you measured best to the service and to Triton, and measure what it gains served and how
+#   far it moves the embeddings.
 #
 # ```mermaid
 # sequenceDiagram
@@ -56,8 +47,8 @@
 # **Honest framing for this machine.** The queue delay only ever applies when the queue holds fewer
 # requests than the largest batch: then it holds the first request, hoping for company. Under load the
 # instance is busy, requests pile up while it runs, and the batcher takes them the moment it is free — the
-# delay neither creates those batches nor slows them. On two cores, where a batch of B costs about B single
-# images, waiting for company buys little even at low load.
+# delay neither creates those batches nor slows them. On a CPU that one image already keeps busy, a batch of B
+# costs about B single images and waiting for company buys little; section 2 measures whether this CPU is one.
 
 # %% tags=["parameters"]
 harness = {}              # where this runs: filled by `servelab lab run` ({}: this place's defaults)
@@ -105,36 +96,29 @@ from servelab.lab.step import show_code
 show_code(ort_profile, "so = ort.SessionOptions()", "x = sample_tensor")
 
 # %% [markdown]
-# Now change the options yourself and measure them. Four sessions of the same model at batch 1, on this
-# machine's CPU: the graph left as exported (`ORT_DISABLE_ALL`), fully optimised (`ORT_ENABLE_ALL`, what every
-# engine here uses), fully optimised on **one** thread, and the dynamically quantised **int8** model. They are
-# timed in rounds, each round running every session a few times in turn, so the machine's drift hits all four
-# alike; each ratio is taken within a round, and its spread over the rounds is shown.
+# Now change the options yourself and measure them. Four sessions of the same model at batch 1: the graph as
+# exported (`ORT_DISABLE_ALL`), fully optimised (`ORT_ENABLE_ALL`, what every engine here uses), the same on
+# **one** thread, and the dynamically quantised **int8** model. Each round runs every session a few times in
+# turn, so the machine's drift hits all four alike; each ratio is taken within a round and read like an
+# alternating-window ratio, with its spread over the rounds.
 #
 # int8 matrix products are fast on CPUs with **VNNI** instructions (`avx512_vnni` or `avx_vnni` among the CPU
 # flags) and slower without them. **Predict first.** Look at the flag printed below. How much faster than fp32
 # will int8 be here? What will fusing kernels (`ORT_ENABLE_ALL` vs `ORT_DISABLE_ALL`) buy at batch 1? And how
-# much slower will one thread be than two?
+# much slower will one thread be than all the cores?
 
 # %%
-import time
-from pathlib import Path
-
-import numpy as np
-
 from servelab.bench.load.inputs import sample_tensor
 from servelab.config import Settings
+from servelab.lab.ort_options import cosine_text, option_rows, round_ratio, time_rounds, vnni_flags
 from servelab.model.export import ensure_exported
 
-cpu_flags = next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), []) \
-    if Path("/proc/cpuinfo").is_file() else []
-vnni = sorted(f for f in cpu_flags if "vnni" in f)
+vnni = vnni_flags()
 print(f"VNNI flags on this CPU: {', '.join(vnni) if vnni else 'none'}")
-
 meta = ensure_exported(Settings.from_env())
 
 
-def session(path, level, threads=0):
+def ort_session(path, level, threads=0):
     so = ort.SessionOptions()
     so.graph_optimization_level = level
     if threads:
@@ -143,66 +127,50 @@ def session(path, level, threads=0):
 
 
 GOL = ort.GraphOptimizationLevel
-variants = {"fp32, ORT_DISABLE_ALL": session(meta["path"], GOL.ORT_DISABLE_ALL),
-            "fp32, ORT_ENABLE_ALL": session(meta["path"], GOL.ORT_ENABLE_ALL),
-            "fp32, ORT_ENABLE_ALL, 1 thread": session(meta["path"], GOL.ORT_ENABLE_ALL, threads=1),
-            "int8, ORT_ENABLE_ALL": session(meta["int8"]["path"], GOL.ORT_ENABLE_ALL)}
+variants = {"fp32, ORT_DISABLE_ALL": ort_session(meta["path"], GOL.ORT_DISABLE_ALL),
+            "fp32, ORT_ENABLE_ALL": ort_session(meta["path"], GOL.ORT_ENABLE_ALL),
+            "fp32, ORT_ENABLE_ALL, 1 thread": ort_session(meta["path"], GOL.ORT_ENABLE_ALL, threads=1),
+            "int8, ORT_ENABLE_ALL": ort_session(meta["int8"]["path"], GOL.ORT_ENABLE_ALL)}
 x1 = sample_tensor(1)
 outputs = {name: sess.run(None, {sess.get_inputs()[0].name: x1})[0] for name, sess in variants.items()}  # + warm-up
 rounds, runs_per_round = (1, 1) if opts.quick else (5, 3)
-times = {name: [] for name in variants}  # per round: median ms of its runs
-for _ in range(rounds):
-    for name, sess in variants.items():
-        feed = {sess.get_inputs()[0].name: x1}
-        one = []
-        for _ in range(runs_per_round):
-            t0 = time.perf_counter()
-            sess.run(None, feed)
-            one.append(1000 * (time.perf_counter() - t0))
-        times[name].append(float(np.median(one)))
+times = time_rounds(variants, x1, rounds=rounds, runs=runs_per_round)  # per round: median ms of its runs
 del variants  # four sessions hold about 1 GB
 
 # %%
 base = "fp32, ORT_ENABLE_ALL"
-ref = outputs[base] / np.linalg.norm(outputs[base])
-options_rows = []
-for name, ms in times.items():
-    ratios = np.array(times[base]) / np.array(ms)  # > 1: faster than fp32 ORT_ENABLE_ALL, round by round
-    out = outputs[name] / np.linalg.norm(outputs[name])
-    options_rows.append({"session": name, "ms_batch_1_median": float(np.median(ms)), "ms_min": min(ms), "ms_max": max(ms),
-                         "speed_vs_enable_all": float(np.median(ratios)), "ratio_min": float(ratios.min()),
-                         "ratio_max": float(ratios.max()), "cosine_vs_fp32": float((out * ref).sum())})
-options_table = step.table(pd.DataFrame(options_rows).round(3), "ort_options",
+options_table = step.table(pd.DataFrame(option_rows(times, outputs, base)), "ort_options",
                            f"One image through ONNX Runtime on this CPU, {rounds} round(s) × {runs_per_round} run(s) "
                            "per session, ratios within each round")
 
 # %%
-from servelab.bench.report import Grade, grade
+from servelab.bench.report import ratio_reading
 
-row = options_table.set_index("session")
-int8_x, fused_x = row.loc["int8, ORT_ENABLE_ALL", "speed_vs_enable_all"], 1 / row.loc["fp32, ORT_DISABLE_ALL", "speed_vs_enable_all"]
-one_thread_x = 1 / row.loc["fp32, ORT_ENABLE_ALL, 1 thread", "speed_vs_enable_all"]
-int8_row = row.loc["int8, ORT_ENABLE_ALL"]
-within_round = step.margin(interleaved=True)  # the sessions alternate within each round, as an interleaved A/B does
-int8_gain, fused_gain, threads_gain = (grade(x, lo, hi, margin=within_round) is Grade.GAIN for x, lo, hi in (
-    (int8_x, int8_row["ratio_min"], int8_row["ratio_max"]), (fused_x, None, None), (one_thread_x, None, None)))
-step.answer(f"This CPU has {'VNNI (' + ', '.join(vnni) + ')' if vnni else 'no VNNI'}. int8 ran one image "
-            f"{int8_x:.2f}× as fast as fp32 (rounds {int8_row['ratio_min']:.2f}–{int8_row['ratio_max']:.2f}), with an "
-            f"embedding at cosine {int8_row['cosine_vs_fp32']:.6f} to fp32's"
+int8_rec, fused_rec, threads_rec = (
+    round_ratio(times, a, b, labels=labels, quick=opts.quick) for a, b, labels in (
+        ("int8, ORT_ENABLE_ALL", base, ("int8", "fp32")),
+        (base, "fp32, ORT_DISABLE_ALL", ("ORT_ENABLE_ALL", "ORT_DISABLE_ALL")),
+        (base, "fp32, ORT_ENABLE_ALL, 1 thread", ("all cores", "one thread"))))
+int8_cos = options_table.set_index("session").loc["int8, ORT_ENABLE_ALL", "cosine_vs_fp32"]
+int8_ahead, fused_ahead, threads_ahead = (ratio_reading(r).ranked and ratio_reading(r).ahead == "a"
+                                          for r in (int8_rec, fused_rec, threads_rec))
+earlier_04 = [r for r in step.earlier("04") if r.get("kind") == "ab" and (r["experiment"] == "04-torch-batch-ratio"
+              or (r["experiment"] == "04-batching" and r["params"].get("system") == "triton"))]
+step.answer(f"This CPU has {'VNNI (' + ', '.join(vnni) + ')' if vnni else 'no VNNI'}. {step.ratio(int8_rec, what='speed')}; "
+            f"int8's embedding is at cosine {cosine_text(int8_cos)} to fp32's"
             + (": the matrix products, most of the time (section 1), run on 8-bit multiply-add instructions. "
-               if vnni and int8_gain else
-               ", less than VNNI usually gives: the 8-bit products were not the bottleneck in this run. " if vnni else
-               ": without VNNI the 8-bit products run on wider instructions, so it gains less than on a CPU with VNNI. ")
-            + f"The optimised graph ran {fused_x:.2f}× as fast as the graph as exported"
-            + (": fused kernels make fewer operator calls and fewer passes over memory. " if fused_gain else
-               ", no clear gain in this run: for this network most of the time is in the matrix products, which "
-               "fusion does not make cheaper. ")
-            + f"Two threads against one: {one_thread_x:.2f}×"
-            + (", so at batch 1 ONNX Runtime already spreads one image over both cores: a batch, or Triton's dynamic "
-               "batching, has little idle capacity left to fill here (notebook 04). " if threads_gain else
-               ", less than the two cores promise: while other work runs on this machine the two threads wait for "
-               "each other at every operator, so the second core added little or even cost time. ")
-            + ("(Smoke profile: one run per session, the figures are not results.)" if opts.quick else ""))
+               if vnni and int8_ahead else
+               ": this run does not rank int8 ahead despite VNNI, so the 8-bit products were not the bottleneck "
+               "in it. " if vnni else ": without VNNI the 8-bit products run on wider instructions. ")
+            + f"Fusion: {step.ratio(fused_rec, what='speed')}"
+            + (": fused kernels make fewer operator calls and fewer passes over memory. " if fused_ahead else
+               ": for this network most of the time is in the matrix products, which fusion does not make "
+               "cheaper. ")
+            + f"Threads: {step.ratio(threads_rec, what='speed')}"
+            + (": at batch 1 ONNX Runtime already spreads one image over the cores. " if threads_ahead else
+               ": while other work runs on this machine the threads wait for each other at every operator. ")
+            + ("Whether a batch still finds idle capacity is notebook 04's question; in this run it measured "
+               + "; ".join(step.ratio(r) for r in earlier_04) + "." if earlier_04 else ""))
 
 
 # %% [markdown]
@@ -229,11 +197,10 @@ step.answer(f"Matrix-multiplication operators ({', '.join(ops[ops['op_type'].str
 
 # %% [markdown]
 # ## 2 · Queue delay × concurrency (Triton, batch-1 requests)
-# The model is reloaded with each delay through Triton's repository API (no restart); the original delay
-# is restored afterwards, because later notebooks share this server. The comparison the summary draws — the
-# largest delay against none, at the highest concurrency — is measured first, in alternating windows (the model
-# reloaded whenever the side changes), so the machine's drift hits both delays alike and cancels in their ratio;
-# those two points are also the grid's, and only the others are measured one delay after the other.
+# The model is reloaded with each delay through Triton's repository API (no restart) and its own delay is
+# restored afterwards, since later notebooks share this server. The largest delay against none, at the highest
+# concurrency, is measured first in alternating windows (reloading when the side changes), so the machine's
+# drift cancels in their ratio; the grid's other points are measured one delay after the other.
 #
 # **Predict first.** At concurrency 1, what does a longer delay do to latency? At the highest concurrency,
 # will a longer delay raise the average executed batch and throughput by more than the noise?
@@ -309,17 +276,15 @@ step.answer(f"At concurrency {lo_c}, raising the delay from {lo_d} to {hi_d} µs
 
 # %% [markdown]
 # ### The same grid on an emulated accelerator
-# On this CPU a batch of B costs about B single images, so holding a request for company buys little. In
-# front of a GPU it is the other way round. The lab's Triton also serves `openclip_vit_b32_emulated`, whose
-# executions wait t(B) on an emulated device (notebook 04 introduces it; its rows say `emulated <profile>` and
-# are an emulation, never a GPU measurement). Its grid uses two delays: none, and about t(1), one batch's
-# time on the device; and `max_batch_size` equal to the highest concurrency, so a batch that has every client
-# in it leaves at once.
+# Where a batch of B costs about B single images, holding a request for company buys little. In front of a
+# GPU it is the other way round. The lab's Triton also serves `openclip_vit_b32_emulated`, whose
+# executions wait t(B) on an emulated device (notebook 04 introduces it; its rows say `emulated <profile>`:
+# an emulation, never a GPU measurement). Its grid uses two delays, none and about t(1), with `max_batch_size`
+# equal to the highest concurrency.
 #
 # Without a delay the clients take turns in two groups (04): a round of N images is two executions,
-# t(a) + t(b). With a delay of about t(1) the batcher holds the first answered client's next request until
-# the others have resent theirs, so a round is one execution of N, t(N). Alone, a client gains nothing by
-# waiting: its request sits out the whole delay, since the batch never fills.
+# t(a) + t(b). With a delay of about t(1) the batcher holds the first request until the others have resent
+# theirs, so a round is one execution, t(N). A lone client's request just sits out the delay.
 #
 # **Predict first.** From the profile: at the highest concurrency, by how much will a delay of t(1) raise
 # throughput and the average executed batch? At concurrency 1, what will it do to p50?
@@ -369,7 +334,9 @@ if emu_ready:
            if lo_c < min(top_c, 32) else "there the batch fills at once. ")
         + f"On this CPU the same delay range gave average batches of {avg_batch(busy_lo):.2f} and "
           f"{avg_batch(busy_hi):.2f} at {top_c} clients, and " + step.ratio(delay_ab[-1])
-        + ": there a batch costs what its images cost, so filling it buys nothing.")
+        + (": there the delay's larger batches did pay." if ratio_reading(delay_ab[-1]).ranked
+           and ratio_reading(delay_ab[-1]).ahead == "a" else
+           ": there the larger batches bought nothing this run can rank, as when a batch costs what its images cost."))
 
 # %% [markdown]
 # ### Exercise: plan a device's configuration, then measure it
@@ -378,11 +345,10 @@ if emu_ready:
 # 50 ms or more (`time_scale`), or the laptop's CPU, not your device, is what you measure. Then, **before
 # measuring**, predict from its t(B) the configuration that serves the highest concurrency best, and the
 # throughput it will reach. The check loads your plan into the emulated model, measures it in alternating
-# windows against the default (no queue delay, max_batch_size 32, one instance), and grades from the records:
-# not clearly below the default, and your prediction within 30 % of what your plan serves. That figure is the
-# clients ÷ Triton's own time per request (its queue wait plus the device), the throughput with clients that
-# resend at once. The end-to-end figure is shown beside it: on a laptop the CPU adds its own time around
-# each request (on a busy 2-core VM, up to a third), and that is this machine, not your plan.
+# windows against the default (no queue delay, max_batch_size 32, one instance), and grades: not clearly below
+# the default, and your prediction within a margin of 30 % of what your plan serves, counted as clients ÷
+# Triton's own time per request (queue wait plus device). The end-to-end figure is shown beside it; the
+# laptop's CPU adds its own time around each request, and that is this machine, not your plan.
 
 # %%
 from servelab.assignments import checks
@@ -484,6 +450,66 @@ memory = step.table(pd.DataFrame([
 ]), "memory", "Resident memory (RSS, MiB) by process; GPU memory via NVML where present")
 
 # %% [markdown]
+# ## 5 · Deploy the winner
+# The engine section 0 found best now serves: int8 where the CPU has VNNI, otherwise the engine the measurement
+# picks. A running service cannot change its engine, so a second one starts on a free port with the
+# winner and the lab service's settings; Triton's encoder is reloaded with its `onnx_file` parameter pointing at
+# the int8 graph (its own config comes back afterwards). Each runs against fp32 in alternating windows, and
+# both embed the same lab photos.
+#
+# **Predict first.** Served, with HTTP, decoding and batching around each run, will the winner's lead be larger
+# or smaller than in section 0? Will every photo's embedding stay above a cosine of 0.999 to fp32's?
+
+# %%
+import dataclasses
+
+from servelab.bench.experiments import Side, ab
+from servelab.bench.load.inputs import sample_jpegs
+from servelab.bench.servers import served
+from servelab.client import InferenceClient
+from servelab.lab.winner import drift_record, graph_switch, service_settings, winner
+
+won, top_c = winner(vnni, int8_rec), max(concurrency_levels)
+photos = list(sample_jpegs(8 if opts.quick else 32))  # generated lab photos, never downloaded
+
+
+def embed(backend, url, **options):  # the lab photos, as this server embeds them
+    with InferenceClient(mode="remote", backend=backend, url=url, payload="tensor", **options) as client:
+        return client.embed_images(photos)
+
+
+why_not = (f"{won.why}: the lab's stack already serves the fp32 graph" if not won.deploys else "" if
+           lab.service_pid and lab.triton_pid and in_process_provider(lab.place) == "cpu" else
+           "the lab's servers are not processes on this machine's CPU")
+deployed = step.skip_unless(not why_not, f"serving {won.engine}", why_not, "section 0's in-process figures")
+if deployed:
+    fp32_service = lab.attach("fastapi")
+    with served("fastapi", won.engine, log_path=step.out_dir / "logs" / "05a-deploy-service.log",
+                **service_settings(Settings.from_env())) as service:
+        service_ab = ab(step.run, "05a-deploy-service", Side(f"{won.engine} service", service, concurrency=top_c),
+                        Side(f"{fp32_service.engine} service", fp32_service, concurrency=top_c), opts=opts)
+        drift = [drift_record(step.run, "05a-deploy-drift", "fastapi", won.engine, embed("fastapi", service.url),
+                              embed("fastapi", lab.service_url))]
+    with graph_switch(lab.triton_http_url, lab.triton_model, meta["int8"]["path"]) as use:  # 0: int8, 1: its own
+        triton_ab = ab(step.run, "05a-deploy-triton",
+                       Side(f"{won.engine} Triton", dataclasses.replace(triton, engine=won.engine), concurrency=top_c),
+                       Side(f"{triton.engine} Triton", triton, concurrency=top_c), opts=opts, prepare=use)
+        served_by = []
+        for side in (0, 1):  # the int8 graph, then the model's own
+            use(side)
+            served_by.append(embed("triton-http", lab.triton_http_url, model=lab.triton_model))
+    drift.append(drift_record(step.run, "05a-deploy-drift", "triton-http", won.engine, *served_by))
+    step.table(step.frame([service_ab[-1], triton_ab[-1]], "server", "ratio", "ratio_min", "ratio_max",
+                          "latency_p50_ratio", "repeats", "stable"), "deploy_gain",
+               f"{won.engine} ÷ fp32, served, alternating windows, {top_c} clients")
+    step.table(step.frame(drift, "server", "engine", "batch", "value", "value_mean", "one_minus_cosine_max")
+               .rename(columns={"batch": "photos", "value": "min_cosine", "value_mean": "mean_cosine"}),
+               "deploy_drift", f"{won.engine} embeddings against fp32's, the same lab photos")
+    step.answer(f"Deployed {won.engine} ({won.why}). The service: {step.ratio(service_ab[-1])}. Triton: "
+                f"{step.ratio(triton_ab[-1])}. Lowest cosine to fp32 over {len(photos)} photos: service "
+                f"{cosine_text(drift[0]['value'])}, Triton {cosine_text(drift[1]['value'])}.")
+
+# %% [markdown]
 # ## Why, and compared with the source material
 # - **The operator profile** decides which optimisations can work at all: a model that is mostly matrix
 #   products gains from anything that makes matrix products cheaper (int8 on CPUs with VNNI, TensorRT's
@@ -493,12 +519,10 @@ memory = step.table(pd.DataFrame([
 #   photo-dedup "ONNX Runtime / Triton optimisation report" (RTX A4000) raised the delay from 5 to 10 ms
 #   "for mixed workloads"; on 4× RTX 4080 the "Technical Deep-Dive" found only 22 % of requests batched
 #   (560 executions for 721 requests) at its peak — a delay does not fix a queue that is not there.
-# - **JSON vs binary**: the same report measured 52.5 ms vs 0.01 ms to encode one image and 1,842 ms vs
-#   1.74 ms for batch 32 (2,980 KB vs 588 KB per image), which made its first Triton numbers (564 ms
-#   single-image p50) a measurement of the client's encoder. Compare the factor in this run above.
-# - **Memory**: the same model in Triton costs the server process plus one Python stub per instance (each
-#   with its own ONNX Runtime session); the write-up measured ~2.5 GB of GPU memory at max batch 32 and
-#   3.3 GB for three backends together on an A100.
+# - **JSON vs binary**: the same report measured 1,842 ms vs 1.74 ms to encode batch 32 (2,980 KB vs 588 KB
+#   per image), which made its first Triton numbers a measurement of the client's encoder.
+# - **Memory**: Triton costs the server process plus one Python stub (with its own session) per instance;
+#   the write-up measured ~2.5 GB of GPU memory at max batch 32 on an A100.
 #
 # This repository's own GPU reference (one H100, 2026-11-26) is in `reference/nvidia-h100-80gb-hbm3/`; its figure for
 # this question is printed under the headline (see `SOURCES.md` for the write-ups and their hardware).
@@ -514,5 +538,7 @@ step.shows(
     f"{s_max.loc['json-lists', 'bytes_per_request'] / s_max.loc['binary-tensor', 'bytes_per_request']:.1f}× the bytes of "
     f"the binary tensor and {s_max.loc['json-lists', 'serialise_p50_ms'] / max(s_max.loc['binary-tensor', 'serialise_p50_ms'], 1e-6):.0f}× "
     f"its serialisation time; the JPEG files were {s_max.loc['binary-tensor', 'bytes_per_request'] / s_max.loc['jpeg', 'bytes_per_request']:.0f}× "
-    f"smaller than the tensor."
+    f"smaller than the tensor." + (f" Deployed, {won.engine} served {step.ratio(service_ab[-1])} (FastAPI) and "
+                                   f"{step.ratio(triton_ab[-1])} (Triton); its lowest cosine to fp32 was "
+                                   f"{cosine_text(min(d['value'] for d in drift))}." if deployed else "")
 )

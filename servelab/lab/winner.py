@@ -1,0 +1,95 @@
+"""Deploying what notebook 05a measured best: which engine won, the settings a second service runs it with so that
+it compares like for like with the lab's own, Triton's encoder config running another ONNX file, and how far the
+served embeddings moved from fp32's.
+
+    won = winner(vnni_flags(), int8_rec)                  # Winner("onnx-int8", "this CPU has VNNI (avx512_vnni)")
+    with served("fastapi", won.engine, **service_settings(settings)) as svc: ab(run, …, Side(…, svc), …)
+    with graph_switch(triton_http_url, model, int8_path) as use:   # use(0): the int8 graph, use(1): its own
+        ab(run, …, Side(…), Side(…), prepare=use)
+    drift_record(run, "05a-deploy-drift", "fastapi", won.engine, served_int8, served_fp32)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from servelab.bench.report import ratio_reading
+from servelab.model.export import cosine_rows
+from servelab.vocabulary import Engine
+
+
+@dataclass(frozen=True)
+class Winner:
+    """The engine to deploy and why it won, in words a sentence can carry."""
+
+    engine: str
+    why: str
+
+    @property
+    def deploys(self) -> bool:
+        """Whether it differs from the fp32 graph the lab's stack already serves."""
+        return self.engine != Engine.ONNX
+
+
+def winner(vnni: list[str], int8_vs_fp32: dict) -> Winner:
+    """int8 where the CPU has VNNI (its 8-bit products run on multiply-add instructions made for them) or where this
+    run ranked int8 ahead of fp32 (`int8_vs_fp32`: a ratio record int8 ÷ fp32); otherwise the fp32 graph."""
+    if vnni:
+        return Winner(Engine.ONNX_INT8, f"this CPU has VNNI ({', '.join(vnni)})")
+    reading = ratio_reading(int8_vs_fp32)
+    if reading.ranked and reading.ahead == "a":
+        return Winner(Engine.ONNX_INT8, "int8 was ranked ahead of fp32 in this run, although the CPU has no VNNI")
+    return Winner(Engine.ONNX, "this CPU has no VNNI and this run did not rank int8 ahead of fp32")
+
+
+def service_settings(settings) -> dict:
+    """The lab service's batching, queue and thread settings, as `served("fastapi", …)` takes them: a second
+    service started with them differs from the lab's own in its engine only."""
+    return {"max_batch": settings.max_batch, "max_delay_ms": settings.max_delay_ms, "max_queue": settings.max_queue,
+            "threads": settings.threads}
+
+
+def graph_config(http_url: str, model: str, onnx_path: str | Path) -> dict:
+    """The config `model` has on the Triton at `http_url`, running the ONNX file `onnx_path` instead of its own (the
+    CPU encoder's `onnx_file` parameter, which an absolute path overrides): a config override to load with
+    `servelab.triton.control.config_switch`. Nothing is loaded here."""
+    from servelab.triton.control import config_dict, get_config
+
+    config = copy.deepcopy(config_dict(get_config(http_url, model)))
+    params = config.get("parameters") or {}
+    if "onnx_file" not in params:
+        raise ValueError(f"Triton model {model!r} names no onnx_file parameter, so it cannot be pointed at another "
+                         "graph: deploy to the CPU encoder of `servelab triton stage cpu`")
+    path = Path(onnx_path).resolve()
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such ONNX file; run `servelab export` to write the int8 graph")
+    params["onnx_file"] = {"string_value": str(path)}
+    return config
+
+
+@contextlib.contextmanager
+def graph_switch(http_url: str, model: str, onnx_path: str | Path) -> Iterator[Callable[[int], bool]]:
+    """`use(i)` loads `model` running `onnx_path` (0) or with its own config (1) unless that one is loaded, for the
+    `prepare` of an alternating-window comparison; the model's own config is loaded again on exit."""
+    from servelab.triton.control import config_dict, config_switch, get_config
+
+    configs = [graph_config(http_url, model, onnx_path), config_dict(get_config(http_url, model))]
+    with config_switch(http_url, model, configs) as use:
+        yield use
+
+
+def drift_record(run, experiment: str, server: str, engine: str, served: np.ndarray, fp32: np.ndarray) -> dict:
+    """Record how far `engine`'s embeddings served by `server` moved from fp32's for the same photos (rows of
+    `served` and `fp32`): the lowest cosine as `value`, the mean in `value_mean` and the largest 1 − cosine, so a
+    cosine that prints as 1.000000 still shows how far from 1 it is."""
+    cos = cosine_rows(np.asarray(served, np.float64), np.asarray(fp32, np.float64))
+    return run.record(experiment, kind="derived", server=server, engine=engine, batch=len(cos),
+                      value=float(cos.min()), value_mean=float(cos.mean()), one_minus_cosine_max=float(1 - cos.min()),
+                      note=f"cosine of {engine} vs fp32 embeddings served by {server}, {len(cos)} lab photos "
+                           "(min; mean in value_mean)")
