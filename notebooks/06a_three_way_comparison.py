@@ -305,6 +305,7 @@ ran = (f" During the {max(concurrency_levels)}-client comparisons, servelab's se
        "(a batch that finds the engine idle takes every core)."
        if instances else " servelab's service runs one session here, like the others.")
 from servelab.bench.load.drift import probe_values
+from servelab.bench.report import apart_reading
 
 probes = probe_values(step.run.records)  # the lab's drift probes, one before each notebook so far
 host = (f" The drift probe before this notebook, one two-thread session like Triton's encoder and LitServe's, "
@@ -312,14 +313,15 @@ host = (f" The drift probe before this notebook, one two-thread session like Tri
         "shared VM such a session's speed changes with the host from minute to minute (its threads wait for each "
         "other after every operator), while single-thread instances hardly move: the ratios above hold for the "
         "moment this run measured them." if len(probes) >= 2 else "")
+ranked = apart_reading(top, bare, drift=step.machine_drift).ranked  # a lead this run can call, either way
 step.answer(f"Sent binary tensors at concurrency {hi}, Triton delivered {ceiling:.1f} img/s: one session of the engine "
             "with nothing decoded in the server, the measured ceiling for a server running one session. The best "
             f"JPEG server here, {top['server']}, delivered {100 * best / max(ceiling, 1e-9):.0f} % of it: "
             + step.versus(top["server"], top, "Triton with tensors", bare)
             + (". Instances on separate cores do not wait for each other, so they are not held to one session's figure."
-               if instances and top["server"] == "fastapi" and best > ceiling else
+               if ranked and instances and top["server"] == "fastapi" and best > ceiling else
                ". What lies between them is each JPEG server's own work around the engine: decoding, copies, HTTP."
-               if best < ceiling else ".")
+               if ranked and best < ceiling else ".")
             + ran + host)
 
 

@@ -365,13 +365,13 @@ step.answer("; ".join(parts) + ".")
 parts = []
 if knee is not None:
     parts.append(f"At {top}× capacity, goodput: {goodput_said}; accepted p99: {p99_said}. {held('fastapi')}; "
-                 f"{held('fastapi-no-admission')}. In this run, {why}")
+                 f"{held('fastapi-no-admission')}. In this run, {why}.")
 parts.append(f"Under the stepped load, at {top_clients} clients the monitored service answered "
              f"{five.get('ok_rps', 0):.1f} req/s with 200 and refused {five.get('shed_rps', 0):.1f} req/s with 503"
              + (" (it admits far more than that many clients: none were refused)" if admits is None else ""))
 if view.scraped and view.shed_span and view.alert_firing:
-    parts.append(f"the shedding alert fired {view.alert_firing[0][0] - view.shed_span[0]:.1f} s after the first "
-                 f"refusal and stopped {view.alert_firing[-1][1] - view.shed_span[1]:.1f} s after the last")
+    parts[-1] += (f"; the shedding alert fired {view.alert_firing[0][0] - view.shed_span[0]:.1f} s after the first "
+                  f"refusal and stopped {view.alert_firing[-1][1] - view.shed_span[1]:.1f} s after the last")
 elif not view.scraped:
-    parts.append(f"no Prometheus view ({view.prometheus})")
-step.shows(f"{'; '.join(parts)}.")
+    parts[-1] += f"; no Prometheus view ({view.prometheus})"
+step.shows(f"{' '.join(parts)}.")
