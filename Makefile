@@ -59,7 +59,7 @@ browser:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
-# Prometheus + promtool for 06a's monitoring view and its tests (Debian package; best effort, skipped where present).
+# Prometheus + promtool for 06c's monitoring view and its tests (Debian package; best effort, skipped where present).
 prometheus:
 	@bash scripts/prometheus.sh
 
