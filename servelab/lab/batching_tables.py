@@ -4,6 +4,7 @@ engine, one traced window summed up, and the same point measured by perf_analyze
     batch_gain_by_engine({"PyTorch in-process": torch_batches, "ONNX Runtime in Triton": triton_batches}, 1, 8)
     trace_row(spans, "its own config")        # requests, executions, batch sizes, queue waits, window
     tools_side_by_side(pa_result, triton_conc[-1])
+    switch_row("this CPU", triton_ratio, triton_on, predicted=1.4, predicted_from="the batch-size table")
 
 Each takes the records or spans a lesson already has and returns plain rows; the lesson files them as tables.
 """
@@ -64,3 +65,11 @@ def tools_side_by_side(pa_result, ours: dict) -> pd.DataFrame:
 def ratio_columns(r: dict, name: str = "ratio") -> dict:
     """An alternating-windows ratio record as table columns: the ratio (under `name`) and the range of its pairs."""
     return {name: r["ratio"], "pairs_min": r["ratio_min"], "pairs_max": r["ratio_max"]}
+
+
+def switch_row(device: str, ratio: dict, on: dict, predicted: float, predicted_from: str) -> dict:
+    """One device's dynamic-batching switch: its on ÷ off ratio record and pair range, the average batch the
+    batching-on side executed (its server's counters), and the gain that was predicted for it, and from what."""
+    return {"device": device, **ratio_columns(ratio, "on_div_off"),
+            "avg_batch_on": (on.get("server_stats") or {}).get("avg_batch"),
+            "predicted": round(predicted, 2), "predicted_from": predicted_from}

@@ -28,7 +28,7 @@ def test_04_shows_perf_analyzer_and_the_trace_beside_its_own_numbers():
     assert "pa.command(" in text and "pa.run(" in text and '"perf_analyzer"' in text
     assert "show_code(trace.tracing)" in text and "by_hand.traced(" in text and "trace.plot_timeline(" in text
     assert "plot_batch_histogram(" in text, "the /stats histogram beside the timeline"
-    assert "batch_gain_by_engine" in text, "why PyTorch gains from a batch and ONNX Runtime hardly does, from the run"
+    assert "batch_gain_by_engine" in text, "what a batch saved each engine, read from the run"
 
 
 def test_05a_changes_session_options_by_hand_after_checking_for_vnni():

@@ -51,3 +51,11 @@ def test_ratio_columns_carry_the_ratio_and_its_pair_range():
     r = {"kind": "ab", "ratio": 1.5, "ratio_min": 1.2, "ratio_max": 1.8}
     assert tables.ratio_columns(r) == {"ratio": 1.5, "pairs_min": 1.2, "pairs_max": 1.8}
     assert tables.ratio_columns(r, "on_div_off") == {"on_div_off": 1.5, "pairs_min": 1.2, "pairs_max": 1.8}
+
+
+def test_switch_row_puts_the_measured_switch_beside_its_prediction():
+    r = {"kind": "ab", "ratio": 1.26, "ratio_min": 1.2, "ratio_max": 1.3}
+    row = tables.switch_row("cpu", r, {"server_stats": {"avg_batch": 3.5}}, 1.534, "the batch-size table")
+    assert row == {"device": "cpu", "on_div_off": 1.26, "pairs_min": 1.2, "pairs_max": 1.3, "avg_batch_on": 3.5,
+                   "predicted": 1.53, "predicted_from": "the batch-size table"}
+    assert tables.switch_row("emulated", r, {"server_stats": None}, 2.0, "the profile")["avg_batch_on"] is None
