@@ -276,7 +276,9 @@ def probe_endpoints(p: RunPlan, say: Callable[[str], None]) -> list[str]:
 
     missing = []
     for key, path in PROBES.items():
-        users = [name for name, declared in p.declared.items() if key in declared]
+        # a notebook names the endpoint as a parameter, or reads it from the harness when its code talks to servers
+        users = [name for name, declared in p.declared.items()
+                 if key in declared or (HARNESS in declared and p.uses_servers.get(name))]
         url = str(p.values.get(key, ""))
         if users and url and not wait_http(url.rstrip("/") + path, timeout=3.0):
             missing.append(key)
