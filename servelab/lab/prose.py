@@ -4,12 +4,13 @@
     claims(markdown)              # sentences that break the rule, each with the figure or word that does
     notebook_claims(path)         # the same over a notebook's markdown cells (.py jupytext source or .ipynb)
 
-A sentence breaks the rule when it holds a measured-looking figure (a number with img/s, images/s, req/s,
-infer/s, ms, s, × or %) or, speaking of this machine ("here", "this machine", "these cores", …), a comparison
-word (faster, slower, ahead, gains, hardly, saturates, …). It quotes a named source, and so passes, when it names
-`SOURCES.md` or a `reference/…` path, or links a web page; every sentence under a "Compared with the source
-material" heading quotes the write-ups that `notebooks/SOURCES.md` lists. A figure that is a setting rather than a
-measurement ("2 ms by default", "at least 2 s") passes too: a setting is not something the machine did.
+A sentence (a heading too) breaks the rule when it holds a measured-looking figure (a number with img/s, images/s,
+req/s, infer/s, ms, s, × or %) or, speaking of this machine ("here", "this machine", "these cores", "a two-core
+CPU", …), a comparison word (faster, slower, ahead, gains, hardly, saturates, …). It quotes a named source, and so
+passes, when it names `SOURCES.md` or a `reference/…` path, or links a web page; every sentence under a "Compared
+with the source material" heading quotes the write-ups that `notebooks/SOURCES.md` lists. A figure that is a setting
+rather than a measurement ("2 ms by default", "at least 2 s") passes too: a setting is not something the machine
+did.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ _FIGURE = rf"(?<![\w.]){_NUMBER}(?:\s*[–-]\s*{_NUMBER})?"
 FIGURE = re.compile(rf"{_FIGURE}\s*(?:img/s|images?/s|req/s|infer(?:ences)?/s|ms\b|×(?!\s*\d)|%)|{_FIGURE}\s+s\b")
 COMPARISON = re.compile(r"\b(?:faster|slower|ahead|gains?|gained|hardly|saturat\w*|outperform\w*|overtakes?)\b", re.I)
 THIS_MACHINE = re.compile(r"\b(?:here|this machine|this (?:cpu|vm|laptop|host)|these (?:cpu )?cores|"
-                          r"this run|on loopback)\b", re.I)
+                          r"this run|on loopback|(?:a|this|the) (?:one|two|four|eight|\d+)-core "
+                          r"(?:cpu|vm|machine|laptop|host))\b", re.I)
 # a figure that is a knob, a limit or a default, not a measurement
 SETTING = re.compile(r"\b(?:by default|defaults? to|at least|at most|up to|no more than|each way|round trip|"
                      r"every \d|limit|timeout|budget|target|request|margin|delay of|or more|or less|[MG]bit/s)", re.I)
@@ -53,9 +55,10 @@ def _plain(markdown: str) -> str:
     return text
 
 
-def sentences(markdown: str) -> list[tuple[str, bool]]:
+def sentences(markdown: str, headings: bool = False) -> list[tuple[str, bool]]:
     """The prose's sentences, each with whether it stands under a heading that quotes the source material.
-    A heading, a list item and a blank line end a sentence as a full stop does."""
+    A heading, a list item and a blank line end a sentence as a full stop does; `headings`: the headings'
+    text is returned too, as sentences (a heading states things as well)."""
     out: list[tuple[str, bool]] = []
     quoting = False
     for block in re.split(r"\n\s*\n|\n(?=\s*(?:[-*]|\d+\.)\s)|\n(?=#)", _plain(markdown)):
@@ -65,6 +68,8 @@ def sentences(markdown: str) -> list[tuple[str, bool]]:
         if block.startswith("#"):
             heading, _, block = block.partition("\n")
             quoting = bool(SOURCE_HEADING.match(heading))
+            if headings:
+                out.append((heading.lstrip("#").strip(), quoting))
         for sentence in re.split(r"(?<=[.!?])\s+(?=[A-Z*(\[`\"'])", " ".join(block.split())):
             if sentence.strip():
                 out.append((sentence.strip(), quoting))
@@ -89,7 +94,7 @@ def claim(sentence: str) -> str | None:
 def claims(markdown: str) -> list[Claim]:
     """Every sentence of `markdown` that states a figure or direction about this machine without a named source."""
     found = []
-    for sentence, quoting in sentences(markdown):
+    for sentence, quoting in sentences(markdown, headings=True):
         what = None if quoting else claim(sentence)
         if what:
             found.append(Claim(sentence, what))
