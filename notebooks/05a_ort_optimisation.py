@@ -76,8 +76,8 @@ opts = lab.load
 
 # %% [markdown]
 # ## 0 · ONNX Runtime by hand: the session and its options
-# Before the harness takes over, the code at its heart. An ONNX Runtime **session** is made once from the
-# `.onnx` file and a `SessionOptions`; three options decide most of what this notebook measures:
+# An ONNX Runtime **session** is made once from the `.onnx` file and a `SessionOptions`; three options decide
+# most of what this notebook measures:
 #
 # - `graph_optimization_level`: how much ONNX Runtime rewrites the graph when the session is created
 #   (`ORT_DISABLE_ALL`, `ORT_ENABLE_BASIC`: constant folding and redundant nodes, `ORT_ENABLE_EXTENDED`: fused
@@ -85,8 +85,7 @@ opts = lab.load
 # - `intra_op_num_threads`: how many threads split one operator's work (0 = one per core);
 # - `enable_profiling`: write a JSON timeline of every kernel run (section 1 reads one).
 #
-# This is how servelab's profiling experiment makes its session (the same options as its ONNX engine, plus the
-# profiler):
+# servelab's profiling experiment makes its session so (its ONNX engine's options, plus the profiler):
 
 # %%
 import onnxruntime as ort
@@ -152,23 +151,25 @@ int8_rec, fused_rec, threads_rec = (
         (base, "fp32, ORT_DISABLE_ALL", ("ORT_ENABLE_ALL", "ORT_DISABLE_ALL")),
         (base, "fp32, ORT_ENABLE_ALL, 1 thread", ("all cores", "one thread"))))
 int8_cos = options_table.set_index("session").loc["int8, ORT_ENABLE_ALL", "cosine_vs_fp32"]
-int8_ahead, fused_ahead, threads_ahead = (ratio_reading(r).ranked and ratio_reading(r).ahead == "a"
-                                          for r in (int8_rec, fused_rec, threads_rec))
+
+
+def because(rec, ahead, behind, unranked=". "):  # a cause is offered only for a ratio this run ranks
+    v = ratio_reading(rec)
+    return (ahead if v.ahead == "a" else behind) if v.ranked else unranked
+
+
 earlier_04 = [r for r in step.earlier("04") if r.get("kind") == "ab" and (r["experiment"] == "04-torch-batch-ratio"
               or (r["experiment"] == "04-batching" and r["params"].get("system") == "triton"))]
-step.answer(f"This CPU has {'VNNI (' + ', '.join(vnni) + ')' if vnni else 'no VNNI'}. {step.ratio(int8_rec, what='speed')}; "
-            f"int8's embedding is at cosine {cosine_text(int8_cos)} to fp32's"
-            + (": the matrix products, most of the time (section 1), run on 8-bit multiply-add instructions. "
-               if vnni and int8_ahead else
-               ": this run does not rank int8 ahead despite VNNI, so the 8-bit products were not the bottleneck "
-               "in it. " if vnni else ": without VNNI the 8-bit products run on wider instructions. ")
+step.answer(f"This CPU has {'VNNI (' + ', '.join(vnni) + ')' if vnni else 'no VNNI'}. int8's embedding is at cosine "
+            f"{cosine_text(int8_cos)} to fp32's. {step.ratio(int8_rec, what='speed')}"
+            + because(int8_rec, ": the matrix products, most of the time (section 1), ran on 8-bit multiply-add "
+                      "instructions. ", ": the 8-bit products were not the bottleneck in this run. ")
             + f"Fusion: {step.ratio(fused_rec, what='speed')}"
-            + (": fused kernels make fewer operator calls and fewer passes over memory. " if fused_ahead else
-               ": for this network most of the time is in the matrix products, which fusion does not make "
-               "cheaper. ")
+            + because(fused_rec, ": fused kernels make fewer operator calls and passes over memory. ",
+                      ": the optimisations did not pay for this graph in this run. ")
             + f"Threads: {step.ratio(threads_rec, what='speed')}"
-            + (": at batch 1 ONNX Runtime already spreads one image over the cores. " if threads_ahead else
-               ": while other work runs on this machine the threads wait for each other at every operator. ")
+            + because(threads_rec, ": at batch 1 ONNX Runtime already spreads one image over the cores. ",
+                      ": the threads wait for each other at every operator, and other work took cores from them. ")
             + ("Whether a batch still finds idle capacity is notebook 04's question; in this run it measured "
                + "; ".join(step.ratio(r) for r in earlier_04) + "." if earlier_04 else ""))
 
@@ -334,9 +335,7 @@ if emu_ready:
            if lo_c < min(top_c, 32) else "there the batch fills at once. ")
         + f"On this CPU the same delay range gave average batches of {avg_batch(busy_lo):.2f} and "
           f"{avg_batch(busy_hi):.2f} at {top_c} clients, and " + step.ratio(delay_ab[-1])
-        + (": there the delay's larger batches did pay." if ratio_reading(delay_ab[-1]).ranked
-           and ratio_reading(delay_ab[-1]).ahead == "a" else
-           ": there the larger batches bought nothing this run can rank, as when a batch costs what its images cost."))
+        + because(delay_ab[-1], ": there the delay's larger batches paid.", ": there the delay cost throughput.", "."))
 
 # %% [markdown]
 # ### Exercise: plan a device's configuration, then measure it
@@ -457,8 +456,8 @@ memory = step.table(pd.DataFrame([
 # the int8 graph (its own config comes back afterwards). Each runs against fp32 in alternating windows, and
 # both embed the same lab photos.
 #
-# **Predict first.** Served, with HTTP, decoding and batching around each run, will the winner's lead be larger
-# or smaller than in section 0? Will every photo's embedding stay above a cosine of 0.999 to fp32's?
+# **Predict first.** Served, will the winner's lead be larger or smaller than in section 0? Will every photo's
+# embedding stay above a cosine of 0.999 to fp32's?
 
 # %%
 import dataclasses
@@ -538,7 +537,7 @@ step.shows(
     f"{s_max.loc['json-lists', 'bytes_per_request'] / s_max.loc['binary-tensor', 'bytes_per_request']:.1f}× the bytes of "
     f"the binary tensor and {s_max.loc['json-lists', 'serialise_p50_ms'] / max(s_max.loc['binary-tensor', 'serialise_p50_ms'], 1e-6):.0f}× "
     f"its serialisation time; the JPEG files were {s_max.loc['binary-tensor', 'bytes_per_request'] / s_max.loc['jpeg', 'bytes_per_request']:.0f}× "
-    f"smaller than the tensor." + (f" Deployed, {won.engine} served {step.ratio(service_ab[-1])} (FastAPI) and "
-                                   f"{step.ratio(triton_ab[-1])} (Triton); its lowest cosine to fp32 was "
+    f"smaller than the tensor." + (f" Deployed {won.engine}, served by FastAPI: {step.ratio(service_ab[-1])}; by "
+                                   f"Triton: {step.ratio(triton_ab[-1])}; lowest cosine of its embeddings to fp32's: "
                                    f"{cosine_text(min(d['value'] for d in drift))}." if deployed else "")
 )

@@ -2,7 +2,7 @@
 it compares like for like with the lab's own, Triton's encoder config running another ONNX file, and how far the
 served embeddings moved from fp32's.
 
-    won = winner(vnni_flags(), int8_rec)                  # Winner("onnx-int8", "this CPU has VNNI (avx512_vnni)")
+    won = winner(vnni_flags(), int8_rec)                  # Winner("onnx-int8", "this CPU has VNNI: avx512_vnni")
     with served("fastapi", won.engine, **service_settings(settings)) as svc: ab(run, …, Side(…, svc), …)
     with graph_switch(triton_http_url, model, int8_path) as use:   # use(0): the int8 graph, use(1): its own
         ab(run, …, Side(…), Side(…), prepare=use)
@@ -41,7 +41,7 @@ def winner(vnni: list[str], int8_vs_fp32: dict) -> Winner:
     """int8 where the CPU has VNNI (its 8-bit products run on multiply-add instructions made for them) or where this
     run ranked int8 ahead of fp32 (`int8_vs_fp32`: a ratio record int8 ÷ fp32); otherwise the fp32 graph."""
     if vnni:
-        return Winner(Engine.ONNX_INT8, f"this CPU has VNNI ({', '.join(vnni)})")
+        return Winner(Engine.ONNX_INT8, f"this CPU has VNNI: {', '.join(vnni)}")
     reading = ratio_reading(int8_vs_fp32)
     if reading.ranked and reading.ahead == "a":
         return Winner(Engine.ONNX_INT8, "int8 was ranked ahead of fp32 in this run, although the CPU has no VNNI")
