@@ -247,7 +247,7 @@ lease_pack() {
         lease_closure "$cache/wheels" $REFERENCE_SET > "$cache/PINS"
         # numpy 1 for the python-backend stub's environment (the bundled backend answers empty tensors under numpy 2)
         python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version "$PY_VERSION" \
-            "${PLATFORMS[@]}" -d "$cache/wheels" "$(grep '^numpy==1' "$ROOT/requirements-gpu.txt")"
+            "${PLATFORMS[@]}" -d "$cache/wheels" "$(grep -oE '^numpy==1[^ \\]*' "$ROOT/requirements-gpu.txt")"
         say "$(wc -l < "$cache/PINS") wheels and numpy 1 for the stub: $(tr '\n' ' ' < "$cache/PINS")"
         local ort
         ort=$(ls "$cache"/wheels/onnxruntime_gpu-*.whl)

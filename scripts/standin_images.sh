@@ -30,10 +30,11 @@ PY_TAG=python:3.11.14-slim-bookworm
 CUDA_TAG=nvidia/cuda:13.0.2-cudnn-runtime-ubuntu24.04
 TRITON_TAG=nvcr.io/nvidia/tritonserver:25.10-py3
 ROOTFS_TAG=servelab-standin/debian:bookworm
-PYTRITON_PIN=$(grep -E '^nvidia-pytriton==' requirements.txt | head -n1)
-ORT_PIN=$(grep -E '^onnxruntime==' requirements.txt | head -n1)
-NUMPY_PIN=$(grep -E '^numpy==' requirements.txt | head -n1)
-PILLOW_PIN=$(grep -Ei '^pillow==' requirements.txt | head -n1)
+# name==version only: each pin in the hashed requirements file continues with `\` and its --hash lines
+PYTRITON_PIN=$(grep -oE '^nvidia-pytriton==[^ \\]+' requirements.txt | head -n1)
+ORT_PIN=$(grep -oE '^onnxruntime==[^ \\]+' requirements.txt | head -n1)
+NUMPY_PIN=$(grep -oE '^numpy==[^ \\]+' requirements.txt | head -n1)
+PILLOW_PIN=$(grep -oiE '^pillow==[^ \\]+' requirements.txt | head -n1)
 WORK=${STANDIN_WORK:-build/standin}
 SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
 say() { printf '[standin] %s\n' "$*"; }

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 import tomllib
@@ -159,3 +160,15 @@ def test_set_resolves_for_its_target_without_installing(tmp_path, name, target):
               for i in json.loads(report.read_text())["install"]}
     assert {n: v.split("+")[0] for n, v in chosen.items()} == pins(name)
     assert ("+cpu" in chosen["torch"]) == (target.build == "cpu")
+
+
+def test_scripts_read_bare_pins_out_of_the_hashed_requirements():
+    """A pin line of a hashed requirements file continues with ` \\` and its --hash lines: the stand-in images'
+    script must take `name==version` alone from it (the whole line made pip's install fail inside the image)."""
+    script = (ROOT / "scripts/standin_images.sh").read_text()
+    assignments = [line for line in script.splitlines() if re.match(r"^[A-Z_]+_PIN=\$\(grep", line)]
+    assert len(assignments) == 4
+    shown = subprocess.run(["bash", "-c", "\n".join(assignments) + '\necho "$PYTRITON_PIN|$ORT_PIN|$NUMPY_PIN|$PILLOW_PIN"'],
+                           cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    for pin in shown.split("|"):
+        assert re.fullmatch(r"[A-Za-z0-9_.-]+==[0-9][0-9A-Za-z.+]*", pin), pin
