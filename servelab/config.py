@@ -121,6 +121,9 @@ class Settings:
     # one request can hold in memory and spill to the temporary folder (k8s: the pod's /tmp and memory limits)
     max_body_bytes: int = 64 * 1024 * 1024
     body_timeout_s: float = 30.0  # a body still arriving this long after its headers is dropped with 408
+    # a request line and headers still arriving this long after the connection opened (or its last answer) close the
+    # connection: a client trickling its headers holds a connection and a file descriptor until then
+    header_timeout_s: float = 10.0
     warmup_iters: int = 2
     # Triton's own bind, apart from the service's: publishing the service (host=0.0.0.0) never publishes Triton,
     # whose model control loads code (servelab.triton.access restricts it to a key as well)
@@ -170,6 +173,7 @@ class Settings:
             max_pixels=_env("MAX_PIXELS", d.max_pixels, int),
             max_body_bytes=_env("MAX_BODY_BYTES", d.max_body_bytes, int),
             body_timeout_s=_env("BODY_TIMEOUT_S", d.body_timeout_s, float),
+            header_timeout_s=_env("HEADER_TIMEOUT_S", d.header_timeout_s, float),
             warmup_iters=_env("WARMUP_ITERS", d.warmup_iters, int),
             triton_host=_env("TRITON_HOST", d.triton_host),
             triton_key=_env("TRITON_KEY", None),
@@ -197,6 +201,8 @@ class Settings:
                 raise ValueError(f"{name} must be >= 1")
         if self.body_timeout_s <= 0:
             raise ValueError("body_timeout_s must be > 0: a body that never arrives would hold its slot forever")
+        if self.header_timeout_s <= 0:
+            raise ValueError("header_timeout_s must be > 0: headers that never arrive would hold a connection forever")
         if self.emulated_devices < 0:
             raise ValueError("emulated_devices must be >= 0 (0 = the device profile's own count)")
         for name in ("max_in_flight", "request_timeout_s", "max_wait_ms"):

@@ -10,6 +10,8 @@ def run(settings=None, log_level: str = "info") -> None:
     import uvicorn
 
     from servelab.config import Settings
+    from servelab.service.headers import header_deadline
 
     settings = settings or Settings.from_env()
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level, access_log=False)
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level, access_log=False,
+                http=header_deadline(settings.header_timeout_s))

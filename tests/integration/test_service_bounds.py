@@ -22,6 +22,7 @@ from servelab.service.process import ServiceProcess
 
 MAX_BODY = 256 * 1024
 BODY_TIMEOUT_S = 1.0
+HEADER_TIMEOUT_S = 1.0
 ANSWER_WITHIN_S = 60.0  # generous: the claim is that an answer comes at all, not how fast
 SMALL_JPEG = encode(synthetic_photo(2, (96, 64)))
 
@@ -33,7 +34,8 @@ def bounded(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bounded")
     env = {"SERVELAB_ENGINE": "emulated", "SERVELAB_DEVICE_PROFILE": "flat", "SERVELAB_DEVICE_DIR": tmp / "devices",
            "SERVELAB_WARMUP_ITERS": 1, "SERVELAB_MAX_BODY_BYTES": MAX_BODY,
-           "SERVELAB_BODY_TIMEOUT_S": BODY_TIMEOUT_S, "SERVELAB_MAX_IN_FLIGHT": 2}
+           "SERVELAB_BODY_TIMEOUT_S": BODY_TIMEOUT_S, "SERVELAB_HEADER_TIMEOUT_S": HEADER_TIMEOUT_S,
+           "SERVELAB_MAX_IN_FLIGHT": 2}
     with ServiceProcess(env=env, log_path=tmp / "service.log") as svc:
         yield svc
 
@@ -134,3 +136,24 @@ def test_other_image_formats_are_refused_naming_the_allowed_ones(bounded, fmt):
         assert fmt in error["message"] and "JPEG, PNG or WebP" in error["message"]
     ok = httpx.post(bounded.url + "/embed", content=_image("PNG"), headers={"Content-Type": "image/png"})
     assert ok.status_code == 200, ok.text
+
+
+def test_a_request_head_that_trickles_is_closed_while_others_are_served(bounded):
+    """A client sending its headers a byte at a time never reaches the app (it runs once the head is complete), so
+    no admission slot bounds it: the connection itself is closed once the head is late, and a normal request on
+    another connection is answered meanwhile. Before the bound, such a connection stayed open indefinitely."""
+    where = urlsplit(bounded.url)
+    with socket.create_connection((where.hostname, where.port), timeout=1.0) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        assert httpx.get(f"{bounded.url}/healthz", timeout=ANSWER_WITHIN_S).status_code == 200
+        for _ in range(int(ANSWER_WITHIN_S)):  # one byte a second, never the end of the head
+            try:
+                sock.sendall(b"a")
+                received = sock.recv(1024)
+            except TimeoutError:
+                continue
+            except (ConnectionResetError, BrokenPipeError):
+                return  # closed by the server
+            assert received == b"", f"the server answered a head it never received whole: {received[:80]!r}"
+            return  # closed by the server (end of stream)
+        pytest.fail(f"a head trickling for {ANSWER_WITHIN_S:.0f} s kept its connection open")
