@@ -385,15 +385,17 @@ step.answer(" ".join(f"{system}: {step.ratio(ratio)}." for system, *_, ratio in 
 # %% tags=["exercise"]
 # Exercise 04.1: read the outcome at the highest concurrency, ties included
 def read_outcome(bands):
-    """Return "fastapi" or "triton-http" when that server's band lies wholly above the other's, or "tie"
-    when the two bands overlap. `bands`: index = server; columns value, lo, hi (images per second)."""
+    """Return "fastapi" or "triton-http" when that server's band lies wholly above the other's, or "tie" when
+    the two bands overlap, or when only one of them measured a spread (`source` is checks.NO_SPREAD for a single
+    window: it cannot be told from noise). `bands`: index = server; columns value, lo, hi, source."""
     # BEGIN SOLUTION
     service_band, triton_band = bands.loc["fastapi"], bands.loc["triton-http"]
+    if (service_band["source"] == checks.NO_SPREAD) != (triton_band["source"] == checks.NO_SPREAD):
+        return "tie"
     if service_band["lo"] <= triton_band["hi"] and triton_band["lo"] <= service_band["hi"]:
         return "tie"
     return "fastapi" if service_band["value"] > triton_band["value"] else "triton-http"
     # END SOLUTION
-
 
 # %%
 loaded = step.frame(service_conc + triton_conc)
@@ -409,7 +411,6 @@ step.answer(f"At concurrency {max(concurrency_levels)}, "
             + f". Measured minutes apart, with {engines}; which serving layer is faster is 06a's question, with one "
               "engine behind both, in alternating windows.")
 step.show_plot(plot_latency_throughput(service_conc + triton_conc, step.plot_path("latency_vs_throughput")))
-
 
 # %% [markdown]
 # ### Exercise: configure dynamic batching yourself, live
@@ -433,7 +434,6 @@ def triton_stanzas(max_batch):
             "dynamic_batching { max_queue_delay_microseconds: 2000 }\n"
             f"instance_group [ {{ kind: {instance_kind} count: 2 }} ]\n")
     # END SOLUTION
-
 
 # %%
 checks.live_config(triton_stanzas, run=step.run, triton_http_url=lab.triton_http_url, model=lab.triton_model,

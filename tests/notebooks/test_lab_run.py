@@ -72,3 +72,14 @@ def test_progress_is_visible(smoke_run):
     err = smoke_run["proc"].stderr
     for i, name in enumerate(NOTEBOOKS, 1):
         assert f"[{i}/{len(NOTEBOOKS)}] {name} ok" in err
+
+
+def test_executed_notebooks_state_nothing_about_this_machine(smoke_run):
+    """The prose rule (servelab.lab.prose) over what the smoke run executed: no markdown cell states a figure or a
+    direction about this machine that the run did not compute."""
+    from servelab.lab.prose import notebook_claims
+
+    executed = sorted((smoke_run["dir"] / "notebooks").glob("*.ipynb"))
+    assert executed, "the smoke run kept no executed notebook"
+    found = {p.stem: [str(c) for c in notebook_claims(p)] for p in executed}
+    assert not any(found.values()), {k: v for k, v in found.items() if v}

@@ -50,7 +50,7 @@ from servelab.assignments.checks.measured import (
     speedup,
     threshold_for_precision,
 )
-from servelab.assignments.checks.predictions import TIE, measured_bands, outcome, reading
+from servelab.assignments.checks.predictions import NO_SPREAD, TIE, measured_bands, outcome, reading
 from servelab.assignments.checks.sizing import cost_per_1k_images, replicas_for_load
 
 __all__ = [
@@ -58,7 +58,8 @@ __all__ = [
     "queue_delay_for_budget", "batching_stanza", "gpu_instance_group", "trt_accelerator_stanza",
     "smallest_payload", "best_choice", "speedup", "difference", "share", "scaling_efficiency", "cost_per_1k_images",
     "threshold_for_precision", "replicas_for_load", "execution_providers", "k8s_probes", "compose_healthcheck",
-    "measured_bands", "reading", "TIE", "QUICK_PLAN_TOL", "L2NORM_CONFIG",
+    "measured_bands", "reading", "TIE", "NO_SPREAD", "QUICK_PLAN_TOL", "L2NORM_CONFIG",
 ]
 # the check functions an exercise may call (the exercise format test holds the notebooks to this list)
-CHECKS = tuple(n for n in __all__ if n not in ("measured_bands", "reading", "TIE", "QUICK_PLAN_TOL", "L2NORM_CONFIG"))
+CHECKS = tuple(n for n in __all__ if n not in ("measured_bands", "reading", "TIE", "NO_SPREAD", "QUICK_PLAN_TOL",
+                                                "L2NORM_CONFIG"))
