@@ -44,11 +44,10 @@
 #   ENG2 -->|512 floats per image| R
 # ```
 #
-# **Honest framing for this machine.** Client and service talk over loopback: no wire, no bandwidth limit,
-# no round-trip time, so "the hop" here is serialisation, HTTP handling and copies — the network cost the
-# source material measured over the internet is absent (a shaped WAN-like link is measured separately where
-# the lab provides one). Both processes share this machine's CPU cores. And the service batches too: its
-# micro-batcher groups concurrent requests, exactly the idea notebook 04 studies in Triton.
+# **Honest framing for this machine.** Client and service talk over loopback and share the CPU cores: with no
+# wire, "the hop" is serialisation, HTTP handling and copies, not the network cost the source material measured
+# over the internet (a shaped link is measured at the end). The service batches too: its micro-batcher groups
+# concurrent requests, the idea notebook 04 studies in Triton.
 
 # %% tags=["parameters"]
 harness = {}              # where this runs: filled by `servelab lab run` ({}: this place's defaults)
@@ -84,33 +83,26 @@ from servelab.service.batcher import MicroBatcher
 show_code(service_app.embed_tensor)
 
 # %% [markdown]
-# The micro-batcher's loop. When a request arrives it waits up to `max_delay_s` for others to join (or until
-# `max_batch` images are queued), concatenates them, runs the engine once in a worker thread — never on the
-# event loop — and hands each caller its slice. With one client at a time there is never anyone to join,
-# so a lone request pays the short wait and gains nothing; under concurrency, requests that queued while the
-# engine was busy form the next batch without waiting at all. Requests already admitted but still being read
-# or decoded are waited for a little longer: at most a batch's *fixed* cost (`self.cost`, fitted from the
-# engine's own runs as t(n) = fixed + per-image × n). A request left out runs in the next batch and costs one
-# more fixed cost; waiting longer than that would idle the engine for more than it saves. Where a batch of 8
-# costs about what a batch of 1 does (a GPU's case), that is a long wait and batches fill up; where every image
-# adds about as much as the first (a CPU's case), it is short or none, and the engine goes on with whoever is
-# ready. A cell below prints this service's own fitted costs.
+# The micro-batcher's loop. A request waits up to `max_delay_s` for others to join (or until `max_batch` images
+# are queued); the batch runs once in a worker thread, never on the event loop, and each caller gets its slice.
+# A lone client never has company, so it pays the short wait for nothing; under concurrency, requests that
+# queued while the engine was busy form the next batch at once. A request admitted but still being decoded is
+# waited for at most a batch's *fixed* cost (`self.cost`, fitted from the engine's runs as t(n) = fixed +
+# per-image × n): left out, it costs one more fixed cost in the next batch, so a longer wait would idle the
+# engine for more than it saves. That wait is long where a batch costs about what one image does (a GPU) and
+# short where each image costs as much as the first. A cell below prints this service's fitted costs.
 
 # %%
 show_code(MicroBatcher._loop)
 
 # %% [markdown]
-# What runs the batch. On a CPU of several cores the service keeps two engine instances, each on half the cores
-# (a cell below says how many it has here), and the batcher hands each free instance its own batch, so two
-# batches run side by side (`parallel`). A batch that finds the engine idle, with nothing waiting behind it, runs
-# on all cores instead. Why not always all cores? ONNX Runtime's threads split every operator between the cores
-# and meet after each one, a few hundred times per image; when the service's decoding takes a core for a moment,
-# both threads wait. Separate instances never wait for each other. Whether that wins on a given machine is
-# measured, not assumed: notebook 06b compares two single-thread instances with one two-thread session in
-# alternating windows, as Triton's instance groups make the same choice.
-# The hold above is about a batch on an instance, beside another, so only those runs teach the batcher its
-# cost: a batch alone on all cores is a different engine. The engine says which way each run went
-# (`ran_on_an_instance`, asked on the thread that ran it), so the batcher never has to guess.
+# What runs the batch. On a CPU of several cores the service keeps two engine instances, each on half the cores,
+# and hands each free instance its own batch (`parallel`); a batch that finds the engine idle, with nothing
+# behind it, runs on all cores. Why not always all cores? ONNX Runtime's threads split every operator and meet
+# after each one, a few hundred times per image, so when decoding takes a core for a moment both threads wait;
+# separate instances never wait for each other. Whether that wins is measured in notebook 06b, where Triton's
+# instance groups make the same choice. Only runs on an instance teach the batcher its cost
+# (`ran_on_an_instance`): a batch alone on all cores is a different engine.
 
 # %%
 from servelab.model.engines import EngineInstances
@@ -162,10 +154,9 @@ with InferenceClient(mode="auto", backend="fastapi", url="http://127.0.0.1:9") a
 
 # %% [markdown]
 # ## What the hop costs: in-process engine vs the service, by batch size
-# Every figure in this lab comes from one small loop, the load generator's worker: it sends its next request as
-# soon as the last one is answered (a *closed loop*: N workers keep N requests in flight) and writes down when
-# each started and ended. A window is a stretch of those timings; `pause()` lets the other side of a comparison
-# run alone.
+# Every figure in this lab comes from the load generator's worker loop below: it sends its next request as soon
+# as the last one is answered (a *closed loop*: N workers keep N requests in flight) and records when each
+# started and ended. A window is a stretch of those timings.
 
 # %%
 from servelab.bench.load.windows import Pool
@@ -173,11 +164,9 @@ from servelab.bench.load.windows import Pool
 show_code(Pool._loop)
 
 # %% [markdown]
-# Closed loop, one request at a time (concurrency 1). Windows of the service and of the in-process engine
-# alternate in one sequence (each window at least 2 s, 10 requests and 5 median latencies long, until the pairs
-# agree or already give the verdict), so a change in the machine's load affects both sides alike
-# ([how a measurement is read](../docs/METHOD.md)).
-# The same float32 tensors go to both, so the difference is the hop: serialisation, HTTP, the micro-batcher.
+# One request at a time (concurrency 1), the service's windows alternating with the in-process engine's, so the
+# machine's drift hits both alike ([how a measurement is read](../docs/METHOD.md)). The same float32 tensors go
+# to both: the difference is the hop (serialisation, HTTP, the micro-batcher).
 #
 # **Predict first.** A batch-1 request carries 3×224×224×4 = 602,112 bytes of float32. On loopback, will the
 # service add more or less than 10 % to the in-process p50 at batch 1? Will the gap grow or shrink (in
@@ -238,14 +227,11 @@ step.answer("; ".join(lines) + ".")
 
 # %% [markdown]
 # ## Why the hop costs what it does here — and what changes over a real network
-# On loopback the bytes move at memory-copy speed, not at a link's. What the service adds at batch 1 (the p50
-# difference above) is mostly its own handling: parsing the request, a hand-off to a decode thread, the
-# micro-batcher's wait of up to `max_delay_ms` (2 ms by default) for other requests to join, the engine thread,
-# and the answer's way back — and the client shares the machine's cores with the engine's threads. Much of that
-# is paid once per request, not per image, so a larger batch spreads it over more images and the share lost
-# should shrink (the answer above says whether it did); it can even come out *negative*: the service's engine
-# runs in another process with its own threads. Over a network the
-# bytes themselves cost time, and the choice of what crosses the boundary decides it:
+# On loopback the bytes move at memory-copy speed. What the service adds at batch 1 is mostly its own handling:
+# parsing, a hand-off to a decode thread, the micro-batcher's wait (up to `max_delay_ms`, 2 ms by default), the
+# engine thread and the answer's way back, while the client shares the cores with the engine. Most of that is
+# paid per request, not per image, so a larger batch spreads it thinner (the answer above says whether it did).
+# Over a network the bytes themselves cost time, and what crosses the boundary decides it:
 
 # %%
 jpeg_kib = np.mean([len(p) for p in photos]) / 1024
@@ -268,10 +254,9 @@ step.answer(f"The tensor is {tensor_kib / jpeg_kib:.0f}× the size of this run's
 
 # %% [markdown]
 # ## Measured: the same service across a WAN-like link
-# The arithmetic above, now measured. The service's requests cross a shaped link (`link`: 100 Mbit/s each
-# way, 20 ms round trip) in windows that alternate with plain loopback, once with float32 tensors and once
-# with the JPEGs. The table says how the link was shaped (`params.link_shaping`) and what the load generator,
-# the service and the link itself cost in CPU (% of one core) while they ran.
+# The arithmetic above, measured: the service's requests cross a shaped link (`link`: 100 Mbit/s each way,
+# 20 ms round trip) in windows alternating with loopback, with float32 tensors and with the JPEGs. The table
+# gives the shaping (`params.link_shaping`) and the CPU (% of one core) of the load generator, service and link.
 #
 # **Predict first.** How many milliseconds should the link add to a batch-1 request's p50, for each payload?
 
@@ -309,26 +294,24 @@ if link:
 
 # %% [markdown]
 # ## Compared with the source material
-# - The **photo-dedup "Technical Deep-Dive"** made this same split (local / remote / auto modes) before any
-#   GPU work, and found later that what crosses the boundary dominated everything: on an A100 rented over the
-#   internet, Triton fed 602 KB tensors answered in 182.9 ms of which 91.7 % was transfer, while a FastAPI
-#   service fed ~10 KB JPEGs answered in 56.9 ms.
-# - The **Chameleon lab "System optimizations for serving"** (P100 GPU node) measured its FastAPI endpoint
-#   from a container on the same host, one client at a time: 17.2 ms median with PyTorch, 9.2 ms with ONNX
-#   Runtime — the hop was small there too; with 16 concurrent senders the queue, not the model, made
-#   requests slow (notebook 04).
+# - The **photo-dedup "Technical Deep-Dive"** made this same split (local / remote / auto) before any GPU work,
+#   and found that what crosses the boundary dominated: on an A100 over the internet, Triton fed 602 KB tensors
+#   answered in 182.9 ms, 91.7 % of it transfer, while a FastAPI service fed ~10 KB JPEGs answered in 56.9 ms.
+# - The **Chameleon lab "System optimizations for serving"** (P100 node) measured its FastAPI endpoint from the
+#   same host, one client at a time: 17.2 ms median with PyTorch, 9.2 ms with ONNX Runtime; with 16 concurrent
+#   senders the queue, not the model, made requests slow (notebook 04).
 #
-# This repository's own GPU reference (one H100, 2026-11-26) is in `reference/nvidia-h100-80gb-hbm3/`; its figure for
-# this question is printed under the headline. See `SOURCES.md` for the write-ups and their hardware.
+# This repository's own GPU reference (one H100) is in `reference/nvidia-h100-80gb-hbm3/`; its figure for this
+# question is printed under the headline. `SOURCES.md` lists the write-ups and their hardware.
 
 # %% [markdown]
 # ### Exercise: write a route of your own
-# Add `POST /embed-one` to a FastAPI app: the request body is one photo's bytes (`Content-Type: image/jpeg`
-# or `image/png`), the reply is JSON `{"embedding": [512 numbers], "dim": 512}`. A body that is not an image
-# (or is empty) is the client's mistake: answer 400 with a JSON body that says what is wrong — never a 500.
-# `embed_images(list_of_bytes)` runs the engine and raises `ImageDecodeError` on bytes that are not an image;
-# it blocks for a whole inference, so keep it off the event loop, as the micro-batcher does.
-# The check serves your app with uvicorn on a free loopback port and calls it over HTTP.
+# Add `POST /embed-one` to a FastAPI app: the body is one photo's bytes (`image/jpeg` or `image/png`), the reply
+# is JSON `{"embedding": [512 numbers], "dim": 512}`. A body that is not an image (or is empty) is the client's
+# mistake: answer 400 with a JSON body that says what is wrong, never a 500. `embed_images(list_of_bytes)` runs
+# the engine and raises `ImageDecodeError` on bytes that are not an image; it blocks for a whole inference, so
+# keep it off the event loop, as the micro-batcher does. The check serves your app with uvicorn on a free
+# loopback port and calls it over HTTP.
 
 # %% tags=["exercise"]
 # Exercise 01.2: write a FastAPI route that embeds one uploaded photo

@@ -44,11 +44,8 @@
 #   M-->>B: embedding
 # ```
 #
-# **Honest framing for this machine.** The queue delay only ever applies when the queue holds fewer
-# requests than the largest batch: then it holds the first request, hoping for company. Under load the
-# instance is busy, requests pile up while it runs, and the batcher takes them the moment it is free — the
-# delay neither creates those batches nor slows them. On a CPU that one image already keeps busy, a batch of B
-# costs about B single images and waiting for company buys little; section 2 measures whether this CPU is one.
+# **Honest framing for this machine.** On a CPU that one image already keeps busy, a batch of B costs about B
+# single images and waiting for company buys little; section 2 measures whether this CPU is one.
 
 # %% tags=["parameters"]
 harness = {}              # where this runs: filled by `servelab lab run` ({}: this place's defaults)
@@ -97,9 +94,8 @@ show_code(ort_profile, "so = ort.SessionOptions()", "x = sample_tensor")
 # %% [markdown]
 # Now change the options yourself and measure them. Four sessions of the same model at batch 1: the graph as
 # exported (`ORT_DISABLE_ALL`), fully optimised (`ORT_ENABLE_ALL`, what every engine here uses), the same on
-# **one** thread, and the dynamically quantised **int8** model. Each round runs every session a few times in
-# turn, so the machine's drift hits all four alike; each ratio is taken within a round and read like an
-# alternating-window ratio, with its spread over the rounds.
+# **one** thread, and the dynamically quantised **int8** model. Each round runs all four in turn, so drift hits
+# them alike, and each ratio is read like an alternating-window ratio, with its spread over the rounds.
 #
 # int8 matrix products are fast on CPUs with **VNNI** instructions (`avx512_vnni` or `avx_vnni` among the CPU
 # flags) and slower without them. **Predict first.** Look at the flag printed below. How much faster than fp32
@@ -198,10 +194,9 @@ step.answer(f"Matrix-multiplication operators ({', '.join(ops[ops['op_type'].str
 
 # %% [markdown]
 # ## 2 · Queue delay × concurrency (Triton, batch-1 requests)
-# The model is reloaded with each delay through Triton's repository API (no restart) and its own delay is
-# restored afterwards, since later notebooks share this server. The largest delay against none, at the highest
-# concurrency, is measured first in alternating windows (reloading when the side changes), so the machine's
-# drift cancels in their ratio; the grid's other points are measured one delay after the other.
+# Triton reloads the model with each delay (repository API, no restart) and restores its own afterwards. The
+# largest delay against none, at the highest concurrency, is measured in alternating windows, so drift cancels
+# in their ratio; the grid's other points are measured one after the other.
 #
 # **Predict first.** At concurrency 1, what does a longer delay do to latency? At the highest concurrency,
 # will a longer delay raise the average executed batch and throughput by more than the noise?
@@ -277,15 +272,12 @@ step.answer(f"At concurrency {lo_c}, raising the delay from {lo_d} to {hi_d} µs
 
 # %% [markdown]
 # ### The same grid on an emulated accelerator
-# Where a batch of B costs about B single images, holding a request for company buys little. In front of a
-# GPU it is the other way round. The lab's Triton also serves `openclip_vit_b32_emulated`, whose
-# executions wait t(B) on an emulated device (notebook 04 introduces it; its rows say `emulated <profile>`:
-# an emulation, never a GPU measurement). Its grid uses two delays, none and about t(1), with `max_batch_size`
-# equal to the highest concurrency.
-#
-# Without a delay the clients take turns in two groups (04): a round of N images is two executions,
-# t(a) + t(b). With a delay of about t(1) the batcher holds the first request until the others have resent
-# theirs, so a round is one execution, t(N). A lone client's request just sits out the delay.
+# In front of a GPU, where a batch of 8 costs about what one image does, holding a request for company pays.
+# The lab's Triton also serves `openclip_vit_b32_emulated`, whose executions wait t(B) on an emulated device
+# (notebook 04; its rows say `emulated <profile>`: an emulation, never a GPU measurement). Its grid uses two
+# delays, none and about t(1), with `max_batch_size` equal to the highest concurrency. Without a delay the
+# clients take turns in two groups (04): a round of N images is two executions, t(a) + t(b). With a delay of
+# about t(1) the batcher holds the first request until the others have resent theirs: one execution, t(N).
 #
 # **Predict first.** From the profile: at the highest concurrency, by how much will a delay of t(1) raise
 # throughput and the average executed batch? At concurrency 1, what will it do to p50?
@@ -340,14 +332,13 @@ if emu_ready:
 # %% [markdown]
 # ### Exercise: plan a device's configuration, then measure it
 # Pick the device (a profile from `servelab.model.device_profile.DEVICE_PROFILES`) or write your own with
-# `DeviceProfile(name=…, fixed_ms=…, per_image_ms=…, full_at=…, source=…, time_scale=…)` — keep t(1) at
-# 50 ms or more (`time_scale`), or the laptop's CPU, not your device, is what you measure. Then, **before
-# measuring**, predict from its t(B) the configuration that serves the highest concurrency best, and the
-# throughput it will reach. The check loads your plan into the emulated model, measures it in alternating
-# windows against the default (no queue delay, max_batch_size 32, one instance), and grades: not clearly below
-# the default, and your prediction within a margin of 30 % of what your plan serves, counted as clients ÷
-# Triton's own time per request (queue wait plus device). The end-to-end figure is shown beside it; the
-# laptop's CPU adds its own time around each request, and that is this machine, not your plan.
+# `DeviceProfile(name=…, fixed_ms=…, per_image_ms=…, full_at=…, source=…, time_scale=…)`; keep t(1) at
+# 50 ms or more (`time_scale`), or you measure the laptop's CPU, not your device. Then, **before measuring**,
+# predict from its t(B) the configuration that serves the highest concurrency best, and its throughput. The
+# check loads your plan into the emulated model, measures it in alternating windows against the default (no
+# queue delay, max_batch_size 32, one instance) and grades: not clearly below the default, and your prediction
+# within a margin of 30 % of what your plan serves, counted as clients ÷ Triton's own time per request (queue
+# wait plus device; the end-to-end figure beside it includes this machine's CPU).
 
 # %%
 from servelab.assignments import checks
@@ -450,11 +441,10 @@ memory = step.table(pd.DataFrame([
 
 # %% [markdown]
 # ## 5 · Deploy the winner
-# The engine section 0 found best now serves: int8 where the CPU has VNNI, otherwise the engine the measurement
-# picks. A running service cannot change its engine, so a second one starts on a free port with the
-# winner and the lab service's settings; Triton's encoder is reloaded with its `onnx_file` parameter pointing at
-# the int8 graph (its own config comes back afterwards). Each runs against fp32 in alternating windows, and
-# both embed the same lab photos.
+# The engine section 0 found best now serves: int8 where the CPU has VNNI, otherwise the one the measurement
+# picks. A second service starts on a free port with the winner and the lab service's settings; Triton's encoder
+# is reloaded with its `onnx_file` parameter pointing at the int8 graph (its own config comes back afterwards).
+# Each runs against fp32 in alternating windows, and both embed the same lab photos.
 #
 # **Predict first.** Served, will the winner's lead be larger or smaller than in section 0? Will every photo's
 # embedding stay above a cosine of 0.999 to fp32's?
@@ -510,21 +500,21 @@ if deployed:
 
 # %% [markdown]
 # ## Why, and compared with the source material
-# - **The operator profile** decides which optimisations can work at all: a model that is mostly matrix
-#   products gains from anything that makes matrix products cheaper (int8 on CPUs with VNNI, TensorRT's
-#   fused kernels and fp16 on GPUs — notebooks 03 and 05b) and little from anything else.
-# - **The queue delay** is a bet that company will arrive within the delay. At low load it only adds
-#   latency; at high load, requests already wait while the instance runs, so batches form without it. The
-#   photo-dedup "ONNX Runtime / Triton optimisation report" (RTX A4000) raised the delay from 5 to 10 ms
-#   "for mixed workloads"; on 4× RTX 4080 the "Technical Deep-Dive" found only 22 % of requests batched
-#   (560 executions for 721 requests) at its peak — a delay does not fix a queue that is not there.
+# - **The operator profile** decides which optimisations can work: a model that is mostly matrix products
+#   gains from what makes them cheaper (int8 on CPUs with VNNI; TensorRT's fused kernels and fp16 on GPUs,
+#   notebooks 03 and 05b) and little from anything else.
+# - **The queue delay** is a bet that company arrives within it: at low load it only adds latency; at high
+#   load requests already wait while the instance runs, so batches form without it. The photo-dedup "ONNX
+#   Runtime / Triton optimisation report" (RTX A4000) raised it from 5 to 10 ms "for mixed workloads"; on
+#   4× RTX 4080 the "Technical Deep-Dive" found only 22 % of requests batched (560 executions for 721
+#   requests) at its peak: a delay does not fix a queue that is not there.
 # - **JSON vs binary**: the same report measured 1,842 ms vs 1.74 ms to encode batch 32 (2,980 KB vs 588 KB
-#   per image), which made its first Triton numbers a measurement of the client's encoder.
+#   per image); its first Triton numbers measured the client's encoder.
 # - **Memory**: Triton costs the server process plus one Python stub (with its own session) per instance;
 #   the write-up measured ~2.5 GB of GPU memory at max batch 32 on an A100.
 #
-# This repository's own GPU reference (one H100, 2026-11-26) is in `reference/nvidia-h100-80gb-hbm3/`; its figure for
-# this question is printed under the headline (see `SOURCES.md` for the write-ups and their hardware).
+# This repository's own GPU reference (one H100) is in `reference/nvidia-h100-80gb-hbm3/`; its figure for this
+# question is printed under the headline. `SOURCES.md` lists the write-ups and their hardware.
 
 # %%
 top = ops.iloc[0]

@@ -24,9 +24,8 @@
 # - predict when another copy of a model adds throughput (idle hardware it can use) and when it only adds
 #   contention (hardware the first copy already saturates).
 #
-# Triton runs `count` copies of a model per device (`instance_group`). For each instance count this notebook
-# measures throughput and p50 vs concurrency, **scaling efficiency** (throughput with n instances ÷
-# (n × throughput with 1)), and **cost per 1,000 images** at a price per hour.
+# Triton runs `count` copies of a model per device (`instance_group`). This notebook measures what each count
+# buys: throughput and p50 by concurrency, **scaling efficiency** and **cost per 1,000 images**.
 #
 # ```mermaid
 # flowchart TB
@@ -43,14 +42,11 @@
 #   Q -.-> G0 & G1
 # ```
 #
-# **Honest framing.** Extra instances help only if there is hardware the first one leaves idle. Here one
-# instance already runs ONNX Runtime on both cores, so a second instance splits the same cores: each runs
-# at about half speed, and they add memory and context switches. Total throughput then stays the same at
-# best, which is an efficiency of 1/n. On a CPU the configuration to compare is the one that never asks for
-# more threads than cores: **threads per instance × instances = cores**. You will write it into the model's
-# `config.pbtxt` yourself and load it into the running Triton.
-# Even on GPUs, one instance per GPU does not scale linearly: the source measured 1.8× on four RTX 4080s
-# (45 % efficiency), because the time went to the network and the batcher, not to the GPUs.
+# **Honest framing.** Extra instances help only if there is hardware the first one leaves idle. On a CPU one
+# instance already runs ONNX Runtime on every core, so a second splits the same cores and adds memory and
+# context switches: by the arithmetic, the same total throughput at best, an efficiency of 1/n. The
+# configuration to compare never asks for more threads than cores, **threads per instance × instances =
+# cores**; you will write it into the model's `config.pbtxt` and load it into the running Triton yourself.
 
 # %% tags=["parameters"]
 harness = {}              # where this runs: filled by `servelab lab run` ({}: this place's defaults)
@@ -78,9 +74,8 @@ triton = lab.attach("triton-http")
 
 # %% [markdown]
 # ## Instance count × concurrency
-# Triton reloads the model with each count (repository API, no restart); the original count is restored. Each
-# copy keeps the threads the staged config gives one instance (all the cores), so two copies ask for twice as
-# many threads as there are cores.
+# Triton reloads the model with each count (repository API, no restart) and restores its own. Each copy keeps
+# the staged threads of one instance (all the cores), so two copies ask for twice as many threads as cores.
 #
 # **Predict first.** Using the arithmetic above: at the highest concurrency, what throughput will two
 # instances reach relative to one — about 2×, about 1×, or less than 1×? And what will happen to p50?
@@ -120,13 +115,11 @@ checks.scaling_efficiency(efficiency_by_instances, points[points["concurrency"] 
 
 # %% [markdown]
 # ## Threads × instances = cores: your configuration, loaded by hand
-# The sweep's second copy brought the threads of a whole machine with it. The configuration worth comparing
-# gives each copy its share: on this machine's cores, **2 instances × 1 thread** against the staged
-# **1 instance × 2 threads** (with more cores, `cores ÷ 2` threads each). Two settings in the model's
-# `config.pbtxt` decide it: `instance_group`'s `count`, and ONNX Runtime's intra-op threads per instance, which
-# our python-backend model reads from its `intra_op_threads` parameter (the onnxruntime backend on a GPU node
-# calls the same setting `intra_op_thread_count`). `intra_op_spinning` is the third knob: "1" (onnxruntime's
-# default) lets a finished run's threads busy-wait for the next one, holding a core.
+# The sweep's second copy brought a whole machine's threads with it. The configuration worth comparing gives
+# each copy its share: **2 instances × 1 thread** against the staged **1 instance × 2 threads** (with more cores,
+# `cores ÷ 2` threads each). Two settings in `config.pbtxt` decide it: `instance_group`'s `count`, and the
+# intra-op threads per instance, which our python-backend model reads from its `intra_op_threads` parameter
+# (the onnxruntime backend calls it `intra_op_thread_count`). The third knob, `intra_op_spinning`, comes later.
 #
 # This is the file the running Triton loaded:
 
@@ -142,10 +135,10 @@ if config_file.is_file():
     show_code(config_file, "instance_group", lang="protobuf")
 
 # %% [markdown]
-# **Your turn.** Write the stanzas you change. The cell below parses the file, puts your `instance_group` in
-# place of its own and your `parameters` over its (by key), and prints the edited `config.pbtxt`. Then it
-# loads that config into the running Triton with one repository-API request — tritonclient's
-# `load_model(name, config=<the config as JSON>)`, the same request as
+# **Your turn.** Write the stanzas you change. The cell below puts your `instance_group` in place of the file's
+# and your `parameters` over its own (by key), prints the edited `config.pbtxt` and loads it into the running
+# Triton with one repository-API request, tritonclient's `load_model(name, config=<the config as JSON>)`, the
+# same request as
 #
 # ```bash
 # # runs here, against the lab's Triton (HTTP port 8003 unless the run chose another: `triton_http_url`)
@@ -153,14 +146,10 @@ if config_file.is_file():
 #      -d '{"parameters": {"config": "{\"instance_group\": [{\"kind\": \"KIND_CPU\", \"count\": 2}], ...}"}}'
 # ```
 #
-# Every repository request carries the server's key (`headers=lab.triton_headers`, the header above): a load may
-# bring code that Triton runs, so that API answers only callers holding the key (docs/SECURITY.md).
-#
-# With `config` the file is not read. Without it (`load_model(name)`) Triton goes back to the repository, but
-# reloads only when it sees the model's files changed since it last loaded them, so whether your config stays
-# loaded depends on what it finds (the cell prints what happened). To be sure the staged configuration is back,
-# send the file's own text as the config, as the cell's last request does. Try a count of 3, or threads that
-# add up to more than the cores, and read what the server reports.
+# Every repository request carries the server's key (`headers=lab.triton_headers`): a load may bring code that
+# Triton runs (docs/SECURITY.md). A load without `config` may keep yours ([why](../docs/TROUBLESHOOTING.md)), so
+# the cell's last request sends the file's own text. Try a count of 3, or more threads than cores, and read
+# what the server reports.
 
 # %%
 cores = int(step.environment.get("cpu_usable") or os.cpu_count())
@@ -200,16 +189,8 @@ if step.skip_unless(cpu_hands, "the threads × instances configuration loaded by
 # **Predict first.** Your configuration against the staged one at the highest concurrency, in alternating
 # windows: both use every core once. Will two one-thread copies serve more images per second than one
 # two-thread copy, fewer, or the same? And which has the lower p50 — what does one request wait for in each?
-#
-# A sweep measures one configuration minutes after the other, while the machine's own speed drifts (the
-# report's drift probe says by how much in this run). This comparison alternates windows (A B B A …) on the
-# same Triton, loading the other config when the side changes, so the drift hits both alike and cancels in
-# their ratio:
-#
-# ```python
-# with config_switch(url, model, [mine, staged]) as use:   # the config loaded before comes back after
-#     ab(run, experiment, Side("mine", two), Side("staged", one), prepare=use)  # use(0) / use(1): A's / B's config
-# ```
+# The sweep measured one configuration minutes after the other; here `config_switch` loads the other config
+# each time the side changes, so drift cancels in the ratio.
 
 # %%
 import dataclasses
@@ -266,10 +247,9 @@ else:
 
 # %% [markdown]
 # ### The third knob: spinning
-# When ONNX Runtime's intra-op threads finish their share of a run, they do not sleep at once: with
-# `intra_op_spinning` "1" (the staged default, and onnxruntime's) they busy-wait for a while, so the next run
-# starts without waking them. On a GPU box with cores to spare that is free. Here the same two cores also run
-# Triton's HTTP front end, the python-backend stub that unpacks each request, and the load generator.
+# With `intra_op_spinning` "1" (the staged default, and onnxruntime's), threads that finish their share of a run
+# busy-wait instead of sleeping, so the next run starts without waking them: free with cores to spare, but here
+# the same cores also run Triton's HTTP front end, the python-backend stub and the load generator.
 #
 # **Predict first.** The staged one instance × 2 threads, with spinning on against spinning off, at the same
 # concurrency in alternating windows: which serves more images per second? Would your answer change at
@@ -329,17 +309,12 @@ step.show_plot(plot_latency_throughput(recs, step.plot_path("latency_vs_throughp
 
 # %% [markdown]
 # ## The same question on an emulated accelerator: instances and devices
-# Here a second instance shares cores the first already fills. In front of a GPU a second instance shares a
-# device that one batch leaves mostly idle. The lab's Triton also serves `openclip_vit_b32_emulated`, whose
-# executions wait t(B) on an emulated device (notebook 04 introduces it; its rows say `emulated <profile>` and
-# are an emulation, never a GPU measurement). Batches that overlap on one emulated device share it as kernels
-# share a GPU's multiprocessors: they finish as if they had run as one batch of their combined size, so an
-# overlap costs nothing while the device has room (t flat) and everything once it is full (t linear).
-# Instance k runs on device k mod the device count.
-#
-# With one instance and dynamic batching (no delay), N clients take turns in two groups: a round is
-# t(a) + t(b). Two instances on one device run the two groups at once: a round is t(N). Two devices give each
-# group its own device: max(t(a), t(b)).
+# In front of a GPU a second instance shares a device that one batch leaves mostly idle. On the lab's emulated
+# device (`openclip_vit_b32_emulated`, notebook 04; an emulation, never a GPU measurement), batches that overlap
+# finish as one batch of their combined size would, as kernels share a GPU's multiprocessors: free while the
+# device has room (t flat), full price once it is full (t linear). With one instance and no delay, N clients
+# take turns in two groups: a round is t(a) + t(b). Two instances on one device run both groups at once, t(N);
+# two devices (instance k on device k mod their count) give each group its own, max(t(a), t(b)).
 #
 # **Predict first.** From the profile: at the highest concurrency, what will two instances on one device
 # give over one? Then on a device that is full at 4 images (the `flat` profile), with batches of 4 and 8
@@ -469,24 +444,19 @@ checks.gpu_instance_group(two_gpu_instance_group, gpus=[0, 1], per_gpu=2, exerci
 # %% [markdown]
 # ## Assignment: the most throughput within a p99 budget
 # An open question, graded from the records. The product owner allows a p99 latency of three times what one
-# client sees on its own (the budget below, from this run). Find the configuration that serves the most
-# images per second within it: how many concurrent clients to admit, how many instances and how many ONNX
-# Runtime threads each (threads × instances = cores, or not?), spinning on or off, what queue delay
-# (`preferred_batch_size` too, if you think it matters). `trials(concurrency=…, instances=…, threads=…,
-# spinning=…, max_queue_delay_us=…, preferred_batch_size=…)` loads that configuration into the running Triton
-# (the repository-API request you sent by hand above), measures it with that many batch-1 clients, writes a
-# record, puts the model's own config back, and returns `{"trial", "settings", "throughput_img_s",
-# "latency_p99_ms", "errors"}`. Return the number of the trial you would deploy. The check reads the run's
-# records (not your return values): your trial must meet the budget, no other trial of yours may have met it
-# with clearly more throughput (beyond the measured spread), and it must not be clearly worse than one client
-# on the default config. Your score is its throughput.
+# client sees on its own (the budget below, from this run). Find the configuration that serves the most images
+# per second within it: how many concurrent clients to admit, how many instances and threads each, spinning on
+# or off, what queue delay (`preferred_batch_size` too, if you think it matters). `trials(concurrency=…,
+# instances=…, threads=…, spinning=…, max_queue_delay_us=…, preferred_batch_size=…)` loads that configuration
+# into Triton (the request you sent by hand above), measures it with that many batch-1 clients, writes a
+# record, restores the model's config and returns `{"trial", "settings", "throughput_img_s", "latency_p99_ms",
+# "errors"}`. Return the number of the trial you would deploy. The check reads the run's records: your trial
+# must meet the budget, no other trial of yours may have met it with clearly more throughput, and it must not
+# be clearly worse than one client on the default config. Your score is its throughput.
 #
-# **Your budget: `trial_limit` trials** (8 unless your instructor says otherwise; one more is refused), each a
-# reload and one measurement: up to about half a minute each on two cores, a few minutes in all. That is
-# enough to try the three things that matter on a small machine — how many clients the latency budget admits
-# (Little's law: clients in flight ≈ throughput × latency), how the cores are split between instances and
-# threads, and whether a queue delay buys anything — and too few to try every combination: choose, as you
-# would on a real lease.
+# **You have `trial_limit` trials**, each a reload and one measurement: enough to try what matters on a small
+# machine (how many clients the budget admits, by Little's law: clients in flight ≈ throughput × latency; how
+# the cores are split; whether a queue delay buys anything), too few to try every combination.
 
 # %%
 from servelab.assignments.live import Trials
@@ -524,18 +494,16 @@ checks.p99_budget(tune, trials=trials, budget_ms=budget_ms, exercise="06b.3", st
 
 # %% [markdown]
 # ## Compared with the source material
-# - **Photo-dedup "Technical Deep-Dive", step 6B** (4× RTX 4080 on PCIe Gen4, client over the internet):
-#   one GPU 24.3 img/s, four GPUs 43.2 img/s at concurrency 32 — 1.8×, a **45 % efficiency**. Triton's own
-#   statistics showed 17.9 ms per request inside the server (8.8 ms queueing, 8.4 ms compute) while the
-#   client waited 416 ms: more GPUs shortened only the part that was not the bottleneck. Per 1,000 images it
-#   cost $0.023 on one RTX 4080, $0.051 on four, and $0.006 on one A100 — 2.2× *more* per image for 4 GPUs.
-# - **Chameleon lab "System optimizations for serving"** (2× P100, python backend): two instances on each
-#   GPU raised concurrency-8 throughput from 78.6 to 192.8 inferences/s; four on each *lowered* it to 118.7 —
-#   past the point where copies fill the GPU, they fight over it, as they fight over the cores here. With
-#   the onnxruntime backend two instances on each GPU reached 1,182/s.
+# - **Photo-dedup "Technical Deep-Dive", step 6B** (4× RTX 4080, client over the internet): one GPU 24.3 img/s,
+#   four 43.2 img/s at concurrency 32, 1.8×, a **45 % efficiency**. Inside Triton a request took 17.9 ms (8.8 ms
+#   queueing, 8.4 ms compute) while the client waited 416 ms: more GPUs shortened only what was not the
+#   bottleneck. Per 1,000 images: $0.023 on one RTX 4080, $0.051 on four, $0.006 on one A100.
+# - **Chameleon lab "System optimizations for serving"** (2× P100, python backend): two instances on each GPU
+#   raised concurrency-8 throughput from 78.6 to 192.8 inferences/s; four on each *lowered* it to 118.7: past
+#   the point where copies fill the GPU, they fight over it.
 #
-# This repository's own GPU reference (one H100, 2026-11-26) is in `reference/nvidia-h100-80gb-hbm3/`; it measured one
-# GPU and no instance counts (see `SOURCES.md` for the write-ups and their hardware).
+# This repository's own GPU reference (one H100) is in `reference/nvidia-h100-80gb-hbm3/`; it measured one GPU
+# and no instance counts. `SOURCES.md` lists the write-ups and their hardware.
 
 # %%
 step.shows(

@@ -21,16 +21,15 @@
 #
 # **After this notebook you can**
 # - offer a server more work than it can finish (open-loop arrivals) and read its overload knee: goodput and
-#   the latency of the accepted requests against the offered load;
-# - read the few lines of the service that refuse work past capacity, by count and by expected wait, before a
+#   the accepted requests' latency against the offered load;
+# - read the lines of the service that refuse work past capacity, by count and by expected wait, before a
 #   request's body is read;
-# - say from a run's own counts where an overloaded server's work went: refused at the door, dropped after
-#   waiting, refused after decoding, or computed for a client that had already given up;
-# - watch a server through a real Prometheus: latency quantiles from a histogram, Triton's queue and compute
-#   time, and an alert — and say when each one lags or misleads.
+# - say from a run's own counts where an overloaded server's work went;
+# - watch a server through a real Prometheus (latency quantiles from a histogram, Triton's queue and compute
+#   time, an alert) and say when each one lags or misleads.
 #
 # Notebooks 06a and 06b kept the offered load at or below what the servers finish. Operating a server means
-# knowing what it does beyond that, and seeing it happen while it runs:
+# knowing what it does beyond that, and seeing it while it runs:
 #
 # ```mermaid
 # flowchart LR
@@ -60,27 +59,23 @@ opts = lab.load
 # %% [markdown]
 # ## Past capacity: the overload knee
 # Real traffic does not ask first. Here the clients are **open loop**: requests arrive at a fixed average rate
-# (Poisson), whether or not earlier ones have been answered, at one, two and eight times the service's
-# measured capacity (`levels` below). The load generator and the server run on separate cores, so the
-# client's own work is never counted as the server's latency. Two copies of the servelab service take the
-# same arrivals:
+# (Poisson), answered or not, at one, two and eight times the service's measured capacity (`levels` below),
+# from a load generator on cores of its own. Two copies of the servelab service take the same arrivals:
 #
-# - **with admission control**: it counts the requests in flight (being read, decoded, queued or run) and
-#   estimates how long a new one would wait; past its in-flight limit or its wait budget
-#   (`SERVELAB_MAX_WAIT_MS`) it answers `503` with `Retry-After` *before reading the body*, and a request
-#   that has waited past the budget before the engine takes it is dropped instead of computed;
+# - **with admission control**: past its in-flight limit or its wait budget (`SERVELAB_MAX_WAIT_MS`) it answers
+#   `503` with `Retry-After` *before reading the body*, and a request that waited past the budget before the
+#   engine took it is dropped instead of computed;
 # - **without**: every body is read and decoded first, and only then refused if the batcher's queue is full.
 #
-# *Goodput* is what matters to users: images per second answered 200. Latency is counted from each
-# request's scheduled arrival, so waiting anywhere counts.
+# *Goodput* is what matters to users: images per second answered 200. Latency counts from each request's
+# scheduled arrival, so waiting anywhere counts.
 #
 # ### The gate, in the service's code
-# Before the harness takes over, read the lines that do the shedding. Every embedding route depends on
-# `admitted`: before FastAPI reads the body it asks the gate why a request arriving now would be refused,
-# answers 503 at once when there is a reason, and otherwise holds a slot until the answer is done, whatever
-# happened in between. The gate has two bounds: a count of requests in flight, and an expected wait (the
-# images ahead at the pace the engine has been keeping) against the wait budget. The same estimate becomes
-# the `Retry-After` a refused client is told.
+# Before the harness takes over, read the lines that shed. Every embedding route depends on `admitted`: before
+# FastAPI reads the body it asks the gate why a request arriving now would be refused, answers 503 at once when
+# there is a reason, and otherwise holds a slot until the answer is done. The gate's two bounds are a count of
+# requests in flight (read, decoded, queued or run) and an expected wait (the images ahead at the engine's
+# recent pace) against the budget; that estimate is also the `Retry-After` a refused client is told.
 
 # %%
 from servelab.service.admission import Admission
@@ -133,25 +128,21 @@ if knee is not None:
 # %% [markdown]
 # ### Why shedding early keeps a server useful
 # A server past capacity fails some requests whatever it does; what it chooses is *which*, and what each
-# failure costs. The two copies spend their cores differently:
+# failure costs:
 #
-# - **With the gate**, a refused request costs a connection, a parsed header and a short answer: its body is
-#   never read or decoded. A request is admitted only while fewer than `limit` are inside and its expected
-#   wait is within the budget, so an accepted one waits about that long at most (Little's law: requests
-#   inside ÷ throughput), and `Retry-After` tells the others when to come back. What the gate costs: every
-#   refusal still takes the event loop's time on the server's cores, and a gate that refuses while the engine
-#   could still take work leaves the engine with less to do.
+# - **With the gate**, a refused request costs a connection, a parsed header and a short answer. An accepted
+#   one waits about the budget at most (Little's law: requests inside ÷ throughput). But every refusal still
+#   takes the event loop's time on the server's cores, and a gate that refuses while the engine could still
+#   take work leaves the engine less to do.
 # - **Without it**, every request is read and decoded before it can be turned away, on the cores the engine
-#   needs, and the batcher's queue stays full: the engine always has work, but each accepted request waits
-#   behind a full queue, and an answer that arrives after its client gave up was computed for nobody.
+#   needs. The engine always has work, but each accepted request waits behind a full queue, and an answer that
+#   arrives after its client gave up was computed for nobody.
 #
-# Which of these weighs more depends on the machine: how many cores the server has beside the engine's, what
-# a decode costs against an inference, how many refusals arrive each second. The cell below reads it from
-# this run's own records: the goodput and accepted p99 of the two copies at the highest level, each copy's
-# goodput against its own at capacity, and where each copy's requests and engine time went. Triton does the
-# same shedding with `max_queue_size` in its dynamic batcher's queue policy (which the benchmark turns on;
-# notebook 04 says why this lab's own config leaves it off); LitServe has no bound. `servelab bench overload`
-# measures all four side by side.
+# Which weighs more depends on the machine: cores beside the engine's, a decode's cost against an inference's,
+# refusals per second. The cell below reads it from this run's records: goodput and accepted p99 at the highest
+# level, each copy's goodput against its own at capacity, and where each copy's requests and engine time went.
+# Triton sheds the same way with `max_queue_size` in its queue policy (the benchmark turns it on; notebook 04
+# says why the lab's config leaves it off); LitServe has no bound. `servelab bench overload` measures all four.
 
 # %%
 from servelab.bench.report import Grade, grade, words
@@ -204,13 +195,12 @@ if knee is not None:
 # %% [markdown]
 # ## Watching it happen: a monitoring view
 # The overload tables were written after the fact by the load generator. An operator sees a server while it
-# runs, through its metrics: the service and Triton both publish Prometheus counters and histograms at
-# `/metrics`, and a **Prometheus** server scrapes them on a timer, stores the series and answers queries in
-# PromQL. Here a real Prometheus (started for this section on a free loopback port, with a temporary data
-# folder, and stopped at its end) scrapes both every 0.5 s while a **stepped load** runs: 1, 2, 3, 5, 3, 2 and
-# 1 clients, each step a couple of seconds, sent to the service and to Triton at once (two deployments on the
-# same cores, so they also compete for them). The service here admits 4 requests at a time: at 5 clients it
-# must refuse some. One alert rule watches for that.
+# runs, through its metrics: the service and Triton publish Prometheus counters and histograms at `/metrics`,
+# and a **Prometheus** server scrapes them on a timer, stores the series and answers PromQL queries. Here a real
+# Prometheus (started for this section on a free loopback port, stopped at its end) scrapes both every 0.5 s
+# while a **stepped load** of 1, 2, 3, 5, 3, 2 and 1 clients, a couple of seconds per step, goes to the
+# service and to Triton at once (on the same cores). The service here admits 4 requests at a time, so at 5
+# clients it must refuse some; one alert rule watches for that.
 #
 # The queries read:
 # - the service's latency quantiles with `histogram_quantile` over its `servelab_request_latency_seconds`
@@ -333,22 +323,19 @@ step.answer("; ".join(parts) + ".")
 
 # %% [markdown]
 # ### Why the monitoring view looks the way it does
-# - **`histogram_quantile` estimates.** Prometheus never sees a single request's latency, only how many fell
-#   into each bucket (the bounds are set in the service's code, `servelab/service/metrics.py`), and it
-#   interpolates linearly inside a bucket. A p99 is only as sharp as the bucket that holds it; compare the lines with the
-#   dots of servelab's own records.
+# - **`histogram_quantile` estimates.** Prometheus sees only how many requests fell into each bucket (bounds in
+#   `servelab/service/metrics.py`) and interpolates linearly inside one: a p99 is only as sharp as its bucket.
+#   Compare the lines with the dots of servelab's own records.
 # - **It counts what the histogram counts.** The service records every answer of an embedding route in one
 #   histogram, refusals included. When most answers are millisecond 503s, the median answer *is* a 503: the
 #   p50 falls just as the service is in trouble. Watch the answers by status beside it, or keep accepted and
-#   refused latencies apart (a `status` label on the histogram) before putting a latency SLO on a dashboard.
+#   refused latencies apart (a `status` label) before putting a latency SLO on a dashboard.
 # - **An alert is late by construction.** A series that appears with the first 503 needs two scrapes before
-#   `rate()` has a value, the rule is evaluated on its own timer, and the rate window keeps the alert firing
-#   until the last refusal has slid out of it. Lag ≈ one or two scrape intervals plus an evaluation; linger ≈
-#   the window. Production rules add `for: 1m` so that a blip pages no one; here `for: 0s` shows the mechanism.
-# - **Refused clients come straight back.** The load generator's clients resend at once, ignoring
-#   `Retry-After`, so a couple of clients over the limit make many refusals per second. Each costs the
-#   service almost nothing — that is the point of refusing before reading the body — but well-behaved clients
-#   wait the `Retry-After` they were given.
+#   `rate()` has a value, the rule runs on its own timer, and the rate window keeps it firing until the last
+#   refusal has slid out. Lag ≈ one or two scrape intervals plus an evaluation; linger ≈ the window.
+#   Production rules add `for: 1m` so that a blip pages no one; here `for: 0s` shows the mechanism.
+# - **Refused clients come straight back.** The load generator resends at once, ignoring `Retry-After`, so a
+#   couple of clients over the limit make many refusals per second, each almost free to the service.
 
 # %% [markdown]
 # ## Compared with the source material
@@ -358,8 +345,8 @@ step.answer("; ".join(parts) + ".")
 #   A closed loop cannot overload a server; the open loop here can, which is why it needs a gate.
 # - **Photo-dedup write-ups**: none of the figures `SOURCES.md` lists comes from load offered past capacity.
 #
-# This repository's own GPU reference (one H100, 2026-11-26, `reference/nvidia-h100-80gb-hbm3/`) has no overload run:
-# `servelab bench overload` on the node measures the same knee there (see `SOURCES.md` for the write-ups).
+# This repository's own GPU reference (one H100, `reference/nvidia-h100-80gb-hbm3/`) has no overload run:
+# `servelab bench overload` on the node measures the same knee there (`SOURCES.md` lists the write-ups).
 
 # %%
 parts = []

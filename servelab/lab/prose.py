@@ -3,6 +3,7 @@
 
     claims(markdown)              # sentences that break the rule, each with the figure or word that does
     notebook_claims(path)         # the same over a notebook's markdown cells (.py jupytext source or .ipynb)
+    narrative_words(path)         # how many words a student reads in it: the course's length budget
 
 A sentence (a heading too) breaks the rule when it holds a measured-looking figure (a number with img/s, images/s,
 req/s, infer/s, ms, s, × or %) or, speaking of this machine ("here", "this machine", "these cores", "a two-core
@@ -112,3 +113,9 @@ def notebook_claims(path: str | Path) -> list[Claim]:
     """The rule over a whole notebook: its markdown cells in order (a source heading holds across cells until
     the next heading)."""
     return claims("\n\n".join(markdown_cells(path)))
+
+
+def narrative_words(path: str | Path) -> int:
+    """The words of a notebook's markdown cells, split at whitespace: headings, lists and diagrams included,
+    code cells and their output not. It is what a student reads, and what the course's length budget counts."""
+    return sum(len(cell.split()) for cell in markdown_cells(path))

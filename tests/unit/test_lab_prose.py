@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from servelab.lab.prose import claim, claims, notebook_claims, sentences
+from servelab.lab.prose import claim, claims, narrative_words, notebook_claims, sentences
 
 
 @pytest.mark.parametrize("sentence, what", [
@@ -66,3 +66,10 @@ def test_notebook_claims_reads_the_markdown_cells_of_a_jupytext_source(tmp_path)
     src = tmp_path / "99_example.py"
     src.write_text('# %% [markdown]\n# # 99\n# It ran at 21.5 images/s here.\n\n# %%\nx = "30 ms in code is not prose"\n')
     assert [c.what for c in notebook_claims(src)] == ["21.5 images/s"]
+
+
+def test_narrative_words_count_the_markdown_cells_only(tmp_path):
+    src = tmp_path / "99_example.py"
+    src.write_text('# %% [markdown]\n# # 99 · Title\n# Five words in this line.\n\n'
+                   '# %%\nx = "code is not read as prose"\n\n# %% [markdown]\n# Three more words.\n')
+    assert narrative_words(src) == 4 + 5 + 3  # "#", "99", "·", "Title"; code cells are not read
