@@ -147,9 +147,10 @@ if config_file.is_file():
 # ```
 #
 # Every repository request carries the server's key (`headers=lab.triton_headers`): a load may bring code that
-# Triton runs (docs/SECURITY.md). A load without `config` may keep yours ([why](../docs/TROUBLESHOOTING.md)), so
-# the cell's last request sends the file's own text. Try a count of 3, or more threads than cores, and read
-# what the server reports.
+# Triton runs (docs/SECURITY.md). A load without `config` may keep yours
+# ([why](../docs/TROUBLESHOOTING.md#a-load-without-config-keeps-the-configuration-you-loaded)), so the cell's
+# last request sends the file's own text. Try a count of 3, or more threads than cores, and read what the
+# server reports.
 
 # %%
 cores = int(step.environment.get("cpu_usable") or os.cpu_count())

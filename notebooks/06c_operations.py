@@ -59,8 +59,8 @@ opts = lab.load
 # %% [markdown]
 # ## Past capacity: the overload knee
 # Real traffic does not ask first. Here the clients are **open loop**: requests arrive at a fixed average rate
-# (Poisson), answered or not, at one, two and eight times the service's measured capacity (`levels` below),
-# from a load generator on cores of its own. Two copies of the servelab service take the same arrivals:
+# (Poisson) whether or not earlier ones were answered, at one, two and eight times the service's measured
+# capacity (`levels` below), from a load generator on cores of its own. Two copies of the servelab service take the same arrivals:
 #
 # - **with admission control**: past its in-flight limit or its wait budget (`SERVELAB_MAX_WAIT_MS`) it answers
 #   `503` with `Retry-After` *before reading the body*, and a request that waited past the budget before the
