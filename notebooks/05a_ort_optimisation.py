@@ -503,11 +503,10 @@ if deployed:
 # - **The operator profile** decides which optimisations can work: a model that is mostly matrix products
 #   gains from what makes them cheaper (int8 on CPUs with VNNI; TensorRT's fused kernels and fp16 on GPUs,
 #   notebooks 03 and 05b) and little from anything else.
-# - **The queue delay** is a bet that company arrives within it: at low load it only adds latency; at high
-#   load requests already wait while the instance runs, so batches form without it. The photo-dedup "ONNX
-#   Runtime / Triton optimisation report" (RTX A4000) raised it from 5 to 10 ms "for mixed workloads"; on
-#   4× RTX 4080 the "Technical Deep-Dive" found only 22 % of requests batched (560 executions for 721
-#   requests) at its peak: a delay does not fix a queue that is not there.
+# - **The queue delay** is a bet that company arrives within it; under load batches form without it. The
+#   photo-dedup "ONNX Runtime / Triton optimisation report" (RTX A4000) raised it from 5 to 10 ms "for mixed
+#   workloads"; on 4× RTX 4080 the "Technical Deep-Dive" found only 22 % of requests batched (560 executions
+#   for 721 requests) at its peak: a delay does not fix a queue that is not there.
 # - **JSON vs binary**: the same report measured 1,842 ms vs 1.74 ms to encode batch 32 (2,980 KB vs 588 KB
 #   per image); its first Triton numbers measured the client's encoder.
 # - **Memory**: Triton costs the server process plus one Python stub (with its own session) per instance;
