@@ -46,8 +46,8 @@ class TrtTimings:
     def default(cls) -> TrtTimings:
         device = profile(DEFAULT_PROFILE)
         return cls(build_s=180.0, load_s=5.0, device=device, source=(
-            "build 180 s: the middle of the 2–5 min the photo-dedup write-ups measured for a TensorRT model's first "
-            "start (SOURCES.md); load from the cache 5 s: an assumption of this emulation (deserialising an engine "
+            "build 180 s: the middle of the 2–5 min the photo-dedup write-ups report for a TensorRT model's first "
+            "start; load from the cache 5 s: an assumption of this emulation (deserialising an engine "
             f"skips the build), not a measurement; a batch's run time: t(B) of {device.label} unscaled (fitted to "
             "the H100 reference run's torch engine; that run built no TensorRT engine)"))
 
