@@ -16,6 +16,11 @@ report is rewritten after each one. The stages:
   clients, tensor-in and JPEG-in; then with 2 CPU-side torch threads instead of one per core.
 - triton: the embedded tritonserver with the python-backend encoder on KIND_GPU (ONNX Runtime's CUDA provider;
   the bundled server has no onnxruntime backend), the same sweep; and ONNX Runtime CUDA in-process.
+- ceiling: the in-process ceiling of a JPEG-in path, batched nvJPEG decode into the input of one CUDA graph of
+  the forward pass in the best half precision, at batch 64, 128 and 256 (no server, no copy of float pixels).
+- profile: where one loaded service's CPU goes: py-spy samples the FastAPI service (all its threads, native
+  frames included) while 64 clients send it batch-1 tensors; the top functions by own samples, and the raw
+  stacks beside the run.
 
 The clients are this machine's one Python process (threads): past a few thousand requests per second the load
 generator, not the server, can be the limit. Each served record says how busy the client process and the
@@ -33,7 +38,7 @@ from servelab.bench.results.records import Run
 from servelab.fingerprint import usable_cores
 from servelab.vocabulary import Precision
 
-STAGES = ("raw", "service", "triton")
+STAGES = ("raw", "service", "triton", "ceiling", "profile")
 BATCHES = (1, 8, 32, 64, 128, 256)
 CONCURRENCIES = (1, 16, 64, 128)
 SERVED_MAX_BATCH = 128  # the service's micro-batch and Triton's max_batch_size: every client's request in one batch
@@ -185,6 +190,101 @@ def _record(run: Run, precision: str, variant: str, batch: int, rates: list[floa
                       errors=0, requests=None, **_rate_fields(rates, batch), **extra,
                       note="timed on the device: the input is already there, nothing is copied; "
                            f"{variant}, {precision}")
+
+
+def jpeg_ceiling(run: Run, precision: str, *, device: str = "cuda", batches=(64, 128, 256), window_s: float = 0.5,
+                 windows: int = 5) -> list[dict]:
+    """JPEG bytes -> embeddings without a server: one batched decode on `device` (nvJPEG on a GPU) written into
+    the static input of the forward pass, replayed as one CUDA graph (eager on a CPU, which has no graphs)."""
+    import torch
+
+    from servelab.bench.load.inputs import sample_jpegs
+    from servelab.config import Settings
+    from servelab.model.engines import make_embedder
+    from servelab.model.gpu_decode import preprocess_jpegs
+
+    on_gpu = device == "cuda"
+    sync = torch.cuda.synchronize if on_gpu else (lambda: None)
+    emb = make_embedder(Settings.from_env(), engine="torch", provider=device, precision=precision)
+    jpegs, out = list(sample_jpegs(max(batches))), []
+    for b in batches:
+        static_x = torch.zeros(b, 3, 224, 224, device=device, dtype=emb.dtype)
+        with torch.inference_mode():
+            forward = lambda: emb.module(static_x)  # noqa: E731
+            if on_gpu:
+                stream = torch.cuda.Stream()
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream):
+                    for _ in range(3):
+                        emb.module(static_x)
+                torch.cuda.current_stream().wait_stream(stream)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    emb.module(static_x)
+                forward = graph.replay
+
+            def step(b=b, static_x=static_x, forward=forward):
+                static_x.copy_(preprocess_jpegs(jpegs[:b], device=device))  # the cast to half happens in the copy
+                forward()
+
+            rates = _windows(step, b, window_s=window_s, windows=windows, sync=sync)
+        out.append(run.record("gpu-ceiling", kind="raw", server="in-process", backend="decode + forward in-process",
+                              engine="torch", provider=device, protocol="inproc", payload="jpeg", batch=b,
+                              concurrency=1, precision=precision, variant="cuda-graph" if on_gpu else "eager",
+                              **_rate_fields(rates, b),
+                              note=f"{b} lab photos: one batched decode on {device} into the static input, then "
+                                   + ("the forward pass as one CUDA graph" if on_gpu else "the forward pass, eager")))
+    return out
+
+
+def top_frames(collapsed: str, n: int = 15) -> list[dict]:
+    """py-spy's raw output (one `frame;frame;… count` line per stack) -> the `n` functions with the most samples
+    where they were the innermost frame (own time), with their share of all samples."""
+    own: dict[str, int] = {}
+    total = 0
+    for line in collapsed.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        total += int(count)
+        leaf = stack.split(";")[-1]
+        own[leaf] = own.get(leaf, 0) + int(count)
+    ranked = sorted(own.items(), key=lambda kv: -kv[1])[:n]
+    return [{"frame": f, "samples": c, "share": round(c / total, 4)} for f, c in ranked] if total else []
+
+
+def profile_service(run: Run, *, seconds: float = 15.0, concurrency: int = 64, rate_hz: int = 100, opts=None,
+                    env: dict | None = None) -> list[dict]:
+    """py-spy on the FastAPI service while `concurrency` clients load it: the top functions by own samples, as a
+    record; the collapsed stacks stay in the run folder (py-spy-service.txt). Needs py-spy and the right to
+    attach to the process (root, or ptrace allowed)."""
+    import shutil
+    import subprocess
+    import threading
+
+    from servelab.bench import experiments as ex
+    from servelab.bench.servers.lifecycle import served
+
+    spy = shutil.which("py-spy")
+    if spy is None:
+        raise RuntimeError("py-spy is not installed here (it comes with the lease's first call)")
+    out_file = run.dir / "py-spy-service.txt"
+    with served("fastapi", engine="torch", log_path=run.dir / "fastapi-profiled.log", max_batch=SERVED_MAX_BATCH,
+                env=env) as srv:
+        load = threading.Thread(target=lambda: ex.measure(run, "gpu-profile-load", srv, payload="tensor", batch=1,
+                                                          concurrency=concurrency, opts=opts), daemon=True)
+        load.start()
+        time.sleep(min(5.0, seconds / 3))  # past the warm-up
+        done = subprocess.run([spy, "record", "--pid", str(srv.pid), "--duration", str(int(seconds)), "--rate",
+                               str(rate_hz), "--format", "raw", "--native", "--threads", "--nonblocking",
+                               "--output", str(out_file)], capture_output=True, text=True, timeout=seconds + 60)
+        load.join(timeout=300)
+    if done.returncode != 0 or not out_file.exists():
+        raise RuntimeError(f"py-spy failed: {(done.stderr or done.stdout).strip()[:300]}")
+    top = top_frames(out_file.read_text())
+    return [run.record("gpu-profile", kind="profile", server="fastapi", engine="torch", payload="tensor", batch=1,
+                       concurrency=concurrency, top_frames=top, profile_file=out_file.name, rate_hz=rate_hz,
+                       profiled_s=seconds, note="py-spy samples of the loaded service: functions by own samples")]
 
 
 def precision_parity(run: Run, *, device: str = "cuda", n: int = 32) -> list[dict]:
@@ -341,6 +441,11 @@ def run_stage(run: Run, stage: str, *, budget_s: float = 240.0) -> list[dict]:
         step("FastAPI service, 2 torch threads", lambda: served_sweep(
             run, "fastapi", engine="torch", opts=opts, concurrencies=(1, 128), experiment="gpu-served-2-threads",
             env={**decode, "SERVELAB_THREADS": 2}))
+    elif stage == "ceiling":
+        step("nvJPEG into a CUDA graph", lambda: jpeg_ceiling(run, best_precision(run.records)))
+    elif stage == "profile":
+        _, on_gpu = _on_gpu("torch", best_precision(run.records))
+        step("py-spy on the loaded service", lambda: profile_service(run, opts=opts, env=on_gpu))
     else:  # triton: ONNX Runtime's CUDA provider, in-process and behind the embedded tritonserver
         settings, _ = _on_gpu("onnx", Precision.FP32)
         step("ONNX Runtime CUDA engine", lambda: ex.raw_engines(run, engines=("onnx",), providers=("cuda",),

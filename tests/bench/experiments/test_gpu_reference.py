@@ -66,3 +66,17 @@ def test_served_sweep_records_what_the_server_the_client_and_the_gpu_used(run, m
 def test_an_unknown_stage_is_one_clear_error(run):
     with pytest.raises(ValueError, match="stage must be one of raw, service, triton"):
         gr.run_stage(run, "warp-speed")
+
+
+def test_the_jpeg_ceiling_decodes_into_the_forward_pass_on_a_cpu(run):
+    """The lease's ceiling step, eager on a CPU (no CUDA graphs here): JPEG bytes in, one record per batch."""
+    (rec,) = gr.jpeg_ceiling(run, "fp32", device="cpu", batches=(2,), window_s=0.05, windows=2)
+    assert (rec["experiment"], rec["payload"], rec["batch"], rec["variant"]) == ("gpu-ceiling", "jpeg", 2, "eager")
+    assert rec["throughput_img_s"] > 0 and "one batched decode on cpu" in rec["note"]
+
+
+def test_top_frames_ranks_py_spy_stacks_by_own_samples():
+    raw = "main;serve;decode 30\nmain;serve;run 50\nmain;wait 20\nnot a stack line\n"
+    assert gr.top_frames(raw, n=2) == [{"frame": "run", "samples": 50, "share": 0.5},
+                                       {"frame": "decode", "samples": 30, "share": 0.3}]
+    assert gr.top_frames("") == []
