@@ -72,7 +72,7 @@ def frontend_bound(run: Run, srv: Served, device: DeviceProfile, *, concurrency:
     params = {"device": device.label, "device_source": device.source, "emulated": True}
     before = srv.snapshot()
     rec = measure(run, experiment, srv, payload=payload, batch=1, concurrency=concurrency, opts=opts,
-                  meters=(CpuMeter(server_pid=srv.pid),), params=params)
+                  meters=(CpuMeter(server_pid=srv.pid),), params=params, measured=True)
     delta = srv.delta(before, srv.snapshot()) or {}
     executions, images = int(delta.get("executions") or 0), int(delta.get("images") or 0)
     if not executions:

@@ -109,7 +109,7 @@ def provider_fallback(run: Run, model: Path | bytes, *, device: DeviceProfile, a
     handle = InProcess(server="in-process", engine=session.engine, url=None, protocol="inproc", embedder=session)
     fell = short_name(session.active[0]) != asked
     measured = measure(run, experiment, handle, payload="tensor", batch=batch, opts=opts, asked_provider=asked,
-                       active_providers=session.active, fallback=fell, ort_warnings=session.warnings,
+                       active_providers=session.active, fallback=fell, ort_warnings=session.warnings, measured=True,
                        note=(f"asked for {asked}, ONNX Runtime ran it on {session.active[0]} without an error"
                              if fell else f"asked for {asked} and ran on it"))
     return Fallback(asked, session.active, session.warnings, measured, device_record(run, device, batch, experiment))
