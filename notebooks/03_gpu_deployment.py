@@ -178,12 +178,12 @@ step.table(step.frame([fb.measured, fb.emulated], "engine", "provider", "asked_p
 # %%
 b_fb, got = max(batch_sizes), fb.measured["throughput_img_s"]
 step.answer(
-    (f"No error: ONNX Runtime {'warned and ' if fb.warnings else ''}ran the session on {fb.active[0]}. At batch {b_fb} "
+    f"No error: ONNX Runtime {'warned and ' if fb.warnings else ''}ran the session on {fb.active[0]}. At batch {b_fb} "
      f"it did {got:.1f} img/s here; {emu_device.label} (from its profile; an emulation, not a measurement) does "
      f"{fb.emulated['throughput_img_s']:,.0f} img/s at the same batch, {fb.cost:,.0f}× more. A record labelled `cuda` "
      "for this session would have been a CPU figure; servelab's own `cuda` rows above are refusals instead."
      if fb.fell_back else
-     f"CUDA ran here ({', '.join(fb.active)}): nothing fell back, and the session did {got:.1f} img/s at batch {b_fb}."))
+     f"CUDA ran here ({', '.join(fb.active)}): nothing fell back, and the session did {got:.1f} img/s at batch {b_fb}.")
 
 # %% [markdown]
 # ## On the GPU node

@@ -15,7 +15,8 @@ report is rewritten after each one. The stages:
 - service: the FastAPI service on the GPU (torch, the best half precision), batch-1 requests from 1 to 128
   clients, tensor-in and JPEG-in; then with 2 CPU-side torch threads instead of one per core.
 - triton: the embedded tritonserver with the python-backend encoder on KIND_GPU (ONNX Runtime's CUDA provider;
-  the bundled server has no onnxruntime backend), the same sweep; and ONNX Runtime CUDA in-process.
+  the bundled server has no onnxruntime backend), the same sweep; and ONNX Runtime CUDA in-process; then the
+  same encoder running servelab's torch engine (bf16/fp16 as the raw stage chose) where onnxruntime-gpu is absent.
 - ceiling: the in-process ceiling of a JPEG-in path, batched nvJPEG decode into the input of one CUDA graph of
   the forward pass in the best half precision, at batch 64, 128 and 256 (no server, no copy of float pixels).
 - profile: where one loaded service's CPU goes: py-spy samples the FastAPI service (all its threads, native
@@ -210,7 +211,7 @@ def jpeg_ceiling(run: Run, precision: str, *, device: str = "cuda", batches=(64,
     for b in batches:
         static_x = torch.zeros(b, 3, 224, 224, device=device, dtype=emb.dtype)
         with torch.inference_mode():
-            forward = lambda: emb.module(static_x)  # noqa: E731
+            forward = lambda x=static_x: emb.module(x)  # noqa: E731
             if on_gpu:
                 stream = torch.cuda.Stream()
                 stream.wait_stream(torch.cuda.current_stream())
@@ -452,4 +453,8 @@ def run_stage(run: Run, stage: str, *, budget_s: float = 240.0) -> list[dict]:
                                                                 batches=(1, 64, 256), opts=opts,
                                                                 experiment="gpu-raw-host", settings=settings))
         step("Triton", lambda: served_sweep(run, "triton-grpc", engine="onnx", opts=opts, device="cuda"))
+        # without onnxruntime-gpu (the two-call lease carries none), the machine's CUDA torch in the same encoder
+        step("Triton, torch engine", lambda: served_sweep(run, "triton-grpc", engine="torch", opts=opts, device="cuda",
+                                                          precision=best_precision(run.records),
+                                                          experiment="gpu-served-triton-torch"))
     return out

@@ -16,7 +16,6 @@ from servelab.model.providers import provider_check
 @pytest.fixture(scope="module")
 def tiny_encoder() -> bytes:
     """[N, 3, 224, 224] -> [N, 512]: the encoder's contract, a mean and a product instead of a ViT."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((3, 512)).astype(np.float32), "w")
