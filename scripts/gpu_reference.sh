@@ -297,6 +297,7 @@ lease_install() {
         stub_site=$("$stub/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
         python3 -c "import sysconfig; p = sysconfig.get_paths(); print('\n'.join(dict.fromkeys([p['purelib'], p['platlib']])))" \
             > "$stub_site/machine.pth"
+        echo "$T/gpu-site" >> "$stub_site/machine.pth"  # after the machine's: open_clip for the torch encoder
     fi
     stub_site=$("$stub/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
     cp -r "$ROOT/$part"/. "$have/"
