@@ -16,7 +16,8 @@ report is rewritten after each one. The stages:
   clients, tensor-in and JPEG-in; then with 2 CPU-side torch threads instead of one per core.
 - triton: the embedded tritonserver with the python-backend encoder on KIND_GPU (ONNX Runtime's CUDA provider;
   the bundled server has no onnxruntime backend), the same sweep; and ONNX Runtime CUDA in-process; then the
-  same encoder running servelab's torch engine (bf16/fp16 as the raw stage chose) where onnxruntime-gpu is absent.
+  same encoder running servelab's torch engine (bf16/fp16 as the raw stage chose) where onnxruntime-gpu is absent,
+  driven by the Python clients and then by perf_analyzer.
 - ceiling: the in-process ceiling of a JPEG-in path, batched nvJPEG decode into the input of one CUDA graph of
   the forward pass in the best half precision, at batch 64, 128 and 256 (no server, no copy of float pixels).
 - profile: where one loaded service's CPU goes: py-spy samples the FastAPI service (all its threads, native
@@ -391,6 +392,37 @@ def served_sweep(run: Run, server: str, *, engine: str, payloads=("tensor", "jpe
     return out
 
 
+def perf_analyzer_sweep(run: Run, *, engine: str = "torch", device: str = "cuda", precision: str | None = None,
+                        concurrencies=CONCURRENCIES, experiment: str = "gpu-perf-analyzer") -> list[dict]:
+    """NVIDIA's perf_analyzer (C++, the client that can offer what a Python one cannot) against the embedded
+    tritonserver's encoder on `device`: batch-1 requests of random data over HTTP, one point per concurrency."""
+    from urllib.parse import urlsplit
+
+    from servelab.bench.servers.lifecycle import served
+    from servelab.triton import perf_analyzer as pa
+
+    binary = pa.find()
+    if binary is None:
+        raise RuntimeError("perf_analyzer is not here (the lease's first call brings it; elsewhere "
+                           "`servelab triton get-perf-analyzer`)")
+    out = []
+    with served("triton-http", engine=engine, log_path=run.dir / "triton-perf-analyzer.log", max_batch=SERVED_MAX_BATCH,
+                device=device, precision=precision) as srv:
+        address = urlsplit(srv.http_url).netloc
+        for c in concurrencies:
+            csv = run.dir / f"perf-analyzer-c{c}.csv"
+            res = pa.run(pa.command(binary, address, srv.model, concurrency=c, requests=max(64, 4 * c), csv=csv),
+                         csv=csv, timeout=180)
+            out.append(run.record(experiment, kind="load", server="triton-http", engine=engine, provider=device,
+                                  protocol="http", payload="tensor", batch=1, concurrency=c, precision=precision,
+                                  throughput_img_s=round(res.throughput_img_s, 1), latency_p50_ms=round(res.latency_p50_ms, 3),
+                                  latency_p99_ms=round(res.latency_p99_ms, 3),
+                                  server_stats={"queue_ms": res.server_queue_ms, "compute_ms": res.server_compute_ms},
+                                  params={"client": "perf_analyzer", "binary": str(binary)},
+                                  note="perf_analyzer, batch-1 random tensors over HTTP (its own stability windows)"))
+    return out
+
+
 def _on_gpu(engine: str, precision: str) -> tuple:
     """(settings, env) for a stage's engines: the Settings this process's in-process engines are built with, and
     the same choice as the variables a server it starts reads."""
@@ -457,4 +489,6 @@ def run_stage(run: Run, stage: str, *, budget_s: float = 240.0) -> list[dict]:
         step("Triton, torch engine", lambda: served_sweep(run, "triton-grpc", engine="torch", opts=opts, device="cuda",
                                                           precision=best_precision(run.records),
                                                           experiment="gpu-served-triton-torch"))
+        step("perf_analyzer against Triton, torch engine",
+             lambda: perf_analyzer_sweep(run, precision=best_precision(run.records)))
     return out

@@ -80,3 +80,15 @@ def test_top_frames_ranks_py_spy_stacks_by_own_samples():
     assert gr.top_frames(raw, n=2) == [{"frame": "run", "samples": 50, "share": 0.5},
                                        {"frame": "decode", "samples": 30, "share": 0.3}]
     assert gr.top_frames("") == []
+
+
+@pytest.mark.triton
+def test_perf_analyzer_drives_the_embedded_triton_point_by_point(run, onnx_meta):
+    """The lease's perf_analyzer step on a CPU: the embedded tritonserver's encoder, one record per concurrency."""
+    from servelab.triton import perf_analyzer as pa
+
+    if pa.find() is None:
+        pytest.skip("no perf_analyzer here: `servelab triton get-perf-analyzer` fetches it")
+    (rec,) = gr.perf_analyzer_sweep(run, engine="onnx", device="cpu", concurrencies=(1,))
+    assert rec["params"]["client"] == "perf_analyzer" and rec["concurrency"] == 1 and rec["throughput_img_s"] > 0
+    assert 0 < rec["latency_p50_ms"] <= rec["latency_p99_ms"]
