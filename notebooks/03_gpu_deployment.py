@@ -177,13 +177,15 @@ step.table(step.frame([fb.measured, fb.emulated], "engine", "provider", "asked_p
 
 # %%
 b_fb, got = max(batch_sizes), fb.measured["throughput_img_s"]
-step.answer(
+smoke_note = " (Smoke run: these numbers are not results.)" if lab.load.quick else ""
+step.answer((
     f"No error: ONNX Runtime {'warned and ' if fb.warnings else ''}ran the session on {fb.active[0]}. At batch {b_fb} "
-     f"it did {got:.1f} img/s here; {emu_device.label} (from its profile; an emulation, not a measurement) does "
-     f"{fb.emulated['throughput_img_s']:,.0f} img/s at the same batch, {fb.cost:,.0f}× more. A record labelled `cuda` "
-     "for this session would have been a CPU figure; servelab's own `cuda` rows above are refusals instead."
-     if fb.fell_back else
-     f"CUDA ran here ({', '.join(fb.active)}): nothing fell back, and the session did {got:.1f} img/s at batch {b_fb}.")
+    f"it did {got:.1f} img/s here; {emu_device.label} (from its profile; an emulation, not a measurement) does "
+    f"{fb.emulated['throughput_img_s']:,.0f} img/s at the same batch, {fb.cost:,.0f}× more. A record labelled `cuda` "
+    "for this session would have been a CPU figure; servelab's own `cuda` rows above are refusals instead."
+    if fb.fell_back else
+    f"CUDA ran here ({', '.join(fb.active)}): nothing fell back, and the session did {got:.1f} img/s at batch {b_fb}."
+) + smoke_note)
 
 # %% [markdown]
 # ## On the GPU node
@@ -259,7 +261,8 @@ step.answer(
     + ("the device waited most of the time, so the CPU side, not the device, decided the rate. That is the H100 "
        "run's finding, and why the fixes that pay on a GPU node cut CPU work per request (fewer bytes, no copies, "
        "several frontend processes)." if fe.busy_share < 0.5 else
-       "the device was busy most of the time, so here it, not the CPU side, was the limit: unlike the H100 run."))
+       "the device was busy most of the time, so here it, not the CPU side, was the limit: unlike the H100 run.")
+    + smoke_note)
 
 # %% [markdown]
 # ## Why, and compared with the source material
