@@ -158,6 +158,7 @@ step.answer("; ".join(lines) + ". " + (providers_seen.sentence() if providers_se
 # many times slower than the emulated H100 will it be?
 
 # %%
+from servelab.bench.experiments.emulated_lesson import short_opts
 from servelab.bench.experiments.provider_fallback import provider_fallback
 from servelab.config import Settings
 from servelab.model.device_profile import profile as device_profile_named
@@ -167,7 +168,7 @@ from servelab.model.providers import ort_providers
 emu_device = device_profile_named(device_profile)
 print("providers=", ort_providers("cuda"))
 fb = provider_fallback(step.run, ensure_exported(Settings.from_env())["path"], device=emu_device, asked="cuda",
-                       batch=max(batch_sizes), opts=lab.load)
+                       batch=max(batch_sizes), opts=short_opts(lab.load))  # a few windows: where it ran, not a ranking
 print("ONNX Runtime said:", "; ".join(fb.warnings) or "nothing in Python (see its log above)")
 print("session.get_providers():", fb.active)
 step.table(step.frame([fb.measured, fb.emulated], "engine", "provider", "asked_provider", "batch", "throughput_img_s",
@@ -234,7 +235,6 @@ checks.execution_providers(providers_for, want="tensorrt", exercise="03.2", step
 # %%
 import pandas as pd
 
-from servelab.bench.experiments.emulated_lesson import short_opts
 from servelab.bench.experiments.frontend_bound import device_env, frontend_bound, real_time
 from servelab.bench.servers.lifecycle import served
 
@@ -252,12 +252,14 @@ step.table(pd.DataFrame([{"device": rt_device.label, "clients": frontend_clients
            "share from its profile (an emulation at real time scale, not a GPU)")
 
 # %%
+svc_cpu, client_cpu = cpu_of["server"] or 0, cpu_of["client_process"] or 0
+busier = "the clients, a Python load generator on the same cores," if client_cpu > svc_cpu else "the service"
 step.answer(
     f"The service served {fe.served_img_s:,.0f} img/s to {frontend_clients} clients, {fe.avg_batch:.1f} images per batch "
     f"on average. The emulated device ({rt_device.label}; an emulation) runs such batches at {fe.device_img_s:,.0f} "
     f"img/s and batches of {frontend_max_batch} at {fe.ceiling_img_s:,.0f}, so it was busy {100 * fe.busy_share:.0f} % "
-    f"of the time and idle {100 * (1 - fe.busy_share):.0f} %. Meanwhile the service process used "
-    f"{cpu_of['server'] or 0:.0f} % of one core and the clients {cpu_of['client_process'] or 0:.0f} %: "
+    f"of the time and idle {100 * (1 - fe.busy_share):.0f} %. Meanwhile the service process used {svc_cpu:.0f} % of "
+    f"one core and the clients {client_cpu:.0f} %; {busier} used more: "
     + ("the device waited most of the time, so the CPU side, not the device, decided the rate. That is the H100 "
        "run's finding, and why the fixes that pay on a GPU node cut CPU work per request (fewer bytes, no copies, "
        "several frontend processes)." if fe.busy_share < 0.5 else
