@@ -440,7 +440,9 @@ if call == "2":
     from pathlib import Path
     import pytriton
     binary = Path(pytriton.__file__).parent / "tritonserver" / "bin" / "tritonserver"
-    print("bundled tritonserver:", binary, "present" if binary.exists() else "MISSING")
+    started = binary.exists() and subprocess.run([str(binary), "--help"], capture_output=True, text=True)
+    print("bundled tritonserver:", binary, "starts" if started and "Usage" in started.stdout + started.stderr
+          else "MISSING or does not start")
 print(f"call {call}: {len(modules)} modules import")
 CHECK
     "$T/gpu-stub/bin/python" -c 'import numpy; assert numpy.__version__.startswith("1."), numpy.__version__; print("the stub sees numpy", numpy.__version__)'
@@ -455,8 +457,11 @@ lease_rehearse() {
     done
     [ -n "$py312" ] || { say "no Python 3.12 here to rehearse with (set PYTHON312)"; exit 1; }
     rm -rf "$venv" && "$py312" -m venv "$venv"
-    "$venv/bin/pip" install -q "numpy>=2" pillow pyyaml typer tqdm httpx jinja2 prometheus-client grpcio pandas \
-        matplotlib onnx onnxruntime pytest setuptools psutil packaging
+    local stand_ins=() p
+    for p in $DEVICE_PACKAGES; do  # the machine's own packages, less what needs CUDA (torch and what requires it)
+        case "$p" in nvidia-*|torch|torchvision|triton|timm|accelerate) ;; *) stand_ins+=("$p") ;; esac
+    done
+    "$venv/bin/pip" install -q "${stand_ins[@]}" onnxruntime
     local t0=$SECONDS
     PATH="$venv/bin:$PATH" T="$venv/there" LEASE_REHEARSE=1 lease_call 1
     say "call 1 rehearsed in $((SECONDS - t0)) s"
