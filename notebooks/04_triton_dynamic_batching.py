@@ -476,8 +476,8 @@ step.answer(
 # %% [markdown]
 # ## The same switch on an emulated accelerator
 # The lab's Triton also serves `openclip_vit_b32_emulated`, whose every execution *waits* t(B) on an **emulated
-# device** instead of computing. t(B) comes from a **device profile**: `vit-b32-h100` is a roofline estimate for
-# ViT-B/32 on an H100, slowed uniformly so a laptop keeps it fed; its rows say `emulated <profile>`, never a GPU.
+# device** instead of computing. t(B) comes from a **device profile**: `vit-b32-h100` is fitted to the H100 run's
+# batches (`reference/nvidia-h100-80gb-hbm3`), slowed so a laptop keeps it fed; rows say `emulated <profile>`, never a GPU.
 # One batch of N instead of N of one buys t(1)·N ÷ t(N). With no queue delay, closed-loop clients split into **two
 # groups that take turns** (the first request runs alone, the rest queue and run next): a round takes t(a) + t(b)
 # (a + b = N), and the average executed batch is about N/2.

@@ -23,7 +23,7 @@
 #   and why that makes a transformer several times faster on the same GPU;
 # - explain why the first start of a TensorRT model takes minutes, and configure the engine cache,
 #   optimisation profile and warm-up so that users never wait for it;
-# - check a generated Triton configuration for those settings.
+# - check a generated Triton configuration for those settings, and predict which request pays an engine build.
 #
 # ```mermaid
 # flowchart LR
@@ -45,7 +45,8 @@
 # - **model warm-up** at load time, so the first user request does not pay for the build.
 #
 # This notebook renders the GPU model repository with `servelab triton stage --flavour gpu` and checks those
-# settings in the generated `config.pbtxt`. **What runs where:** the rendering and the checks run everywhere.
+# settings in the generated `config.pbtxt`, then plays traffic through an **emulated engine cache** to show
+# which request pays a build. **What runs where:** the rendering, the checks and the emulation run everywhere.
 # No engine is built by this notebook: on a GPU node with TensorRT, the Triton of notebook 04's stack builds
 # the engine when it loads `openclip_vit_b32_trt` (the commands below watch it, in its log); on a machine
 # without an NVIDIA GPU and TensorRT, the last cell says that no engine could be built here, and why.
@@ -148,6 +149,63 @@ assignment_checks.trt_accelerator_stanza(trt_stanza, max_batch=trt_max_batch, ca
 print(trt_config.read_text())
 
 # %% [markdown]
+# ## Builds, rebuilds and a cache hit, on an emulated engine cache
+# This machine builds no engine, so the EP's rules above run on an **emulated engine cache**
+# (`servelab.model.emulated_trt`): engine and `.profile` files in a folder of this run, stand-ins rather than
+# TensorRT plans, and times taken from the sources printed below, never waited for or measured. The
+# traffic is two starts of the model on one cache volume: the first start's requests, then a restart's.
+#
+# **Predict first.** Without a profile, which requests pay an engine build, and what does the restart cost?
+# With the staged profile, which ones pay? Write your answer for the first case in `predicted_builds`.
+
+# %%
+import pandas as pd
+
+from servelab.model.emulated_trt import EMULATED_TRT, EmulatedTrtCache, TrtTimings, play
+from servelab.triton.tensorrt import accelerator_params, staged_profile
+
+traffic = [[1, 4, 4, 8, 2, 8, 16], [8, 16, 32]]  # each request's batch: the first start, then a restart
+predicted_builds = []  # your prediction without a profile: (start, request) pairs, e.g. [(1, 1), (2, 3)]
+
+staged_cfg = parse_config(trt_config)
+timings, trt_profile = TrtTimings.default(), staged_profile(staged_cfg)
+traffic = [[min(b, trt_profile[2]) for b in start] for start in traffic]  # the batcher never forms more
+print(f"{EMULATED_TRT}: {timings.source}")
+played = {}
+for options, prof in (("no profile", None), ("profile {}..{} (opt {})".format(*trt_profile[::2], trt_profile[1]), trt_profile)):
+    cache = EmulatedTrtCache(Path(lab.out_dir) / "trt-cache-emulated" / options.split()[0], timings=timings,
+                             prefix=accelerator_params(staged_cfg)["trt_engine_cache_prefix"])
+    played[options] = play(cache, traffic, prof)
+print("cache folder:", cache.files())
+step.table(pd.DataFrame([{"options": k, **row} for k, rows in played.items() for row in rows]), "trt_cache_emulated",
+           f"{EMULATED_TRT} (an emulation: no engine built, times from the sources above, not measured)", measured=False)
+
+# %%
+def builds(rows):
+    """(start, request) of each request that paid a build or rebuild."""
+    return [(r["start"], int(r["step"].split()[1])) for r in rows if r["step"] != "load" and "build" in r["action"]]
+
+
+def seconds(rows, *actions):
+    return sum(r["emulated_s"] for r in rows if r["action"] in actions)
+
+
+bare, staged = played.values()
+paid = builds(bare)
+restart = next(r for r in bare if r["start"] == 2 and r["step"] == "load")
+after = [q for s_, q in paid if s_ == 2]
+step.answer(
+    f"Without a profile, {len(paid)} requests paid a build: {', '.join(f'start {s_} request {q}' for s_, q in paid)}, "
+    f"{seconds(bare, 'build', 'rebuild'):,.0f} s of emulated build time spent while requests waited. The restart did "
+    f"`{restart['action']}` ({restart['emulated_s']:.0f} s)"
+    + (f", and {len(after)} of its requests still paid a rebuild (a batch outside the saved range). " if after else ". ")
+    + f"With the staged profile, {len(builds(staged))} requests paid one: the engine was built once at load "
+      f"({seconds(staged[:1], 'build'):,.0f} s, before any user request) and the restart did "
+      f"`{next(r for r in staged if r['start'] == 2)['action']}`. Your prediction: "
+    + (f"{predicted_builds}, {'exactly the requests that paid' if sorted(predicted_builds) == paid else 'compare it with the list above'}."
+       if predicted_builds else "none written."))
+
+# %% [markdown]
 # ## On the GPU node
 # The first load builds the engine (minutes); the second start finds it in the cache volume. The engine
 # files in `/trt_cache` start with `openclip_` and the export's sha256, so other weights get their own.
@@ -192,4 +250,6 @@ else:
 passed, total = int(checks["ok"].sum()), len(checks)
 step.shows(f"{passed} of {total} TensorRT settings in the generated `{TRT_ENCODER}` config are as the deployment "
            f"needs them (profile up to batch {trt_max_batch}, caches under `{trt_cache}`)."
-           + ("" if passed == total else " The failing rows above name what to fix in servelab/triton/staging/gpu."))
+           + ("" if passed == total else " The failing rows above name what to fix in servelab/triton/staging/gpu.")
+           + f" On the {EMULATED_TRT} (an emulation, not a TensorRT measurement), the same traffic made "
+             f"{len(builds(bare))} requests wait for a build without a profile and {len(builds(staged))} with it.")

@@ -2,10 +2,14 @@
 # The GPU reference run, in two halves: the first here (a machine with a package registry), the second on the
 # GPU machine (none there), so its short lease is spent measuring, not installing.
 #
-#   The reference run within one short lease (`servelab bench gpu-reference`, three stages):
-#   scripts/gpu_reference.sh lease-pack                  # here: what the stages need -> build/gpu-lease/part-N/
-#   scripts/gpu_reference.sh lease-install <part folder> # there, each call: install what this part completes
-#   scripts/gpu_reference.sh lease-stage <stage> [s]     # there: raw | service | triton -> $OUT/gpu-reference.tar.gz
+#   The reference run in two calls of under ten minutes each (`servelab bench gpu-reference`'s stages):
+#   scripts/gpu_reference.sh lease-pack                  # here: build/gpu-lease/call-1, call-2: <= 64 MiB with the tree
+#   bash scripts/gpu_reference.sh lease-call 1 [s]       # there, carrying call-1: the service, py-spy, the nvJPEG ceiling
+#   bash scripts/gpu_reference.sh lease-call 2 [s]       # there, carrying call-2: Triton, the gpu lab profile
+#   scripts/gpu_reference.sh lease-rehearse              # here: both calls' install and checks, in a Python 3.12 venv
+#   scripts/gpu_reference.sh lease-pack-parts            # here: the older five parts, onnxruntime-gpu included
+#   scripts/gpu_reference.sh lease-install <folder>      # there: install what one call's folder completes
+#   scripts/gpu_reference.sh lease-stage <stage> [s]     # there: one stage -> $OUT/gpu-reference.tar.gz
 #   scripts/gpu_reference.sh lease-env                   # there: the exports the stages run with
 #   scripts/gpu_reference.sh lease-closure <folder> <root …> # here: those roots' wheels for that machine (other packers)
 #
@@ -239,8 +243,9 @@ lease_closure() {
 }
 
 # Here: the reference set as wheels, onnxruntime-gpu re-packed as tar.xz (255 -> 193 MiB: one call fewer), all
-# of it spread over part-1 … part-N of at most LEASE_MIB each, with a manifest in every part.
-lease_pack() {
+# of it spread over part-1 … part-N of at most LEASE_MIB each, with a manifest in every part (five calls; the
+# two-call pack below leaves onnxruntime-gpu out).
+lease_pack_parts() {
     local cache="$LEASE/cache"
     if [ ! -s "$cache/ort-gpu.tar.xz" ]; then  # downloads and the xz take minutes: kept for the next pack
         rm -rf "$cache" && mkdir -p "$cache/wheels"
@@ -292,30 +297,41 @@ lease_install() {
         stub_site=$("$stub/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
         python3 -c "import sysconfig; p = sysconfig.get_paths(); print('\n'.join(dict.fromkeys([p['purelib'], p['platlib']])))" \
             > "$stub_site/machine.pth"
+        echo "$T/gpu-site" >> "$stub_site/machine.pth"  # after the machine's: open_clip for the torch encoder
     fi
     stub_site=$("$stub/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
     cp -r "$ROOT/$part"/. "$have/"
+    if [ -f "$have/SHA256SUMS" ]; then  # a call's folder: its wheels, checked before anything is installed
+        (cd "$have" && sha256sum --quiet -c SHA256SUMS) || { say "wheels damaged in transit: see the lines above"; exit 1; }
+        rm "$have/SHA256SUMS"
+    fi
     local pip=(python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade)
     if ls "$have"/numpy-*.whl >/dev/null 2>&1; then
         "${pip[@]}" --target "$stub_site" "$have"/numpy-*.whl && rm -f "$have"/numpy-*.whl
+    fi
+    if ls "$have"/perf_analyzer-*.whl >/dev/null 2>&1; then  # its own wheel needs glibc 2.38: a rehearsal may lack it
+        "${pip[@]}" --target "$T/gpu-site" "$have"/perf_analyzer-*.whl ||
+            say "perf_analyzer not installable here (its wheel needs glibc 2.38; this machine has $(ldd --version | head -1 | grep -oE '[0-9.]+$'))"
+        rm -f "$have"/perf_analyzer-*.whl
     fi
     if ls "$have"/*.whl >/dev/null 2>&1; then
         "${pip[@]}" --target "$T/gpu-site" "$have"/*.whl && rm -f "$have"/*.whl
     fi
     local want
-    want=$(awk '/^chunks/ {print $2}' "$have/MANIFEST")
-    if [ ! -d "$T/gpu-ort" ] && [ "$(ls "$have"/ort-gpu.tar.xz.chunk-* 2>/dev/null | wc -l)" = "$want" ]; then
+    want=$(awk '/^chunks/ {print $2}' "$have/MANIFEST" 2>/dev/null || true)
+    want=${want:-0}
+    if [ "$want" -gt 0 ] && [ ! -d "$T/gpu-ort" ] && [ "$(ls "$have"/ort-gpu.tar.xz.chunk-* 2>/dev/null | wc -l)" = "$want" ]; then
         cat "$have"/ort-gpu.tar.xz.chunk-* > "$have/ort-gpu.tar.xz"
         (cd "$have" && sha256sum --quiet -c <(head -1 MANIFEST)) || { say "onnxruntime-gpu damaged in transit"; exit 1; }
         mkdir -p "$T/gpu-ort" && xz -dc -T0 "$have/ort-gpu.tar.xz" | tar -C "$T/gpu-ort" -xf - && rm "$have"/ort-gpu.tar.xz*
         cp -r "$T/gpu-ort/." "$stub_site/"
     fi
-    say "installed: $(ls "$T/gpu-site" | grep -c dist-info) packages; the stub's numpy $("$stub/bin/python" -c 'import numpy; print(numpy.__version__)' 2>&1 | tail -1); onnxruntime-gpu $([ -d "$T/gpu-ort" ] && echo ready || echo "$(ls "$have"/ort-gpu.tar.xz.chunk-* 2>/dev/null | wc -l)/$want chunks")"
+    say "installed: $(ls "$T/gpu-site" | grep -c dist-info) packages; the stub's numpy $("$stub/bin/python" -c 'import numpy; print(numpy.__version__)' 2>&1 | tail -1); onnxruntime-gpu $(if [ -d "$T/gpu-ort" ]; then echo ready; elif [ "$want" -gt 0 ]; then echo "$(ls "$have"/ort-gpu.tar.xz.chunk-* 2>/dev/null | wc -l)/$want chunks"; else echo "not carried"; fi)"
 }
 
 lease_env() {
     echo "export PYTHONPATH=$T/gpu-ort:$T/gpu-site:$ROOT SERVELAB_RESULTS=$T/gpu-results PYTHONUNBUFFERED=1" \
-        "SERVELAB_TRITON_PYTHON=$T/gpu-stub/bin/python"
+        "SERVELAB_TRITON_PYTHON=$T/gpu-stub/bin/python PATH=$T/gpu-site/bin:\$PATH"  # py-spy, perf_analyzer
 }
 
 # There: one stage of `servelab bench gpu-reference` into the run gpu-reference, then the run as one archive in
@@ -330,9 +346,136 @@ lease_stage() {
     fi
 }
 
+# --- Two calls of under ten minutes, at most 64 MiB each with the working tree --------------------------------
+# Call 1 carries everything but nvidia-pytriton (the service, py-spy, perf_analyzer, numpy 1 for Triton's stub,
+# the notebook runner); call 2 carries nvidia-pytriton, a warm machine keeping what call 1 brought. onnxruntime-gpu
+# (193 MiB even as xz) travels in neither: ONNX Runtime's CUDA rows and Triton's ONNX encoder on KIND_GPU wait for a
+# lease that can carry it (`lease-pack-parts`), and say so in their records.
+CALL_MIB=${CALL_MIB:-64}
+CALL_EXTRA="py-spy==0.4.3 perf-analyzer==2.60.0"  # perf_analyzer's own wheel needs glibc 2.38 (Ubuntu 24.04 has 2.39)
+CALL_SET="fastapi starlette uvicorn httptools python-multipart tenacity open_clip_torch tritonclient python-rapidjson
+geventhttpclient jsonschema nvidia-ml-py nvidia-pytriton papermill ipykernel jupytext"
+
+tree_bytes() { (cd "$ROOT" && git ls-files -z 2>/dev/null | du -b --files0-from=- -c | tail -1 | cut -f1); }
+
+lease_pack() {
+    local cache="$LEASE/cache-calls"
+    if [ ! -s "$cache/PINS" ]; then
+        rm -rf "$cache" && mkdir -p "$cache/wheels"
+        lease_closure "$cache/wheels" $CALL_SET > "$cache/PINS.tmp"
+        python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version "$PY_VERSION" \
+            --platform manylinux_2_38_x86_64 "${PLATFORMS[@]}" -d "$cache/wheels" \
+            "$(grep -oE '^numpy==1[^ \\]*' "$ROOT/requirements-gpu.txt")" $CALL_EXTRA
+        mv "$cache/PINS.tmp" "$cache/PINS"
+    fi
+    local room=$((CALL_MIB * 1024 * 1024 - $(tree_bytes) - 1024 * 1024)) n f used
+    rm -rf "$LEASE"/call-* && mkdir -p "$LEASE/call-1" "$LEASE/call-2"
+    for f in "$cache"/wheels/*.whl; do
+        case "$(basename "$f")" in nvidia_pytriton-*) n=2 ;; *) n=1 ;; esac
+        cp -l "$f" "$LEASE/call-$n/" 2>/dev/null || cp "$f" "$LEASE/call-$n/"
+    done
+    for n in 1 2; do
+        (cd "$LEASE/call-$n" && sha256sum -- *.whl > SHA256SUMS)
+        used=$(du -bc "$LEASE/call-$n"/* | tail -1 | cut -f1)
+        say "call-$n: $((used / 1024 / 1024)) MiB in $(ls "$LEASE/call-$n" | wc -l) files; room $((room / 1024 / 1024)) MiB beside the tree"
+        [ "$used" -le "$room" ] || { say "call-$n is over ${CALL_MIB} MiB with the working tree: it would not travel"; exit 1; }
+    done
+}
+
+# There: one call, within about `budget` seconds (the call itself may take ten minutes). The stages' records go to
+# one run, archived into $OUT after each stage, whatever happens to the next.
+lease_call() {
+    local n=${1:?1 or 2} budget=${2:-540} t0=$SECONDS
+    lease_install "build/gpu-lease/call-$n"
+    if [ -n "${LEASE_REHEARSE:-}" ]; then lease_check "$n"; return; fi
+    left() { echo $((budget - (SECONDS - t0))); }
+    case "$n" in
+        1)  lease_stage service "$(( $(left) * 45 / 100 ))"   # 1..128 clients, tensor and JPEG; 2 torch threads
+            lease_stage profile 45                             # py-spy on the loaded service
+            lease_stage ceiling 60                             # nvJPEG into a CUDA graph at 64 / 128 / 256
+            (cd "$ROOT" && eval "$(lease_env)" && timeout "$(( $(left) > 30 ? $(left) : 30 ))" \
+                python3 -m pytest -m gpu -q -rs tests/gpu) > "$T/gpu-results/gpu-tests.txt" 2>&1 || true ;;
+        2)  lease_stage triton "$(( $(left) / 3 ))"            # the bundled tritonserver, its stub on numpy 1
+            lease_lab "$(( $(left) - 30 ))" ;;                 # the gpu lab profile through the notebooks
+        *)  say "a call is 1 or 2, not $n"; exit 2 ;;
+    esac
+    lease_archive
+}
+
+lease_archive() {
+    if [ -n "$RESULTS_OUT" ] && [ -d "$T/gpu-results" ]; then
+        tar -C "$T/gpu-results" -czf "$RESULTS_OUT/gpu-reference.tar.gz" .
+    fi
+}
+
+# There: the `gpu` lab profile through the notebooks, for as long as the call allows.
+lease_lab() {
+    local budget=${1:-300}
+    eval "$(lease_env)"
+    (cd "$ROOT" && timeout "$budget" python3 -m servelab.cli lab run --device cuda --profile gpu \
+        --run-id gpu-lab --no-progress-bar) || say "the lab run ended early (see $T/gpu-results/gpu-lab/report.md)"
+}
+
+# A rehearsal's check in place of the measurements: what each call's stages import and run is there.
+lease_check() {
+    eval "$(lease_env)"
+    python3 - "$1" <<'CHECK'
+import importlib, shutil, subprocess, sys
+call = sys.argv[1]
+modules = {"1": ["fastapi", "uvicorn", "multipart", "httptools", "tenacity", "pynvml", "papermill", "jupytext",
+                 "ipykernel", "tritonclient.http", "tritonclient.grpc", "servelab.service.app",
+                 "servelab.bench.experiments.gpu_reference"],
+           "2": ["pytriton", "servelab.triton.server"]}[call]
+for m in modules:
+    importlib.import_module(m)
+for tool in {"1": ["py-spy", "perf_analyzer"], "2": []}[call]:
+    path = shutil.which(tool)
+    if not path:
+        print(f"{tool}: not installed here (see the install's line above)")
+        continue
+    done = subprocess.run([path, "--help"], capture_output=True, text=True)
+    said = (done.stdout + done.stderr).strip()
+    print(f"{tool}: {path}: " + ("starts" if done.returncode == 0 or "sage" in said else "does not start: " + said[:300]))
+if call == "2":
+    from pathlib import Path
+    import pytriton
+    binary = Path(pytriton.__file__).parent / "tritonserver" / "bin" / "tritonserver"
+    started = binary.exists() and subprocess.run([str(binary), "--help"], capture_output=True, text=True)
+    print("bundled tritonserver:", binary, "starts" if started and "Usage" in started.stdout + started.stderr
+          else "MISSING or does not start")
+print(f"call {call}: {len(modules)} modules import")
+CHECK
+    "$T/gpu-stub/bin/python" -c 'import numpy; assert numpy.__version__.startswith("1."), numpy.__version__; print("the stub sees numpy", numpy.__version__)'
+}
+
+# Here: both calls as the GPU machine would take them, in a Python 3.12 venv holding stand-ins for the machine's
+# own packages (from this machine's registry; CUDA torch cannot be one, so nothing that needs torch is run).
+lease_rehearse() {
+    local py312="" venv="$ROOT/build/gpu-lease-rehearsal" c
+    for c in ${PYTHON312:-} $(ls "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3.12 2>/dev/null) python3.12; do
+        if "$c" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null; then py312=$c; break; fi
+    done
+    [ -n "$py312" ] || { say "no Python 3.12 here to rehearse with (set PYTHON312)"; exit 1; }
+    rm -rf "$venv" && "$py312" -m venv "$venv"
+    local stand_ins=() p
+    for p in $DEVICE_PACKAGES; do  # the machine's own packages, less what needs CUDA (torch and what requires it)
+        case "$p" in nvidia-*|torch|torchvision|triton|timm|accelerate) ;; *) stand_ins+=("$p") ;; esac
+    done
+    "$venv/bin/pip" install -q "${stand_ins[@]}" onnxruntime
+    local t0=$SECONDS
+    PATH="$venv/bin:$PATH" T="$venv/there" LEASE_REHEARSE=1 lease_call 1
+    say "call 1 rehearsed in $((SECONDS - t0)) s"
+    t0=$SECONDS
+    PATH="$venv/bin:$PATH" T="$venv/there" LEASE_REHEARSE=1 lease_call 2
+    say "call 2 rehearsed in $((SECONDS - t0)) s"
+}
+
 case "${1:-}" in
     gather) gather ;;
     lease-pack) lease_pack ;;
+    lease-pack-parts) lease_pack_parts ;;
+    lease-call) lease_call "${2:-}" "${3:-}" ;;
+    lease-rehearse) lease_rehearse ;;
     lease-closure) shift; lease_closure "$@" ;;
     lease-install) lease_install "${2:-}" ;;
     lease-env) lease_env ;;
@@ -343,5 +486,5 @@ case "${1:-}" in
     measure) measure ;;
     wanted) wanted ;;
     roots) roots ;;
-    *) sed -n '2,15p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,19p' "$0" >&2; exit 2 ;;
 esac

@@ -402,7 +402,8 @@ def compare(run_a: str = typer.Argument(..., help="baseline run (id or folder)")
 @app.command("gpu-reference")
 def gpu_reference(
     stage: str = typer.Option(..., help="raw (the engine on the GPU, no server) | service (FastAPI on the GPU) | "
-                                        "triton (the embedded tritonserver, encoder on KIND_GPU)"),
+                                        "triton (the embedded tritonserver, encoder on KIND_GPU) | ceiling (nvJPEG "
+                                        "into a CUDA graph, no server) | profile (py-spy on the loaded service)"),
     run_id: str | None = RUN_ID,
     budget_s: float = typer.Option(240.0, help="about how long the stage may take; optional steps are skipped past it"),
 ):

@@ -213,12 +213,15 @@ def stage(
     settings: Settings | None = None,
     log_fn=None,
     device: str = "cpu",
+    engine: str = "onnx",
 ) -> dict:
     """Write the live repository of `flavour` (cpu | gpu) into `out` (default models/). Returns what was written.
 
     threads: onnxruntime intra-op threads per CPU instance; default cores // instances (no oversubscription).
     device: where the cpu flavour's python-backend encoder runs: cpu, or cuda (KIND_GPU instances running
     onnxruntime's CUDA provider, for a GPU machine without NVIDIA's container).
+    engine: what that encoder runs: onnx (the export, through onnxruntime), or torch (servelab's torch engine in
+    the settings' precision, for a GPU machine with CUDA torch and no onnxruntime-gpu).
     """
     from servelab.model.export import ensure_exported
 
@@ -226,6 +229,8 @@ def stage(
         raise ValueError(f"flavour must be one of {', '.join(FLAVOURS)}, got {flavour!r}")
     if instances < 1:
         raise ValueError(f"--instances must be >= 1, got {instances}")
+    if engine not in ("onnx", "torch"):
+        raise ValueError(f"the python-backend encoder runs engine onnx or torch, got {engine!r}")
     if device not in DEVICES:
         raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
     if device != "cpu" and flavour != "cpu":
@@ -274,6 +279,10 @@ def stage(
             if cfg.name in ENCODERS[flavour]:
                 if device == "cuda" and "provider" in cfg.parameters:
                     _on_gpu(cfg)
+                if engine == "torch" and "provider" in cfg.parameters:
+                    set_param(cfg, "engine", "torch")
+                    set_param(cfg, "precision", settings.precision)
+                    set_param(cfg, "servelab_path", servelab_path)
                 set_instances(cfg, instances, gpus)
                 if max_delay_us is not None:
                     cfg.dynamic_batching.max_queue_delay_microseconds = max_delay_us

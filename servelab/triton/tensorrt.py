@@ -47,6 +47,13 @@ def accelerator_params(cfg) -> dict | None:
     return dict(accs[0].parameters) if accs else None
 
 
+def staged_profile(cfg, input_name: str = INPUT_NAME) -> tuple[int, int, int] | None:
+    """(min, opt, max) batch of a config's trt_profile_* shapes for `input_name` (None: no complete profile)."""
+    params = accelerator_params(cfg) or {}
+    batches = tuple(_batch(params.get(k, ""), input_name) for k in PROFILE_KEYS)
+    return batches if all(batches) else None
+
+
 def _batch(value: str, input_name: str) -> int | None:
     """'pixel_values:64x3x224x224' -> 64 (None when the value names another input or has no batch)."""
     name, _, dims = value.partition(":")

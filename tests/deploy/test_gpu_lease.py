@@ -89,7 +89,8 @@ def test_each_part_installs_what_it_completes_and_the_stub_gets_its_own_numpy(tm
     assert "onnxruntime-gpu ready" in second.stderr
     seen = _stub(there, "import numpy, onnxruntime; print(numpy.__version__, onnxruntime.__version__)")
     assert seen.stdout.split() == ["1.26.4", "1.31.1-gpu"], seen.stderr
-    assert "No module named 'leasecheck'" in _stub(there, "import leasecheck").stderr  # PYTHONPATH's, not the stub's
+    # the shipped site comes after the stub's own numpy (open_clip for the torch encoder), never ahead of it
+    assert _stub(there, "import leasecheck, numpy; print(numpy.__version__)").stdout.split() == ["1.26.4"]
 
     exports = _run(script, "lease-env").stdout
     assert f"PYTHONPATH={there}/gpu-ort:{there}/gpu-site:" in exports
@@ -104,3 +105,62 @@ def test_a_damaged_chunk_is_refused(tmp_path):
     done = _run(script, "lease-install", "build/gpu-lease/part-2")
     assert done.returncode != 0 and "onnxruntime-gpu damaged in transit" in done.stderr
     assert not (tmp_path / "there" / "gpu-ort").exists()
+
+
+def _call_folder(tmp: Path, n: int, wheels: dict[str, tuple[str, str]]) -> Path:
+    """build/gpu-lease/call-N with these wheels ({name: (version, body)}) and their SHA256SUMS."""
+    folder = tmp / "build" / "gpu-lease" / f"call-{n}"
+    folder.mkdir(parents=True)
+    for name, (version, body) in wheels.items():
+        _wheel(folder, name, version, body)
+    sums = "".join(f"{hashlib.sha256(w.read_bytes()).hexdigest()}  {w.name}\n" for w in sorted(folder.glob("*.whl")))
+    (folder / "SHA256SUMS").write_text(sums)
+    return folder
+
+
+def test_a_call_folder_is_checked_then_installed_without_onnxruntime_gpu(tmp_path):
+    (tmp_path / "scripts").mkdir()
+    script = tmp_path / "scripts" / "gpu_reference.sh"
+    script.write_text(SCRIPT.read_text())
+    _call_folder(tmp_path, 1, {"leasecheck": ("1.0", "WHERE = 'call 1'\n"), "numpy": ("1.26.4", "__version__ = '1.26.4'\n")})
+    done = _run(script, "lease-install", "build/gpu-lease/call-1")
+    assert done.returncode == 0, done.stderr
+    assert "onnxruntime-gpu not carried" in done.stderr and "the stub's numpy 1.26.4" in done.stderr
+    there = tmp_path / "there"
+    assert (there / "gpu-site" / "leasecheck" / "__init__.py").is_file()
+    assert f"PATH={there}/gpu-site/bin:" in _run(script, "lease-env").stdout  # py-spy and perf_analyzer land there
+
+
+def test_a_damaged_wheel_in_a_call_is_refused_before_anything_installs(tmp_path):
+    (tmp_path / "scripts").mkdir()
+    script = tmp_path / "scripts" / "gpu_reference.sh"
+    script.write_text(SCRIPT.read_text())
+    folder = _call_folder(tmp_path, 2, {"leasecheck": ("1.0", "WHERE = 'call 2'\n")})
+    wheel = next(folder.glob("*.whl"))
+    wheel.write_bytes(wheel.read_bytes() + b"x")
+    done = _run(script, "lease-install", "build/gpu-lease/call-2")
+    assert done.returncode != 0 and "wheels damaged in transit" in done.stderr
+    assert not (tmp_path / "there" / "gpu-site" / "leasecheck").exists()
+
+
+def test_the_two_calls_put_nvidia_pytriton_in_the_second_and_refuse_a_call_that_would_not_travel(tmp_path):
+    """The pack from a filled cache (no download): call 2 holds nvidia-pytriton alone; a call over 64 MiB with the
+    working tree stops the pack."""
+    (tmp_path / "scripts").mkdir()
+    script = tmp_path / "scripts" / "gpu_reference.sh"
+    script.write_text(SCRIPT.read_text())
+    cache = tmp_path / "build" / "gpu-lease" / "cache-calls"
+    (cache / "wheels").mkdir(parents=True)
+    (cache / "PINS").write_text("fastapi==0.165.0\n")
+    for name in ("fastapi-0.165.0-py3-none-any.whl", "nvidia_pytriton-0.7.0-py3-none-manylinux_2_35_x86_64.whl"):
+        (cache / "wheels" / name).write_bytes(b"w" * 1024)
+    done = _run(script, "lease-pack")
+    assert done.returncode == 0, done.stderr
+    lease = tmp_path / "build" / "gpu-lease"
+    assert sorted(p.name for p in (lease / "call-2").iterdir()) == [
+        "SHA256SUMS", "nvidia_pytriton-0.7.0-py3-none-manylinux_2_35_x86_64.whl"]
+    assert "fastapi-0.165.0-py3-none-any.whl" in {p.name for p in (lease / "call-1").iterdir()}
+    with open(cache / "wheels" / "fastapi-0.165.0-py3-none-any.whl", "wb") as f:
+        f.truncate(64 * 1024 * 1024)  # sparse: 64 MiB on paper
+    over = _run(script, "lease-pack")
+    assert over.returncode != 0 and "call-1 is over 64 MiB with the working tree" in over.stderr

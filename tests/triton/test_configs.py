@@ -114,3 +114,12 @@ def test_cpu_stage_writes_the_emulated_device_from_the_settings(onnx_meta, setti
     assert not (tmp_path / "m" / "openclip_vit_b32_emulated" / "1" / "model.onnx").exists()  # it runs no model
     with pytest.raises(ValueError, match="unknown device profile"):
         stage("cpu", tmp_path / "m2", settings=settings.with_(device_profile="a100"))
+
+
+def test_the_staged_trt_profile_reads_back_as_batches():
+    """05b's emulated engine cache starts from the template's own profile: batch 1, 32, 64."""
+    from servelab.triton.tensorrt import staged_profile
+
+    template = Path(__file__).resolve().parents[2] / "servelab/triton/staging/gpu/openclip_vit_b32_trt/config.pbtxt"
+    assert staged_profile(parse_config(template)) == (1, 32, 64)
+    assert staged_profile(parse_config(template), input_name="other") is None

@@ -15,7 +15,14 @@ report is rewritten after each one. The stages:
 - service: the FastAPI service on the GPU (torch, the best half precision), batch-1 requests from 1 to 128
   clients, tensor-in and JPEG-in; then with 2 CPU-side torch threads instead of one per core.
 - triton: the embedded tritonserver with the python-backend encoder on KIND_GPU (ONNX Runtime's CUDA provider;
-  the bundled server has no onnxruntime backend), the same sweep; and ONNX Runtime CUDA in-process.
+  the bundled server has no onnxruntime backend), the same sweep; and ONNX Runtime CUDA in-process; then the
+  same encoder running servelab's torch engine (bf16/fp16 as the raw stage chose) where onnxruntime-gpu is absent,
+  driven by the Python clients and then by perf_analyzer.
+- ceiling: the in-process ceiling of a JPEG-in path, batched nvJPEG decode into the input of one CUDA graph of
+  the forward pass in the best half precision, at batch 64, 128 and 256 (no server, no copy of float pixels).
+- profile: where one loaded service's CPU goes: py-spy samples the FastAPI service (all its threads, native
+  frames included) while 64 clients send it batch-1 tensors; the top functions by own samples, and the raw
+  stacks beside the run.
 
 The clients are this machine's one Python process (threads): past a few thousand requests per second the load
 generator, not the server, can be the limit. Each served record says how busy the client process and the
@@ -33,7 +40,7 @@ from servelab.bench.results.records import Run
 from servelab.fingerprint import usable_cores
 from servelab.vocabulary import Precision
 
-STAGES = ("raw", "service", "triton")
+STAGES = ("raw", "service", "triton", "ceiling", "profile")
 BATCHES = (1, 8, 32, 64, 128, 256)
 CONCURRENCIES = (1, 16, 64, 128)
 SERVED_MAX_BATCH = 128  # the service's micro-batch and Triton's max_batch_size: every client's request in one batch
@@ -187,6 +194,101 @@ def _record(run: Run, precision: str, variant: str, batch: int, rates: list[floa
                            f"{variant}, {precision}")
 
 
+def jpeg_ceiling(run: Run, precision: str, *, device: str = "cuda", batches=(64, 128, 256), window_s: float = 0.5,
+                 windows: int = 5) -> list[dict]:
+    """JPEG bytes -> embeddings without a server: one batched decode on `device` (nvJPEG on a GPU) written into
+    the static input of the forward pass, replayed as one CUDA graph (eager on a CPU, which has no graphs)."""
+    import torch
+
+    from servelab.bench.load.inputs import sample_jpegs
+    from servelab.config import Settings
+    from servelab.model.engines import make_embedder
+    from servelab.model.gpu_decode import preprocess_jpegs
+
+    on_gpu = device == "cuda"
+    sync = torch.cuda.synchronize if on_gpu else (lambda: None)
+    emb = make_embedder(Settings.from_env(), engine="torch", provider=device, precision=precision)
+    jpegs, out = list(sample_jpegs(max(batches))), []
+    for b in batches:
+        static_x = torch.zeros(b, 3, 224, 224, device=device, dtype=emb.dtype)
+        with torch.inference_mode():
+            forward = lambda x=static_x: emb.module(x)  # noqa: E731
+            if on_gpu:
+                stream = torch.cuda.Stream()
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream):
+                    for _ in range(3):
+                        emb.module(static_x)
+                torch.cuda.current_stream().wait_stream(stream)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    emb.module(static_x)
+                forward = graph.replay
+
+            def step(b=b, static_x=static_x, forward=forward):
+                static_x.copy_(preprocess_jpegs(jpegs[:b], device=device))  # the cast to half happens in the copy
+                forward()
+
+            rates = _windows(step, b, window_s=window_s, windows=windows, sync=sync)
+        out.append(run.record("gpu-ceiling", kind="raw", server="in-process", backend="decode + forward in-process",
+                              engine="torch", provider=device, protocol="inproc", payload="jpeg", batch=b,
+                              concurrency=1, precision=precision, variant="cuda-graph" if on_gpu else "eager",
+                              **_rate_fields(rates, b),
+                              note=f"{b} lab photos: one batched decode on {device} into the static input, then "
+                                   + ("the forward pass as one CUDA graph" if on_gpu else "the forward pass, eager")))
+    return out
+
+
+def top_frames(collapsed: str, n: int = 15) -> list[dict]:
+    """py-spy's raw output (one `frame;frame;… count` line per stack) -> the `n` functions with the most samples
+    where they were the innermost frame (own time), with their share of all samples."""
+    own: dict[str, int] = {}
+    total = 0
+    for line in collapsed.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        total += int(count)
+        leaf = stack.split(";")[-1]
+        own[leaf] = own.get(leaf, 0) + int(count)
+    ranked = sorted(own.items(), key=lambda kv: -kv[1])[:n]
+    return [{"frame": f, "samples": c, "share": round(c / total, 4)} for f, c in ranked] if total else []
+
+
+def profile_service(run: Run, *, seconds: float = 15.0, concurrency: int = 64, rate_hz: int = 100, opts=None,
+                    env: dict | None = None) -> list[dict]:
+    """py-spy on the FastAPI service while `concurrency` clients load it: the top functions by own samples, as a
+    record; the collapsed stacks stay in the run folder (py-spy-service.txt). Needs py-spy and the right to
+    attach to the process (root, or ptrace allowed)."""
+    import shutil
+    import subprocess
+    import threading
+
+    from servelab.bench import experiments as ex
+    from servelab.bench.servers.lifecycle import served
+
+    spy = shutil.which("py-spy")
+    if spy is None:
+        raise RuntimeError("py-spy is not installed here (it comes with the lease's first call)")
+    out_file = run.dir / "py-spy-service.txt"
+    with served("fastapi", engine="torch", log_path=run.dir / "fastapi-profiled.log", max_batch=SERVED_MAX_BATCH,
+                env=env) as srv:
+        load = threading.Thread(target=lambda: ex.measure(run, "gpu-profile-load", srv, payload="tensor", batch=1,
+                                                          concurrency=concurrency, opts=opts), daemon=True)
+        load.start()
+        time.sleep(min(5.0, seconds / 3))  # past the warm-up
+        done = subprocess.run([spy, "record", "--pid", str(srv.pid), "--duration", str(int(seconds)), "--rate",
+                               str(rate_hz), "--format", "raw", "--native", "--threads", "--nonblocking",
+                               "--output", str(out_file)], capture_output=True, text=True, timeout=seconds + 60)
+        load.join(timeout=300)
+    if done.returncode != 0 or not out_file.exists():
+        raise RuntimeError(f"py-spy failed: {(done.stderr or done.stdout).strip()[:300]}")
+    top = top_frames(out_file.read_text())
+    return [run.record("gpu-profile", kind="profile", server="fastapi", engine="torch", payload="tensor", batch=1,
+                       concurrency=concurrency, top_frames=top, profile_file=out_file.name, rate_hz=rate_hz,
+                       profiled_s=seconds, note="py-spy samples of the loaded service: functions by own samples")]
+
+
 def precision_parity(run: Run, *, device: str = "cuda", n: int = 32) -> list[dict]:
     """fp16 and bf16 against fp32 on the lab's photos: the cosine of each photo's two embeddings (min, mean)."""
     from servelab.bench.load.inputs import sample_tensor
@@ -290,6 +392,37 @@ def served_sweep(run: Run, server: str, *, engine: str, payloads=("tensor", "jpe
     return out
 
 
+def perf_analyzer_sweep(run: Run, *, engine: str = "torch", device: str = "cuda", precision: str | None = None,
+                        concurrencies=CONCURRENCIES, experiment: str = "gpu-perf-analyzer") -> list[dict]:
+    """NVIDIA's perf_analyzer (C++, the client that can offer what a Python one cannot) against the embedded
+    tritonserver's encoder on `device`: batch-1 requests of random data over HTTP, one point per concurrency."""
+    from urllib.parse import urlsplit
+
+    from servelab.bench.servers.lifecycle import served
+    from servelab.triton import perf_analyzer as pa
+
+    binary = pa.find()
+    if binary is None:
+        raise RuntimeError("perf_analyzer is not here (the lease's first call brings it; elsewhere "
+                           "`servelab triton get-perf-analyzer`)")
+    out = []
+    with served("triton-http", engine=engine, log_path=run.dir / "triton-perf-analyzer.log", max_batch=SERVED_MAX_BATCH,
+                device=device, precision=precision) as srv:
+        address = urlsplit(srv.http_url).netloc
+        for c in concurrencies:
+            csv = run.dir / f"perf-analyzer-c{c}.csv"
+            res = pa.run(pa.command(binary, address, srv.model, concurrency=c, requests=max(64, 4 * c), csv=csv),
+                         csv=csv, timeout=180)
+            out.append(run.record(experiment, kind="load", server="triton-http", engine=engine, provider=device,
+                                  protocol="http", payload="tensor", batch=1, concurrency=c, precision=precision,
+                                  throughput_img_s=round(res.throughput_img_s, 1), latency_p50_ms=round(res.latency_p50_ms, 3),
+                                  latency_p99_ms=round(res.latency_p99_ms, 3),
+                                  server_stats={"queue_ms": res.server_queue_ms, "compute_ms": res.server_compute_ms},
+                                  params={"client": "perf_analyzer", "binary": str(binary)},
+                                  note="perf_analyzer, batch-1 random tensors over HTTP (its own stability windows)"))
+    return out
+
+
 def _on_gpu(engine: str, precision: str) -> tuple:
     """(settings, env) for a stage's engines: the Settings this process's in-process engines are built with, and
     the same choice as the variables a server it starts reads."""
@@ -341,10 +474,21 @@ def run_stage(run: Run, stage: str, *, budget_s: float = 240.0) -> list[dict]:
         step("FastAPI service, 2 torch threads", lambda: served_sweep(
             run, "fastapi", engine="torch", opts=opts, concurrencies=(1, 128), experiment="gpu-served-2-threads",
             env={**decode, "SERVELAB_THREADS": 2}))
+    elif stage == "ceiling":
+        step("nvJPEG into a CUDA graph", lambda: jpeg_ceiling(run, best_precision(run.records)))
+    elif stage == "profile":
+        _, on_gpu = _on_gpu("torch", best_precision(run.records))
+        step("py-spy on the loaded service", lambda: profile_service(run, opts=opts, env=on_gpu))
     else:  # triton: ONNX Runtime's CUDA provider, in-process and behind the embedded tritonserver
         settings, _ = _on_gpu("onnx", Precision.FP32)
         step("ONNX Runtime CUDA engine", lambda: ex.raw_engines(run, engines=("onnx",), providers=("cuda",),
                                                                 batches=(1, 64, 256), opts=opts,
                                                                 experiment="gpu-raw-host", settings=settings))
         step("Triton", lambda: served_sweep(run, "triton-grpc", engine="onnx", opts=opts, device="cuda"))
+        # without onnxruntime-gpu (the two-call lease carries none), the machine's CUDA torch in the same encoder
+        step("Triton, torch engine", lambda: served_sweep(run, "triton-grpc", engine="torch", opts=opts, device="cuda",
+                                                          precision=best_precision(run.records),
+                                                          experiment="gpu-served-triton-torch"))
+        step("perf_analyzer against Triton, torch engine",
+             lambda: perf_analyzer_sweep(run, precision=best_precision(run.records)))
     return out

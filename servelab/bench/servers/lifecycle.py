@@ -89,16 +89,18 @@ def serve_litserve(engine: str = "onnx", *, payload: str = "jpeg", max_batch: in
 def serve_triton(protocol: str = "http", *, payload: str = "tensor", instances: int = 1,
                  max_delay_us: int | None = None, max_batch: int | None = None, threads: int | None = None,
                  engine: str = "onnx", log_path: Path | None = None, repository: Path | None = None,
-                 device: str = "cpu"):
+                 device: str = "cpu", precision: str | None = None):
     """Stage a CPU repository into a temporary folder and run the embedded tritonserver on free ports (`device`
-    cuda: the python-backend encoder on KIND_GPU with ONNX Runtime's CUDA provider)."""
+    cuda: the python-backend encoder on KIND_GPU with ONNX Runtime's CUDA provider; `engine` torch: servelab's
+    torch engine in that encoder instead of the ONNX export)."""
     from servelab.config import Settings
     from servelab.triton.repository import stage
     from servelab.triton.server import EmbeddedTriton
 
-    if engine not in ("onnx", "emulated"):
-        raise ValueError(f"the embedded Triton CPU repository serves the fp32 ONNX graph (engine onnx) and an "
-                         f"emulated accelerator (engine emulated); engine {engine!r} is not staged")
+    if engine not in ("onnx", "torch", "emulated"):
+        raise ValueError(f"the embedded Triton CPU repository serves the fp32 ONNX graph (engine onnx), servelab's "
+                         f"torch engine (engine torch) and an emulated accelerator (engine emulated); engine {engine!r} "
+                         "is not staged")
     tmp = None
     if repository is None:
         tmp = Path(tempfile.mkdtemp(prefix="servelab-bench-triton-"))
@@ -106,7 +108,9 @@ def serve_triton(protocol: str = "http", *, payload: str = "tensor", instances: 
     try:
         t0 = time.perf_counter()
         info = stage("cpu", repository, instances=instances, max_delay_us=max_delay_us, max_batch=max_batch,
-                     threads=threads, settings=Settings.from_env(), device=device)
+                     threads=threads, settings=Settings.from_env(**({"precision": precision} if precision else {})),
+                     device=device,
+                     engine="torch" if engine == "torch" else "onnx")
         stage_s = time.perf_counter() - t0
         t1 = time.perf_counter()
         with EmbeddedTriton(repository, log_path=log_path) as tri:

@@ -15,7 +15,7 @@ from servelab.model.device_profile import profile, read_profile
 SERVELAB = [sys.executable, "-c", "from servelab.cli import main; main()"]
 
 
-@pytest.mark.parametrize("name", ["flat", "linear", "vit-b32-h100"])
+@pytest.mark.parametrize("name", ["flat", "linear", "vit-b32-h100", "vit-b32-h100-roofline"])
 def test_the_fit_recovers_a_profile_from_its_own_curve(name):
     p = profile(name)
     curve = {b: p.unscaled_t_s(b) for b in (1, 2, 4, 8, 16, 32, 64)}
@@ -59,7 +59,7 @@ def test_a_profile_written_from_a_measured_run_reproduces_the_device_that_was_me
 
 
 def test_the_measured_h100_profile_is_the_fit_of_the_reference_run():
-    """vit-b32-h100-measured is what `servelab bench device-profile` fits to the committed H100 run; a run with
+    """vit-b32-h100 (the lessons' default) is what `servelab bench device-profile` fits to the committed H100 run; a run with
     several curves of one engine (precisions, device-resident or host-fed) needs them named."""
     from pathlib import Path
 
@@ -72,7 +72,7 @@ def test_the_measured_h100_profile_is_the_fit_of_the_reference_run():
         batch_curve(records, engine="torch", provider="cuda")
     curve = batch_curve(records, engine="torch", provider="cuda", precision="bf16", experiment="gpu-raw-host")
     assert sorted(curve) == [1, 64, 256]
-    fitted, named = fit_profile(curve, name="x", source="test"), profile("vit-b32-h100-measured")
+    fitted, named = fit_profile(curve, name="x", source="test"), profile("vit-b32-h100")
     assert (fitted.fixed_ms, fitted.per_image_ms, fitted.full_at) == pytest.approx(
         (named.fixed_ms, named.per_image_ms, named.full_at), rel=1e-3)
-    assert "measured, not estimated" in named.source
+    assert "fitted to the H100 reference run" in named.source

@@ -66,3 +66,36 @@ def test_served_sweep_records_what_the_server_the_client_and_the_gpu_used(run, m
 def test_an_unknown_stage_is_one_clear_error(run):
     with pytest.raises(ValueError, match="stage must be one of raw, service, triton"):
         gr.run_stage(run, "warp-speed")
+
+
+def test_the_jpeg_ceiling_decodes_into_the_forward_pass_on_a_cpu(run):
+    """The lease's ceiling step, eager on a CPU (no CUDA graphs here): JPEG bytes in, one record per batch."""
+    from servelab.bench.load.inputs import sample_jpegs
+    from servelab.model.gpu_decode import preprocess_jpegs
+
+    try:
+        preprocess_jpegs(list(sample_jpegs(1)), device="cpu")
+    except RuntimeError as exc:  # a CPU torch beside a CUDA torchvision build: no image ops (see ENVIRONMENT)
+        pytest.skip(f"torchvision cannot decode JPEG here: {exc}"[:200])
+    (rec,) = gr.jpeg_ceiling(run, "fp32", device="cpu", batches=(2,), window_s=0.05, windows=2)
+    assert (rec["experiment"], rec["payload"], rec["batch"], rec["variant"]) == ("gpu-ceiling", "jpeg", 2, "eager")
+    assert rec["throughput_img_s"] > 0 and "one batched decode on cpu" in rec["note"]
+
+
+def test_top_frames_ranks_py_spy_stacks_by_own_samples():
+    raw = "main;serve;decode 30\nmain;serve;run 50\nmain;wait 20\nnot a stack line\n"
+    assert gr.top_frames(raw, n=2) == [{"frame": "run", "samples": 50, "share": 0.5},
+                                       {"frame": "decode", "samples": 30, "share": 0.3}]
+    assert gr.top_frames("") == []
+
+
+@pytest.mark.triton
+def test_perf_analyzer_drives_the_embedded_triton_point_by_point(run, onnx_meta):
+    """The lease's perf_analyzer step on a CPU: the embedded tritonserver's encoder, one record per concurrency."""
+    from servelab.triton import perf_analyzer as pa
+
+    if pa.find() is None:
+        pytest.skip("no perf_analyzer here: `servelab triton get-perf-analyzer` fetches it")
+    (rec,) = gr.perf_analyzer_sweep(run, engine="onnx", device="cpu", concurrencies=(1,))
+    assert rec["params"]["client"] == "perf_analyzer" and rec["concurrency"] == 1 and rec["throughput_img_s"] > 0
+    assert 0 < rec["latency_p50_ms"] <= rec["latency_p99_ms"]

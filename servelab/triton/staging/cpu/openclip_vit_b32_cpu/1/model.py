@@ -1,5 +1,7 @@
 """Triton python-backend model: the exported OpenCLIP ViT-B/32 ONNX graph run by onnxruntime, on the CPU or
-(parameter `provider` "cuda", instance_group KIND_GPU) on the GPU Triton placed the instance on.
+(parameter `provider` "cuda", instance_group KIND_GPU) on the GPU Triton placed the instance on. With parameter
+`engine` "torch", servelab's torch engine runs instead (precision from `precision`), for a GPU machine whose
+torch has CUDA but which has no onnxruntime-gpu.
 
 The bundled tritonserver has only the python backend, so this file stands in for the onnxruntime backend
 on the laptop and on a pip-only GPU machine. Triton's dynamic batcher hands `execute` several requests at
@@ -18,10 +20,14 @@ OUTPUT = "embedding"
 
 class TritonPythonModel:
     def initialize(self, args):
-        import onnxruntime as ort
-
         config = json.loads(args["model_config"])
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        self.embedder = None
+        if (params.get("engine") or "onnx") == "torch":
+            self._torch_engine(args, params)
+            return
+        import onnxruntime as ort
+
         here = os.path.join(args["model_repository"], args["model_version"])
         path = os.path.join(here, params.get("onnx_file", "model.onnx"))
         if not os.path.exists(path):
@@ -54,11 +60,33 @@ class TritonPythonModel:
         self.input_name = self.session.get_inputs()[0].name
         self.output_name = self.session.get_outputs()[0].name
 
+    def _torch_engine(self, args, params):
+        """servelab's torch engine on this instance's device (servelab importable from `servelab_path`)."""
+        import sys
+
+        path = params.get("servelab_path") or ""
+        if path and path not in sys.path:
+            sys.path.insert(0, path)
+        from servelab.config import Settings
+        from servelab.model.engines import make_embedder
+
+        provider = params.get("provider", "cpu") or "cpu"
+        if provider == "cuda":
+            import torch
+
+            torch.cuda.set_device(int(args.get("model_instance_device_id", "0") or 0))
+        settings = Settings.from_env(engine="torch", provider=provider, precision=params.get("precision") or "fp32")
+        self.embedder = make_embedder(settings, engine="torch", provider=provider)
+
     def execute(self, requests):
         arrays = [pb_utils.get_input_tensor_by_name(r, INPUT).as_numpy() for r in requests]
         sizes = [a.shape[0] for a in arrays]
         batch = arrays[0] if len(arrays) == 1 else np.concatenate(arrays, axis=0)
-        out = self.session.run([self.output_name], {self.input_name: np.ascontiguousarray(batch, dtype=np.float32)})[0]
+        batch = np.ascontiguousarray(batch, dtype=np.float32)
+        if self.embedder is not None:
+            out = self.embedder.embed(batch)
+        else:
+            out = self.session.run([self.output_name], {self.input_name: batch})[0]
         responses, start = [], 0
         for n in sizes:
             part = np.ascontiguousarray(out[start : start + n], dtype=np.float32)
@@ -67,4 +95,4 @@ class TritonPythonModel:
         return responses
 
     def finalize(self):
-        self.session = None
+        self.session = self.embedder = None
