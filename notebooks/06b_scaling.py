@@ -351,7 +351,9 @@ if emu_ready:
     inst_pred = emulated.two_instances_gain(emu_profile, top_c)
     full_pred = emulated.two_instances_gain(flat, full_c)
     dev_pred = emulated.two_devices_gain(flat, full_c)
-    room = top_c < emu_profile.full_at
+    # room: a second device would add nothing a run can call, because one batch of all the clients costs about
+    # what half of them does (the device's fixed cost per batch dominates)
+    room = grade(emulated.two_devices_gain(emu_profile, top_c), margin=step.margin()) is Grade.FLAT
     half = max(1, top_c // 2)
     step.answer(
         f"On the emulated device ({emu_profile.label}; an emulation, not a GPU measurement), {top_c} clients send "
@@ -359,8 +361,9 @@ if emu_ready:
         f"t({top_c}) = {1000 * emu_profile.t_s(top_c):.0f} ms. Two instances on one device should give "
         f"{inst_pred:.2f}× one ({'two groups at once, in the room the device has' if room else 'the device is full'}"
         f"); measured in alternating windows: {step.ratio(emu_instances[-1])}. "
-        + (f"A second device would add nothing there: {top_c} images leave the first one room (it is full at "
-           f"{emu_profile.full_at}). " if room else "")
+        + (f"A second device would add nothing there: one batch of {top_c} costs "
+           f"{emu_profile.t_s(top_c) / emu_profile.t_s(half):.2f}× one of {half}, so the first device has room. "
+           if room else "")
         + f"On {flat.label}, full at {flat.full_at} images (t({flat.full_at}) = {1000 * flat.t_s(flat.full_at):.0f} ms, "
           f"t({full_c}) = {1000 * flat.t_s(full_c):.0f} ms), {full_c} clients and batches of {flat.full_at}: a second "
           f"instance should give {full_pred:.2f}× — its batch only queues for the same multiprocessors — measured: "
