@@ -128,9 +128,9 @@ def main() -> None:
     _add_groups()
     try:
         app()
-    # ServelabError: every error servelab raises on purpose (CliError, InferenceError, … derive from it); OSError:
-    # a file or folder the user named; ValueError and RuntimeError: checks that still raise the built-in kinds
-    except (ServelabError, OSError, ValueError, RuntimeError) as exc:
+    # ServelabError: every error servelab raises on purpose (InvalidValue, CannotRun, InferenceError, … derive from
+    # it); OSError: a file or folder the user named. Anything else is a fault in servelab: its traceback is shown
+    except (ServelabError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(1)
 

@@ -11,6 +11,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from servelab.errors import CannotRun, InvalidValue
 from servelab.vocabulary import Engine, Precision, Provider, word
 
 
@@ -41,8 +42,8 @@ def results_dir() -> Path:
 def checkout() -> Path:
     """The course repository, for what only a clone has (notebooks/, docker/, k8s/, scripts/)."""
     if CHECKOUT is None:
-        raise RuntimeError("this needs the course repository (notebooks/, docker/, k8s/, scripts/), which an "
-                           "installed package does not carry: clone servelab and `pip install -e .` inside it")
+        raise CannotRun("this needs the course repository (notebooks/, docker/, k8s/, scripts/), which an "
+                        "installed package does not carry: clone servelab and `pip install -e .` inside it")
     return CHECKOUT
 
 # Default loopback ports: service 8002, Triton HTTP 8003, gRPC 8004, metrics 8005, review UI 8000.
@@ -61,7 +62,19 @@ def _env(name: str, default, cast=str):
     try:
         return cast(raw)
     except ValueError as exc:
-        raise ValueError(f"SERVELAB_{name}={raw!r} is not a valid {cast.__name__}") from exc
+        raise InvalidValue(f"SERVELAB_{name}={raw!r} is not a valid {cast.__name__}") from exc
+
+
+def triton_state_dir() -> Path:
+    """Where `servelab triton up` records the server it started (SERVELAB_TRITON_STATE_DIR, else
+    <workspace>/build/triton)."""
+    configured = os.environ.get("SERVELAB_TRITON_STATE_DIR")
+    return Path(configured) if configured else workspace() / "build" / "triton"
+
+
+# the node's endpoints a lab run at place `node` talks to (servelab.lab.places.node_endpoints): each has a
+# SERVELAB_NODE_<NAME>_HOST and _PORT of its own, beside SERVELAB_NODE_HOST for all of them
+NODE_ENDPOINTS = ("service", "triton_http", "triton_grpc", "triton_metrics")
 
 
 def _flag(raw: str) -> bool:
@@ -141,6 +154,18 @@ class Settings:
     standin: str | None = None
     # an exercise check that fails raises ExerciseFailed unless told otherwise (the grader's mode)
     checks_strict: bool = False
+    # where the lab's servers run (servelab.lab.places): the place ("" = local; the node's Jupyter containers set
+    # node), and the node's endpoints: one host for all, or a host and a port per endpoint (NODE_ENDPOINTS)
+    place: str = ""
+    node_host: str = "127.0.0.1"
+    node_hosts: dict[str, str] = field(default_factory=dict)
+    node_ports: dict[str, int] = field(default_factory=dict)
+    node_triton_model: str | None = None  # the node's encoder when it is not the GPU one (the rehearsal's stand-in)
+    # the Triton a client talks to when it is given no URL or model (servelab.client.triton.TritonBackend)
+    triton_url: str | None = None
+    triton_grpc_url: str | None = None
+    triton_model: str | None = None
+    triton_jpeg_model: str | None = None
 
     @classmethod
     def from_env(cls, **overrides) -> Settings:
@@ -181,6 +206,15 @@ class Settings:
             trt_cache=Path(_env("TRT_CACHE", str(d.trt_cache))),
             standin=_env("STANDIN", None),
             checks_strict=_env("CHECKS_STRICT", d.checks_strict, _flag),
+            place=_env("PLACE", d.place),
+            node_host=_env("NODE_HOST", d.node_host),
+            node_hosts={n: h for n in NODE_ENDPOINTS if (h := _env(f"NODE_{n.upper()}_HOST", None))},
+            node_ports={n: p for n in NODE_ENDPOINTS if (p := _env(f"NODE_{n.upper()}_PORT", None, int))},
+            node_triton_model=_env("NODE_TRITON_MODEL", None),
+            triton_url=_env("TRITON_URL", None),
+            triton_grpc_url=_env("TRITON_GRPC_URL", None),
+            triton_model=_env("TRITON_MODEL", None),
+            triton_jpeg_model=_env("TRITON_JPEG_MODEL", None),
         )
         values.update({k: v for k, v in overrides.items() if v is not None})
         s = cls(**values)
@@ -192,22 +226,22 @@ class Settings:
         word(Provider, self.provider, "provider")
         word(Precision, self.precision, "precision")
         if self.precision != Precision.FP32 and self.engine != Engine.TORCH:
-            raise ValueError(f"precision {self.precision} needs engine torch: the ONNX engines run the fp32 export")
+            raise InvalidValue(f"precision {self.precision} needs engine torch: the ONNX engines run the fp32 export")
         if self.pretrained and self.checkpoint:
-            raise ValueError("set SERVELAB_PRETRAINED or SERVELAB_CHECKPOINT, not both")
+            raise InvalidValue("set SERVELAB_PRETRAINED or SERVELAB_CHECKPOINT, not both")
         for name in ("max_batch", "max_queue", "max_images_per_request", "max_bytes", "max_pixels", "decode_threads",
                      "engine_instances", "max_body_bytes"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1")
+                raise InvalidValue(f"{name} must be >= 1")
         if self.body_timeout_s <= 0:
-            raise ValueError("body_timeout_s must be > 0: a body that never arrives would hold its slot forever")
+            raise InvalidValue("body_timeout_s must be > 0: a body that never arrives would hold its slot forever")
         if self.header_timeout_s <= 0:
-            raise ValueError("header_timeout_s must be > 0: headers that never arrive would hold a connection forever")
+            raise InvalidValue("header_timeout_s must be > 0: headers that never arrive would hold a connection forever")
         if self.emulated_devices < 0:
-            raise ValueError("emulated_devices must be >= 0 (0 = the device profile's own count)")
+            raise InvalidValue("emulated_devices must be >= 0 (0 = the device profile's own count)")
         for name in ("max_in_flight", "request_timeout_s", "max_wait_ms"):
             if (getattr(self, name) or 0) < 0:
-                raise ValueError(f"{name} must be >= 0 (0 = no limit)")
+                raise InvalidValue(f"{name} must be >= 0 (0 = no limit)")
 
     @property
     def in_flight_limit(self) -> int:

@@ -18,3 +18,13 @@ class ServelabError(Exception):
 
 class UnknownWord(ServelabError, ValueError):
     """A word outside its closed set (servelab.vocabulary): an engine, a server, a place, …"""
+
+
+class InvalidValue(ServelabError, ValueError):
+    """A value the user gave (an argument, a setting, a file's content) that cannot be used; the message names
+    what to give instead."""
+
+
+class CannotRun(ServelabError, RuntimeError):
+    """A step that could not run here (a port in use, a server not started, a tool missing or failing); the
+    message says what to start, free or install."""

@@ -17,7 +17,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from servelab.errors import ServelabError
+from servelab.errors import InvalidValue, ServelabError
 
 
 class NotApplied(ServelabError):
@@ -212,14 +212,14 @@ class Trials:
         from tritonclient.grpc import model_config_pb2
 
         if self.max_trials is not None and self.count >= self.max_trials:
-            raise ValueError(f"the budget is {self.max_trials} trials and you have measured {self.count}: "
-                             "choose among them")
+            raise InvalidValue(f"the budget is {self.max_trials} trials and you have measured {self.count}: "
+                               "choose among them")
         if threads is not None and not 1 <= int(threads) <= 64:
-            raise ValueError(f"threads must be 1..64, got {threads}")
+            raise InvalidValue(f"threads must be 1..64, got {threads}")
         if not 1 <= int(concurrency) <= self.max_concurrency:
-            raise ValueError(f"concurrency must be 1..{self.max_concurrency}, got {concurrency}")
+            raise InvalidValue(f"concurrency must be 1..{self.max_concurrency}, got {concurrency}")
         if instances is not None and not 1 <= int(instances) <= self.max_instances:
-            raise ValueError(f"instances must be 1..{self.max_instances} on this machine, got {instances}")
+            raise InvalidValue(f"instances must be 1..{self.max_instances} on this machine, got {instances}")
         settings = {"concurrency": int(concurrency), "max_queue_delay_us": max_queue_delay_us, "instances": instances,
                     "preferred_batch_size": list(preferred_batch_size) if preferred_batch_size else None}
         if threads is not None or spinning is not None:  # only when asked: older records keep their layout

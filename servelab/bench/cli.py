@@ -11,6 +11,8 @@ import contextlib
 
 import typer
 
+from servelab.errors import InvalidValue
+
 app = typer.Typer(no_args_is_help=True)
 
 QUICK = typer.Option(False, "--quick", help="smoke run in seconds (tiny windows; numbers are not results)")
@@ -29,7 +31,7 @@ def _ints(text: str) -> tuple:
     try:
         return tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
-        raise ValueError(f"expected a comma-separated list of integers, got {text!r}") from None
+        raise InvalidValue(f"expected a comma-separated list of integers, got {text!r}") from None
 
 
 def _strs(text: str) -> tuple:
@@ -42,7 +44,7 @@ def _opts(quick: bool, tolerance: float, max_windows: int):
     if quick:
         return LoadOpts.smoke()
     if not 0 < tolerance < 1 or max_windows < 3:
-        raise ValueError("--tolerance must be between 0 and 1 and --max-windows at least 3")
+        raise InvalidValue("--tolerance must be between 0 and 1 and --max-windows at least 3")
     return LoadOpts(tolerance=tolerance, max_windows=max_windows)
 
 
@@ -365,7 +367,7 @@ def cost(run: str = typer.Argument(..., help="run id or folder"),
     from servelab.bench.results.records import load_records
 
     if price_per_hour <= 0:
-        raise ValueError("--price-per-hour must be > 0")
+        raise InvalidValue("--price-per-hour must be > 0")
     typer.echo(markdown_table(cost_table(load_records(run), price_per_hour, currency)))
 
 
@@ -384,7 +386,7 @@ def compare(run_a: str = typer.Argument(..., help="baseline run (id or folder)")
 
     c = do_compare(run_a, run_b, min_noise=min_noise, min_fraction=min_fraction)
     if not c.points and not c.headlines:
-        raise ValueError("the two runs have no measurement points or headlines in common")
+        raise InvalidValue("the two runs have no measurement points or headlines in common")
     cols = ["experiment", "point", "throughput_img_s A", "throughput_img_s B", "throughput_img_s Δ%",
             "latency_p50_ms Δ%", "machine B÷A", "ratio A", "ratio B", "verdict"]
     cols = [k for k in cols if any(p.get(k) is not None for p in c.points)]

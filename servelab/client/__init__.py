@@ -25,6 +25,7 @@ from PIL import Image
 from servelab.client.base import Backend
 from servelab.client.errors import InferenceError, ServiceUnavailable
 from servelab.client.retry import retrying
+from servelab.errors import InvalidValue
 from servelab.model.contract import EMBED_DIM
 from servelab.model.preprocess import preprocess_batch
 from servelab.vocabulary import REMOTE_SERVERS, TRITON_SERVERS, ClientMode, Payload, Server, word
@@ -43,7 +44,7 @@ def make_remote_backend(backend: str, url: str | None = None, timeout: float = 6
         from servelab.client.triton import TritonBackend
 
         return TritonBackend(protocol=Server(backend).protocol, url=url, timeout=timeout, **options)
-    raise ValueError(f"backend must be one of {', '.join(REMOTE_SERVERS)}, got {backend!r}")
+    raise InvalidValue(f"backend must be one of {', '.join(REMOTE_SERVERS)}, got {backend!r}")
 
 
 class InferenceClient:

@@ -23,14 +23,14 @@ raises TritonUnavailable (also a ServiceUnavailable). Both are InferenceError.
 
 from __future__ import annotations
 
-import os
 import re
 
 import numpy as np
 
 from servelab.client.base import Backend
 from servelab.client.errors import InferenceError, ServiceUnavailable
-from servelab.config import TRITON_GRPC_PORT, TRITON_HTTP_PORT
+from servelab.config import TRITON_GRPC_PORT, TRITON_HTTP_PORT, Settings
+from servelab.errors import InvalidValue
 from servelab.model.contract import EMBED_DIM, INPUT_NAME, JPEG_INPUT_NAME, OUTPUT_NAME
 from servelab.triton.control import address
 from servelab.triton.models import CPU_ENCODER, ENSEMBLE
@@ -56,15 +56,18 @@ class TritonBackend(Backend):
                  model: str | None = None, jpeg_model: str | None = None, input_name: str = INPUT_NAME,
                  output_name: str = OUTPUT_NAME, jpeg_input_name: str = JPEG_INPUT_NAME, verbose: bool = False):
         if protocol not in PROTOCOLS:
-            raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+            raise InvalidValue(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
         self.protocol = protocol
         self.name = f"triton-{protocol}"
-        env_url = os.environ.get("SERVELAB_TRITON_URL" if protocol == "http" else "SERVELAB_TRITON_GRPC_URL")
-        self.address = address(url or env_url or (DEFAULT_HTTP_URL if protocol == "http" else DEFAULT_GRPC_URL))
+        if not (url and model and jpeg_model):  # what the caller left out comes from SERVELAB_TRITON_*
+            s = Settings.from_env()
+            url = url or (s.triton_url if protocol == "http" else s.triton_grpc_url)
+            model, jpeg_model = model or s.triton_model, jpeg_model or s.triton_jpeg_model
+        self.address = address(url or (DEFAULT_HTTP_URL if protocol == "http" else DEFAULT_GRPC_URL))
         self.url = f"http://{self.address}" if protocol == "http" else self.address
         self.timeout = float(timeout)
-        self.model = model or os.environ.get("SERVELAB_TRITON_MODEL") or CPU_ENCODER
-        self.jpeg_model = jpeg_model or os.environ.get("SERVELAB_TRITON_JPEG_MODEL") or ENSEMBLE
+        self.model = model or CPU_ENCODER
+        self.jpeg_model = jpeg_model or ENSEMBLE
         self.input_name, self.output_name, self.jpeg_input_name = input_name, output_name, jpeg_input_name
         self._weights: str | None = None
         if protocol == "http":

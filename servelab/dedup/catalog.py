@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from servelab.errors import ServelabError
+from servelab.errors import InvalidValue, ServelabError
 from servelab.model.contract import EMBED_DIM
 
 STATE_DIR = ".servelab"  # inside the root: default catalog + trash; never scanned
@@ -67,11 +67,11 @@ class Catalog:
         if root is not None:
             root = Path(root).resolve()
             if stored and Path(stored) != root:
-                raise ValueError(f"catalog {self.path} belongs to root {stored}, not {root}; use another --catalog")
+                raise InvalidValue(f"catalog {self.path} belongs to root {stored}, not {root}; use another --catalog")
             if not stored:
                 self.set_meta("root", str(root))
         elif not stored:
-            raise ValueError(f"catalog {self.path} has no root yet: run `servelab dedup scan ROOT` first")
+            raise InvalidValue(f"catalog {self.path} has no root yet: run `servelab dedup scan ROOT` first")
         self.root = Path(self.get_meta("root"))
 
     # --- meta ---------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 
 from servelab.config import REVIEW_PORT
+from servelab.errors import CannotRun, InvalidValue
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -82,7 +83,7 @@ def embed(root: Path = ROOT_ARG, catalog: Path | None = CATALOG_OPT,
     from servelab.dedup.embed import embed as do_embed
 
     if batch_size < 1:
-        raise ValueError("--batch-size must be >= 1")
+        raise InvalidValue("--batch-size must be >= 1")
     with _open(root, catalog) as cat, InferenceClient(mode=mode, backend=backend, url=url, payload=payload,
                                                      engine=engine) as client:
         rep = do_embed(cat, client, batch_size=batch_size, progress=progress)
@@ -150,11 +151,11 @@ def review(root: Path = ROOT_ARG, catalog: Path | None = CATALOG_OPT,
         exposure = (f"on {host}:{port}, {who} on port {port} can see every photo under {root} and move them to "
                     "the trash")
         if not allow_remote:
-            raise ValueError(f"{exposure}; add --allow-remote if that is what you want (or keep the default "
-                             "127.0.0.1 and use an SSH tunnel)")
+            raise InvalidValue(f"{exposure}; add --allow-remote if that is what you want (or keep the default "
+                               "127.0.0.1 and use an SSH tunnel)")
         typer.echo(f"warning: {exposure} (--allow-remote given)", err=True)
     if port_in_use(port, host):
-        raise RuntimeError(f"port {port} on {host} is already in use; pick another with --port")
+        raise CannotRun(f"port {port} on {host} is already in use; pick another with --port")
     typer.echo(f"review UI on http://{host}:{port}  (Ctrl-C to stop)")
     serve(path, host=host, port=port, threshold=threshold, phash_max=phash_max, cosine_only=cosine_only,
           method=method, allowed_hosts=tuple(allowed_host))
@@ -185,8 +186,8 @@ def undo(root: Path = typer.Option(Path("."), "--root", help="photo folder"), ca
     typer.echo(f"restored {len(res['restored'])} file(s) from batch {res['batch']}")
     if res["failed"]:
         named = "; ".join(f"{f['original']}: {f['reason']}" for f in res["failed"])
-        raise ValueError(f"could not restore {len(res['failed'])} file(s) of batch {res['batch']}, left in the "
-                         f"trash: {named}")
+        raise InvalidValue(f"could not restore {len(res['failed'])} file(s) of batch {res['batch']}, left in the "
+                           f"trash: {named}")
 
 
 @app.command()

@@ -27,6 +27,7 @@ from servelab.dedup.catalog import Catalog
 from servelab.dedup.embed import embed as embed_catalog
 from servelab.dedup.group import Rule, default_rule, group
 from servelab.dedup.scan import scan as scan_folder
+from servelab.errors import CannotRun, InvalidValue
 from servelab.fileio import atomic_path, atomic_write
 
 PHASH_DISTANCES = (0, 2, 4, 6, 8, 10, 12, 14, 16)
@@ -145,7 +146,7 @@ def grouping_quality(groups, ids, scene) -> dict:
     when both land in one group, and truly is one when they share a scene (`scene[k]` labels `ids[k]`)."""
     ids, scene = np.asarray(ids), np.asarray(scene)
     if len(ids) != len(scene):
-        raise ValueError(f"one scene label per file: {len(ids)} ids, {len(scene)} labels")
+        raise InvalidValue(f"one scene label per file: {len(ids)} ids, {len(scene)} labels")
     label = _group_labels(groups, ids)
     upper = np.triu_indices(len(ids), 1)
     called = ((label[:, None] == label[None, :]) & (label[:, None] >= 0))[upper]
@@ -176,7 +177,7 @@ def evaluate(out: str | Path, client, n_base: int = 24, n_negatives: int = 24, s
                    "cosine_only": group(cat, rule=Rule(COSINE_ONLY, None, "for comparison: cosine alone"))}
     missing = [lab["path"] for lab in labels if lab["path"] not in rows]
     if missing:
-        raise RuntimeError(f"{len(missing)} generated files were not catalogued, e.g. {missing[0]}")
+        raise CannotRun(f"{len(missing)} generated files were not catalogued, e.g. {missing[0]}")
     lab_by_path = {lab["path"]: lab for lab in labels}
     paths = [id_to_row[i]["path"] for i in ids.tolist()]
     base = np.array([lab_by_path[p]["base"] for p in paths])

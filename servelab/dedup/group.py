@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from servelab.dedup.catalog import Catalog
+from servelab.errors import InvalidValue
 
 AUTO_EXACT_MAX = 20_000
 MAX_BANDS = 400
@@ -54,11 +55,11 @@ class Rule:
 
     def __post_init__(self):
         if self.cosine is None and self.phash_max is None:
-            raise ValueError("a near-duplicate rule needs a cosine threshold, a pHash distance, or both")
+            raise InvalidValue("a near-duplicate rule needs a cosine threshold, a pHash distance, or both")
         if self.cosine is not None and not -1.0 <= self.cosine <= 1.0:
-            raise ValueError(f"cosine threshold must be between -1 and 1, got {self.cosine}")
+            raise InvalidValue(f"cosine threshold must be between -1 and 1, got {self.cosine}")
         if self.phash_max is not None and not 0 <= self.phash_max <= 64:
-            raise ValueError(f"pHash distance must be between 0 and 64, got {self.phash_max}")
+            raise InvalidValue(f"pHash distance must be between 0 and 64, got {self.phash_max}")
 
     def describe(self) -> str:
         parts = []
@@ -96,7 +97,7 @@ def choose_rule(weights: str | None, threshold: float | None = None, phash_max: 
     cosine = threshold if threshold is not None else (base.cosine if base.cosine is not None else DEFAULT_COSINE)
     if cosine_only:
         if phash_max is not None:
-            raise ValueError("--cosine-only drops the pHash condition; do not also give --phash-max")
+            raise InvalidValue("--cosine-only drops the pHash condition; do not also give --phash-max")
         return Rule(cosine, None, "as given: cosine only (no pHash agreement; unsafe with random-init weights)")
     if threshold is None:
         return Rule(base.cosine, phash_max, "as given (pHash distance); cosine as by default")
@@ -124,7 +125,7 @@ def similar_pairs(emb: np.ndarray, threshold: float, method: str = "auto", block
             # hashing cannot separate pairs this dissimilar efficiently; exact is the honest choice
             return _exact_pairs(emb, threshold, block)
         return _lsh_pairs(emb, threshold, bits, pool, recall, seed)
-    raise ValueError(f"method must be auto, exact or lsh, got {method!r}")
+    raise InvalidValue(f"method must be auto, exact or lsh, got {method!r}")
 
 
 def _empty():
@@ -157,7 +158,7 @@ def lsh_bands(threshold: float, bits: int, recall: float) -> int:
 def _lsh_pairs(emb, threshold, bits, pool, recall, seed):
     n, d = emb.shape
     if bits > 31:
-        raise ValueError("bits must be <= 31")
+        raise InvalidValue("bits must be <= 31")
     rng = np.random.default_rng(seed)
     bands = lsh_bands(threshold, bits, recall)
     planes = rng.standard_normal((d, pool), dtype=np.float32)

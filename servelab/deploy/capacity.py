@@ -22,6 +22,8 @@ from pathlib import Path
 
 import yaml
 
+from servelab.errors import InvalidValue
+
 KUBELET_EVICTION_MB = 100.0  # the kubelet's default evictionHard memory.available<100Mi
 _UNITS_MB = {"Ki": 1 / 1024, "Mi": 1.0, "Gi": 1024.0, "Ti": 1024.0**2, "k": 1e3 / 2**20, "M": 1e6 / 2**20,
              "G": 1e9 / 2**20, "T": 1e12 / 2**20, "": 1 / 2**20}
@@ -32,7 +34,7 @@ def cpu_cores(quantity: str | int | float) -> float:
     text = str(quantity).strip()
     m = re.fullmatch(r"(\d+(?:\.\d+)?)(m?)", text)
     if not m:
-        raise ValueError(f"not a CPU quantity (like '1' or '500m'): {quantity!r}")
+        raise InvalidValue(f"not a CPU quantity (like '1' or '500m'): {quantity!r}")
     return float(m[1]) / (1000 if m[2] else 1)
 
 
@@ -41,7 +43,7 @@ def memory_mb(quantity: str | int | float) -> float:
     text = str(quantity).strip()
     m = re.fullmatch(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T|)", text)
     if not m:
-        raise ValueError(f"not a memory quantity (like '1Gi' or '512Mi'): {quantity!r}")
+        raise InvalidValue(f"not a memory quantity (like '1Gi' or '512Mi'): {quantity!r}")
     return float(m[1]) * _UNITS_MB[m[2]]
 
 
@@ -90,9 +92,9 @@ def replica_plan(load_img_s: float, per_core_img_s: float, node_cores: float, no
     """Replicas for `load_img_s` at the HPA's target, then how many of them a node of `node_cores` and
     `node_memory_mb` holds (allocatable = capacity - reserves) and so how many such nodes the load needs."""
     if load_img_s <= 0 or per_core_img_s <= 0:
-        raise ValueError(f"load and per-core throughput must be > 0, got {load_img_s} and {per_core_img_s}")
+        raise InvalidValue(f"load and per-core throughput must be > 0, got {load_img_s} and {per_core_img_s}")
     if node_cores <= 0 or node_memory_mb <= 0:
-        raise ValueError(f"a node needs cores and memory > 0, got {node_cores} and {node_memory_mb}")
+        raise InvalidValue(f"a node needs cores and memory > 0, got {node_cores} and {node_memory_mb}")
     per_pod = per_core_img_s * shape.cpu_request * shape.cpu_target
     replicas = math.ceil(load_img_s / per_pod - 1e-9)
     alloc_cpu = max(0.0, node_cores - reserved_cpu)

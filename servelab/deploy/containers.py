@@ -35,7 +35,7 @@ import httpx
 import yaml
 
 from servelab.config import checkout
-from servelab.errors import ServelabError
+from servelab.errors import InvalidValue, ServelabError
 
 CONTAINER_PORT = 8002  # the port the service image listens on (docker/Dockerfile: SERVELAB_PORT)
 
@@ -110,7 +110,7 @@ def base_image(dockerfile: str | Path) -> str:
         words = line.split()
         if words and words[0].upper() == "FROM":
             return next(w for w in words[1:] if not w.startswith("--"))
-    raise ValueError(f"{dockerfile}: no FROM line")
+    raise InvalidValue(f"{dockerfile}: no FROM line")
 
 
 def image_info(tag: str) -> dict:
@@ -310,8 +310,8 @@ def healthcheck_command(healthcheck) -> list[str]:
         return [str(x) for x in test[1:]]
     if isinstance(test, list) and len(test) == 2 and test[0] == "CMD-SHELL":
         return ["/bin/sh", "-c", str(test[1])]
-    raise ValueError(f"a healthcheck test is [\"CMD\", program, args…], [\"CMD-SHELL\", \"line\"] or a string; "
-                     f"got {test!r}")
+    raise InvalidValue(f"a healthcheck test is [\"CMD\", program, args…], [\"CMD-SHELL\", \"line\"] or a string; "
+                       f"got {test!r}")
 
 
 def exec_healthcheck(container: str, healthcheck, timeout: float = 10) -> ProbeRun:

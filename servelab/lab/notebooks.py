@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 from servelab.config import checkout
+from servelab.errors import InvalidValue
 from servelab.fileio import atomic_write
 
 KERNEL = "servelab"
@@ -45,7 +46,7 @@ def select(paths: list[Path], only: list[str] | None) -> list[Path]:
                 or p.stem == want or p.name == want]
         if not hits:
             ids = ", ".join(notebook_id(p) for p in paths)
-            raise ValueError(f"--only {want}: no such notebook (choose from {ids})")
+            raise InvalidValue(f"--only {want}: no such notebook (choose from {ids})")
         chosen += [p for p in hits if p not in chosen]
     return [p for p in paths if p in chosen]
 

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from servelab.bench.load.options import GPU_LOAD  # the GPU preset lives with the load options
+from servelab.errors import InvalidValue
 from servelab.vocabulary import LabProfile, word
 
 # Knobs every profile defines. Notebooks pick what they need; names are the parameter names in the cells.
@@ -136,7 +137,7 @@ def parse_param(text: str) -> tuple[str, Any]:
     key, sep, raw = text.partition("=")
     key = key.strip()
     if not sep or not key.isidentifier():
-        raise ValueError(f"--param expects key=value with a Python identifier as key, got {text!r}")
+        raise InvalidValue(f"--param expects key=value with a Python identifier as key, got {text!r}")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:

@@ -14,10 +14,10 @@ tunnel: `ssh -L 8000:127.0.0.1:8000 … cc@<floating-ip>`).
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from servelab.config import Settings
 from servelab.vocabulary import Place, Provider, word
 
 
@@ -44,16 +44,16 @@ def local_endpoints() -> Endpoints:
     )
 
 
-def node_endpoints() -> Endpoints:
-    """Ports published by docker/compose.*.yaml on the node (servelab.provision.NODE_PORTS)."""
+def node_endpoints(settings: Settings | None = None) -> Endpoints:
+    """Ports published by docker/compose.*.yaml on the node (servelab.provision.NODE_PORTS), unless the settings
+    (SERVELAB_NODE_*) name others."""
     from servelab.provision import NODE_PORTS
+
+    s = settings or Settings.from_env()
 
     def address(name: str) -> str:
         """host:port of one endpoint; SERVELAB_NODE_<NAME>_HOST puts it on another machine than the rest."""
-        host = os.environ.get(f"SERVELAB_NODE_{name.upper()}_HOST") or os.environ.get("SERVELAB_NODE_HOST",
-                                                                                       "127.0.0.1")
-        raw = os.environ.get(f"SERVELAB_NODE_{name.upper()}_PORT")
-        return f"{host}:{int(raw) if raw else NODE_PORTS[name]}"
+        return f"{s.node_hosts.get(name) or s.node_host}:{s.node_ports.get(name) or NODE_PORTS[name]}"
 
     return Endpoints(
         service_url=f"http://{address('service')}",
@@ -67,19 +67,20 @@ def check_place(place: str) -> Place:
     return word(Place, place, "place")
 
 
-def default_place() -> str:
+def default_place(settings: Settings | None = None) -> str:
     """SERVELAB_PLACE (the node's Jupyter containers set `node`), else `local`."""
-    return check_place(os.environ.get("SERVELAB_PLACE") or Place.LOCAL)
+    return check_place((settings or Settings.from_env()).place or Place.LOCAL)
 
 
-def triton_models(place: str) -> dict:
+def triton_models(place: str, settings: Settings | None = None) -> dict:
     """The encoder and JPEG-ensemble model names the Triton server at `place` serves."""
     from servelab.triton.models import CPU_ENCODER, ENSEMBLE, GPU_ENCODER
 
     if place == Place.LOCAL:
         return {"triton_model": CPU_ENCODER, "triton_jpeg_model": ENSEMBLE}
     # SERVELAB_NODE_TRITON_MODEL: the node's encoder when it is not the GPU one (the CPU rehearsal's stand-in Triton)
-    return {"triton_model": os.environ.get("SERVELAB_NODE_TRITON_MODEL") or GPU_ENCODER, "triton_jpeg_model": ENSEMBLE}
+    node_model = (settings or Settings.from_env()).node_triton_model
+    return {"triton_model": node_model or GPU_ENCODER, "triton_jpeg_model": ENSEMBLE}
 
 
 def interactive_out_dir() -> Path:

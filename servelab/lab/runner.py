@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from servelab import config
-from servelab.errors import ServelabError
+from servelab.errors import InvalidValue, ServelabError
 from servelab.fileio import atomic_write
 from servelab.lab import notebooks as nbs
 from servelab.lab import params as lab_params
@@ -95,11 +95,11 @@ def plan(profile: str = "default", only: list[str] | None = None, params: list[s
         known |= set(HARNESS_KEYS)
     unknown = sorted(set(overrides) - known)
     if unknown:
-        raise ValueError(f"--param {', '.join(unknown)}: not a parameter of the selected notebooks "
-                         f"(they take: {', '.join(sorted(known))})")
+        raise InvalidValue(f"--param {', '.join(unknown)}: not a parameter of the selected notebooks "
+                           f"(they take: {', '.join(sorted(known))})")
     run_id = run_id or default_run_id(profile)
     if not run_id.replace("-", "").replace("_", "").replace(".", "").isalnum():
-        raise ValueError(f"--run-id {run_id!r}: use letters, digits, '-', '_' or '.'")
+        raise InvalidValue(f"--run-id {run_id!r}: use letters, digits, '-', '_' or '.'")
     out_dir = (Path(results_dir or config.results_dir()) / run_id).resolve()
     values.update(place=place, run_id=run_id, out_dir=str(out_dir), **triton_models(place))
     if place == "node":

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from servelab.errors import InvalidValue
 from servelab.lab.places import place_defaults
 
 # the parameter a notebook declares to receive the harness (the runner's name for it)
@@ -118,7 +119,7 @@ def session(notebook: str, namespace: dict | None = None) -> Lab:
     given.update(namespace.get(HARNESS) or {})
     unknown = set(given) - set(HARNESS_KEYS)
     if unknown:
-        raise ValueError(f"harness: unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(HARNESS_KEYS)})")
+        raise InvalidValue(f"harness: unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(HARNESS_KEYS)})")
     names = {"place": given.get("place", ""), "out_dir": given.get("out_dir", ""),
              **{k: given.get(k, "") for k in ENDPOINT_KEYS}}
     names.update(place_defaults(names))

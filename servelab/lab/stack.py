@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servelab.config import TRITON_GRPC_PORT, TRITON_HTTP_PORT, TRITON_METRICS_PORT, Settings
+from servelab.errors import CannotRun, InvalidValue
 from servelab.lab.places import Endpoints
 from servelab.netutil import free_port, port_in_use
 
@@ -22,11 +23,11 @@ PORT_POLICIES = ("auto", "configured", "free")
 def pick_port(configured: int, policy: str, taken: set[int]) -> int:
     """configured: that port or an error; free: any free loopback port; auto: configured if free, else any."""
     if policy not in PORT_POLICIES:
-        raise ValueError(f"ports must be one of {', '.join(PORT_POLICIES)}, got {policy!r}")
+        raise InvalidValue(f"ports must be one of {', '.join(PORT_POLICIES)}, got {policy!r}")
     if policy != "free" and configured not in taken and not port_in_use(configured):
         port = configured
     elif policy == "configured":
-        raise RuntimeError(f"port {configured} on 127.0.0.1 is in use; stop what holds it or use --ports free")
+        raise CannotRun(f"port {configured} on 127.0.0.1 is in use; stop what holds it or use --ports free")
     else:
         port = free_port()
         while port in taken:
@@ -59,8 +60,8 @@ def stack_device(settings: Settings) -> str:
     checks = [provider_check("cuda")] + ([torch_cuda_check()] if settings.engine == "torch" else [])
     reasons = [f"{c.reason}" for c in checks if not c.usable]
     if reasons:
-        raise RuntimeError(f"the stack cannot run on the GPU here: {'; '.join(reasons)} — run on the CPU (no --device "
-                           "cuda, SERVELAB_PROVIDER=cpu) or on a GPU machine with onnxruntime-gpu")
+        raise CannotRun(f"the stack cannot run on the GPU here: {'; '.join(reasons)} — run on the CPU (no --device "
+                        "cuda, SERVELAB_PROVIDER=cpu) or on a GPU machine with onnxruntime-gpu")
     return "cuda"
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from servelab.config import CHECKOUT, checkout
+from servelab.errors import CannotRun, InvalidValue
 from servelab.fileio import atomic_write
 
 # tqdm.auto falls back to text bars in a kernel without ipywidgets and warns each time: harmless noise here
@@ -57,7 +58,7 @@ def show_code(source, start: str | None = None, stop: str | None = None, lang: s
     if start is not None:
         first = next((i for i, line in enumerate(lines) if start in line), None)
         if first is None:
-            raise ValueError(f"{title}: no line contains {start!r}")
+            raise InvalidValue(f"{title}: no line contains {start!r}")
         last = next((i for i in range(first + 1, len(lines)) if stop is not None and stop in lines[i]), len(lines))
         lines = lines[first:last]
     body = "\n".join(lines).rstrip()
@@ -246,8 +247,8 @@ class Step:
         if failed:  # a server that never answered: stop here with its error, not later on an empty table
             r = failed[0]
             why = (r.get("error_examples") or ["no error text"])[0]
-            raise RuntimeError(f"{r.get('server')} ({r.get('experiment')}, batch {r.get('batch')}, concurrency "
-                               f"{r.get('concurrency')}): all {r.get('errors')} requests failed: {why}")
+            raise CannotRun(f"{r.get('server')} ({r.get('experiment')}, batch {r.get('batch')}, concurrency "
+                            f"{r.get('concurrency')}): all {r.get('errors')} requests failed: {why}")
         df = records_frame(list(records))
         machines = list(dict.fromkeys(r["params"]["served_by"] for r in records
                                       if (r.get("params") or {}).get("served_by")))
@@ -320,15 +321,15 @@ def run_checks(*paths: str, timeout: float = 300) -> pd.DataFrame:
     import xml.etree.ElementTree as ET
 
     if importlib.util.find_spec("pytest") is None:
-        raise RuntimeError("these checks run with pytest, which is not installed here: "
-                           "pip install -r requirements-test.txt (make lab and make test install it)")
+        raise CannotRun("these checks run with pytest, which is not installed here: "
+                        "pip install -r requirements-test.txt (make lab and make test install it)")
     with tempfile.TemporaryDirectory() as tmp:
         xml = Path(tmp) / "checks.xml"
         proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}",
                                *paths], cwd=checkout(), capture_output=True, text=True, timeout=timeout)
         if not xml.exists():
-            raise RuntimeError(f"pytest {' '.join(paths)} produced no report (exit {proc.returncode}): "
-                               f"{(proc.stderr or proc.stdout).strip()[-300:]}")
+            raise CannotRun(f"pytest {' '.join(paths)} produced no report (exit {proc.returncode}): "
+                            f"{(proc.stderr or proc.stdout).strip()[-300:]}")
         rows = []
         for case in ET.parse(xml).getroot().iter("testcase"):
             outcome, message = "passed", ""

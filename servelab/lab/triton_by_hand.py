@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import tritonclient.http as httpclient
 
+from servelab.errors import CannotRun
 from servelab.model.contract import INPUT_NAME, OUTPUT_NAME
 
 
@@ -115,5 +116,5 @@ def traced(http_url: str, model: str, pixels: np.ndarray, clients: int, per_clie
         send(http_url.split("://")[-1], model, pixels, clients, per_client)
     spans = window.spans(expected=clients * per_client)
     if not spans:
-        raise RuntimeError("its trace file held no request of this window (a server on another machine writes it there)")
+        raise CannotRun("its trace file held no request of this window (a server on another machine writes it there)")
     return spans

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from servelab.bench.report import ratio_reading
+from servelab.errors import InvalidValue
 from servelab.model.export import cosine_rows
 from servelab.vocabulary import Engine
 
@@ -64,8 +65,8 @@ def graph_config(http_url: str, model: str, onnx_path: str | Path) -> dict:
     config = copy.deepcopy(config_dict(get_config(http_url, model)))
     params = config.get("parameters") or {}
     if "onnx_file" not in params:
-        raise ValueError(f"Triton model {model!r} names no onnx_file parameter, so it cannot be pointed at another "
-                         "graph: deploy to the CPU encoder of `servelab triton stage cpu`")
+        raise InvalidValue(f"Triton model {model!r} names no onnx_file parameter, so it cannot be pointed at another "
+                           "graph: deploy to the CPU encoder of `servelab triton stage cpu`")
     path = Path(onnx_path).resolve()
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such ONNX file; run `servelab export` to write the int8 graph")

@@ -28,6 +28,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from servelab.errors import InvalidValue
+
 EMULATED = "emulated"  # the first word of every label of the emulated accelerator
 
 
@@ -45,14 +47,14 @@ class DeviceProfile:
 
     def __post_init__(self):
         if self.fixed_ms < 0 or self.per_image_ms < 0 or self.fixed_ms + self.per_image_ms <= 0:
-            raise ValueError(f"device profile {self.name!r}: fixed_ms and per_image_ms must be >= 0, not both 0")
+            raise InvalidValue(f"device profile {self.name!r}: fixed_ms and per_image_ms must be >= 0, not both 0")
         if self.full_at < 1 or self.devices < 1 or self.time_scale <= 0:
-            raise ValueError(f"device profile {self.name!r}: full_at and devices must be >= 1, time_scale > 0")
+            raise InvalidValue(f"device profile {self.name!r}: full_at and devices must be >= 1, time_scale > 0")
 
     def t_s(self, batch: int) -> float:
         """Seconds a batch of `batch` images occupies one device on its own (time scale included)."""
         if batch < 1:
-            raise ValueError(f"a batch holds at least one image, got {batch}")
+            raise InvalidValue(f"a batch holds at least one image, got {batch}")
         return self.time_scale * (self.fixed_ms + self.per_image_ms * max(batch, self.full_at)) / 1000.0
 
     def unscaled_t_s(self, batch: int) -> float:
@@ -146,8 +148,8 @@ def profile(name: str, devices: int | None = None) -> DeviceProfile:
     elif name in DEVICE_PROFILES:
         p = DEVICE_PROFILES[name]
     else:
-        raise ValueError(f"unknown device profile {name!r}: choose one of {', '.join(sorted(DEVICE_PROFILES))}, or give "
-                         "a profile file (*.json) written by `servelab bench device-profile`")
+        raise InvalidValue(f"unknown device profile {name!r}: choose one of {', '.join(sorted(DEVICE_PROFILES))}, or give "
+                           "a profile file (*.json) written by `servelab bench device-profile`")
     return p.with_devices(devices) if devices else p
 
 
@@ -155,13 +157,13 @@ def read_profile(path: Path) -> DeviceProfile:
     try:
         data = json.loads(Path(path).read_text())
     except FileNotFoundError:
-        raise ValueError(f"device profile file {path} not found") from None
+        raise InvalidValue(f"device profile file {path} not found") from None
     except ValueError as exc:
-        raise ValueError(f"device profile file {path} is not JSON: {exc}") from None
+        raise InvalidValue(f"device profile file {path} is not JSON: {exc}") from None
     fields = {f.name for f in dataclasses.fields(DeviceProfile)}
     missing = {"name", "fixed_ms", "per_image_ms", "full_at", "source"} - set(data)
     if missing:
-        raise ValueError(f"device profile file {path} lacks {', '.join(sorted(missing))}")
+        raise InvalidValue(f"device profile file {path} lacks {', '.join(sorted(missing))}")
     return DeviceProfile(**{k: v for k, v in data.items() if k in fields})
 
 

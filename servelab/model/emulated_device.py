@@ -26,13 +26,11 @@ mid-batch leaves nothing stuck: its batch simply finishes on schedule.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import hashlib
 import json
 import os
 import re
-import stat
 import threading
 import time
 import uuid
@@ -40,7 +38,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from servelab.errors import InvalidValue
 from servelab.model.device_profile import DeviceProfile
+from servelab.private_files import open_private, private_folder
 
 # A batch whose finish lies within this of now has finished (timers wake a little late, never early).
 _SLACK_S = 20e-6
@@ -77,20 +77,6 @@ def finish_time(state: dict, batch_id: str, t_s: Callable[[int], float]) -> floa
     return now
 
 
-def private_folder(folder: Path) -> Path:
-    """`folder`, created for this user only (0700) if missing, and refused if another user could have planted
-    something in it: a folder in the shared temporary folder is a name anyone may take first."""
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    st = os.lstat(folder)
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-        raise RuntimeError(f"{folder} is a symbolic link or not a folder: the emulated devices keep their state only "
-                           "in a real folder of yours; remove it, or set SERVELAB_DEVICE_DIR to another folder")
-    if st.st_uid != os.getuid() or st.st_mode & 0o022:
-        raise RuntimeError(f"{folder} belongs to another user or others may write to it (mode "
-                           f"{stat.S_IMODE(st.st_mode):o}): set SERVELAB_DEVICE_DIR to a folder only you can write")
-    return folder
-
-
 def state_folder_name(profile_name: str) -> str:
     """The folder holding a profile's device state: its name when that is a plain file name, else a cleaned name
     with a hash of the real one (a profile's name may be a run's path, which must not leave the devices' folder,
@@ -106,13 +92,7 @@ class _SharedState:
 
     def __init__(self, path: Path):
         self.path = path
-        try:  # never through a link: one planted here would have us write wherever it points
-            self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise RuntimeError(f"{path} is a symbolic link: the emulated device's state is never written "
-                                   "through one; remove it") from None
-            raise
+        self._fd = open_private(path, os.O_RDWR)  # never through a link: one planted here would redirect us
         self._thread_lock = threading.Lock()  # flock is per open file: threads of one process share it
 
     def update(self, change: Callable[[dict], dict]) -> dict:
@@ -142,7 +122,8 @@ class EmulatedDevices:
 
     def __init__(self, profile: DeviceProfile, folder: Path | str):
         self.profile = profile
-        self.folder = private_folder(private_folder(Path(folder)) / state_folder_name(profile.name))
+        fix = "remove it, or set SERVELAB_DEVICE_DIR to a folder only you can write"
+        self.folder = private_folder(private_folder(Path(folder), fix) / state_folder_name(profile.name), fix)
         self._states = [_SharedState(self.folder / f"device-{i}.json") for i in range(profile.devices)]
 
     def occupancy(self, device: int) -> int:
@@ -166,7 +147,7 @@ class EmulatedDevices:
         """`with devices.occupied(8): work()` — the batch joins a device on entry and the block's own work runs
         inside its device time; the exit waits until the device is done with it."""
         if images < 1:
-            raise ValueError(f"a batch holds at least one image, got {images}")
+            raise InvalidValue(f"a batch holds at least one image, got {images}")
         device = self.least_busy() if device is None else device % len(self._states)
         shared, t_s = self._states[device], self.profile.t_s
         batch = _Batch(uuid.uuid4().hex, device, time.monotonic())

@@ -28,6 +28,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from servelab.errors import InvalidValue
 from servelab.model.device_profile import DEFAULT_PROFILE, DeviceProfile, profile
 
 EMULATED_TRT = "emulated TensorRT engine cache"  # what every event and table of it says it is
@@ -117,7 +118,7 @@ class EmulatedTrtSession:
         if self.profile is not None:
             lo, opt, hi = self.profile
             if not 1 <= lo <= opt <= hi:
-                raise ValueError(f"a profile needs 1 <= min <= opt <= max, got {self.profile}")
+                raise InvalidValue(f"a profile needs 1 <= min <= opt <= max, got {self.profile}")
         t, saved = self.cache.timings, self.cache._saved()
         if saved is not None and (self.profile is None or saved.get("explicit") == list(self.profile)):
             self.range = tuple(saved["pixel_values"])
@@ -144,7 +145,7 @@ class EmulatedTrtSession:
     def run(self, batch: int) -> Event:
         """One request's batch of `batch` images."""
         if batch < 1:
-            raise ValueError(f"a batch holds at least one image, got {batch}")
+            raise InvalidValue(f"a batch holds at least one image, got {batch}")
         self.requests += 1
         t, step = self.cache.timings, f"request {self.requests}"
         run_s = t.device.unscaled_t_s(batch)
@@ -157,8 +158,8 @@ class EmulatedTrtSession:
         if lo <= batch <= hi:
             return self._event(step, batch, "run", run_s, f"{batch} lies inside the engine's range")
         if self.profile is not None:
-            raise ValueError(f"batch {batch} lies outside the explicit profile {lo}..{hi}: this emulation does not "
-                             "model it (Triton never forms such a batch while max_batch_size <= the profile's max)")
+            raise InvalidValue(f"batch {batch} lies outside the explicit profile {lo}..{hi}: this emulation does not "
+                               "model it (Triton never forms such a batch while max_batch_size <= the profile's max)")
         self.range = (min(lo, batch), max(hi, batch))
         self.cache._save(*self.range, None)
         return self._event(step, batch, "rebuild", t.build_s + run_s, f"{batch} lies outside {lo}..{hi}: the range "

@@ -23,7 +23,7 @@ import warnings
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from servelab.errors import ServelabError
+from servelab.errors import InvalidValue, ServelabError
 from servelab.model.contract import IMAGE_SIZE, INPUT_SHAPE
 
 MEAN = np.array([0.48145466, 0.4578275, 0.40821073], dtype=np.float32)
@@ -140,7 +140,7 @@ def engine_batch(batch) -> np.ndarray:
     it got otherwise."""
     batch = np.ascontiguousarray(batch, dtype=np.float32)
     if batch.ndim != 4 or tuple(batch.shape[1:]) != INPUT_SHAPE:
-        raise ValueError(f"expected a float32 batch of shape [N, 3, 224, 224], got {list(batch.shape)}")
+        raise InvalidValue(f"expected a float32 batch of shape [N, 3, 224, 224], got {list(batch.shape)}")
     return batch
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from servelab.errors import ServelabError
+from servelab.errors import InvalidValue, ServelabError
 
 _VAR = re.compile(r"\$(?:(?P<escaped>\$)|\{(?P<braced>[^}]*)\}|(?P<named>[A-Za-z_][A-Za-z0-9_]*))")
 _BRACED = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?+])(?P<arg>.*))?$", re.S)
@@ -60,7 +60,7 @@ def load(path: Path | str, env: dict[str, str] | None = None, interpolated: bool
 
     doc = yaml.safe_load(Path(path).read_text())
     if not isinstance(doc, dict):
-        raise ValueError(f"{path}: not a compose mapping")
+        raise InvalidValue(f"{path}: not a compose mapping")
     return interpolate_tree(doc, env or {}) if interpolated else doc
 
 

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from servelab.config import CHECKOUT, checkout
-from servelab.errors import ServelabError
+from servelab.errors import InvalidValue, ServelabError
 
 # The node's stacks and bootstrap ship with the course repository (an installed package has none of them).
 _ROOT = CHECKOUT or Path.cwd()
@@ -115,13 +115,13 @@ class NodeSpec:
         values.update({k: v for k, v in overrides.items() if v is not None})
         unknown = set(values) - {f.name for f in fields(cls)}
         if unknown:
-            raise ValueError(f"unknown provisioning parameter(s): {', '.join(sorted(unknown))}")
+            raise InvalidValue(f"unknown provisioning parameter(s): {', '.join(sorted(unknown))}")
         for name in ("hours", "instances"):
             if name in values:
                 try:
                     values[name] = int(values[name])
                 except (TypeError, ValueError):
-                    raise ValueError(f"{name} must be an integer, got {values[name]!r}") from None
+                    raise InvalidValue(f"{name} must be an integer, got {values[name]!r}") from None
         if isinstance(values.get("stacks"), str):
             values["stacks"] = tuple(s.strip() for s in values["stacks"].split(",") if s.strip())
         elif "stacks" in values:
@@ -187,7 +187,7 @@ class NodeSpec:
     def validate(self) -> NodeSpec:
         problems = self.problems()
         if problems:
-            raise ValueError("invalid provisioning parameters: " + "; ".join(problems))
+            raise InvalidValue("invalid provisioning parameters: " + "; ".join(problems))
         return self
 
     def as_dict(self) -> dict:

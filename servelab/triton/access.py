@@ -33,7 +33,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from servelab.errors import ServelabError
+from servelab.private_files import open_private, private_folder
 
 # the header Triton checks over HTTP (lower case: gRPC metadata keys are)
 HEADER = "servelab-admin-key"
@@ -42,10 +42,6 @@ GRPC_HEADER = f"triton-grpc-protocol-{HEADER}"
 # the APIs a web page or a stranger must not reach: loading code, mapping memory, moving the log and trace files
 RESTRICTED = ("model-repository", "shared-memory", "logging", "trace")
 LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]", "0.0.0.0"})
-
-
-class AccessError(ServelabError, RuntimeError):
-    """The per-user folder or a key file cannot be trusted; the message says what to remove or set."""
 
 
 def new_key() -> str:
@@ -59,34 +55,10 @@ def server_args(key: str, header: str = HEADER) -> list[str]:
 
 
 def user_dir() -> Path:
-    """<tmp>/servelab-<uid>, created 0700 and checked: a folder (not a link) this user owns, no one else can enter.
-    Triton's default log, its trace file and the key files live here, so no other user can plant a link there."""
-    path = Path(tempfile.gettempdir()) / f"servelab-{os.getuid()}"
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(path, 0o700)
-    st = os.lstat(path)
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
-        raise AccessError(f"{path} is not a folder of this user (a link, a file or someone else's): remove it, or "
-                          "set TMPDIR to a folder only you can write")
-    if stat.S_IMODE(st.st_mode) != 0o700:
-        os.chmod(path, 0o700)
-    return path
-
-
-def open_private(path: Path | str, flags: int = os.O_WRONLY | os.O_APPEND) -> int:
-    """A file descriptor on `path`, created 0600 if missing, never through a symbolic link (ELOOP becomes
-    AccessError), and refused unless it is a regular file of this user."""
-    try:
-        fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        if exc.errno == 40:  # ELOOP: the last part of the path is a symbolic link
-            raise AccessError(f"{path} is a symbolic link; remove it (servelab never writes through one)") from None
-        raise
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
-        os.close(fd)
-        raise AccessError(f"{path} is not a regular file of this user; remove it")
-    return fd
+    """<tmp>/servelab-<uid>, created 0700 and checked (servelab.private_files): Triton's default log, its trace
+    file and the key files live here, so no other user can plant a link there."""
+    return private_folder(Path(tempfile.gettempdir()) / f"servelab-{os.getuid()}",
+                          fix="remove it, or set TMPDIR to a folder only you can write")
 
 
 @dataclass(frozen=True)

@@ -11,31 +11,30 @@ one line (`error: …`) and exit 1 via servelab.cli.main.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import typer
 
-from servelab.config import TRITON_GRPC_PORT, TRITON_HTTP_PORT, TRITON_METRICS_PORT, workspace
+from servelab.config import TRITON_GRPC_PORT, TRITON_HTTP_PORT, TRITON_METRICS_PORT, triton_state_dir, workspace
+from servelab.errors import CannotRun
 from servelab.fileio import atomic_write
 from servelab.triton.models import CPU_ENCODER
 
 app = typer.Typer(no_args_is_help=True)
 
-STATE_DIR = Path(os.environ.get("SERVELAB_TRITON_STATE_DIR") or workspace() / "build" / "triton")
-STATE_FILE = STATE_DIR / "server.json"
-DEFAULT_LOG = STATE_DIR / "tritonserver.log"
+def _state_file() -> Path:
+    return triton_state_dir() / "server.json"
 
 
 def _read_state() -> dict | None:
     try:
-        return json.loads(STATE_FILE.read_text())
+        return json.loads(_state_file().read_text())
     except (OSError, ValueError):
         return None
 
 
 def _write_state(state: dict) -> None:
-    atomic_write(STATE_FILE, json.dumps(state, indent=2))
+    atomic_write(_state_file(), json.dumps(state, indent=2))
 
 
 @app.command()
@@ -61,7 +60,7 @@ def stage(
                         threads=threads, gpus=gpu_list, trt_cache=trt_cache, servelab_path=servelab_path,
                         log_fn=typer.echo, device=device)
     except FileExistsError as exc:
-        raise RuntimeError(str(exc)) from None
+        raise CannotRun(str(exc)) from None
     typer.echo(json.dumps(info, indent=2))
 
 
@@ -71,7 +70,7 @@ def up(
     http_port: int = typer.Option(TRITON_HTTP_PORT, help="HTTP port"),
     grpc_port: int = typer.Option(TRITON_GRPC_PORT, help="gRPC port"),
     metrics_port: int = typer.Option(TRITON_METRICS_PORT, help="Prometheus metrics port"),
-    log: Path = typer.Option(DEFAULT_LOG, help="server log file"),
+    log: Path | None = typer.Option(None, help="server log file (default: tritonserver.log beside the state file)"),
     model: list[str] | None = typer.Option(None, help="load only these models (repeatable; default all)"),
     timeout: float = typer.Option(300.0, help="seconds to wait for readiness"),
     host: str | None = typer.Option(None, help="address to bind (default: SERVELAB_TRITON_HOST, else 127.0.0.1; "
@@ -88,8 +87,8 @@ def up(
 
     state = _read_state()
     if state and pid_alive(state["pid"]):
-        raise RuntimeError(f"a tritonserver started by servelab is already running (pid {state['pid']}, "
-                           f"HTTP {state['http_url']}); run `servelab triton down` first")
+        raise CannotRun(f"a tritonserver started by servelab is already running (pid {state['pid']}, "
+                        f"HTTP {state['http_url']}); run `servelab triton down` first")
     if not any(repository.glob("*/config.pbtxt")):
         from servelab.triton.repository import stage as do_stage
 
@@ -97,7 +96,8 @@ def up(
         try:
             do_stage("cpu", repository, log_fn=lambda line: typer.echo(line, err=True))
         except FileExistsError as exc:
-            raise RuntimeError(str(exc)) from None
+            raise CannotRun(str(exc)) from None
+    log = log or triton_state_dir() / "tritonserver.log"
     srv = EmbeddedTriton(repository, http_port, grpc_port, metrics_port, log, models=model or None,
                          host=host or Settings.from_env().triton_host, startup_timeout=timeout)
     srv.start()  # its own session: it keeps running after this command exits
@@ -140,7 +140,7 @@ def down(timeout: float = typer.Option(15.0, help="seconds after SIGTERM before 
     _host, port = access.split(state["http_url"])
     if port is not None:
         access.remove_key(port)
-    STATE_FILE.unlink(missing_ok=True)
+    _state_file().unlink(missing_ok=True)
 
 
 def _is_tritonserver(pid: int) -> bool:
@@ -157,11 +157,11 @@ def status():
 
     state = _read_state()
     if not state:
-        raise RuntimeError("no tritonserver started by servelab is recorded; run `servelab triton up`")
+        raise CannotRun("no tritonserver started by servelab is recorded; run `servelab triton up`")
     alive = pid_alive(state["pid"])
     typer.echo(json.dumps({**state, "running": alive, "models": _states(state) if alive else {}}, indent=2))
     if not alive:
-        raise RuntimeError(f"tritonserver pid {state['pid']} is not running (log: {state['log']})")
+        raise CannotRun(f"tritonserver pid {state['pid']} is not running (log: {state['log']})")
 
 
 @app.command()
@@ -174,8 +174,8 @@ def key(url: str | None = typer.Option(None, help="Triton HTTP or gRPC URL (defa
     url = url or state.get("http_url") or f"http://127.0.0.1:{TRITON_HTTP_PORT}"
     found = access.key_for(url)
     if not found:
-        raise RuntimeError(f"no key known for the Triton at {url}: start it with `servelab triton up`, or set "
-                           "SERVELAB_TRITON_KEY to the key of the stack that runs it (docker/.env on the node)")
+        raise CannotRun(f"no key known for the Triton at {url}: start it with `servelab triton up`, or set "
+                        "SERVELAB_TRITON_KEY to the key of the stack that runs it (docker/.env on the node)")
     typer.echo(found)
 
 

@@ -21,6 +21,7 @@ import contextlib
 import json
 from pathlib import Path
 
+from servelab.errors import CannotRun, InvalidValue
 from servelab.triton import access
 
 
@@ -46,9 +47,9 @@ def management_client(http_url: str, what: str, timeout: float = 10.0, key: str 
     except InferenceServerException as exc:
         status = f"HTTP {exc.status()}: " if exc.status() else ""
         message = exc.message() or ""
-        raise RuntimeError(f"Triton {what} at {address(http_url)}: {status}{message}{access.refusal_hint(message)}") from None
+        raise CannotRun(f"Triton {what} at {address(http_url)}: {status}{message}{access.refusal_hint(message)}") from None
     except OSError as exc:  # refused, reset, timed out
-        raise RuntimeError(f"Triton {what}: no answer from {address(http_url)} ({exc}); is the server running?") from None
+        raise CannotRun(f"Triton {what}: no answer from {address(http_url)} ({exc}); is the server running?") from None
     finally:
         client.close()
 
@@ -146,13 +147,13 @@ def config_with(http_url: str, model: str, *, max_queue_delay_us: int | None = N
     from servelab.triton.repository import set_instances
 
     if max_queue_delay_us is None and instances is None and max_queue is None:
-        raise ValueError("nothing to change: give max_queue_delay_us, instances and/or max_queue")
+        raise InvalidValue("nothing to change: give max_queue_delay_us, instances and/or max_queue")
     for name, value in (("max_queue_delay_us", max_queue_delay_us), ("max_queue", max_queue)):
         if value is not None and value < 0:
-            raise ValueError(f"{name} must be >= 0, got {value}")
+            raise InvalidValue(f"{name} must be >= 0, got {value}")
     cfg = _normalise(get_config(http_url, model))
     if (max_queue_delay_us is not None or max_queue is not None) and not cfg.HasField("dynamic_batching"):
-        raise ValueError(f"model {model!r} has no dynamic_batching to reconfigure")
+        raise InvalidValue(f"model {model!r} has no dynamic_batching to reconfigure")
     if max_queue_delay_us is not None:
         cfg.dynamic_batching.max_queue_delay_microseconds = int(max_queue_delay_us)
     if max_queue is not None:

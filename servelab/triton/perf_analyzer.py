@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servelab.config import workspace
+from servelab.errors import CannotRun
 from servelab.model.contract import INPUT_NAME, INPUT_SHAPE
 
 WHEEL = "tritonclient==2.51.0"
@@ -126,7 +127,7 @@ def run(cmd: list[str], csv: Path, timeout: float = 120.0) -> PerfResult:
     output = proc.stdout + proc.stderr
     if proc.returncode != 0 or not Path(csv).is_file():
         tail = " | ".join(line for line in output.strip().splitlines()[-3:])
-        raise RuntimeError(f"perf_analyzer exited {proc.returncode}: {tail}")
+        raise CannotRun(f"perf_analyzer exited {proc.returncode}: {tail}")
     return parse_csv(Path(csv).read_text(), output)
 
 

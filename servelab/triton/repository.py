@@ -36,6 +36,7 @@ from pathlib import Path
 
 import servelab
 from servelab.config import Settings, workspace
+from servelab.errors import InvalidValue
 from servelab.fileio import atomic_write, file_digest
 from servelab.fingerprint import usable_cores
 from servelab.triton.models import EMULATED_ENCODER, ENCODERS, PREPROCESS, TRT_ENCODER
@@ -68,7 +69,7 @@ def parse_config_text(text: str, where: str = "config") -> object:
     try:
         return text_format.Parse(text, _mc().ModelConfig())
     except text_format.ParseError as exc:
-        raise ValueError(f"{where}: not a valid Triton model config: {exc}") from None
+        raise InvalidValue(f"{where}: not a valid Triton model config: {exc}") from None
 
 
 def config_text(cfg) -> str:
@@ -90,7 +91,7 @@ def set_instances(cfg, count: int, gpus: list[int] | None = None) -> None:
     """One instance_group entry: `count` CPU instances, or `count` per GPU: per listed GPU when `gpus` is
     given, else per GPU the server sees (Triton: no gpus = every available GPU)."""
     if count < 1:
-        raise ValueError(f"instance count must be >= 1, got {count}")
+        raise InvalidValue(f"instance count must be >= 1, got {count}")
     kind = cfg.instance_group[0].kind if len(cfg.instance_group) else _mc().ModelInstanceGroup.KIND_CPU
     del cfg.instance_group[:]
     group = cfg.instance_group.add()
@@ -226,20 +227,20 @@ def stage(
     from servelab.model.export import ensure_exported
 
     if flavour not in FLAVOURS:
-        raise ValueError(f"flavour must be one of {', '.join(FLAVOURS)}, got {flavour!r}")
+        raise InvalidValue(f"flavour must be one of {', '.join(FLAVOURS)}, got {flavour!r}")
     if instances < 1:
-        raise ValueError(f"--instances must be >= 1, got {instances}")
+        raise InvalidValue(f"--instances must be >= 1, got {instances}")
     if engine not in ("onnx", "torch"):
-        raise ValueError(f"the python-backend encoder runs engine onnx or torch, got {engine!r}")
+        raise InvalidValue(f"the python-backend encoder runs engine onnx or torch, got {engine!r}")
     if device not in DEVICES:
-        raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
+        raise InvalidValue(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
     if device != "cpu" and flavour != "cpu":
-        raise ValueError(f"device {device} places the cpu flavour's python-backend encoder; the gpu flavour's "
-                         "onnxruntime backend is on the GPU already")
+        raise InvalidValue(f"device {device} places the cpu flavour's python-backend encoder; the gpu flavour's "
+                           "onnxruntime backend is on the GPU already")
     if max_delay_us is not None and max_delay_us < 0:
-        raise ValueError(f"--max-delay-us must be >= 0, got {max_delay_us}")
+        raise InvalidValue(f"--max-delay-us must be >= 0, got {max_delay_us}")
     if max_batch is not None and max_batch < 1:
-        raise ValueError(f"--max-batch must be >= 1, got {max_batch}")
+        raise InvalidValue(f"--max-batch must be >= 1, got {max_batch}")
     settings = settings or Settings.from_env()
     out = Path(out) if out else workspace() / "models"
     src_root = STAGING / flavour

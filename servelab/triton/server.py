@@ -52,6 +52,7 @@ from servelab.config import workspace
 from servelab.errors import ServelabError
 from servelab.managed_process import ManagedProcess
 from servelab.netutil import free_port
+from servelab.private_files import UnsafePath, open_private
 from servelab.triton import access
 from servelab.triton.trace import server_args as trace_args
 
@@ -314,13 +315,13 @@ class EmbeddedTriton(ManagedProcess):
         access.write_key(access.KeyRecord(self.key, self.host, self.http_port, self.grpc_port, self.pid))
         self.notice = security_notice(self.server_version(), pytriton_version())
         if self.notice and self.log_path:
-            with os.fdopen(access.open_private(self.log_path), "a") as fh:
+            with os.fdopen(open_private(self.log_path), "a") as fh:
                 fh.write(f"=== servelab: {self.notice} ===\n")
         return self
 
     def stop(self) -> int | None:
         if self.key is not None:
-            with contextlib.suppress(OSError, access.AccessError):
+            with contextlib.suppress(OSError, UnsafePath):
                 access.remove_key(self.http_port, self.key)
         return super().stop()
 
@@ -349,8 +350,8 @@ class EmbeddedTriton(ManagedProcess):
         if self.log_path:  # created 0600, never through a link (ManagedProcess then appends to this very file)
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             try:
-                os.close(access.open_private(self.log_path))
-            except access.AccessError as exc:
+                os.close(open_private(self.log_path))
+            except UnsafePath as exc:
                 raise TritonStartError(f"the log {exc}") from None
 
     def fatal_in_log(self, log_text: str) -> str | None:

@@ -34,6 +34,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from servelab.errors import CannotRun, InvalidValue
 from servelab.triton.control import management_client
 
 
@@ -187,9 +188,9 @@ def tracing(http_url: str, model: str, *, rate: int = 1):
     RuntimeError when the server writes no trace file, or the file is not on this machine."""
     path = trace_file(http_url)
     if path is None:
-        raise RuntimeError("this Triton writes no trace file (start it with --trace-config triton,file=<path>)")
+        raise CannotRun("this Triton writes no trace file (start it with --trace-config triton,file=<path>)")
     if not path.parent.is_dir():
-        raise RuntimeError(f"this Triton's trace file {path} is not on this machine")
+        raise CannotRun(f"this Triton's trace file {path} is not on this machine")
     window = TraceWindow(path, model)
     settings = {"trace_level": ["TIMESTAMPS"], "trace_rate": str(rate), "trace_count": "-1", "log_frequency": "0"}
     with management_client(http_url, "trace settings") as c:
@@ -216,7 +217,7 @@ def plot_timeline(spans: list[RequestSpan], path: Path | str, *, title: str = ""
 
     shown = spans[:max_requests]
     if not shown:
-        raise ValueError("no traced requests to draw")
+        raise InvalidValue("no traced requests to draw")
     runs = executions(shown)
     colour_of = {tid: i for i, r in enumerate(runs) for tid in r.trace_ids}
     t0 = min(s.queue_start for s in shown)

@@ -22,10 +22,7 @@ READERS = {
     "triton/perf_analyzer.py": "perf_analyzer's environment",
     "bench/servers/litserve_server.py": "the LitServe child's environment",
     "lab/notebooks.py": "a notebook kernel's environment: this one's plus what the lab run gives it",
-    # still read where they are used; to move into Settings
-    "lab/places.py": "SERVELAB_PLACE and the node's endpoints (SERVELAB_NODE_*)",
-    "client/triton.py": "SERVELAB_TRITON_URL / _GRPC_URL / _MODEL / _JPEG_MODEL",
-    "triton/cli.py": "SERVELAB_TRITON_STATE_DIR",
+    # not servelab's settings: OpenStack's own convention, which python-chi and the openstack CLI read the same way
     "provision/plan.py": "the OpenStack RC file's OS_* variables",
 }
 # Writes that pass a setting to code or to child processes through os.environ: none. A child process is given

@@ -114,3 +114,21 @@ def test_a_headline_stores_the_findings_it_states_with_the_steps_margin(tmp_path
     assert stored["grpc÷http throughput c=8"].verdict.ranked and stored["grpc÷http throughput c=8"].ahead == "grpc"
     s.shows("No comparison stated.")  # what was said before the last headline is not carried into the next
     assert load_headlines(run.dir)["03"]["verdicts"] == []
+
+
+def test_step_takes_the_margin_from_this_runs_probes(tmp_path):
+    from servelab.bench import report
+    from servelab.bench.load.drift import EXPERIMENT, drift
+    from servelab.bench.results.records import Run
+    from servelab.lab.step import Step
+
+    run = Run(run_id="lab", root=tmp_path)
+    first = Step("01", run.dir)
+    assert first.machine_drift is None and first.margin() == report.MIN_EFFECT_APART
+    for v in (15.0, 15.3, 12.0):
+        run.record(EXPERIMENT, kind="probe", server="in-process", throughput_img_s=v)
+    step = Step("02", run.dir)
+    assert step.machine_drift == pytest.approx(drift([15.0, 15.3, 12.0])) and step.machine_drift > 0.2
+    assert step.margin() == step.machine_drift and step.margin(interleaved=True) == report.MIN_EFFECT_INTERLEAVED
+    assert report.margin() == report.MIN_EFFECT_APART  # the step's margin is its own, not the module's
+    assert first.margin() == report.MIN_EFFECT_APART

@@ -16,13 +16,14 @@ from collections.abc import Mapping
 import pandas as pd
 
 from servelab.assignments.result import reject
+from servelab.errors import InvalidValue
 
 
 def frame(table) -> pd.DataFrame:
     """A copy of `table` (DataFrame or records) as a DataFrame; an empty table is the notebook's mistake."""
     df = table.copy() if isinstance(table, pd.DataFrame) else pd.DataFrame(list(table))
     if df.empty:
-        raise ValueError("the check got an empty table: run the measuring cells above first")
+        raise InvalidValue("the check got an empty table: run the measuring cells above first")
     return df
 
 
@@ -31,8 +32,8 @@ def col(df: pd.DataFrame, *names: str) -> str:
     for n in names:
         if n and n in df.columns:
             return n
-    raise ValueError(f"the table has none of the columns {', '.join(n for n in names if n)} "
-                     f"(it has: {', '.join(map(str, df.columns))})")
+    raise InvalidValue(f"the table has none of the columns {', '.join(n for n in names if n)} "
+                       f"(it has: {', '.join(map(str, df.columns))})")
 
 
 def where(df: pd.DataFrame, at: Mapping | None) -> pd.DataFrame:
@@ -40,7 +41,7 @@ def where(df: pd.DataFrame, at: Mapping | None) -> pd.DataFrame:
     for k, v in (at or {}).items():
         df = df[df[k] == v]
     if df.empty:
-        raise ValueError(f"no rows of the table match {dict(at)}")
+        raise InvalidValue(f"no rows of the table match {dict(at)}")
     return df
 
 

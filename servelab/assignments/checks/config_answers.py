@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 from servelab.assignments.result import CheckResult, reject, run_check
+from servelab.errors import InvalidValue
 from servelab.model.contract import INPUT_NAME
 
 
@@ -246,7 +247,7 @@ def execution_providers(answer, *, want: str, exercise: str, step=None, strict: 
     or fn(want). Correct: real provider names, `want` first, CUDA behind TensorRT (for the ops TensorRT
     rejects), CPU last."""
     if want not in _ORT_NAMES:
-        raise ValueError(f"want must be one of {', '.join(_ORT_NAMES)}")
+        raise InvalidValue(f"want must be one of {', '.join(_ORT_NAMES)}")
 
     def judge(value):
         if isinstance(value, str) or not isinstance(value, (list, tuple)):

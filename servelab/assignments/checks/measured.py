@@ -17,6 +17,7 @@ from servelab.assignments.checks.answer_tables import at_words, close, col, fram
 from servelab.assignments.checks.predictions import measured_bands, reading
 from servelab.assignments.result import CheckResult, reject, run_check
 from servelab.bench.report import Reading, said
+from servelab.errors import InvalidValue
 
 
 def queue_delay_for_budget(answer, grid, budget_ms: float, *, concurrency: int | None = None,
@@ -104,7 +105,7 @@ def best_choice(answer, table, *, key: str, metric: str, mode: str = "max", at: 
     band the run's reading (`reading`) finds too close to the best's to call. A lead in every window below the
     run's margin still names the best (the message gives its size)."""
     if mode not in ("max", "min"):
-        raise ValueError("mode must be 'max' or 'min'")
+        raise InvalidValue("mode must be 'max' or 'min'")
     df = where(frame(table), at)
     agg = df.groupby(df[key].map(norm))[metric].agg(mode)
     best = agg.max() if mode == "max" else agg.min()
@@ -150,7 +151,7 @@ def speedup(answer, table, *, key: str, fast, slow, metric: str = "throughput_im
     by = df.groupby(df[key].map(norm))[metric].mean()
     for k in (fast, slow):
         if norm(k) not in by.index:
-            raise ValueError(f"no {key}={k} rows in the table (has {', '.join(by.index)})")
+            raise InvalidValue(f"no {key}={k} rows in the table (has {', '.join(by.index)})")
     f, s = by[norm(fast)], by[norm(slow)]
     expected = f / s if higher_is_better else s / f
 
@@ -176,7 +177,7 @@ def difference(answer, table, *, key: str, a, b, metric: str = "latency_p50_ms",
     by = df.groupby(df[key].map(norm))[metric].mean()
     for k in (a, b):
         if norm(k) not in by.index:
-            raise ValueError(f"no {key}={k} rows in the table (has {', '.join(by.index)})")
+            raise InvalidValue(f"no {key}={k} rows in the table (has {', '.join(by.index)})")
     expected = float(by[norm(a)] - by[norm(b)])
 
     def judge(value):
@@ -199,7 +200,7 @@ def share(answer, table, *, part: str, whole: str, at: Mapping | None = None, re
     df = where(frame(table), at)
     p, w = float(df[part].mean()), float(df[whole].mean())
     if not w:
-        raise ValueError(f"{whole} is 0 in the rows selected: the share is undefined")
+        raise InvalidValue(f"{whole} is 0 in the rows selected: the share is undefined")
     expected = p / w
 
     def judge(value):

@@ -19,6 +19,7 @@ from servelab.assignments.checks.answer_tables import at_words, frame, norm, row
 from servelab.assignments.result import CheckResult, reject, run_check
 from servelab.bench.report import Why, band, has_band, read_apart, said
 from servelab.bench.report import margin as ranking_margin
+from servelab.errors import InvalidValue
 
 TIE = "tie"
 NO_SPREAD = "one value (no spread measured)"
@@ -81,7 +82,7 @@ def outcome(answer, table, *, key: str, a, b, metric: str = "throughput_img_s", 
     bands = measured_bands(table, key=key, metric=metric, at=at)
     for k in (a, b):
         if k not in bands.index:
-            raise ValueError(f"no {key}={k} rows with {metric} in the table (has {', '.join(map(str, bands.index))})")
+            raise InvalidValue(f"no {key}={k} rows with {metric} in the table (has {', '.join(map(str, bands.index))})")
     bands = bands.loc[[a, b]]
     read = reading(bands, a, b, higher_is_better, margin=step.margin() if hasattr(step, "margin") else None)
     expected = read.side(a, b, TIE)

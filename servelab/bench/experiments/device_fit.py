@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from servelab.errors import InvalidValue
 from servelab.model.device_profile import DeviceProfile
 
 
@@ -29,16 +30,16 @@ def batch_curve(records: list[dict], *, engine: str | None = None, provider: str
             and all(v is None or r.get(k) == v for k, v in wanted.items())]
     if not rows:
         which = ", ".join(f"{k} {v}" for k, v in wanted.items() if v) or "any engine"
-        raise ValueError(f"the run has no raw in-process batch records for {which}: run `servelab bench engines` "
-                         "or `servelab bench batch-sweep` there first")
+        raise InvalidValue(f"the run has no raw in-process batch records for {which}: run `servelab bench engines` "
+                           "or `servelab bench batch-sweep` there first")
     found = {(r.get("engine"), r.get("provider")) for r in rows}
     if len(found) > 1:
-        raise ValueError(f"the run measured several engines ({', '.join(f'{e} on {p}' for e, p in sorted(found))}): "
-                         "choose one with --engine and --provider")
+        raise InvalidValue(f"the run measured several engines ({', '.join(f'{e} on {p}' for e, p in sorted(found))}): "
+                           "choose one with --engine and --provider")
     curves = {(r.get("precision"), r.get("experiment")) for r in rows}
     if len(curves) > 1:
-        raise ValueError(f"the run measured several curves of that engine ({', '.join(sorted(f'{p} in {e}' for p, e in curves))}): "
-                         "choose one with --precision and --experiment")
+        raise InvalidValue(f"the run measured several curves of that engine ({', '.join(sorted(f'{p} in {e}' for p, e in curves))}): "
+                           "choose one with --precision and --experiment")
     times: dict[int, list[float]] = {}
     for r in rows:
         times.setdefault(int(r["batch"]), []).append(r["batch"] / r["throughput_img_s"])
@@ -63,7 +64,7 @@ def fit_profile(curve: dict[int, float], *, name: str, source: str, target_t1_s:
                 time_scale: float | None = None) -> DeviceProfile:
     """The profile whose curve fits the measured {batch: seconds}; time_scale None: t(1) ≈ target_t1_s (≥ 1)."""
     if len(curve) < 2:
-        raise ValueError(f"a batch curve needs at least two batch sizes, the run has {sorted(curve) or 'none'}")
+        raise InvalidValue(f"a batch curve needs at least two batch sizes, the run has {sorted(curve) or 'none'}")
     full_at = min(curve, key=lambda k: (_fit(curve, k)[2], k))
     fixed, per_image, _ = _fit(curve, full_at)
     unscaled_t1 = fixed + per_image * full_at

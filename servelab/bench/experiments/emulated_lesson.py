@@ -34,6 +34,7 @@ from pathlib import Path
 from servelab.bench.load.options import LoadOpts
 from servelab.bench.servers.handle import this_machine
 from servelab.bench.servers.triton_served import TritonServed
+from servelab.errors import InvalidValue
 from servelab.model.device_profile import DeviceProfile, profile
 from servelab.triton.models import EMULATED_ENCODER
 
@@ -124,9 +125,9 @@ class EmulatedTriton:
         """A config override of the emulated model: dynamic batching on (queue delay `delay_us`) or off,
         `instances` instances, on `devices` emulated devices (None: the profile's count)."""
         if not 1 <= max_batch <= TEMPLATE_MAX_BATCH:
-            raise ValueError(f"max_batch_size must be 1..{TEMPLATE_MAX_BATCH}, got {max_batch}")
+            raise InvalidValue(f"max_batch_size must be 1..{TEMPLATE_MAX_BATCH}, got {max_batch}")
         if instances < 1 or delay_us < 0 or (devices is not None and devices < 1):
-            raise ValueError("instances and devices must be >= 1 and the queue delay >= 0")
+            raise InvalidValue("instances and devices must be >= 1 and the queue delay >= 0")
         cfg = {k: v for k, v in self.base.items() if k != "dynamic_batching"}
         cfg["max_batch_size"] = int(max_batch)
         if batching:
@@ -359,7 +360,7 @@ def lesson_plan(lesson: str, device_profile: DeviceProfile | str, concurrencies)
                           Pair("06b-emulated-devices", {"instances": 2, "devices": 2, **full},
                                {"instances": 2, "devices": 1, **full}, "2 instances, 2 devices", "2 instances, 1 device",
                                full_c)), instances=2))
-    raise ValueError(f"no emulated comparison for lesson {lesson!r}: one of 04, 05a, 06b")
+    raise InvalidValue(f"no emulated comparison for lesson {lesson!r}: one of 04, 05a, 06b")
 
 
 def compare(run, http_url: str, out_dir: Path | str, plan: tuple[OnDevice, ...], opts: LoadOpts) -> EmulatedComparison:

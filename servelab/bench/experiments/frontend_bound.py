@@ -25,6 +25,7 @@ from servelab.bench.load.cpu import CpuMeter
 from servelab.bench.load.options import LoadOpts
 from servelab.bench.results.records import Run
 from servelab.bench.servers.handle import Served
+from servelab.errors import CannotRun
 from servelab.model.device_profile import DeviceProfile, write_profile
 
 EXPERIMENT = "frontend-bound"
@@ -76,7 +77,7 @@ def frontend_bound(run: Run, srv: Served, device: DeviceProfile, *, concurrency:
     delta = srv.delta(before, srv.snapshot()) or {}
     executions, images = int(delta.get("executions") or 0), int(delta.get("images") or 0)
     if not executions:
-        raise RuntimeError("the service counted no batches: is it the emulated engine, and did the requests succeed?")
+        raise CannotRun("the service counted no batches: is it the emulated engine, and did the requests succeed?")
     avg = images / executions
     served = float(rec["throughput_img_s"])
     busy = served * device_busy_s(device, executions, images) / images

@@ -37,6 +37,7 @@ import time
 import numpy as np
 
 from servelab.bench.results.records import Run
+from servelab.errors import CannotRun, InvalidValue
 from servelab.fingerprint import usable_cores
 from servelab.vocabulary import Precision
 
@@ -269,7 +270,7 @@ def profile_service(run: Run, *, seconds: float = 15.0, concurrency: int = 64, r
 
     spy = shutil.which("py-spy")
     if spy is None:
-        raise RuntimeError("py-spy is not installed here (it comes with the lease's first call)")
+        raise CannotRun("py-spy is not installed here (it comes with the lease's first call)")
     out_file = run.dir / "py-spy-service.txt"
     with served("fastapi", engine="torch", log_path=run.dir / "fastapi-profiled.log", max_batch=SERVED_MAX_BATCH,
                 env=env) as srv:
@@ -282,7 +283,7 @@ def profile_service(run: Run, *, seconds: float = 15.0, concurrency: int = 64, r
                                "--output", str(out_file)], capture_output=True, text=True, timeout=seconds + 60)
         load.join(timeout=300)
     if done.returncode != 0 or not out_file.exists():
-        raise RuntimeError(f"py-spy failed: {(done.stderr or done.stdout).strip()[:300]}")
+        raise CannotRun(f"py-spy failed: {(done.stderr or done.stdout).strip()[:300]}")
     top = top_frames(out_file.read_text())
     return [run.record("gpu-profile", kind="profile", server="fastapi", engine="torch", payload="tensor", batch=1,
                        concurrency=concurrency, top_frames=top, profile_file=out_file.name, rate_hz=rate_hz,
@@ -403,8 +404,8 @@ def perf_analyzer_sweep(run: Run, *, engine: str = "torch", device: str = "cuda"
 
     binary = pa.find()
     if binary is None:
-        raise RuntimeError("perf_analyzer is not here (the lease's first call brings it; elsewhere "
-                           "`servelab triton get-perf-analyzer`)")
+        raise CannotRun("perf_analyzer is not here (the lease's first call brings it; elsewhere "
+                        "`servelab triton get-perf-analyzer`)")
     out = []
     with served("triton-http", engine=engine, log_path=run.dir / "triton-perf-analyzer.log", max_batch=SERVED_MAX_BATCH,
                 device=device, precision=precision) as srv:
@@ -440,7 +441,7 @@ def run_stage(run: Run, stage: str, *, budget_s: float = 240.0) -> list[dict]:
     from servelab.bench.load.options import GPU_LOAD, LoadOpts
 
     if stage not in STAGES:
-        raise ValueError(f"stage must be one of {', '.join(STAGES)}, got {stage!r}")
+        raise InvalidValue(f"stage must be one of {', '.join(STAGES)}, got {stage!r}")
     deadline = time.monotonic() + budget_s
     opts = LoadOpts(**GPU_LOAD)
     out: list[dict] = []

@@ -25,6 +25,7 @@ from servelab.bench.load.windows import Pool, one_window, pool_result, rewarm, s
 from servelab.bench.results.records import Run
 from servelab.bench.servers.handle import Served
 from servelab.bench.servers.triton_served import TritonServed
+from servelab.errors import InvalidValue
 
 
 @dataclass
@@ -176,8 +177,8 @@ class Side:
 
     def __post_init__(self):
         if self.batch < 1 or self.concurrency < 1:
-            raise ValueError(f"side {self.label!r}: batch and concurrency must be >= 1, got batch {self.batch}, "
-                             f"concurrency {self.concurrency}")
+            raise InvalidValue(f"side {self.label!r}: batch and concurrency must be >= 1, got batch {self.batch}, "
+                               f"concurrency {self.concurrency}")
 
     @property
     def sends(self) -> str:

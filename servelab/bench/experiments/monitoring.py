@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from servelab.errors import InvalidValue
 from servelab.managed_process import ManagedProcess
 from servelab.netutil import free_port
 
@@ -132,7 +133,7 @@ def check_rules(path: Path) -> str:
         raise FileNotFoundError("promtool is not on PATH (bash scripts/prometheus.sh installs it)")
     res = subprocess.run([tool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
     if res.returncode != 0:
-        raise ValueError(f"promtool refused {path}: {(res.stdout + res.stderr).strip()}")
+        raise InvalidValue(f"promtool refused {path}: {(res.stdout + res.stderr).strip()}")
     return res.stdout.strip()
 
 
@@ -196,7 +197,7 @@ class PrometheusServer(ManagedProcess):
         r = httpx.get(f"{self.url}/api/v1/{what}", params=params, timeout=10.0)
         body = r.json()
         if body.get("status") != "success":
-            raise ValueError(f"Prometheus refused {params.get('query')!r}: {body.get('error', r.text)}")
+            raise InvalidValue(f"Prometheus refused {params.get('query')!r}: {body.get('error', r.text)}")
         return body["data"]["result"]
 
     def targets_up(self) -> dict[str, bool]:

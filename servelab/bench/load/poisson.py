@@ -14,12 +14,13 @@ import numpy as np
 from servelab.bench.load.options import LoadResult, Work
 from servelab.bench.load.stats import is_stable
 from servelab.bench.load.windows import Recorder, split_work, start_meters, stop_meters, window_stats
+from servelab.errors import InvalidValue
 
 
 def poisson_schedule(rate_rps: float, duration_s: float, seed: int | None = None) -> np.ndarray:
     """Arrival offsets (seconds) of a Poisson process at `rate_rps` within [0, duration_s)."""
     if rate_rps <= 0:
-        raise ValueError("rate must be > 0 requests/s")
+        raise InvalidValue("rate must be > 0 requests/s")
     rng = np.random.default_rng(seed)
     n = int(rate_rps * duration_s * 1.5 + 20)
     t = np.cumsum(rng.exponential(1.0 / rate_rps, n))

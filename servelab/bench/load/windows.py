@@ -22,6 +22,7 @@ import numpy as np
 
 from servelab.bench.load.options import LoadOpts, LoadResult, Work
 from servelab.bench.load.stats import is_stable, latency_summary
+from servelab.errors import InvalidValue
 
 COLS = ("t_sched", "t_start", "t_end", "images", "ok")
 
@@ -91,7 +92,7 @@ class Pool:
 
     def __init__(self, factory: Callable[[int], object], concurrency: int, name: str = "load"):
         if concurrency < 1:
-            raise ValueError("concurrency must be >= 1")
+            raise InvalidValue("concurrency must be >= 1")
         self.concurrency = concurrency
         self.made = [split_work(factory(i)) for i in range(concurrency)]
         self.rec = Recorder(concurrency)

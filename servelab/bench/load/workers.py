@@ -10,6 +10,7 @@ from collections.abc import Callable
 import numpy as np
 
 from servelab.bench.load.options import Work
+from servelab.errors import InvalidValue
 
 
 def client_factory(make_client: Callable[[], object], *, blobs: list[bytes] | None = None,
@@ -19,7 +20,7 @@ def client_factory(make_client: Callable[[], object], *, blobs: list[bytes] | No
     `blobs` (encoded images) go through `embed_images`, a `tensor` [N,3,224,224] through `embed_tensor`.
     """
     if (blobs is None) == (tensor is None):
-        raise ValueError("give exactly one of blobs= or tensor=")
+        raise InvalidValue("give exactly one of blobs= or tensor=")
 
     def factory(i: int):
         client = make_client()

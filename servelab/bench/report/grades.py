@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from servelab.errors import InvalidValue
+
 
 class Grade(StrEnum):
     """How a ratio (new ÷ old, measured ÷ expected) reads against 1 and, optionally, against a target."""
@@ -37,9 +39,9 @@ def grade(ratio: float, lo: float | None = None, hi: float | None = None, *, mar
     hardware or the arithmetic promises, e.g. 8 for eight times the images per request), against the target.
     `margin` is a fraction (0.1 = 10 %)."""
     if margin < 0:
-        raise ValueError(f"margin {margin} is negative: pass a fraction such as 0.1")
+        raise InvalidValue(f"margin {margin} is negative: pass a fraction such as 0.1")
     if ratio is None or ratio <= 0:
-        raise ValueError(f"ratio {ratio} is not a positive number: grade a ratio of two measured figures")
+        raise InvalidValue(f"ratio {ratio} is not a positive number: grade a ratio of two measured figures")
     lo = ratio if lo is None else min(lo, ratio)
     hi = ratio if hi is None else max(hi, ratio)
     if _reaches(lo, hi, 1.0, margin):

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from servelab.bench.report.findings import Finding, Kind, ranges_overlap, same_conclusion
+from servelab.errors import InvalidValue
 
 FILE = "headlines.json"
 NOT_COMPARABLE = "not comparable"
@@ -59,7 +60,7 @@ def load_headlines(run_dir: str | Path) -> dict:
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not JSON ({exc})") from None
+        raise InvalidValue(f"{path}: not JSON ({exc})") from None
 
 
 def findings(headline: dict) -> dict[str, Finding] | None:

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from servelab.config import results_dir
+from servelab.errors import InvalidValue
 from servelab.fileio import atomic_write
 from servelab.fingerprint import environment_fingerprint, nvml
 
@@ -222,7 +223,7 @@ def load_records(run: str | Path, root: Path | str | None = None) -> list[dict]:
             try:
                 out.append(upgrade_record(json.loads(line)))
             except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{n}: not a JSON record ({exc})") from None
+                raise InvalidValue(f"{path}:{n}: not a JSON record ({exc})") from None
     return out
 
 

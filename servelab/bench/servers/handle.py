@@ -24,6 +24,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from servelab.errors import InvalidValue
+
 
 @dataclass
 class Served:
@@ -58,7 +60,7 @@ class Served:
 
     def variant(self, *, payload: str | None = None, protocol: str | None = None) -> Served:
         if protocol not in (None, self.protocol):
-            raise ValueError(f"{self.server} speaks {self.protocol} only")
+            raise InvalidValue(f"{self.server} speaks {self.protocol} only")
         return dataclasses.replace(self, payload=payload or self.payload)
 
     def snapshot(self) -> dict | None:

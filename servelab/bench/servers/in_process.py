@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from servelab.bench.servers.handle import Served
+from servelab.errors import InvalidValue
 
 
 @dataclass
@@ -18,7 +19,7 @@ class InProcess(Served):
         from servelab.bench.load.workers import embedder_factory
 
         if payload != "tensor":
-            raise ValueError("in-process measures the engine on tensors only")
+            raise InvalidValue("in-process measures the engine on tensors only")
         return embedder_factory(self.embedder, sample_tensor(batch))
 
     def make_client(self):

@@ -18,6 +18,7 @@ from servelab.bench.servers.handle import Served, reported_machine, this_machine
 from servelab.bench.servers.in_process import InProcess, make_embedder
 from servelab.bench.servers.service_served import LitServed, ServiceServed, service_engine
 from servelab.bench.servers.triton_served import TritonServed, triton_machine
+from servelab.errors import InvalidValue
 from servelab.triton.models import CPU_ENCODER, EMULATED_ENCODER, ENSEMBLE
 from servelab.vocabulary import Server
 
@@ -48,7 +49,7 @@ def attach(server: str, url: str, *, payload: str = "tensor", engine: str | None
         h = http_url or (url if protocol == "http" else None)
         g = grpc_url or (url if protocol == "grpc" else None)
         if not h:
-            raise ValueError("a gRPC Triton handle needs http_url= too (statistics and reloads use HTTP)")
+            raise InvalidValue("a gRPC Triton handle needs http_url= too (statistics and reloads use HTTP)")
         names = {k: v for k, v in (("model", model), ("jpeg_model", jpeg_model)) if v}
         srv = TritonServed(server=server, engine=engine or "onnx", url=url, pid=pid, payload=payload,
                            protocol=protocol, http_url=h, grpc_url=g, settings=dict(ATTACHED), **names)
@@ -56,7 +57,7 @@ def attach(server: str, url: str, *, payload: str = "tensor", engine: str | None
             srv.read_state()
         srv.served_by = here or triton_machine(netloc, srv.gpus)
         return srv
-    raise ValueError(f"server must be one of fastapi, litserve, triton-http, triton-grpc, got {server!r}")
+    raise InvalidValue(f"server must be one of fastapi, litserve, triton-http, triton-grpc, got {server!r}")
 
 
 @contextlib.contextmanager
@@ -98,9 +99,9 @@ def serve_triton(protocol: str = "http", *, payload: str = "tensor", instances: 
     from servelab.triton.server import EmbeddedTriton
 
     if engine not in ("onnx", "torch", "emulated"):
-        raise ValueError(f"the embedded Triton CPU repository serves the fp32 ONNX graph (engine onnx), servelab's "
-                         f"torch engine (engine torch) and an emulated accelerator (engine emulated); engine {engine!r} "
-                         "is not staged")
+        raise InvalidValue(f"the embedded Triton CPU repository serves the fp32 ONNX graph (engine onnx), servelab's "
+                           f"torch engine (engine torch) and an emulated accelerator (engine emulated); engine {engine!r} "
+                           "is not staged")
     tmp = None
     if repository is None:
         tmp = Path(tempfile.mkdtemp(prefix="servelab-bench-triton-"))
@@ -159,7 +160,7 @@ def served(server: str, engine: str = "onnx", **kwargs):
     if server == "in-process":
         return serve_in_process(engine, **kwargs)
     startable = [s for s in Server if s != Server.FASTAPI_NO_ADMISSION]  # that one: servelab.bench.experiments.overload
-    raise ValueError(f"server must be one of {', '.join(startable)}, got {server!r}")
+    raise InvalidValue(f"server must be one of {', '.join(startable)}, got {server!r}")
 
 
 @contextlib.contextmanager

@@ -31,6 +31,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
+from servelab.errors import CannotRun, InvalidValue
+
 LOOPBACK = "loopback"
 SHAPING_NONE = "none (loopback)"
 SHAPING_PROXY = "user-space relay (rate + delay, no loss)"
@@ -67,10 +69,10 @@ def link_profile(name: str | LinkProfile) -> LinkProfile:
         return LinkProfile(LOOPBACK)
     m = _NAME.match(name or "")
     if not m:
-        raise ValueError(f"link must be 'loopback' or like 'wan-100mbit-20ms' (rate, then round trip), got {name!r}")
+        raise InvalidValue(f"link must be 'loopback' or like 'wan-100mbit-20ms' (rate, then round trip), got {name!r}")
     rate = float(m["rate"]) * {"k": 1e-3, "m": 1.0, "g": 1e3}[m["unit"]]
     if rate <= 0:
-        raise ValueError(f"link {name!r}: the rate must be > 0")
+        raise InvalidValue(f"link {name!r}: the rate must be > 0")
     return LinkProfile(name, rate_mbit=rate, rtt_ms=float(m["rtt"]), loss=float(m["loss"] or 0) / 100)
 
 
@@ -121,12 +123,12 @@ def _host_port(url: str) -> tuple[str, int, object]:
     if "://" not in url:
         host, _, port = url.rpartition(":")
         if not host or not port.isdigit():
-            raise ValueError(f"expected host:port or a URL with a port, got {url!r}")
+            raise InvalidValue(f"expected host:port or a URL with a port, got {url!r}")
         return host, int(port), lambda h, p: f"{h}:{p}"
     parts = urlsplit(url)
     port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
     if not parts.hostname or port is None:
-        raise ValueError(f"cannot tell host and port from {url!r}")
+        raise InvalidValue(f"cannot tell host and port from {url!r}")
     return parts.hostname, port, lambda h, p: urlunsplit(parts._replace(netloc=f"{h}:{p}"))
 
 
@@ -183,8 +185,8 @@ def network_link(link: str | LinkProfile, *servers, queue_ms: float = 500.0) -> 
     netem = f"tc netem available, not used: the relay shapes every link the same way ({why})" if ok else \
         f"tc netem unavailable: {why}"
     if prof.loss:
-        raise ValueError(f"link {prof.name!r}: packet loss needs tc netem, and the user-space relay cannot lose "
-                         f"TCP bytes ({netem}); drop the -loss part")
+        raise InvalidValue(f"link {prof.name!r}: packet loss needs tc netem, and the user-space relay cannot lose "
+                           f"TCP bytes ({netem}); drop the -loss part")
     targets = {u: _host_port(u) for u in urls}
     cmd = [sys.executable, "-m", "servelab.bench.servers.link", "--rtt-ms", str(prof.rtt_ms), "--queue-ms", str(queue_ms)]
     if prof.rate_mbit:
@@ -194,7 +196,7 @@ def network_link(link: str | LinkProfile, *servers, queue_ms: float = 500.0) -> 
     try:
         line = proc.stdout.readline()
         if not line:
-            raise RuntimeError(f"the link relay exited before it listened (exit {proc.wait(5)})")
+            raise CannotRun(f"the link relay exited before it listened (exit {proc.wait(5)})")
         ports = json.loads(line)["ports"]
         shaped = {u: rebuild("127.0.0.1", ports[f"{h}:{p}"]) for u, (h, p, rebuild) in targets.items()}
         yield Link(prof, shaped, SHAPING_PROXY, netem, pid=proc.pid)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from servelab.bench.servers.handle import Served
+from servelab.errors import InvalidValue
 from servelab.model.contract import INPUT_NAME, OUTPUT_NAME, TRITON_DTYPE
 from servelab.triton.models import CPU_ENCODER, ENSEMBLE
 
@@ -62,7 +63,7 @@ class TritonServed(Served):
     def variant(self, *, payload: str | None = None, protocol: str | None = None) -> TritonServed:
         protocol = protocol or self.protocol
         if protocol == "grpc" and not self.grpc_url:
-            raise ValueError("no gRPC endpoint known for this Triton (attach it with grpc_url=…)")
+            raise InvalidValue("no gRPC endpoint known for this Triton (attach it with grpc_url=…)")
         return dataclasses.replace(self, payload=payload or self.payload, protocol=protocol,
                                    server=f"triton-{protocol}")
 

@@ -1,12 +1,12 @@
-"""Every experiment against real servers with tiny parameters (LoadOpts.smoke(): functional, not results), and
-the goals and sentences built from records."""
+"""Every sweep and interleaved experiment against real servers with tiny parameters (LoadOpts.smoke(): functional,
+not results)."""
 
 import pytest
 
 from servelab.bench import experiments as ex
 from servelab.bench.load import LoadOpts
-from servelab.bench.report import cost_table, goals_table, ratio_sentence
-from servelab.bench.results.goals import goal_record, scaling_efficiency, service_goals, triton_goals
+from servelab.bench.report import goals_table, ratio_sentence
+from servelab.bench.results.goals import scaling_efficiency
 from servelab.bench.results.records import Run, load_records
 from servelab.bench.servers import served
 
@@ -133,98 +133,3 @@ def test_peer_baseline_interleaves_servelab_and_litserve(run, bench_service, tmp
         recs = ex.peer_baseline(run, [bench_service.variant(payload="jpeg"), lit], concurrencies=(2,), opts=SMOKE)
     _ab_ok(recs[:3], "fastapi", "litserve")
     assert any(g["goal"] == "servelab / LitServe throughput at c=2" for g in goals_table(recs))
-
-
-def test_raw_engines_cold_start_and_profile(run, onnx_meta):
-    (raw,) = ex.raw_engines(run, engines=("onnx",), batches=(1,), opts=SMOKE)
-    _ok(raw)
-    (cold,) = ex.cold_start(run, servers=("fastapi",), repeats=2)
-    assert cold["kind"] == "cold-start" and cold["repeats"] == 2 and cold["first_request_ms"] > 0
-    assert 0 < cold["start_to_ready_min_s"] <= cold["start_to_ready_s"] <= cold["start_to_ready_max_s"]
-    assert cold["latency_p50_min_ms"] <= cold["latency_p50_ms"] <= cold["latency_p50_max_ms"]
-    (prof,) = ex.ort_profile(run, batch=1, iterations=1)
-    assert prof["op_time_share"] and abs(sum(prof["op_time_share"].values()) - 1) < 0.01
-
-
-def test_serialisation_bytes_are_exact_and_formats_differ():
-    rows = {r["payload"]: r for r in ex.serialisation_costs(batch=2, repeats=2)}
-    assert rows["binary-tensor"]["bytes_per_request"] == 2 * 3 * 224 * 224 * 4
-    assert rows["json-lists"]["bytes_per_request"] > 3 * rows["binary-tensor"]["bytes_per_request"]
-    assert rows["jpeg"]["bytes_per_request"] < rows["binary-tensor"]["bytes_per_request"] / 5
-    assert all(r["serialise_p50_ms"] is not None and r["serialise_p50_ms"] >= 0 for r in rows.values())
-
-
-def test_serialisation_repeats_stop_at_their_time_budget_but_never_below_three():
-    spent = ex.serialisation_costs(batch=1, repeats=6, budget_s=0.0)
-    assert {r["repeats"] for r in spent} == {ex.MIN_REPEATS}
-    roomy = ex.serialisation_costs(batch=1, repeats=4, budget_s=1e9)
-    assert {r["repeats"] for r in roomy} == {4}
-
-
-# --- goals and sentences from records --------------------------------------------------------------
-
-def _rec(run, **kw):
-    base = dict(kind="load", server="fastapi", backend="fastapi", engine="onnx", batch=1, stable=True,
-                params={"load": {"label": "full"}})
-    base.update(kw)
-    return run.record("service", **base)
-
-
-def test_goals_are_met_not_met_or_undecided_by_their_bands(run):
-    recs = [
-        _rec(run, kind="raw", server="in-process", engine="onnx", batch=1, throughput_img_s=23.0, latency_p50_ms=43.0,
-             latency_p50_min_ms=42.0, latency_p50_max_ms=44.0),
-        _rec(run, concurrency=1, throughput_img_s=20.0, latency_p50_ms=48.5, latency_p50_min_ms=48.0,
-             latency_p50_max_ms=49.0, stable=False),  # +5.5 ms, band +4..+7: not met
-        _rec(run, kind="ab", server="fastapi c=16 / raw batch 16", a="fastapi c=16", b="raw batch 16", ratio=0.96,
-             ratio_min=0.93, ratio_max=0.99),  # straddles 0.95: undecided
-        _rec(run, kind="raw", server="in-process", engine="torch", batch=16, throughput_img_s=29.0,
-             throughput_min_img_s=28.5, throughput_max_img_s=29.5),
-        _rec(run, kind="raw", server="in-process", engine="onnx-int8", batch=16, throughput_img_s=76.0,
-             throughput_min_img_s=75.0, throughput_max_img_s=77.0, cosine_vs_torch_fp32=0.99984),
-    ]
-    rows = {r["goal"]: r for r in goals_table(service_goals(run, recs))}
-    assert rows["onnx: served c=16 / raw batch 16 throughput"]["status"] == "undecided (band straddles the goal)"
-    assert rows["onnx: served c=1 p50 - raw batch 1 p50 (ms)"]["status"] == "not met (inputs not stable)"
-    assert rows["onnx-int8 / torch fp32 throughput (batch 16)"]["status"] == "met"  # 2.54-2.70 all >= 2.5
-    assert rows["onnx-int8 min cosine vs torch fp32"]["status"] == "met"
-    quick = goal_record(run, "x", "g", 2.0, ">=", 1.0, inputs=[{"quick": True, "stable": True}])
-    assert goals_table([quick])[0]["status"] == "met (quick run: not a result)"
-
-
-def test_triton_goals_read_the_interleaved_ratios(run):
-    def ab(a, b, ratio, lo, hi):
-        return _rec(run, kind="ab", server=f"{a} / {b}", a=a, b=b, ratio=ratio, ratio_min=lo, ratio_max=hi, quick=True)
-
-    recs = [ab("triton-grpc c=4", "raw batch 8", 0.97, 0.96, 0.99), ab("triton-http c=4", "raw batch 8", 0.9, 0.85, 0.93),
-            ab("triton-grpc jpeg", "triton-grpc tensor", 1.3, 1.2, 1.4)]
-    rows = {g["goal"]: g["status"] for g in goals_table(triton_goals(run, recs, concurrency=4, offline_batch=8))}
-    assert rows == {"triton-grpc tensor c=4 / offline batch 8": "met (quick run: not a result)",
-                    "triton-http tensor c=4 / offline batch 8": "not met (quick run: not a result)",
-                    "triton-grpc jpeg / tensor throughput c=4": "met (quick run: not a result)"}
-
-
-def test_step_takes_the_margin_from_this_runs_probes(tmp_path):
-    from servelab.bench import report
-    from servelab.bench.load.drift import EXPERIMENT, drift
-    from servelab.lab.step import Step
-
-    run = Run(run_id="lab", root=tmp_path)
-    first = Step("01", run.dir)
-    assert first.machine_drift is None and first.margin() == report.MIN_EFFECT_APART
-    for v in (15.0, 15.3, 12.0):
-        run.record(EXPERIMENT, kind="probe", server="in-process", throughput_img_s=v)
-    step = Step("02", run.dir)
-    assert step.machine_drift == pytest.approx(drift([15.0, 15.3, 12.0])) and step.machine_drift > 0.2
-    assert step.margin() == step.machine_drift and step.margin(interleaved=True) == report.MIN_EFFECT_INTERLEAVED
-    assert report.margin() == report.MIN_EFFECT_APART  # the step's margin is its own, not the module's
-    assert first.margin() == report.MIN_EFFECT_APART
-
-
-def test_cost_table_units_and_math():
-    recs = [{"kind": "load", "experiment": "e", "server": "triton-grpc", "throughput_img_s": 100.0,
-             "throughput_min_img_s": 90.0, "throughput_max_img_s": 110.0, "batch": 1, "concurrency": 16},
-            {"kind": "derived", "throughput_img_s": None}]
-    (row,) = cost_table(recs, price_per_hour=2.0, currency="EUR")
-    assert row["cost_EUR_per_1000_img"] == pytest.approx(2.0 / 360.0, rel=1e-4)
-    assert row["cost_min_EUR_per_1000_img"] < row["cost_EUR_per_1000_img"] < row["cost_max_EUR_per_1000_img"]
