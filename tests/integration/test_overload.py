@@ -188,6 +188,23 @@ def _learn_the_pace(srv: Server) -> None:
         assert _post_tensor(srv.url).status_code == 200
 
 
+@pytest.mark.parametrize("seconds_per_call", [0.1, 0.2])
+def test_the_default_wait_budget_is_one_full_batch_at_the_engines_pace(seconds_per_call):
+    # batches of one image here (one request at a time), a batch of up to 8: the budget is 8 runs of this engine
+    with Server(SlowEmbedder(seconds_per_call), max_batch=8, max_wait_ms=None) as srv:
+        _learn_the_pace(srv)
+        limits = httpx.get(srv.url + "/info").json()["limits"]
+    assert limits["wait_budget"] == "auto"
+    assert 8 * seconds_per_call * 1000 <= limits["max_wait_ms"] <= 8 * seconds_per_call * 1000 * 1.25, limits
+
+
+def test_a_wait_budget_set_in_ms_is_kept_whatever_the_engine():
+    with Server(SlowEmbedder(0.1), max_batch=8, max_wait_ms=300) as srv:
+        _learn_the_pace(srv)
+        limits = httpx.get(srv.url + "/info").json()["limits"]
+    assert (limits["wait_budget"], limits["max_wait_ms"]) == ("set", 300.0)
+
+
 def test_a_closed_loop_within_the_count_always_admitted_is_never_refused_however_long_it_waits():
     # six clients, each sending its next request when the last is answered, on an engine doing 4 images/s: each
     # request waits about 1.25 s, far past the 300 ms budget, which alone would refuse or drop most of them
