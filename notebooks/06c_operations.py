@@ -71,18 +71,20 @@ opts = lab.load
 # scheduled arrival, so waiting anywhere counts.
 #
 # ### The gate, in the service's code
-# Before the harness takes over, read the lines that shed. Every embedding route depends on `admitted`: before
-# FastAPI reads the body it asks the gate why a request arriving now would be refused, answers 503 at once when
-# there is a reason, and otherwise holds a slot until the answer is done. The gate's two bounds are a count of
-# requests in flight (read, decoded, queued or run) and an expected wait (the images ahead at the engine's
-# recent pace) against the budget; that estimate is also the `Retry-After` a refused client is told.
+# Before the harness takes over, read the lines that shed. Every embedding request passes the `Gate`, a plain
+# ASGI middleware in front of FastAPI: before the body is read it asks why a request arriving now would be
+# refused, answers 503 at once when there is a reason, and otherwise holds a slot until the answer is done. The
+# gate has two bounds: a count of requests in flight, and an expected wait (the images ahead at the engine's
+# recent pace) against the wait budget; the first few requests in flight are taken whatever their wait, unless it
+# has just refused one. That estimate is also the `Retry-After` a refused client is told.
 
 # %%
 from servelab.service.admission import Admission
-from servelab.service.app import admitted
+from servelab.service.gate import Gate
 
-show_code(admitted)
+show_code(Gate.__call__)
 show_code(Admission.refusal)
+show_code(Admission.within_count)
 show_code(Admission.expected_wait_s)
 
 # %% [markdown]

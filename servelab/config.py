@@ -119,14 +119,17 @@ class Settings:
     decode_threads: int = 1  # threads decoding images (the decode pool); on 2 cores, two decoding threads gave
     #                          0.79x the throughput of one at c=8: they took the cores the engine's threads need
     request_timeout_s: float = 30.0  # a request still queued after this is dropped with 503 (0 = never)
-    # how long an admitted request may wait, once its body is in, before the engine takes it (decoding, queued): a
-    # request the engine's pace says would wait longer is refused at the door, one that has waited longer is
-    # dropped, both with 503 (0 = no bound). On a CPU a batch's run grows with its images and the gate keeps about
-    # a budget's worth of them in flight, so an answer takes up to about twice the budget. Two seconds is past the
-    # closed loops the lab runs (8 clients wait about 0.4 s at 20 images/s, 0.8 s on a CPU half as fast; the full
-    # profile's 32 clients 1.6 s here), so a measurement at capacity is never refused; 500 ms bounds an overload
-    # tighter, where no client waits that long at capacity.
-    max_wait_ms: float = 2000.0
+    # how long a request the time bound admits may wait, once its body is in, before the engine takes it (decoding,
+    # queued): a request the engine's pace says would wait longer is refused at the door, one that has waited longer
+    # is dropped, both with 503. None: one full batch (max_batch images) at the engine's measured pace, at least
+    # 250 ms, so the bound follows the machine (0 = no bound). On a CPU a batch's run grows with its images and the
+    # gate keeps about a budget's worth of them in flight, so an accepted answer takes up to about twice the budget
+    max_wait_ms: float | None = None
+    # requests in flight admitted whatever their expected wait, and never dropped for it, while the gate refuses
+    # nobody: a closed loop never has more requests in flight than clients, so the lab's closed loops (up to 32
+    # clients, any batch, any CPU) are never refused; past capacity the first refusal turns this off until its
+    # Retry-After has passed, and the time bound alone keeps the accepted requests' wait short (0 = none)
+    always_admit: int = 32
     max_images_per_request: int = 32
     max_bytes: int = 20 * 1024 * 1024  # per image
     max_pixels: int = 40_000_000  # per image (decompression-bomb guard)
@@ -193,6 +196,7 @@ class Settings:
             decode_threads=_env("DECODE_THREADS", d.decode_threads, int),
             request_timeout_s=_env("REQUEST_TIMEOUT_S", d.request_timeout_s, float),
             max_wait_ms=_env("MAX_WAIT_MS", d.max_wait_ms, float),
+            always_admit=_env("ALWAYS_ADMIT", d.always_admit, int),
             max_images_per_request=_env("MAX_IMAGES", d.max_images_per_request, int),
             max_bytes=_env("MAX_BYTES", d.max_bytes, int),
             max_pixels=_env("MAX_PIXELS", d.max_pixels, int),
@@ -239,7 +243,7 @@ class Settings:
             raise InvalidValue("header_timeout_s must be > 0: headers that never arrive would hold a connection forever")
         if self.emulated_devices < 0:
             raise InvalidValue("emulated_devices must be >= 0 (0 = the device profile's own count)")
-        for name in ("max_in_flight", "request_timeout_s", "max_wait_ms"):
+        for name in ("max_in_flight", "request_timeout_s", "max_wait_ms", "always_admit"):
             if (getattr(self, name) or 0) < 0:
                 raise InvalidValue(f"{name} must be >= 0 (0 = no limit)")
 

@@ -336,6 +336,8 @@ def overload(
     duration_s: float = typer.Option(10.0, help="measured seconds per level (after a warm-up)"),
     queue: int = typer.Option(64, help="the service's in-flight limit and queue bound"),
     deadline_s: float = typer.Option(10.0, help="the service's per-request deadline"),
+    max_wait_ms: float | None = typer.Option(None, help="the service's wait budget in ms (default: its own, one "
+                                                        "full batch at the engine's measured pace)"),
 ):
     """Open loop past capacity: goodput, accepted p99, 503s, 5xx and crashes per server, with the goals."""
     from servelab.bench.experiments import overload as ov
@@ -343,7 +345,7 @@ def overload(
 
     run = _new_run(run_id, "overload")
     recs = ov.overload(run, servers=_strs(servers), engine=engine, levels=_ints(levels), duration_s=duration_s,
-                       queue=queue, deadline_s=deadline_s, quick=quick)
+                       queue=queue, deadline_s=deadline_s, quick=quick, max_wait_ms=max_wait_ms)
     typer.echo(markdown_table(ov.knee_rows(recs)))
     typer.echo(markdown_table(goals_table(recs)))
     typer.echo(f"run {run.run_id}: {run.dir / 'records.jsonl'} ({len(run.records)} records)")

@@ -94,6 +94,7 @@ class StackLimits:
 
     max_images: int       # images in one request (the service's SERVELAB_MAX_IMAGES)
     max_in_flight: int    # requests at once (SERVELAB_MAX_IN_FLIGHT)
+    always_admit: int     # requests at once admitted whatever their wait: every client (SERVELAB_ALWAYS_ADMIT)
     max_queue: int        # images waiting (SERVELAB_MAX_QUEUE)
     max_body_bytes: int   # one request's body, a batch of float32 tensors included (SERVELAB_MAX_BODY_BYTES)
     triton_max_batch: int  # the staged GPU models' max_batch_size (SERVELAB_TRITON_MAX_BATCH)
@@ -101,6 +102,7 @@ class StackLimits:
     def service_env(self) -> dict[str, str]:
         """The service's variables (servelab.config.Settings.from_env), as the compose files pass them on."""
         return {"SERVELAB_MAX_IMAGES": str(self.max_images), "SERVELAB_MAX_IN_FLIGHT": str(self.max_in_flight),
+                "SERVELAB_ALWAYS_ADMIT": str(self.always_admit),
                 "SERVELAB_MAX_QUEUE": str(self.max_queue), "SERVELAB_MAX_BODY_BYTES": str(self.max_body_bytes)}
 
 
@@ -128,6 +130,7 @@ def stack_limits(name: str) -> StackLimits:
     template_batch = parse_config(STAGING / "gpu" / GPU_ENCODER / "config.pbtxt").max_batch_size
     body = batch * math.prod(INPUT_SHAPE) * 4 + (1 << 20)  # a batch of float32 tensors, and 1 MiB for the framing
     return StackLimits(max_images=max(d.max_images_per_request, batch), max_in_flight=max(d.max_queue, clients),
+                       always_admit=max(d.always_admit, clients),
                        max_queue=max(d.max_queue, batch, clients), max_body_bytes=max(d.max_body_bytes, body),
                        triton_max_batch=max(template_batch, batch))
 

@@ -2,60 +2,87 @@
 
 A request is *in flight* from the moment it is admitted until its answer is written: while its body is
 read, while it is decoded, while it waits in the batcher's queue and while the engine runs it. The gate
-bounds that work twice, before reading or decoding the body, and answers 503 + Retry-After past either bound:
+(`servelab.service.gate`, before the body is read) bounds that work and answers 503 + Retry-After past it:
 
 - by count: at most `limit` requests in flight;
 - by time: at most `max_wait_s` of expected wait, the images ahead (requests in flight × images per request)
   at the engine's measured pace. A count alone bounds the wait only on a machine of known speed: 64 requests
-  are 0.7 s of work where the engine does 90 images/s and 3 s where it does 20.
+  are 0.7 s of work where the engine does 90 images/s and 3 s where it does 20;
+- except that the first `always_admit` requests in flight are taken whatever their expected wait, while the gate
+  is not refusing anyone. A closed loop of N clients never has more than N requests in flight, however slow the
+  engine or large its batches, so a measurement at capacity of up to `always_admit` clients is never refused.
+  Past capacity, an open loop keeps sending: the first refusal shows it, and from then until the Retry-After it
+  gave has passed without another, only the time bound admits, so accepted requests wait about the budget,
+  not about `always_admit` requests.
 
 The estimate comes from the engine's own time, which leaves out decoding and HTTP, so it errs short; the
-service also drops a request that has already waited `max_wait_s` before the engine takes it (app.Job), so
-the bound holds even where the estimate is wrong. An overloaded server thus spends its CPU on requests it
-will finish within the budget rather than on requests that would wait for nobody.
+service also drops a request the time bound admitted once it has waited `max_wait_s` before the engine takes
+it (app.Job), so the bound holds even where the estimate is wrong. An overloaded server thus spends its CPU on
+requests it will finish within the budget rather than on requests that would wait for nobody.
 """
 
 from __future__ import annotations
 
+import math
+import time
+
 
 class Admission:
-    """In-flight counter with a count limit and a wait budget, and an estimate of how long the backlog takes.
+    """In-flight counter with a count limit, a wait budget and a count always admitted while nothing is refused,
+    and an estimate of how long the backlog takes.
 
-    Used from the event loop only (no lock needed): `refusal()` then `enter()` (or `try_enter()`) and
-    `leave()` around each request, `images(n)` once its images are known, `record(images, seconds)` after
-    each engine call to keep the pace current.
+    Used from the event loop only (no lock needed): `refusal()`, then `enter()` (which says whether the wait
+    budget binds the request) or `refused()`; `leave()` once its answer is done; `images(n)` once its images are
+    known, `record(images, seconds)` after each engine call to keep the pace current.
     """
 
-    def __init__(self, limit: int, smoothing: float = 0.2, max_wait_s: float = 0.0):
+    def __init__(self, limit: int, smoothing: float = 0.2, max_wait_s: float = 0.0, always_admit: int = 0,
+                 clock=time.monotonic):
         if limit < 0:
             raise ValueError("the in-flight limit must be >= 0 (0 = no limit)")
         if max_wait_s < 0:
             raise ValueError("the wait budget must be >= 0 (0 = no budget)")
+        if always_admit < 0:
+            raise ValueError("the count always admitted must be >= 0 (0 = none)")
         self.limit = limit  # 0: admit everything (to measure what happens without admission control)
         self.max_wait_s = max_wait_s  # 0: no bound on the expected wait
+        self.always_admit = always_admit  # 0: the time bound decides from the first request on
         self.in_flight = 0
         self._smoothing = smoothing
         self._images_per_s: float | None = None
         self._images_per_request = 1.0
+        self._clock = clock
+        self._strict_until = -math.inf  # refusing: until then only the time bound admits
 
     def refusal(self) -> str | None:
         """Why a request arriving now is refused (None: it is admitted)."""
         if self.limit and self.in_flight >= self.limit:
             return f"{self.in_flight} requests in flight, the limit is {self.limit}; retry later"
+        if self.within_count():
+            return None
         wait = self.expected_wait_s()
         if self.max_wait_s and wait is not None and wait > self.max_wait_s:
             return (f"{self.in_flight} requests in flight would keep a new one waiting about {wait * 1000:.0f} ms, "
                     f"over the {self.max_wait_s * 1000:.0f} ms wait budget; retry later")
         return None
 
-    def enter(self) -> None:
-        self.in_flight += 1
+    def within_count(self) -> bool:
+        """Whether a request arriving now is one of the `always_admit` taken whatever their wait: fewer are in
+        flight, and the gate has not refused anyone within the Retry-After it last gave."""
+        return self.in_flight < self.always_admit and self._clock() >= self._strict_until
 
-    def try_enter(self) -> bool:
-        if self.refusal() is not None:
-            return False
-        self.enter()
-        return True
+    def enter(self) -> bool:
+        """Count an admitted request in; True when the wait budget binds it (the time bound admitted it)."""
+        bounded = bool(self.max_wait_s) and not self.within_count()
+        self.in_flight += 1
+        return bounded
+
+    def refused(self) -> float:
+        """A request was refused: the seconds its Retry-After asks for. Until they pass, the gate is past capacity
+        and admits by the time bound alone."""
+        retry_after_s = max(1, math.ceil(self.drain_s()))
+        self._strict_until = max(self._strict_until, self._clock() + retry_after_s)
+        return retry_after_s
 
     def leave(self) -> None:
         self.in_flight -= 1

@@ -1,6 +1,7 @@
 """FastAPI inference service: images (or ready tensors) in, L2-normalised 512-d embeddings out.
 
-Read it top-down: the admission step every embedding route passes first (`admitted`), the work a
+Read it top-down: the step every embedding route takes once the gate in front of the app has admitted the
+request (`admitted`; the gate is `servelab.service.gate`, the rule `servelab.service.admission`), the work a
 request does once admitted (`Job`: decode in the bounded pool, then the micro-batcher, against a
 deadline), the routes (on `router`), the service that owns the engine (`Service`), `create_app`,
 which wires them together, and `Observe`, which times and counts every request. Request bodies are
@@ -42,11 +43,16 @@ from servelab.service.admission import Admission
 from servelab.service.batcher import Computed, DeadlineExceeded, MicroBatcher, QueueFull
 from servelab.service.bodies import BoundedBody
 from servelab.service.errors import ApiError, reject, shed
+from servelab.service.gate import WAIT_BOUND, Gate
 from servelab.service.metrics import UNMATCHED, Metrics
 
 log = logging.getLogger("servelab.service")
 
 router = APIRouter()
+
+# the default wait budget's least: on a fast engine a full batch takes a few ms, which the decoding of one request's
+# images or a busy event loop alone could pass
+WAIT_FLOOR_S = 0.25
 
 
 # --- admission: before any work ---------------------------------------------------------------------------
@@ -56,35 +62,25 @@ def service_of(request: Request) -> Service:
 
 
 async def admitted(request: Request) -> AsyncIterator[Job]:
-    """Take a request only if there is room for it, before its body is read or decoded.
-
-    The slot is held while the body is read, decoded, queued and run, and given back when the answer is
-    done. A refusal costs the server almost nothing, and tells the client when to come back.
-    """
-    svc = service_of(request)
-    svc.check_ready()
-    gate = svc.admission
-    why = gate.refusal()
-    if why:
-        shed("overloaded", why, retry_after_s=gate.drain_s())
-    gate.enter()
-    job = Job(svc)
+    """The admitted request's job. The gate (`servelab.service.gate.Gate`) refused or admitted it before its body
+    was read, and holds its slot until the answer is done; it says whether the wait budget binds the request."""
+    job = Job(service_of(request), wait_bound=request.scope.get(WAIT_BOUND, True))
     try:
         yield job
     finally:
         job.arrived()  # a job refused or failed before reaching the queue: batches stop waiting for it
-        gate.leave()
 
 
 class Job:
     """One admitted request: its deadlines, and the steps from image bytes to embeddings.
 
     The engine must take it before two bounds: the request timeout, counted from admission, and the wait budget
-    (max_wait_ms), counted once its body is in, since reading it goes at the client's pace, not the server's.
+    (max_wait_ms), counted once its body is in, since reading it goes at the client's pace, not the server's; the
+    budget binds only a request the gate's time bound admitted (`wait_bound`), not one of those it always admits.
     A request past either is dropped with 503 and never computed."""
 
-    def __init__(self, svc: Service):
-        self.svc, self.limits = svc, svc.limits
+    def __init__(self, svc: Service, wait_bound: bool = True):
+        self.svc, self.limits, self.wait_bound = svc, svc.limits, wait_bound
         self.arrived = svc.batcher.expect()  # a batch being cut waits for this job until it is queued
         timeout = svc.settings.request_timeout_s
         self.deadline, self.bound = (time.perf_counter() + timeout, f"its {timeout:g}s timeout") if timeout > 0 \
@@ -97,7 +93,7 @@ class Job:
         if self.received_at is not None:
             return
         self.received_at = now = time.perf_counter()
-        budget_s = self.svc.admission.max_wait_s
+        budget_s = self.svc.admission.max_wait_s if self.wait_bound else 0.0
         if budget_s > 0 and (self.deadline is None or now + budget_s < self.deadline):
             self.deadline, self.bound = now + budget_s, f"the {budget_s * 1000:g} ms wait budget"
 
@@ -226,7 +222,9 @@ async def info(request: Request):
             "max_in_flight": s.in_flight_limit,
             "decode_threads": s.decode_threads,
             "request_timeout_s": s.request_timeout_s,
-            "max_wait_ms": s.max_wait_ms,
+            "max_wait_ms": round(svc.admission.max_wait_s * 1000, 1),  # the budget now (it follows the engine)
+            "wait_budget": "auto" if s.max_wait_ms is None else "set",
+            "always_admit": s.always_admit,
             "max_images_per_request": s.max_images_per_request,
             "max_bytes": s.max_bytes,
             "max_pixels": s.max_pixels,
@@ -260,7 +258,8 @@ class Service:
         self.settings = settings
         self.limits = codecs.Limits.from_settings(settings)
         self.metrics = Metrics()
-        self.admission = Admission(settings.in_flight_limit, max_wait_s=settings.max_wait_ms / 1000.0)
+        self.admission = Admission(settings.in_flight_limit, max_wait_s=(settings.max_wait_ms or 0) / 1000.0,
+                                   always_admit=settings.always_admit)
         self.decode_pool = ThreadPoolExecutor(settings.decode_threads, thread_name_prefix="decode")
         self.embedder = embedder
         self.ready = False
@@ -299,6 +298,7 @@ class Service:
                     _, teaches = self.batcher.run_now(dummy)
                 if teaches:
                     self.batcher.cost.observe(n, time.perf_counter() - started)
+            self.admission.max_wait_s = self.wait_budget_s()  # from the warm-up's runs until batches teach it
             self.ready = True
             log.info("model ready in %.1fs: %s", time.perf_counter() - t0, self.embedder.info())
         except Exception as exc:  # keep serving /healthz so the reason is visible
@@ -316,13 +316,19 @@ class Service:
         self.admission.max_wait_s = self.wait_budget_s()
 
     def wait_budget_s(self) -> float:
-        """The wait budget: max_wait_ms, but never under two runs of one image, on an engine that slow; less would
-        drop a lone request that arrives while another runs (0: no budget). The gate's estimate keeps batches
-        to what the budget holds, so a wait stays near the budget, not near a full batch's time."""
-        setting = self.settings.max_wait_ms / 1000.0
-        if setting <= 0:
+        """The wait budget: max_wait_ms where it is set; by default one full batch (max_batch images) at the
+        engine's measured pace, at least WAIT_FLOOR_S, so the bound follows the machine: the gate then keeps about
+        a batch of images inside past capacity. Never under two runs of one image, on an engine that slow; less
+        would drop a lone request that arrives while another runs (0: no budget)."""
+        setting, cost = self.settings.max_wait_ms, self.batcher.cost
+        if setting == 0:
             return 0.0
-        return max(setting, 2 * self.batcher.cost.batch_s(1))
+        single = 2 * cost.batch_s(1)
+        if setting is not None:
+            return max(setting / 1000.0, single)
+        pace, full = self.admission.images_per_s, self.settings.max_batch
+        batch_s = full / pace if pace else cost.batch_s(full) / self.batcher.parallel  # before a batch: the warm-up's
+        return max(batch_s, single, WAIT_FLOOR_S)
 
     def start(self) -> None:
         s = self.settings
@@ -358,6 +364,9 @@ def create_app(settings: Settings | None = None, embedder=None) -> FastAPI:
         return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
     app.add_middleware(BoundedBody, max_bytes=svc.settings.max_body_bytes, timeout_s=svc.settings.body_timeout_s)
+    # outside the body's bounds, inside Observe: a refusal reads no body and is still timed and counted
+    embedding = {r.path: r for r in router.routes if r.path.startswith("/embed")}
+    app.add_middleware(Gate, svc=svc, routes=embedding)
     app.add_middleware(Observe, svc=svc)
     return app
 

@@ -72,6 +72,7 @@ def test_every_node_service_admits_what_the_profile_sends(name, tmp_path, monkey
             s, where = _service_settings(svc["environment"], monkeypatch), f"{path.name}/{service}"
             assert s.max_images_per_request >= batch, f"{where}: {s.max_images_per_request} images a request < {batch}"
             assert s.in_flight_limit == 0 or s.in_flight_limit >= clients, f"{where}: {s.in_flight_limit} in flight"
+            assert s.always_admit >= clients, f"{where}: {s.always_admit} admitted whatever their wait"
             assert s.max_queue >= max(batch, clients), f"{where}: {s.max_queue} images may wait"
             assert s.max_body_bytes >= batch * math.prod(INPUT_SHAPE) * 4, f"{where}: body {s.max_body_bytes} B"
     assert seen == SERVICE_STACKS

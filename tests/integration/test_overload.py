@@ -56,8 +56,9 @@ class Server:
     """create_app(settings, embedder) under a real uvicorn on a free loopback port, in a background thread."""
 
     def __init__(self, embedder: SlowEmbedder, **settings):
-        # the wait budget off unless a test is about it: each test below times its waits with a slow engine
-        base = dict(max_batch=1, max_delay_ms=0, warmup_iters=1, decode_threads=1, max_wait_ms=0)
+        # the wait budget and the count always admitted off unless a test is about them: each test below times its
+        # waits with a slow engine
+        base = dict(max_batch=1, max_delay_ms=0, warmup_iters=1, decode_threads=1, max_wait_ms=0, always_admit=0)
         self.settings = Settings.from_env(**{**base, **settings})
         self.embedder = embedder
         self.port = free_port()
@@ -128,6 +129,9 @@ def test_full_service_answers_503_before_reading_the_body():
         assert '"code":"overloaded"' in body and "limit is 2" in body
         assert [f.result().status_code for f in busy] == [200, 200]  # the admitted ones were served
         assert srv.metric("servelab_rejections_total", reason="overloaded") == 1
+        # answered by the gate in front of the app, yet counted under its route's template and naming the weights
+        assert srv.metric("servelab_requests_total", endpoint="/embed", status="503") == 1
+        assert "x-servelab-weights: stand-in (no model)" in head.lower()
         assert srv.embedder.rows_computed == 2
 
 
@@ -173,6 +177,69 @@ def test_a_burst_far_over_capacity_keeps_admitted_waits_within_the_budget():
         assert int(r.headers["retry-after"]) >= 1
     waits = [_server_wait_ms(r) for r in ok]
     assert max(waits) <= 800, waits  # what the service measured, not the wall clock of a busy machine
+
+
+def _post_tensor(url: str) -> httpx.Response:
+    return httpx.post(url + "/embed/tensor", content=ONE_TENSOR, headers=TENSOR_HEADERS, timeout=60)
+
+
+def _learn_the_pace(srv: Server) -> None:
+    for _ in range(3):  # the engine's pace, learnt from a few batches at its real speed
+        assert _post_tensor(srv.url).status_code == 200
+
+
+@pytest.mark.parametrize("seconds_per_call", [0.1, 0.2])
+def test_the_default_wait_budget_is_one_full_batch_at_the_engines_pace(seconds_per_call):
+    # batches of one image here (one request at a time), a batch of up to 8: the budget is 8 runs of this engine
+    with Server(SlowEmbedder(seconds_per_call), max_batch=8, max_wait_ms=None) as srv:
+        _learn_the_pace(srv)
+        limits = httpx.get(srv.url + "/info").json()["limits"]
+    assert limits["wait_budget"] == "auto"
+    assert 8 * seconds_per_call * 1000 <= limits["max_wait_ms"] <= 8 * seconds_per_call * 1000 * 1.25, limits
+
+
+def test_a_wait_budget_set_in_ms_is_kept_whatever_the_engine():
+    with Server(SlowEmbedder(0.1), max_batch=8, max_wait_ms=300) as srv:
+        _learn_the_pace(srv)
+        limits = httpx.get(srv.url + "/info").json()["limits"]
+    assert (limits["wait_budget"], limits["max_wait_ms"]) == ("set", 300.0)
+
+
+def test_a_closed_loop_within_the_count_always_admitted_is_never_refused_however_long_it_waits():
+    # six clients, each sending its next request when the last is answered, on an engine doing 4 images/s: each
+    # request waits about 1.25 s, far past the 300 ms budget, which alone would refuse or drop most of them
+    with Server(SlowEmbedder(0.25), max_in_flight=64, max_wait_ms=300, always_admit=6) as srv:
+        _learn_the_pace(srv)
+
+        def client(_):
+            return [_post_tensor(srv.url) for _ in range(4)]
+
+        with cf.ThreadPoolExecutor(6) as pool:
+            responses = [r for rs in pool.map(client, range(6)) for r in rs]
+        assert [r.status_code for r in responses] == [200] * 24, [r.text for r in responses if r.status_code != 200]
+        assert max(_server_wait_ms(r) for r in responses) > 300  # waits the budget would not have let through
+        assert srv.metric("servelab_rejections_total") == 0
+
+
+def test_past_capacity_the_first_refusal_leaves_only_the_time_bound_until_its_retry_after_passes():
+    # an engine doing 2 images/s, a 600 ms budget, 6 requests always admitted: six in flight are admitted whatever
+    # their wait (3 s); the seventh is refused, and so is a request arriving once fewer than six are in flight again
+    # (while the gate is refusing, the count admits nobody: past capacity the time bound keeps the wait short)
+    with Server(SlowEmbedder(0.5), max_in_flight=64, max_wait_ms=600, always_admit=6) as srv:
+        _learn_the_pace(srv)
+        inside = srv.occupy(6)
+        seventh = _post_tensor(srv.url)
+        assert seventh.status_code == 503 and "wait budget" in seventh.json()["error"]["message"], seventh.text
+        assert wait_until(lambda: srv.metric("servelab_in_flight") <= 4, timeout=10)
+        fewer = _post_tensor(srv.url)  # about 2 s of work ahead, 4 in flight: within the count, but refusing
+        assert fewer.status_code == 503 and fewer.json()["error"]["code"] == "overloaded", fewer.text
+        assert [f.result().status_code for f in inside] == [200] * 6
+        # the last refusal's Retry-After passed, and no one was refused since: the count admits six again, the last
+        # of them with 2.5 s of work ahead
+        time.sleep(int(fewer.headers["retry-after"]))
+        again = srv.occupy(6)
+        assert [f.result().status_code for f in again] == [200] * 6
+        assert srv.metric("servelab_rejections_total") == 2
 
 
 def test_404_probes_add_one_series_not_one_per_path():

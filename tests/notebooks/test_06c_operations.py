@@ -19,7 +19,7 @@ def source(prefix: str = "06c_") -> str:
 
 def test_the_admission_handler_is_shown_before_the_overload_harness_runs():
     text = source()
-    shown = text.index("show_code(admitted)")
+    shown = text.index("show_code(Gate.__call__)")
     assert shown < text.index("overload(step.run"), "the lines that shed load come before the harness"
     assert "show_code(Admission.refusal)" in text, "the gate's two bounds, count and expected wait, are on screen"
 

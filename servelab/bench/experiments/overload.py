@@ -16,9 +16,11 @@ failed otherwise (5xx, no answer), and whether the server process survived. The 
 Servers, all on the same engine and the same requests:
 
   fastapi                servelab's service with admission control: at most `queue` requests in flight
-                         (reading, decoding, queued, running) and at most its wait budget of expected wait,
-                         503 + Retry-After before the body is read; a request that has waited past the budget
-                         is dropped with 503 before it is computed; and a per-request deadline
+                         (reading, decoding, queued, running) and, past the count it always admits while
+                         refusing nobody, at most its wait budget of expected wait (by default one full batch
+                         at the engine's pace), 503 + Retry-After before the body is read; a request that has
+                         waited past the budget is dropped with 503 before it is computed; and a per-request
+                         deadline. Each level's record holds the budget the service had at its end
   fastapi-no-admission   the same service with the in-flight limit, wait budget and deadline off: every body is
                          read and decoded, and only then refused when the batcher's `queue`-image queue is full
   litserve               the peer baseline (LitServe has no queue bound)
@@ -119,11 +121,14 @@ def overload_server(name: str, engine: str, *, queue: int, deadline_s: float, lo
                **({} if admission else {"SERVELAB_MAX_WAIT_MS": 0})}
         with served("fastapi", engine, payload="jpeg", max_queue=queue, env=env, log_path=log_path) as srv:
             # no retries in the open loop (a refusal shows as one); `retries` for the capacity's closed loop
+            limits = _info(srv.url)["limits"]
             yield srv, (lambda retries=0: InferenceClient(mode="remote", backend="fastapi", url=srv.url,
                                                           payload="jpeg", retries=retries)), \
                 {"admission_control": admission, "max_in_flight": queue if admission else None,
                  "request_timeout_s": deadline_s if admission else None, "max_queue_images": queue,
-                 "max_wait_ms": _info(srv.url)["limits"].get("max_wait_ms") if admission else None}
+                 "max_wait_ms": limits.get("max_wait_ms") if admission else None,
+                 "wait_budget": limits.get("wait_budget") if admission else None,
+                 "always_admit": limits.get("always_admit") if admission else None}
     elif name == "litserve":
         with served("litserve", engine, payload="jpeg", log_path=log_path) as srv:
             yield srv, srv.make_client, {"admission_control": False, "queue_bound": None}
@@ -256,10 +261,15 @@ def overload(run: Run | str | None = None, *, servers: tuple = SERVERS, engine: 
                                 desc=f"{EXPERIMENT} {name} {level}x")
                 crashed = not _alive(srv.pid)
                 summary = res.summary()
+                budget = {}  # the wait budget follows the engine's pace: the one this level ended with
+                if conf.get("max_wait_ms") and not crashed:
+                    now = _safe(functools.partial(_info, srv.url)) or {}
+                    budget = {"max_wait_ms": now.get("limits", {}).get("max_wait_ms") or conf["max_wait_ms"]}
                 rec = run.record(
                     EXPERIMENT, kind="load", rate_rps=round(level * capacity, 4), **base,
                     server_stats=srv.delta(before, _safe(srv.snapshot)) if not crashed else None,
-                    memory=memory_snapshot(srv.pid), params={**params, "phase": "open-loop", "level": level},
+                    memory=memory_snapshot(srv.pid),
+                    params={**params, **budget, "phase": "open-loop", "level": level},
                     goodput_img_s=summary["throughput_img_s"], shed=tally["shed"], http_5xx=tally["http_5xx"],
                     http_4xx=tally["http_4xx"], no_answer=tally["no_answer"], crashed=crashed,
                     outcomes_total=dict(tally), **summary)

@@ -25,7 +25,9 @@ def test_the_two_service_copies_share_one_capacity_and_get_the_same_arrivals(onn
     # the gate's wait budget is on in the copy with admission and off in the other; client and server were placed
     # on separate cores where the machine has two (what was done is recorded either way)
     load = [r for r in recs if r.get("kind") == "load"]
-    assert {r["params"]["max_wait_ms"] for r in load if r["server"] == "fastapi"} == {2000.0}
+    budgets = [r["params"]["max_wait_ms"] for r in load if r["server"] == "fastapi"]
+    assert budgets and all(b >= 250 for b in budgets)  # the default: one full batch at the engine's pace, >= 250 ms
+    assert {r["params"]["wait_budget"] for r in load if r["server"] == "fastapi"} == {"auto"}
     assert {r["params"]["max_wait_ms"] for r in load if r["server"] == "fastapi-no-admission"} == {None}
     assert all(r["params"]["cpu_pinning"] for r in load)
     goals = {r["goal"]: r for r in recs if r.get("kind") == "derived"}
