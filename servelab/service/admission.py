@@ -26,6 +26,8 @@ from __future__ import annotations
 import math
 import time
 
+from servelab.errors import InvalidValue
+
 
 class Admission:
     """In-flight counter with a count limit, a wait budget and a count always admitted while nothing is refused,
@@ -39,11 +41,11 @@ class Admission:
     def __init__(self, limit: int, smoothing: float = 0.2, max_wait_s: float = 0.0, always_admit: int = 0,
                  clock=time.monotonic):
         if limit < 0:
-            raise ValueError("the in-flight limit must be >= 0 (0 = no limit)")
+            raise InvalidValue("the in-flight limit must be >= 0 (0 = no limit)")
         if max_wait_s < 0:
-            raise ValueError("the wait budget must be >= 0 (0 = no budget)")
+            raise InvalidValue("the wait budget must be >= 0 (0 = no budget)")
         if always_admit < 0:
-            raise ValueError("the count always admitted must be >= 0 (0 = none)")
+            raise InvalidValue("the count always admitted must be >= 0 (0 = none)")
         self.limit = limit  # 0: admit everything (to measure what happens without admission control)
         self.max_wait_s = max_wait_s  # 0: no bound on the expected wait
         self.always_admit = always_admit  # 0: the time bound decides from the first request on

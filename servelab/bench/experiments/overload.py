@@ -50,6 +50,7 @@ from servelab.bench.load.poisson import open_loop
 from servelab.bench.load.workers import client_factory
 from servelab.bench.results.goals import goal_record
 from servelab.bench.results.records import Run, memory_snapshot
+from servelab.errors import InvalidValue
 from servelab.vocabulary import Server
 
 SERVERS = (Server.FASTAPI, Server.FASTAPI_NO_ADMISSION, Server.LITSERVE, Server.TRITON_HTTP)
@@ -139,7 +140,7 @@ def overload_server(name: str, engine: str, *, queue: int, deadline_s: float, lo
             yield srv, srv.make_client, {"admission_control": True, "max_queue_size": TRITON_QUEUE,
                                          "queue_policy": "REJECT", "encoder_file": encoder_file}
     else:
-        raise ValueError(f"server must be one of {', '.join(SERVERS)}, got {name!r}")
+        raise InvalidValue(f"server must be one of {', '.join(SERVERS)}, got {name!r}")
 
 
 def _triton_engine(srv, engine: str) -> str:
@@ -160,7 +161,7 @@ def _triton_engine(srv, engine: str) -> str:
         os.replace(tmp, target)
         name = source.name
     else:
-        raise ValueError(f"Triton's CPU encoder runs onnx or onnx-int8, not {engine!r}")
+        raise InvalidValue(f"Triton's CPU encoder runs onnx or onnx-int8, not {engine!r}")
     srv.reconfigure(max_queue=TRITON_QUEUE)  # a reload: the encoder opens its file again, with the bound
     return name
 
