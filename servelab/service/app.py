@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import platform
 import threading
 import time
@@ -238,6 +239,7 @@ async def info(request: Request):
         "service": "servelab",
         "version": servelab.__version__,
         "machine": machine(),  # which machine answers: a client measuring it from elsewhere cannot know
+        "process": {"pid": os.getpid(), "workers": s.workers},  # which of the frontend processes answered
         "model": s.model_name,
         "embedding_dim": EMBED_DIM,
         "weights": svc.weights,

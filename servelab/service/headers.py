@@ -1,13 +1,19 @@
 """Request heads within a time bound: a connection whose request line and headers have not all arrived
 `timeout_s` after it opened (or after its last answer) is closed.
 
-    uvicorn.run(app, http=header_deadline(10.0), ...)
+    uvicorn.Config(app, http=HeaderDeadline)            # the bound from config.header_timeout_s (default 10 s)
+    uvicorn.run(app, http=header_deadline(10.0), ...)   # or a class with its own bound
 
 uvicorn bounds the idle time between keep-alive requests, and servelab.service.bodies bounds the body, but nothing
 bounds the head itself: a client that sends one header byte every few seconds keeps its connection, and a file
 descriptor, forever. The app never sees such a request (it runs once the headers are complete), so this lives in
 the HTTP protocol: uvicorn's own httptools protocol with a timer armed when a head is awaited and cancelled when
-it is complete.
+it is complete. `HeaderDeadline` is a module-level class, so a configuration naming it can be sent to worker
+processes (servelab.service.run with several workers).
+
+It also lets more of a request body wait in memory before it stops reading the socket: uvicorn pauses at 64 KiB,
+so a 602 KB tensor arrived in ten rounds of pause, wake the app, resume, each a trip through the event loop;
+`BODY_HIGH_WATER` is a megabyte (one float32 image and more), bounded per connection as uvicorn's is.
 """
 
 from __future__ import annotations
@@ -16,42 +22,63 @@ import asyncio
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+DEFAULT_TIMEOUT_S = 10.0
+BODY_HIGH_WATER = 1024 * 1024  # bytes of a body held per connection before reading pauses (uvicorn's: 64 KiB)
+
+
+class HeaderDeadline(HttpToolsProtocol):
+    """uvicorn's httptools protocol, closing a connection whose request head takes longer than `timeout_s` (the
+    configuration's `header_timeout_s` where it has one)."""
+
+    timeout_s: float | None = None
+    _head_timer: asyncio.TimerHandle | None = None
+
+    def __init__(self, config, *args, **kwargs):
+        super().__init__(config, *args, **kwargs)
+        if self.timeout_s is None:
+            self.timeout_s = getattr(config, "header_timeout_s", DEFAULT_TIMEOUT_S)
+
+    def connection_made(self, transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._await_head()
+
+    def on_headers_complete(self) -> None:
+        self._cancel_head_timer()
+        super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        # uvicorn's on_body with a higher mark before reading pauses
+        if (self.parser.should_upgrade() and self._should_upgrade()) or self.cycle.response_complete:
+            return
+        self.cycle.body += body
+        if len(self.cycle.body) > BODY_HIGH_WATER:
+            self.flow.pause_reading()
+        self.cycle.message_event.set()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing():
+            self._await_head()  # a keep-alive connection: the next head gets the same bound
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_head_timer()
+        super().connection_lost(exc)
+
+    def _await_head(self) -> None:
+        self._cancel_head_timer()
+        self._head_timer = self.loop.call_later(self.timeout_s, self._head_timed_out)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
 
 def header_deadline(timeout_s: float) -> type[HttpToolsProtocol]:
     """uvicorn's httptools protocol, closing a connection whose request head takes longer than `timeout_s`."""
-
-    class HeaderDeadline(HttpToolsProtocol):
-        _head_timer: asyncio.TimerHandle | None = None
-
-        def connection_made(self, transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            self._await_head()
-
-        def on_headers_complete(self) -> None:
-            self._cancel_head_timer()
-            super().on_headers_complete()
-
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            if not self.transport.is_closing():
-                self._await_head()  # a keep-alive connection: the next head gets the same bound
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._cancel_head_timer()
-            super().connection_lost(exc)
-
-        def _await_head(self) -> None:
-            self._cancel_head_timer()
-            self._head_timer = self.loop.call_later(timeout_s, self._head_timed_out)
-
-        def _cancel_head_timer(self) -> None:
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-                self._head_timer = None
-
-        def _head_timed_out(self) -> None:
-            self._head_timer = None
-            if not self.transport.is_closing():
-                self.transport.close()
-
-    return HeaderDeadline
+    return type("HeaderDeadline", (HeaderDeadline,), {"timeout_s": timeout_s})

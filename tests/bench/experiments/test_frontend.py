@@ -16,13 +16,13 @@ pytestmark = pytest.mark.skipif(not shutil.which("wrk"), reason="wrk is not inst
 
 def test_every_side_and_body_is_measured_and_recorded_with_its_client_and_emulation(tmp_path):
     run = Run("frontend-test", root=tmp_path)
-    recs = fe.frontend(run, kinds=("tensor", "jpeg"), connections=(2,), window_s=1, windows=2,
+    recs = fe.frontend(run, kinds=("tensor", "uint8", "jpeg"), connections=(2,), window_s=1, windows=2,
                        warmup_s=0, quick=True)
     read = load_records(run.dir)
     assert [r["run_id"] for r in read] == [r["run_id"] for r in recs] and len(read) == len(recs)
     load = [r for r in read if r["kind"] == "load"]
     assert {(r["backend"], r["payload"]) for r in load} == {(side, kind) for side in ("floor", "fastapi")
-                                                            for kind in ("tensor", "jpeg")}
+                                                            for kind in ("tensor", "uint8", "jpeg")}
     client = fe.wrk_version()
     for r in load:
         assert r["client"] == client and r["params"]["client"] == client
@@ -33,7 +33,8 @@ def test_every_side_and_body_is_measured_and_recorded_with_its_client_and_emulat
         assert r["params"]["device"] == "emulated near-zero"
         if r["server"] == fe.SERVICE:
             assert r["weights"] == "emulated near-zero" and "emulated" in r["note"]
-    assert {r["params"]["body_bytes"] for r in load if r["payload"] == "tensor"} == {4 * 3 * 224 * 224}
+    bytes_by_kind = {r["payload"]: r["params"]["body_bytes"] for r in load}
+    assert bytes_by_kind["tensor"] == 4 * bytes_by_kind["uint8"] == 4 * 3 * 224 * 224
     goals = [r for r in read if r["kind"] == "derived"]
     assert len(goals) == 1 and goals[0]["threshold"] == fe.GOAL_RATIO and goals[0]["quick"]
     rows = fe.table_rows(read)
