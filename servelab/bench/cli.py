@@ -371,6 +371,11 @@ def frontend(
                        trees=fe.parse_trees(trees), floor=floor, workers=workers, server_cores=server_cores,
                        client_cores=client_cores, quick=quick)
     typer.echo(markdown_table(fe.table_rows(recs)))
+    measured = [r for r in recs if r.get("kind") == "load"]
+    if measured:
+        p = measured[0]["params"]
+        typer.echo(f"client: {p['client']}; {p['cpu_pinning']}; load average (1/5/15 min) before "
+                   f"{p['load_average_before']}, after {p['load_average_after']}")
     goals = goals_table(recs)
     if goals:
         typer.echo(markdown_table(goals))

@@ -50,6 +50,7 @@ FLOOR = "asgi-floor"
 SERVICE = "fastapi"
 GOAL_RATIO = 0.5  # the service's tensor path at half the floor's requests/s or more
 ANSWER_BYTES = 2048
+TOLERANCE = 0.1  # a point is stable when its windows (three or more) lie within this fraction of their median
 
 
 # --- what is sent -------------------------------------------------------------------------------------------
@@ -170,6 +171,14 @@ def _cpu_s(pid: int) -> float:
     return total
 
 
+def _load_average() -> list[float] | None:
+    """The machine's 1, 5 and 15 minute load averages (what `uptime` says): how quiet the machine was."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
 def _git_sha(tree: Path | None) -> str | None:
     try:
         out = subprocess.run(["git", "-C", str(tree or Path(__file__).parent), "rev-parse", "--short", "HEAD"],
@@ -221,6 +230,7 @@ def frontend(run: Run | str | None = None, *, kinds=KINDS, connections=(8, 32), 
     client = wrk_version()
     device, profile_path = near_zero_profile(run.dir)
     payloads = bodies(kinds)
+    load_before = _load_average()
     out: list[dict] = []
     with contextlib.ExitStack() as stack:
         device_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="servelab-frontend-devices-")))
@@ -259,6 +269,7 @@ def frontend(run: Run | str | None = None, *, kinds=KINDS, connections=(8, 32), 
                         res = wrk_run(side.proc.url + body.path, body.data, body.headers, connections=c,
                                       duration_s=window_s, cores=client_cores)
                         got.setdefault((side.label, body.kind, c), []).append((res, _cpu_s(side.proc.pid) - cpu0))
+        machine_load = {"load_average_before": load_before, "load_average_after": _load_average()}
         by_key = {}
         for side in sides:
             for body in payloads.values():
@@ -267,7 +278,7 @@ def frontend(run: Run | str | None = None, *, kinds=KINDS, connections=(8, 32), 
                     if not ws:
                         continue
                     rec = _record(run, side, body, c, ws, client=client, pinning=pinning, device=device,
-                                  profile_path=profile_path, window_s=window_s, quick=quick)
+                                  profile_path=profile_path, window_s=window_s, quick=quick, machine_load=machine_load)
                     by_key[(side.label, body.kind, c)] = rec
                     out.append(rec)
         out += _goals(run, sides, connections, by_key)
@@ -275,7 +286,7 @@ def frontend(run: Run | str | None = None, *, kinds=KINDS, connections=(8, 32), 
 
 
 def _record(run: Run, side: Side, body: Body, connections: int, ws, *, client, pinning, device, profile_path,
-            window_s, quick) -> dict:
+            window_s, quick, machine_load) -> dict:
     rates = [r.ok_per_s for r, _ in ws]
     cpu_ms = [1000 * cpu / max(r.requests - r.non_2xx, 1) for r, cpu in ws]
     cpu_pct = [100 * cpu / r.duration_s for r, cpu in ws if r.duration_s > 0]
@@ -296,13 +307,13 @@ def _record(run: Run, side: Side, body: Body, connections: int, ws, *, client, p
         latency_p99_ms=round(statistics.median(r.p99_ms for r, _ in ws), 3),
         requests=requests, errors=non_2xx + sum(r.socket_errors for r, _ in ws), non_2xx=non_2xx,
         repeats=len(ws), windows_used=len(ws), spread=round((max(rates) - min(rates)) / median, 4) if median else None,
-        stable=None, client=client, cpu_pinning=pinning, quick=quick, memory=memory_snapshot(side.proc.pid),
+        stable=bool(len(ws) >= 3 and median and (max(rates) - min(rates)) / median <= TOLERANCE), client=client, cpu_pinning=pinning, quick=quick, memory=memory_snapshot(side.proc.pid),
         note=("emulated device (near-zero t(B)): the frontend's cost, not a model's" if side.server == SERVICE
               else "bare ASGI floor under the same uvicorn: reads the body, answers 2,048 bytes"),
         params={"side": side.label, "tree": str(side.tree) if side.tree else None, "git_sha": _git_sha(side.tree),
                 "workers": side.workers if side.server == SERVICE else 1, "device": device.label,
                 "device_profile": str(profile_path), "body_bytes": len(body.data), "answer_bytes": ANSWER_BYTES,
-                "path": body.path, "window_s": window_s, "client": client, "cpu_pinning": pinning,
+                "path": body.path, "window_s": window_s, "client": client, "cpu_pinning": pinning, **machine_load,
                 "windows": [{"requests_per_s": round(r.ok_per_s, 1), "server_cpu_s": round(cpu, 4),
                              "requests": r.requests, "non_2xx": r.non_2xx, "p50_ms": r.p50_ms, "p99_ms": r.p99_ms,
                              "client_cpu_s": round(r.cpu_s, 4)} for r, cpu in ws]})
