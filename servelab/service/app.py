@@ -2,7 +2,7 @@
 
 Read it top-down: the admission step every embedding route passes first (`admitted`), the work a
 request does once admitted (`Job`: decode in the bounded pool, then the micro-batcher, against a
-deadline), the routes (on `router`), the service that owns the engine (`Service`), `create_app`,
+deadline), the routes (the embedding routes as plain ASGI routes, `Direct`; the rest on `router`), the service that owns the engine (`Service`), `create_app`,
 which wires them together, and `Observe`, which times and counts every request. Request bodies are
 bounded in size and time by `servelab.service.bodies` and parsed by `servelab.service.codecs`; refusals come
 from `servelab.service.errors`.
@@ -29,10 +29,10 @@ from contextlib import asynccontextmanager
 from typing import NoReturn
 
 import numpy as np
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.datastructures import MutableHeaders
-from starlette.routing import Route
+from starlette.routing import Match, Route
 
 import servelab
 from servelab.config import Settings
@@ -158,8 +158,7 @@ class Job:
 
 # --- routes ---------------------------------------------------------------------------------------------
 
-@router.post("/embed")
-async def embed(request: Request, job: Job = Depends(admitted)):
+async def embed(request: Request, job: Job) -> Response:
     """Multipart image files (any field name), or one raw image/jpeg|png|webp body."""
     ctype = codecs.media_type(request.headers.get("content-type"))
     if ctype == codecs.MULTIPART_TYPE:
@@ -172,8 +171,7 @@ async def embed(request: Request, job: Job = Depends(admitted)):
     return job.respond(await job.embed_images(blobs), request)
 
 
-@router.post("/embed/base64")
-async def embed_base64(request: Request, job: Job = Depends(admitted)):
+async def embed_base64(request: Request, job: Job) -> Response:
     """JSON {"images": ["<base64>", ...]}."""
     blobs = codecs.base64_images(await request.body(), job.limits)
     return job.respond(await job.embed_images(blobs), request)
@@ -192,10 +190,10 @@ async def embed_tensor(request: Request, job: Job) -> Response:
 
 
 class Direct:
-    """A route served as a plain ASGI app: the same admission (`admitted`, entered as a context manager) and the
-    same handler, without FastAPI's per-request work around them (the dependency solver and its exit stack,
-    parameter validation, the response's serialisation), which cost a small tensor request about as much CPU as
-    the rest of its way through the service. For the hot path of tensor requests; every other route is FastAPI's."""
+    """A route served as a plain ASGI app: the admission (`admitted`, entered as a context manager) and then the
+    handler, without FastAPI's per-request work around them (the dependency solver and its exit stack, parameter
+    validation, the response's serialisation), which cost a small tensor request about as much CPU as the rest of
+    its way through the service. The embedding routes, the hot path, are these; the others are FastAPI's."""
 
     def __init__(self, handle):
         self.handle = handle
@@ -208,8 +206,23 @@ class Direct:
             await response(scope, receive, send)  # the slot is held until the answer is written
 
 
-# POST /embed/tensor; create_app puts it before FastAPI's routes
-TENSOR_ROUTE = Route("/embed/tensor", Direct(embed_tensor), methods=["POST"])
+class DirectRoute(Route):
+    """A POST route to a `Direct` handler that names itself in the scope, as FastAPI's routes do: `Observe` labels
+    the metrics by this template, never by the raw path."""
+
+    def __init__(self, path: str, handle):
+        super().__init__(path, Direct(handle), methods=["POST"])
+
+    def matches(self, scope):
+        match, child_scope = super().matches(scope)
+        if match is not Match.NONE:
+            child_scope["route"] = self
+        return match, child_scope
+
+
+# the embedding routes; create_app puts them before FastAPI's
+EMBED_ROUTES = [DirectRoute("/embed", embed), DirectRoute("/embed/base64", embed_base64),
+                DirectRoute("/embed/tensor", embed_tensor)]
 
 
 @router.get("/healthz")
@@ -378,7 +391,7 @@ def create_app(settings: Settings | None = None, embedder=None) -> FastAPI:
     app = FastAPI(title="servelab embedding service", version=servelab.__version__, lifespan=lifespan)
     app.state.service = svc
     app.include_router(router)
-    app.router.routes.insert(0, TENSOR_ROUTE)
+    app.router.routes[:0] = EMBED_ROUTES
 
     @app.exception_handler(ApiError)
     async def answer_refusal(request: Request, exc: ApiError):

@@ -88,6 +88,10 @@ def test_uint8_pixels_give_the_float32_tensors_embeddings(http, photos):
                                                                       "X-Shape": "1,3,224,224", "X-Dtype": "uint8"})
     assert short.status_code == 400 and short.json()["error"]["code"] == "bad_byte_count"
     assert "150528" in short.json()["error"]["message"]
+    families = {f.name: f for f in text_string_to_metric_families(http.get("/metrics").text)}
+    served = sum(s.value for s in families["servelab_requests"].samples if s.name == "servelab_requests_total"
+                 and s.labels == {"endpoint": "/embed/tensor", "status": "200"})
+    assert served >= 4  # counted under the route's template
 
 
 def test_multipart_raw_and_base64_agree(http, photos, local_embedder):
