@@ -86,9 +86,14 @@ class RunCost:
         seen = list(self._by_size.items())  # one snapshot: the service's loader thread adds the warm-up's runs
         if len(seen) < 2:
             return None
-        sizes, times = (np.array(column, dtype=float) for column in zip(*seen, strict=True))
-        slope, intercept = np.polyfit(sizes, times, 1)
-        fit = (float(slope), float(intercept), float(times.min()))
+        # the least-squares line in closed form: a few sizes, so plain arithmetic (np.polyfit's SVD costs more
+        # than a small batch's whole way through the batcher)
+        n = len(seen)
+        mean_x = sum(x for x, _ in seen) / n
+        mean_y = sum(y for _, y in seen) / n
+        sxx = sum((x - mean_x) ** 2 for x, _ in seen)
+        slope = sum((x - mean_x) * (y - mean_y) for x, y in seen) / sxx
+        fit = (slope, mean_y - slope * mean_x, min(y for _, y in seen))
         self._fit = (runs, fit)
         return fit
 
