@@ -360,6 +360,8 @@ def frontend(
     workers: int = typer.Option(1, help="the service's frontend processes (SERVELAB_WORKERS)"),
     server_cores: str | None = typer.Option(None, help="taskset core list for the servers (default: the 2nd core)"),
     client_cores: str | None = typer.Option(None, help="taskset core list for wrk (default: the 1st core)"),
+    max_delay_ms: float | None = typer.Option(None, help="the service's batching delay (default: its own, "
+                                                         "SERVELAB_MAX_DELAY_MS)"),
 ):
     """The frontend's own cost: requests/s and CPU ms per request on an emulated device that takes no time, beside a
     bare ASGI app reading the same body (wrk as the client, server and client on separate cores)."""
@@ -369,7 +371,8 @@ def frontend(
     run = _new_run(run_id, "frontend")
     recs = fe.frontend(run, kinds=_strs(kinds), connections=_ints(connections), window_s=window_s, windows=windows,
                        trees=fe.parse_trees(trees), floor=floor, workers=workers, server_cores=server_cores,
-                       client_cores=client_cores, quick=quick)
+                       client_cores=client_cores, quick=quick,
+                       env={"SERVELAB_MAX_DELAY_MS": max_delay_ms} if max_delay_ms is not None else None)
     typer.echo(markdown_table(fe.table_rows(recs)))
     measured = [r for r in recs if r.get("kind") == "load"]
     if measured:

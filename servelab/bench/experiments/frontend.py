@@ -198,6 +198,7 @@ class Side:
     weights: str
     tree: Path | None = None
     workers: int = 1
+    env: dict | None = None  # settings given to the service beyond the benchmark's own (e.g. its batching delay)
 
 
 def _probe(url: str, body: Body) -> str | None:
@@ -244,7 +245,7 @@ def frontend(run: Run | str | None = None, *, kinds=KINDS, connections=(8, 32), 
         for label, tree in trees.items():
             proc = stack.enter_context(PinnedService(cores=server_cores, tree=tree, env=service_env,
                                                      log_path=run.dir / f"{SERVICE}-{label}.log"))
-            sides.append(Side(label, SERVICE, proc, device.label, tree=tree, workers=workers))
+            sides.append(Side(label, SERVICE, proc, device.label, tree=tree, workers=workers, env=dict(env or {})))
         unavailable: dict[tuple[str, str], str] = {}
         for side in sides:
             for body in payloads.values():
@@ -311,7 +312,8 @@ def _record(run: Run, side: Side, body: Body, connections: int, ws, *, client, p
         note=("emulated device (near-zero t(B)): the frontend's cost, not a model's" if side.server == SERVICE
               else "bare ASGI floor under the same uvicorn: reads the body, answers 2,048 bytes"),
         params={"side": side.label, "tree": str(side.tree) if side.tree else None, "git_sha": _git_sha(side.tree),
-                "workers": side.workers if side.server == SERVICE else 1, "device": device.label,
+                "workers": side.workers if side.server == SERVICE else 1, "service_env": side.env,
+                "device": device.label,
                 "device_profile": str(profile_path), "body_bytes": len(body.data), "answer_bytes": ANSWER_BYTES,
                 "path": body.path, "window_s": window_s, "client": client, "cpu_pinning": pinning, **machine_load,
                 "windows": [{"requests_per_s": round(r.ok_per_s, 1), "server_cpu_s": round(cpu, 4),
@@ -339,8 +341,9 @@ def _goals(run: Run, sides: list[Side], connections, by_key: dict) -> list[dict]
 # --- reading it ---------------------------------------------------------------------------------------------
 
 def table_rows(records: list[dict]) -> list[dict]:
-    """One row per side, body kind and connection count: requests/s (range), CPU ms per request, and the share of
-    the floor's requests/s for the same body and connections."""
+    """One row per side, body kind and connection count: requests/s (range), CPU ms per request, the share of the
+    floor's requests/s for the same body and connections (`x_floor`), and the floor's CPU per request over this
+    one (`x_floor_cpu`: the share a busy core would reach)."""
     load = [r for r in records if r.get("experiment") == EXPERIMENT and r.get("kind") == "load"]
     floor = {(r["payload"], r["concurrency"]): r for r in load if r["server"] == FLOOR}
     rows = []
@@ -353,6 +356,10 @@ def table_rows(records: list[dict]) -> list[dict]:
                      "cpu_ms_range": f"{r['server_cpu_ms_per_request_min']:.3f}–{r['server_cpu_ms_per_request_max']:.3f}",
                      "server_cpu_pct": r["server_cpu_pct"], "client_cpu_pct": r["client_cpu_pct"],
                      "x_floor": round(r["requests_per_s"] / f["requests_per_s"], 2) if f and f["requests_per_s"] else None,
+                     # the share of the floor's rate a server with this CPU cost per request would reach if its core
+                     # were busy all the time (a batching delay can leave it idle, at a few connections)
+                     "x_floor_cpu": round(f["server_cpu_ms_per_request"] / r["server_cpu_ms_per_request"], 2)
+                     if f and r["server_cpu_ms_per_request"] else None,
                      "non_2xx": r["non_2xx"], "client": r["client"]})
     return rows
 
