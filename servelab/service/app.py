@@ -2,8 +2,8 @@
 
 Read it top-down: the admission step every embedding route passes first (`admitted`), the work a
 request does once admitted (`Job`: decode in the bounded pool, then the micro-batcher, against a
-deadline), the routes (the embedding routes as plain ASGI routes, `Direct`; the rest on `router`), the service that owns the engine (`Service`), `create_app`,
-which wires them together, and `Observe`, which times and counts every request. Request bodies are
+deadline), the routes (the embedding routes as plain ASGI routes, `Direct`; the rest on `router`), the service
+that owns the engine (`Service`), `create_app`, which wires them together, and `Observe`, which times and counts every request. Request bodies are
 bounded in size and time by `servelab.service.bodies` and parsed by `servelab.service.codecs`; refusals come
 from `servelab.service.errors`.
 
@@ -192,8 +192,8 @@ async def embed_tensor(request: Request, job: Job) -> Response:
 class Direct:
     """A route served as a plain ASGI app: the admission (`admitted`, entered as a context manager) and then the
     handler, without FastAPI's per-request work around them (the dependency solver and its exit stack, parameter
-    validation, the response's serialisation), which cost a small tensor request about as much CPU as the rest of
-    its way through the service. The embedding routes, the hot path, are these; the others are FastAPI's."""
+    validation, the response's serialisation), which took about as much of a tensor request's CPU as its handler
+    did (a py-spy profile under wrk). The embedding routes, the hot path, are these; the others are FastAPI's."""
 
     def __init__(self, handle):
         self.handle = handle
