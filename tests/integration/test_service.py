@@ -84,6 +84,8 @@ def test_uint8_pixels_give_the_float32_tensors_embeddings(http, photos):
         assert as_uint8.headers["x-shape"] == f"{batch.shape[0]},512"
         a, b = (np.frombuffer(r.content, "<f4").reshape(-1, 512) for r in (as_float, as_uint8))
         assert cosine(a, b).min() >= 0.99999
+    with InferenceClient(mode="remote", url=str(http.base_url), payload="tensor") as client:  # it sends uint8 too
+        assert cosine(client.embed_tensor(pixels), client.embed_tensor(normalise(pixels))).min() >= 0.99999
     short = http.post("/embed/tensor", content=b"\0" * 100, headers={"Content-Type": "application/octet-stream",
                                                                       "X-Shape": "1,3,224,224", "X-Dtype": "uint8"})
     assert short.status_code == 400 and short.json()["error"]["code"] == "bad_byte_count"

@@ -132,6 +132,13 @@ def test_uint8_pixels_are_taken_as_they_came_and_normalised_into_the_batch_as_de
     assert refused(codecs.tensor_from_bytes, b"\0" * 16, shape, "uint8").code == "bad_byte_count"
 
 
+def test_an_engine_refuses_uint8_pixels_it_would_otherwise_take_as_normalised_values():
+    from servelab.model.preprocess import engine_batch
+
+    with pytest.raises(ValueError, match="normalise it first"):
+        engine_batch(np.zeros((1, 3, 224, 224), np.uint8))
+
+
 def test_a_body_in_a_writable_buffer_is_not_copied_and_one_in_bytes_is():
     x = np.ones((1, 3, 224, 224), np.float32)
     buffer = bytearray(x.tobytes())
