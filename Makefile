@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # each module is compiled once, on first use, into the checkout's and .venv's __pycache__ (ignored by git and Docker).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: help setup lock lint export stage lab test test-fast serve triton-up triton-down browser prometheus perf-analyzer clean rehearse-node
+.PHONY: help setup lock lint export stage lab test test-fast serve triton-up triton-down browser prometheus perf-analyzer wrk clean rehearse-node
 
 help:
 	@echo "make lab    run the lab: notebooks -> results/<run-id>/ (CPU, no Docker)"
@@ -59,6 +59,14 @@ browser:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
+# wrk, the C load generator of `servelab bench frontend` and its test (Debian package; best effort: the test skips).
+wrk:
+	@command -v wrk >/dev/null || { \
+	  echo "installing Debian wrk for the frontend benchmark"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  { $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq wrk >/dev/null; } || \
+	  echo "wrk could not be installed: the frontend benchmark's test is skipped"; }
+
 # Prometheus + promtool for 06c's monitoring view and its tests (Debian package; best effort, skipped where present).
 prometheus:
 	@bash scripts/prometheus.sh
@@ -101,7 +109,7 @@ lint: $(TEST_STAMP)
 # Where an engine answers, its base images (the real ones, or labelled stand-ins where no registry answers) are made
 # before the tests start: the smoke lab's notebook 02 builds an image too, on the other worker, and on a machine that
 # has none yet it would otherwise race the container tests that make them (Docker Hub unreachable: its build failed).
-test: export browser prometheus perf-analyzer lint
+test: export browser prometheus perf-analyzer wrk lint
 	@bash scripts/docker_engine.sh start
 	@if timeout 10 docker info >/dev/null 2>&1; then bash scripts/standin_images.sh || \
 	  echo "[standin] base images not made: the container tests will say why"; fi

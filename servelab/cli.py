@@ -55,6 +55,8 @@ def serve(
     max_batch: int | None = typer.Option(None, help="micro-batcher max batch size"),
     max_delay_ms: float | None = typer.Option(None, help="micro-batcher max delay (ms)"),
     max_queue: int | None = typer.Option(None, help="images allowed to wait before 503"),
+    workers: int | None = typer.Option(None, help="frontend processes on the port, each with its own engine "
+                                                  "(default 1; also SERVELAB_WORKERS or WEB_CONCURRENCY)"),
 ):
     """Run the FastAPI embedding service (settings also from SERVELAB_* env)."""
     from servelab.config import Settings
@@ -62,7 +64,7 @@ def serve(
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     run(Settings.from_env(host=host, port=port, engine=engine, provider=provider, threads=threads,
-                          max_batch=max_batch, max_delay_ms=max_delay_ms, max_queue=max_queue))
+                          max_batch=max_batch, max_delay_ms=max_delay_ms, max_queue=max_queue, workers=workers))
 
 
 @app.command()

@@ -77,6 +77,17 @@ def triton_state_dir() -> Path:
 NODE_ENDPOINTS = ("service", "triton_http", "triton_grpc", "triton_metrics")
 
 
+def _web_concurrency(default: int) -> int:
+    """WEB_CONCURRENCY, the worker count platforms (and uvicorn, and gunicorn) read, when it is set."""
+    raw = os.environ.get("WEB_CONCURRENCY")
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"WEB_CONCURRENCY={raw!r} is not a valid int") from None
+
+
 def _flag(raw: str) -> bool:
     """A switch's text: 1, true, yes or on (any case) is on; anything else is off."""
     return raw.strip().lower() in ("1", "true", "yes", "on")
@@ -111,6 +122,9 @@ class Settings:
     # service
     host: str = "127.0.0.1"
     port: int = SERVICE_PORT
+    # frontend processes on one port (SERVELAB_WORKERS, else WEB_CONCURRENCY as uvicorn and gunicorn read it): each
+    # owns its engine, batcher, gate and metrics; on a CPU each engine gets cores ÷ workers threads
+    workers: int = 1
     max_batch: int = 16
     max_delay_ms: float = 2.0
     max_queue: int = 64  # images waiting; more -> 503 with Retry-After
@@ -189,6 +203,7 @@ class Settings:
             device_dir=Path(_env("DEVICE_DIR", str(d.device_dir))),
             host=_env("HOST", d.host),
             port=_env("PORT", d.port, int),
+            workers=_env("WORKERS", _web_concurrency(d.workers), int),
             max_batch=_env("MAX_BATCH", d.max_batch, int),
             max_delay_ms=_env("MAX_DELAY_MS", d.max_delay_ms, float),
             max_queue=_env("MAX_QUEUE", d.max_queue, int),
@@ -234,7 +249,7 @@ class Settings:
         if self.pretrained and self.checkpoint:
             raise InvalidValue("set SERVELAB_PRETRAINED or SERVELAB_CHECKPOINT, not both")
         for name in ("max_batch", "max_queue", "max_images_per_request", "max_bytes", "max_pixels", "decode_threads",
-                     "engine_instances", "max_body_bytes"):
+                     "engine_instances", "max_body_bytes", "workers"):
             if getattr(self, name) < 1:
                 raise InvalidValue(f"{name} must be >= 1")
         if self.body_timeout_s <= 0:

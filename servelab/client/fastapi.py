@@ -48,11 +48,13 @@ class FastAPIBackend(Backend):
         return self._post("/embed", files=files)
 
     def embed_tensor(self, batch):
-        batch = np.ascontiguousarray(batch, dtype="<f4")
+        """float32 [N, 3, 224, 224], or uint8 pixels of that shape (a quarter of the bytes; the service normalises)."""
+        dtype = "uint8" if np.asarray(batch).dtype == np.uint8 else "float32"
+        batch = np.ascontiguousarray(batch, dtype=np.uint8 if dtype == "uint8" else "<f4")
         return self._post(
             "/embed/tensor",
             content=batch.tobytes(),
-            headers={"Content-Type": BINARY, "X-Shape": ",".join(map(str, batch.shape)), "X-Dtype": "float32"},
+            headers={"Content-Type": BINARY, "X-Shape": ",".join(map(str, batch.shape)), "X-Dtype": dtype},
         )
 
     def ready(self) -> bool:

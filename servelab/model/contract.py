@@ -14,6 +14,10 @@ INPUT_SHAPE = (3, IMAGE_SIZE, IMAGE_SIZE)  # one preprocessed image, CHW
 EMBED_DIM = 512  # ViT-B/32's image embedding, L2-normalised
 DTYPE = "float32"  # input tensors and embeddings (numpy's name)
 TRITON_DTYPE = "FP32"  # the same, in Triton's words
+# the service also takes an image as uint8 pixels, resized and cropped but not normalised (a quarter of the bytes;
+# the service normalises them); the encoder itself always takes float32
+PIXEL_DTYPE = "uint8"
+TENSOR_DTYPES = (DTYPE, PIXEL_DTYPE)  # what the service's tensor route accepts (X-Dtype)
 
 INPUT_NAME = "pixel_values"  # the encoder's input: float32 [N, 3, 224, 224]
 OUTPUT_NAME = "embedding"  # the encoder's output: float32 [N, 512]

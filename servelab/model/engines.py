@@ -28,6 +28,8 @@ from servelab.model.providers import (  # noqa: F401  (the provider names and ch
 )
 from servelab.vocabulary import ONNX_ENGINES, Engine, Precision, Provider
 
+GPU_HOST_THREADS = 2  # an engine's CPU threads when a GPU computes (unless SERVELAB_THREADS says otherwise)
+
 
 class Embedder:
     engine: str = ""
@@ -65,8 +67,10 @@ class TorchEmbedder(Embedder):
         if settings.provider == Provider.CUDA and not (check := torch_cuda_check()).usable:
             raise EngineError(f"torch engine: provider 'cuda' not available ({check.reason})")
         self.device = settings.provider
-        if settings.threads > 0:
-            torch.set_num_threads(settings.threads)
+        if settings.threads > 0 or settings.provider == Provider.CUDA:
+            # on a GPU, torch's CPU threads only cast and copy: a few do, and an all-core OpenMP pool would spin after
+            # every batch on the cores the frontend needs (the service's children also get OMP_WAIT_POLICY=PASSIVE)
+            torch.set_num_threads(settings.threads or GPU_HOST_THREADS)
         self.threads = torch.get_num_threads()
         self.provider = settings.provider
         self.precision = settings.precision
@@ -102,8 +106,12 @@ class OrtEmbedder(Embedder):
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         # ONNX Runtime's own default counts every core of the machine, not the ones this process may use (a
         # container's cpuset, `taskset`): on 2 of 16 cores it would start 16 threads that take turns on 2
-        self.threads = settings.threads or usable_cores()
+        self.threads = settings.threads or (usable_cores() if settings.provider == Provider.CPU else GPU_HOST_THREADS)
         so.intra_op_num_threads = self.threads
+        if settings.provider != Provider.CPU:
+            # on a GPU the intra-op threads only run the odd CPU operator; spinning, they would wait for work after
+            # every run on cores the frontend needs to read bodies and answer
+            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             self.session = ort.InferenceSession(str(self.model_path), sess_options=so, providers=providers)
         except Exception as exc:  # e.g. the CUDA provider's libraries or device missing

@@ -114,8 +114,9 @@ def crop_offsets(new_w: int, new_h: int) -> tuple[int, int]:
     return int(round((new_w - IMAGE_SIZE) / 2.0)), int(round((new_h - IMAGE_SIZE) / 2.0))
 
 
-def preprocess_pil(img: Image.Image) -> np.ndarray:
-    """RGB PIL image -> float32 [3, 224, 224], exactly open_clip's transform."""
+def pixels_pil(img: Image.Image) -> np.ndarray:
+    """RGB PIL image -> its uint8 [3, 224, 224] crop (resized and cropped as open_clip does, not yet normalised):
+    what a client sends as a uint8 tensor, a quarter of the float32 bytes."""
     if img.mode != "RGB":
         img = to_rgb(img)
     w, h = img.size
@@ -124,10 +125,21 @@ def preprocess_pil(img: Image.Image) -> np.ndarray:
         img = img.resize((new_w, new_h), Image.BICUBIC)
     left, top = crop_offsets(new_w, new_h)
     img = img.crop((left, top, left + IMAGE_SIZE, top + IMAGE_SIZE))
-    pixels = np.asarray(img).transpose(2, 0, 1)  # uint8 height × width × RGB -> channels first (a view, no copy)
-    out = np.multiply(pixels, _SCALE, order="C")  # (pixel / 255 - mean) / std, in one multiply and one subtract
+    return np.asarray(img).transpose(2, 0, 1)  # uint8 height × width × RGB -> channels first (a view, no copy)
+
+
+def normalise(pixels: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """uint8 [..., 3, 224, 224] pixels -> float32, (pixel / 255 - mean) / std per channel, in one multiply and
+    one subtract; into `out` (float32, same shape) when given, so a batch is filled without another copy."""
+    out = np.multiply(pixels, _SCALE, out=out, dtype=np.float32) if out is not None \
+        else np.multiply(pixels, _SCALE, order="C", dtype=np.float32)
     out -= _OFFSET
     return out
+
+
+def preprocess_pil(img: Image.Image) -> np.ndarray:
+    """RGB PIL image -> float32 [3, 224, 224], exactly open_clip's transform."""
+    return normalise(pixels_pil(img))
 
 
 def preprocess_bytes(data: bytes, **limits) -> np.ndarray:
@@ -137,7 +149,11 @@ def preprocess_bytes(data: bytes, **limits) -> np.ndarray:
 
 def engine_batch(batch) -> np.ndarray:
     """What every engine takes: `batch` as a C-contiguous float32 [N, 3, 224, 224]; ValueError naming the shape
-    it got otherwise."""
+    it got otherwise, and for uint8 pixels, which are not yet normalised (cast as they are, they would give
+    wrong embeddings without a word)."""
+    if getattr(batch, "dtype", None) == np.uint8:
+        raise ValueError("a uint8 batch is pixels, not the model's input: normalise it first "
+                         "(servelab.model.preprocess.normalise)")
     batch = np.ascontiguousarray(batch, dtype=np.float32)
     if batch.ndim != 4 or tuple(batch.shape[1:]) != INPUT_SHAPE:
         raise InvalidValue(f"expected a float32 batch of shape [N, 3, 224, 224], got {list(batch.shape)}")

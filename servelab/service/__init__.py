@@ -6,12 +6,14 @@ __all__ = ["create_app", "run"]
 
 
 def run(settings=None, log_level: str = "info") -> None:
-    """Serve until interrupted; host, port and everything else from settings (SERVELAB_* env)."""
-    import uvicorn
+    """Serve until interrupted; host, port, workers and everything else from settings (SERVELAB_* env)."""
+    import sys
+
+    from uvicorn.config import STARTUP_FAILURE
 
     from servelab.config import Settings
-    from servelab.service.headers import header_deadline
+    from servelab.service.launch import ServiceConfig, serve
 
-    settings = settings or Settings.from_env()
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level, access_log=False,
-                http=header_deadline(settings.header_timeout_s))
+    config = ServiceConfig(settings or Settings.from_env(), log_level=log_level)
+    if not serve(config):
+        sys.exit(STARTUP_FAILURE)

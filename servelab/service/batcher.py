@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -67,36 +68,60 @@ class RunCost:
     def __init__(self, smoothing: float = 0.3):
         self.smoothing = smoothing
         self._by_size: dict[int, float] = {}
+        self._runs_seen = 0
+        # (runs seen when fitted, (slope, intercept, cheapest run)): the fit holds until the next run is observed
+        self._fit: tuple[int, tuple[float, float, float]] | None = None
 
     def observe(self, n: int, seconds: float) -> None:
         old = self._by_size.get(n)
         self._by_size[n] = seconds if old is None else old + self.smoothing * (seconds - old)
+        self._runs_seen += 1
+
+    def _fitted(self) -> tuple[float, float, float] | None:
+        """The least-squares line through the sizes seen, fitted once per run, not once per question: the batcher
+        asks before cutting every batch, and a fit costs more than the rest of its loop."""
+        runs, cached = self._runs_seen, self._fit
+        if cached is not None and cached[0] == runs:
+            return cached[1]
+        seen = list(self._by_size.items())  # one snapshot: the service's loader thread adds the warm-up's runs
+        if len(seen) < 2:
+            return None
+        # the least-squares line in closed form: a few sizes, so plain arithmetic (np.polyfit's SVD costs more
+        # than a small batch's whole way through the batcher)
+        n = len(seen)
+        mean_x = sum(x for x, _ in seen) / n
+        mean_y = sum(y for _, y in seen) / n
+        sxx = sum((x - mean_x) ** 2 for x, _ in seen)
+        slope = sum((x - mean_x) * (y - mean_y) for x, y in seen) / sxx
+        fit = (slope, mean_y - slope * mean_x, min(y for _, y in seen))
+        self._fit = (runs, fit)
+        return fit
 
     def fixed_s(self) -> float:
         """The fitted fixed cost (least squares), within [0, the cheapest run]; with one size seen, all of that
         run's time, since nothing yet says how much of it grows with the batch."""
-        seen = list(self._by_size.items())  # one snapshot: the service's loader thread adds the warm-up's runs
-        if not seen:
-            return 0.0
-        sizes, times = (np.array(column, dtype=float) for column in zip(*seen, strict=True))
-        if len(sizes) < 2:
-            return float(times[0])
-        slope, intercept = np.polyfit(sizes, times, 1)
-        return float(min(max(intercept, 0.0), times.min()))
+        fit = self._fitted()
+        if fit is None:
+            seen = list(self._by_size.values())
+            return float(seen[0]) if seen else 0.0
+        return min(max(fit[1], 0.0), fit[2])
 
     def batch_s(self, n: int) -> float:
         """The fitted time of a batch of `n` images (0 before any run; with one size seen, that run's time)."""
-        seen = list(self._by_size.items())
-        if len(seen) < 2:
-            return seen[0][1] if seen else 0.0
-        sizes, times = (np.array(column, dtype=float) for column in zip(*seen, strict=True))
-        slope, intercept = np.polyfit(sizes, times, 1)
-        return float(max(intercept + slope * n, 0.0))
+        fit = self._fitted()
+        if fit is None:
+            seen = list(self._by_size.values())
+            return float(seen[0]) if seen else 0.0
+        return max(fit[1] + fit[0] * n, 0.0)
 
     def as_dict(self) -> dict:
         """The fitted fixed cost and each batch size's recent time, in milliseconds (the service's /info)."""
         return {"fixed_cost_ms": round(self.fixed_s() * 1000, 2),
                 "run_ms_by_batch": {n: round(t * 1000, 2) for n, t in sorted(list(self._by_size.items()))}}
+
+
+def _copy_into(request: np.ndarray, rows: np.ndarray) -> None:
+    np.copyto(rows, request)
 
 
 class MicroBatcher:
@@ -110,8 +135,14 @@ class MicroBatcher:
         on_batch: Callable[[int, float], None] | None = None,
         parallel: int = 1,
         teaches: Callable[[], bool] | None = None,
+        into: Callable[[np.ndarray, np.ndarray], None] | None = None,
     ):
         self.fn = fn
+        # how a request's array is written into its rows of the batch (float32): a copy, or, for a request sent as
+        # uint8 pixels, the normalisation (the service's codecs.into_batch); it runs on the engine's thread
+        self.into = into or _copy_into
+        self._buffers: list[np.ndarray] = []  # float32 batches of max_batch rows, reused: no fresh pages per batch
+        self._buffers_lock = threading.Lock()
         self.max_batch = max_batch
         self.max_delay_s = max_delay_s
         self.max_queue = max_queue
@@ -179,19 +210,27 @@ class MicroBatcher:
         n = int(batch.shape[0])
         if self._depth + n > self.max_queue:
             raise QueueFull(f"queue full: {self._depth} images waiting, limit {self.max_queue}")
-        item = _Item(batch, asyncio.get_running_loop().create_future(), queued_at=time.perf_counter())
+        loop = asyncio.get_running_loop()
+        item = _Item(batch, loop.create_future(), queued_at=time.perf_counter())
         self._pending.append(item)
         self._depth += n
         self._wake.set()
+        # one timer, not wait_for + shield (a task and two futures per request): at the deadline a request still
+        # queued leaves the queue; one the engine has taken is finished, its answer moments away
+        timer = loop.call_later(timeout_s, self._expire, item, n, timeout_s) if timeout_s is not None else None
         try:
-            rows = await asyncio.wait_for(asyncio.shield(item.future), timeout_s)
-        except TimeoutError:
-            if not item.taken:
-                self._pending.remove(item)
-                self._depth -= n
-                raise DeadlineExceeded(f"waited {timeout_s:.3g}s in the queue without reaching the engine") from None
             rows = await item.future
+        finally:
+            if timer is not None:
+                timer.cancel()
         return Computed(rows, item.taken_at, item.taken_at - item.queued_at, item.run_s or 0.0)
+
+    def _expire(self, item: _Item, n: int, timeout_s: float) -> None:
+        if item.taken or item.future.done():
+            return
+        self._pending.remove(item)
+        self._depth -= n
+        item.future.set_exception(DeadlineExceeded(f"waited {timeout_s:.3g}s in the queue without reaching the engine"))
 
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -210,7 +249,8 @@ class MicroBatcher:
                     break
                 self._wake.clear()
                 try:
-                    await asyncio.wait_for(self._wake.wait(), remaining)
+                    async with asyncio.timeout(remaining):  # not wait_for: no task per wait on the event loop
+                        await self._wake.wait()
                 except TimeoutError:
                     break
             # with several instances free, the queue is shared out between them rather than all given to one
@@ -224,13 +264,14 @@ class MicroBatcher:
 
     async def _run(self, items: list[_Item]) -> None:
         """One batch through the engine; every caller gets its own rows, or the engine's error."""
-        batch = items[0].batch if len(items) == 1 else np.concatenate([i.batch for i in items])
+        size = sum(int(i.batch.shape[0]) for i in items)
         try:
             started = time.perf_counter()
-            out, teaches = await asyncio.get_running_loop().run_in_executor(self._executor, self.run_now, batch)
+            out, teaches = await asyncio.get_running_loop().run_in_executor(
+                self._executor, self._assemble_and_run, [i.batch for i in items], size)
             seconds = time.perf_counter() - started
             if teaches:
-                self.cost.observe(int(batch.shape[0]), seconds)
+                self.cost.observe(size, seconds)
         except Exception as exc:  # the engine failed: every caller in this batch hears why
             for it in items:
                 if not it.future.done():
@@ -240,7 +281,7 @@ class MicroBatcher:
             self._running -= 1
             self._wake.set()
         if self.on_batch:
-            self.on_batch(int(batch.shape[0]), seconds)
+            self.on_batch(size, seconds)
         start = 0
         for it in items:
             n = it.batch.shape[0]
@@ -248,6 +289,36 @@ class MicroBatcher:
             if not it.future.done():
                 it.future.set_result(out[start : start + n])
             start += n
+
+    def _assemble_and_run(self, arrays: list[np.ndarray], size: int) -> tuple[np.ndarray, bool]:
+        """On the engine's thread: the requests written into one float32 batch (a reused buffer of max_batch rows;
+        a lone float32 request runs as it came), then the engine. Building a batch of 16 tensors moves 10 MB: on
+        the event loop that copy would hold up every other request's bytes."""
+        first = arrays[0]
+        if len(arrays) == 1 and first.dtype == np.float32:
+            return self.run_now(first)
+        buffer = self._buffer(first.shape[1:]) if size <= self.max_batch else None
+        batch = (buffer[:size] if buffer is not None else np.empty((size, *first.shape[1:]), dtype=np.float32))
+        try:
+            start = 0
+            for a in arrays:
+                self.into(a, batch[start:start + a.shape[0]])
+                start += a.shape[0]
+            out, teaches = self.run_now(batch)
+            if buffer is not None and np.may_share_memory(out, buffer):  # rows that are a view of the buffer
+                out = np.array(out)  # would change under their callers once the buffer is reused
+            return out, teaches
+        finally:
+            if buffer is not None:
+                with self._buffers_lock:
+                    self._buffers.append(buffer)
+
+    def _buffer(self, row_shape: tuple) -> np.ndarray:
+        with self._buffers_lock:
+            for i, b in enumerate(self._buffers):
+                if b.shape[1:] == row_shape:
+                    return self._buffers.pop(i)
+        return np.empty((self.max_batch, *row_shape), dtype=np.float32)  # kept once this run gives it back
 
     def run_now(self, batch: np.ndarray) -> tuple[np.ndarray, bool]:
         """`batch` through the engine on this thread: its rows, and (asked on the same thread) whether this run

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import asyncio
 
+import numpy as np
+from starlette.requests import ClientDisconnect
+
 from servelab.service.errors import reject
 
 
@@ -72,3 +75,25 @@ def _content_length(scope) -> int | None:
             except ValueError:
                 return None  # the server's parser refuses a malformed one before the app sees it
     return None
+
+
+async def read_into(receive, size: int) -> tuple[np.ndarray, int]:
+    """The request body read straight into one preallocated buffer of the `size` bytes its headers announced:
+    (the uint8 buffer, the bytes that came). A longer body is read to its end and counted, not kept.
+
+    Starlette's `request.body()` gathers the chunks and joins them, one more copy of every body on the event loop;
+    a tensor's size is known from its headers before the first byte, so each chunk is copied once, into place."""
+    buffer = np.empty(size, dtype=np.uint8)
+    view = memoryview(buffer)
+    got = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise ClientDisconnect()
+        chunk = message.get("body", b"")
+        end = got + len(chunk)
+        if end <= size:
+            view[got:end] = chunk
+        got = end
+        if not message.get("more_body", False):
+            return buffer, got

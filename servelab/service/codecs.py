@@ -10,6 +10,8 @@ facing the bytes of anyone who can reach the service.
     raw         one image/jpeg|png|webp body                                    -> [image bytes]
     base64      JSON {"images": ["<base64>", ...]} (data: URLs accepted)        -> list of image bytes
     tensor      little-endian float32 NCHW bytes; X-Shape: N,3,224,224            -> float32 array
+                or uint8 pixels (X-Dtype: uint8; resized and cropped, not normalised) -> uint8 array, normalised
+                into the batch on the engine's thread (`into_batch`): a quarter of the bytes
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import base64
 import binascii
 import io
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -25,8 +28,8 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 from starlette.requests import Request
 
-from servelab.model.contract import INPUT_SHAPE
-from servelab.model.preprocess import ImageDecodeError, preprocess_bytes
+from servelab.model.contract import DTYPE, INPUT_SHAPE, PIXEL_DTYPE, TENSOR_DTYPES
+from servelab.model.preprocess import ImageDecodeError, normalise, preprocess_bytes
 from servelab.service.errors import ApiError, reject
 
 IMAGE_TYPES = frozenset({"image/jpeg", "image/jpg", "image/png", "image/webp"})
@@ -112,13 +115,12 @@ def base64_images(body: bytes, limits: Limits) -> list[bytes]:
 
 def tensor_shape(content_type: str | None, shape_header: str | None, dtype_header: str | None,
                  limits: Limits) -> tuple[int, int, int, int]:
-    """Check a tensor request's headers (before its body is read): the [N, 3, 224, 224] shape it announces."""
+    """Check a tensor request's headers (before its body is read): the [N, 3, 224, 224] shape it announces, in one
+    of the dtypes the service takes (`tensor_dtype`)."""
     ctype = media_type(content_type)
     if ctype != BINARY_TYPE:
         reject(415, "unsupported_media_type", f"content type {ctype or '(none)'!r}; send {BINARY_TYPE}")
-    dtype = (dtype_header or "float32").lower()
-    if dtype != "float32":
-        reject(400, "bad_dtype", f"dtype {dtype!r} not supported; send float32")
+    tensor_dtype(dtype_header)
     if not shape_header:
         reject(400, "missing_shape", "header X-Shape (e.g. 4,3,224,224) is required")
     try:
@@ -131,15 +133,52 @@ def tensor_shape(content_type: str | None, shape_header: str | None, dtype_heade
     return shape  # type: ignore[return-value]
 
 
-def tensor_from_bytes(body: bytes, shape: tuple[int, ...]) -> np.ndarray:
-    """Raw little-endian float32 bytes of `shape` -> a writable, finite float32 array."""
-    expected = int(np.prod(shape)) * 4
-    if len(body) != expected:
-        reject(400, "bad_byte_count", f"{len(body)} bytes received; shape {list(shape)} float32 needs {expected}")
-    batch = np.frombuffer(body, dtype="<f4").reshape(shape).astype(np.float32, copy=True)
-    if not np.isfinite(batch).all():
+def tensor_dtype(dtype_header: str | None) -> str:
+    """X-Dtype: float32 (the default: normalised values) or uint8 (pixels, normalised by the service)."""
+    dtype = (dtype_header or DTYPE).strip().lower()
+    if dtype not in TENSOR_DTYPES:
+        reject(400, "bad_dtype", f"dtype {dtype!r} not supported; send {' or '.join(TENSOR_DTYPES)}")
+    return dtype
+
+
+def tensor_nbytes(shape: tuple[int, ...], dtype: str = DTYPE) -> int:
+    return math.prod(shape) * (4 if dtype == DTYPE else 1)
+
+
+def tensor_from_bytes(body: bytes | bytearray | memoryview | np.ndarray, shape: tuple[int, ...],
+                      dtype: str = DTYPE) -> np.ndarray:
+    """Raw little-endian bytes of `shape` -> a writable array of `dtype` over those bytes (copied only when they are
+    read-only, as a `bytes` object is); a float32 tensor must be finite. uint8 pixels are any values 0-255."""
+    check_byte_count(body.nbytes if isinstance(body, (np.ndarray, memoryview)) else len(body), shape, dtype)
+    array = np.frombuffer(body, dtype="<f4" if dtype == DTYPE else np.uint8)
+    if not array.flags.writeable:
+        array = array.copy()
+    array = array.reshape(shape)
+    if dtype == DTYPE and not finite(array):
         reject(400, "non_finite", "tensor contains NaN or infinity")
-    return batch
+    return array
+
+
+def check_byte_count(size: int, shape: tuple[int, ...], dtype: str = DTYPE) -> None:
+    expected = tensor_nbytes(shape, dtype)
+    if size != expected:
+        reject(400, "bad_byte_count", f"{size} bytes received; shape {list(shape)} {dtype} needs {expected}")
+
+
+def finite(array: np.ndarray) -> bool:
+    """Whether every value is finite, without a boolean copy of the array: its largest and smallest values are
+    finite only if every value is (NaN propagates through both; an infinity is one of them)."""
+    flat = array.reshape(-1)
+    return bool(np.isfinite(np.maximum.reduce(flat)) and np.isfinite(np.minimum.reduce(flat))) if flat.size else True
+
+
+def into_batch(request: np.ndarray, rows: np.ndarray) -> None:
+    """Write one request's array into its rows of a float32 batch (the micro-batcher's `into`, on the engine's
+    thread): uint8 pixels are normalised on the way, as the service's own decoding does; float32 is copied."""
+    if request.dtype == PIXEL_DTYPE:
+        normalise(request, out=rows)
+    else:
+        np.copyto(rows, request)
 
 
 def check_format(blob: bytes, i: int) -> None:

@@ -37,7 +37,12 @@ class ServiceProcess(ManagedProcess):
         return [sys.executable, "-m", "servelab.service"]
 
     def environment(self) -> dict:
-        return {**os.environ, **self.env, "SERVELAB_HOST": self.host, "SERVELAB_PORT": str(self.port)}
+        env = {**os.environ, **self.env, "SERVELAB_HOST": self.host, "SERVELAB_PORT": str(self.port)}
+        if env.get("SERVELAB_PROVIDER", "cpu") != "cpu":
+            # a GPU computes: the engine's OpenMP threads sleep when idle instead of spinning on the frontend's cores
+            # (read when the OpenMP runtime starts, so it must be in the environment the process starts with)
+            env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        return env
 
     def ports(self) -> dict[str, tuple[int, str]]:
         return {"service": (self.port, "--port")}

@@ -67,6 +67,35 @@ def test_jpeg_and_tensor_payloads_agree(service, photos):
         assert cosine(j.embed_images(photos), t.embed_images(photos)).min() >= 0.9999
 
 
+def test_uint8_pixels_give_the_float32_tensors_embeddings(http, photos):
+    """The same crops sent as uint8 pixels (a quarter of the bytes, normalised by the service) and as the float32
+    tensor the client would send: the same embeddings, one request at a time and several in one request."""
+    from servelab.model.preprocess import decode_image, normalise, pixels_pil
+
+    pixels = np.stack([pixels_pil(decode_image(p, reduce_to=224)) for p in photos[:3]])
+    for batch in (pixels[:1], pixels):
+        shape = ",".join(map(str, batch.shape))
+        as_float = http.post("/embed/tensor", content=normalise(batch).tobytes(),
+                             headers={**_tensor_headers(batch.shape), "Accept": "application/octet-stream"})
+        as_uint8 = http.post("/embed/tensor", content=np.ascontiguousarray(batch).tobytes(),
+                             headers={"Content-Type": "application/octet-stream", "X-Shape": shape, "X-Dtype": "uint8",
+                                      "Accept": "application/octet-stream"})
+        assert as_float.status_code == as_uint8.status_code == 200, as_uint8.text
+        assert as_uint8.headers["x-shape"] == f"{batch.shape[0]},512"
+        a, b = (np.frombuffer(r.content, "<f4").reshape(-1, 512) for r in (as_float, as_uint8))
+        assert cosine(a, b).min() >= 0.99999
+    with InferenceClient(mode="remote", url=str(http.base_url), payload="tensor") as client:  # it sends uint8 too
+        assert cosine(client.embed_tensor(pixels), client.embed_tensor(normalise(pixels))).min() >= 0.99999
+    short = http.post("/embed/tensor", content=b"\0" * 100, headers={"Content-Type": "application/octet-stream",
+                                                                      "X-Shape": "1,3,224,224", "X-Dtype": "uint8"})
+    assert short.status_code == 400 and short.json()["error"]["code"] == "bad_byte_count"
+    assert "150528" in short.json()["error"]["message"]
+    families = {f.name: f for f in text_string_to_metric_families(http.get("/metrics").text)}
+    served = sum(s.value for s in families["servelab_requests"].samples if s.name == "servelab_requests_total"
+                 and s.labels == {"endpoint": "/embed/tensor", "status": "200"})
+    assert served >= 4  # counted under the route's template
+
+
 def test_multipart_raw_and_base64_agree(http, photos, local_embedder):
     expected = local_embedder.embed(np.stack([preprocess_bytes(p) for p in photos[:3]]))
     multi = http.post("/embed", files=[("files", (f"p{i}.jpg", p, "image/jpeg")) for i, p in enumerate(photos[:3])])

@@ -98,6 +98,7 @@ def test_tensor_roundtrip():
 @pytest.mark.parametrize("ctype, shape, dtype, status, code", [
     ("text/plain", "1,3,224,224", None, 415, "unsupported_media_type"),
     ("application/octet-stream", "1,3,224,224", "float16", 400, "bad_dtype"),
+    ("application/octet-stream", "1,3,224,224", "int8", 400, "bad_dtype"),
     ("application/octet-stream", None, None, 400, "missing_shape"),
     ("application/octet-stream", "1,3,x,224", None, 400, "bad_shape"),
     ("application/octet-stream", "1,3,64,64", None, 400, "bad_shape"),
@@ -112,6 +113,63 @@ def test_tensor_body_must_match_its_shape_and_be_finite():
     shape = (1, 3, 224, 224)
     assert refused(codecs.tensor_from_bytes, b"\0" * 16, shape).code == "bad_byte_count"
     assert refused(codecs.tensor_from_bytes, np.full(shape, np.inf, np.float32).tobytes(), shape).code == "non_finite"
+
+
+def test_uint8_pixels_are_taken_as_they_came_and_normalised_into_the_batch_as_decoding_does():
+    from servelab.model.preprocess import decode_image, pixels_pil, preprocess_bytes
+
+    pixels = pixels_pil(decode_image(JPEG, reduce_to=224))[None]
+    shape = codecs.tensor_shape("application/octet-stream", "1,3,224,224", "uint8", LIMITS)
+    assert codecs.tensor_dtype("UINT8") == "uint8" and codecs.tensor_nbytes(shape, "uint8") == 3 * 224 * 224
+    got = codecs.tensor_from_bytes(bytearray(np.ascontiguousarray(pixels).tobytes()), shape, "uint8")
+    assert got.dtype == np.uint8 and np.array_equal(got, pixels) and got.flags.writeable
+    rows = np.empty((1, 3, 224, 224), np.float32)
+    codecs.into_batch(got, rows)
+    assert np.array_equal(rows[0], preprocess_bytes(JPEG))  # exactly the service's own decoding
+    x = np.random.default_rng(1).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    codecs.into_batch(x, rows)
+    assert np.array_equal(rows, x)
+    assert refused(codecs.tensor_from_bytes, b"\0" * 16, shape, "uint8").code == "bad_byte_count"
+
+
+def test_an_engine_refuses_uint8_pixels_it_would_otherwise_take_as_normalised_values():
+    from servelab.model.preprocess import engine_batch
+
+    with pytest.raises(ValueError, match="normalise it first"):
+        engine_batch(np.zeros((1, 3, 224, 224), np.uint8))
+
+
+def test_a_body_in_a_writable_buffer_is_not_copied_and_one_in_bytes_is():
+    x = np.ones((1, 3, 224, 224), np.float32)
+    buffer = bytearray(x.tobytes())
+    got = codecs.tensor_from_bytes(buffer, x.shape)
+    assert np.shares_memory(got, np.frombuffer(buffer, np.uint8))
+    assert codecs.tensor_from_bytes(bytes(buffer), x.shape).flags.writeable
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_one_non_finite_value_anywhere_is_refused(bad):
+    x = np.zeros((2, 3, 224, 224), np.float32)
+    x[1, 2, 223, 223] = bad
+    assert refused(codecs.tensor_from_bytes, x.tobytes(), x.shape).code == "non_finite"
+    assert codecs.finite(np.full((1, 3, 224, 224), np.finfo(np.float32).max))  # huge values are still finite
+
+
+def test_the_body_is_read_into_one_buffer_and_a_wrong_length_is_counted():
+    from servelab.service.bodies import read_into
+
+    def receiver(chunks):
+        messages = [{"type": "http.request", "body": c, "more_body": i < len(chunks) - 1} for i, c in enumerate(chunks)]
+
+        async def receive():
+            return messages.pop(0)
+        return receive
+
+    data = bytes(range(256)) * 10
+    buffer, got = asyncio.run(read_into(receiver([data[:1000], data[1000:2000], data[2000:]]), len(data)))
+    assert got == len(data) and buffer.tobytes() == data
+    assert asyncio.run(read_into(receiver([data, data]), len(data)))[1] == 2 * len(data)
+    assert asyncio.run(read_into(receiver([data[:10]]), len(data)))[1] == 10
 
 
 def test_decode_images_preprocesses_and_names_the_bad_one():
