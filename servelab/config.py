@@ -85,7 +85,7 @@ def _web_concurrency(default: int) -> int:
     try:
         return int(raw)
     except ValueError:
-        raise ValueError(f"WEB_CONCURRENCY={raw!r} is not a valid int") from None
+        raise InvalidValue(f"WEB_CONCURRENCY={raw!r} is not a valid int") from None
 
 
 def _flag(raw: str) -> bool:

@@ -152,8 +152,8 @@ def engine_batch(batch) -> np.ndarray:
     it got otherwise, and for uint8 pixels, which are not yet normalised (cast as they are, they would give
     wrong embeddings without a word)."""
     if getattr(batch, "dtype", None) == np.uint8:
-        raise ValueError("a uint8 batch is pixels, not the model's input: normalise it first "
-                         "(servelab.model.preprocess.normalise)")
+        raise InvalidValue("a uint8 batch is pixels, not the model's input: normalise it first "
+                           "(servelab.model.preprocess.normalise)")
     batch = np.ascontiguousarray(batch, dtype=np.float32)
     if batch.ndim != 4 or tuple(batch.shape[1:]) != INPUT_SHAPE:
         raise InvalidValue(f"expected a float32 batch of shape [N, 3, 224, 224], got {list(batch.shape)}")

@@ -406,7 +406,7 @@ def create_app(settings: Settings | None = None, embedder=None) -> FastAPI:
 
     app.add_middleware(BoundedBody, max_bytes=svc.settings.max_body_bytes, timeout_s=svc.settings.body_timeout_s)
     # outside the body's bounds, inside Observe: a refusal reads no body and is still timed and counted
-    embedding = {r.path: r for r in router.routes if r.path.startswith("/embed")}
+    embedding = {r.path: r for r in EMBED_ROUTES}
     app.add_middleware(Gate, svc=svc, routes=embedding)
     app.add_middleware(Observe, svc=svc)
     return app

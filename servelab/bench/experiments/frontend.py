@@ -40,6 +40,7 @@ import numpy as np
 from servelab.bench.load.wrk import WrkResult, wrk_run, wrk_version
 from servelab.bench.results.goals import goal_record
 from servelab.bench.results.records import Run, memory_snapshot
+from servelab.errors import InvalidValue
 from servelab.managed_process import ManagedProcess
 from servelab.netutil import free_port
 from servelab.service.process import ServiceProcess
@@ -82,7 +83,7 @@ def bodies(kinds=KINDS, seed: int = 0) -> dict[str, Body]:
     }
     unknown = set(kinds) - set(made)
     if unknown:
-        raise ValueError(f"body kinds are {', '.join(KINDS)}; not {', '.join(sorted(unknown))}")
+        raise InvalidValue(f"body kinds are {', '.join(KINDS)}; not {', '.join(sorted(unknown))}")
     return {k: made[k] for k in kinds}
 
 
@@ -411,9 +412,9 @@ def parse_trees(text: str | None) -> dict[str, Path | None] | None:
     for part in filter(None, (p.strip() for p in text.split(","))):
         label, sep, path = part.partition("=")
         if not sep or not label or not path:
-            raise ValueError(f"--trees takes LABEL=PATH pairs separated by commas, got {part!r}")
+            raise InvalidValue(f"--trees takes LABEL=PATH pairs separated by commas, got {part!r}")
         tree = Path(path).resolve()
         if not (tree / "servelab" / "service").is_dir():
-            raise ValueError(f"--trees {label}={path}: no servelab/service in that folder")
+            raise InvalidValue(f"--trees {label}={path}: no servelab/service in that folder")
         trees[label] = tree
     return trees
