@@ -315,9 +315,9 @@ step.answer(f"Sent binary tensors at concurrency {hi}, Triton delivered {ceiling
 
 # %% [markdown]
 # ## Measured: JPEGs to the service and tensors to Triton, across a WAN-like link
-# The two request paths the source material compared over the internet, one JPEG per request to the FastAPI
-# service and one float32 tensor per request to Triton, with the client behind a shaped link (`link`: 100
-# Mbit/s each way, 20 ms round trip) in windows alternating with loopback. `params.link_shaping` says how the
+# The two request paths the source material compared over the internet (one JPEG per request to the FastAPI
+# service, one float32 tensor per request to Triton) are measured with the client behind a shaped link (`link`:
+# 100 Mbit/s each way, 20 ms round trip), in windows alternating with loopback. `params.link_shaping` says how the
 # link was made; the CPU columns are % of one core.
 #
 # **Predict first.** Which path will the link slow down more, and by roughly how many milliseconds?
