@@ -15,8 +15,8 @@
 # %% [markdown]
 # # 02 · Containerize
 #
-# Stuck on an error? [When something goes wrong](../docs/TROUBLESHOOTING.md) has the messages and their fixes.
-# How a measurement is read here (windows, drift, alternating windows, and when a lead is ranked): [How this lab reads a measurement](../docs/METHOD.md).
+# Stuck? [When something goes wrong](../docs/TROUBLESHOOTING.md); how a figure is read:
+# [How this lab reads a measurement](../docs/METHOD.md).
 #
 # **After this notebook you can**
 # - read a Dockerfile for a model server line by line: base image, dependencies, non-root user, where the
@@ -40,19 +40,11 @@
 #   T[ssh tunnel / loopback 127.0.0.1:8002] --> U
 # ```
 #
-# A container fixes the serving environment: base image, Python packages, the model files, the user it
-# runs as, and how the platform knows it is healthy. servelab ships:
-#
-# - `docker/Dockerfile` — the CPU service (slim Python base, non-root user, `HEALTHCHECK` on `/readyz`,
-#   model mounted or exported at build, never downloaded at run time);
-# - `docker/Dockerfile.gpu` — CUDA runtime base with onnxruntime-gpu and CUDA torch;
-# - `docker/compose.<step>.yaml` — one stack per lab step, GPUs requested with
-#   `deploy.resources.reservations.devices`, ports bound to the node's loopback.
-#
-# Every file is first validated the way the engine would read it: compose files against the compose
-# specification, Dockerfiles for pinned bases, non-root user, health check and existing `COPY` sources. Where
-# a Docker engine answers on this machine (Docker Desktop on a laptop, Docker Engine on Linux), the notebook
-# then builds the image and runs it; where none does, it says so and the rest still runs.
+# A container fixes the serving environment: base image, packages, model files, user, health check. servelab
+# ships `docker/Dockerfile` (CPU), `docker/Dockerfile.gpu` (CUDA runtime, onnxruntime-gpu, CUDA torch) and one
+# `docker/compose.<step>.yaml` per lab step. Every file is first validated offline; where a Docker engine
+# answers, the notebook then builds the image and runs it; where none does
+# ([no Docker engine](../docs/TROUBLESHOOTING.md#no-docker-engine)), it says so and the rest still runs.
 
 # %% tags=["parameters"]
 harness = {}              # where this runs: filled by `servelab lab run` ({}: this place's defaults)
@@ -72,10 +64,9 @@ step = lab.step
 
 # %% [markdown]
 # ## The Dockerfile
-# The CPU service image, read from `docker/`. Read it top to bottom: a pinned slim Python base, the
-# service's own requirements, the package, a user without root rights, and a `HEALTHCHECK` that runs
-# `docker/healthcheck.py` inside the container (Python, because the slim image has no curl) against the
-# service's `/readyz`: *ready to serve*, not merely *listening*.
+# Read it top to bottom: a pinned slim Python base, the service's requirements, the package, a user without
+# root rights, and a `HEALTHCHECK` that runs `docker/healthcheck.py` (the slim image has no curl) against
+# `/readyz`: *ready to serve*, not merely *listening*.
 
 # %%
 from servelab.lab.step import repo_path, show_code
@@ -84,9 +75,9 @@ show_code(repo_path("docker", "Dockerfile"), lang="dockerfile")
 
 # %% [markdown]
 # ## The compose file
-# How the node runs that image for this step: the weights settings the image's preflight checks, the model
-# export mounted read-only (never downloaded at run time), and the port bound to the node's loopback — the
-# outside world reaches it only through your SSH tunnel.
+# How the node runs that image: the weights settings the image's preflight checks, the model export mounted
+# read-only (never downloaded at run time), and the port bound to the node's loopback, reached only through
+# your SSH tunnel.
 
 # %%
 show_code(repo_path("docker", "compose.02-service-cpu.yaml"), lang="yaml")
@@ -100,7 +91,7 @@ stacks = step.table(pd.DataFrame([{"stack": s, "file": compose_file(s).name, "no
 
 # %% [markdown]
 # ## Validate the Dockerfiles and compose files (runs here, no engine needed)
-# These are the repository's own offline checks (`tests/deploy`), run here and summarised.
+# The repository's own offline checks (`tests/deploy`), summarised.
 #
 # **Predict first.** Without a Docker engine, which mistakes in these files can still be caught — and which
 # only show up when an image is built and started?
@@ -122,13 +113,11 @@ step.answer(f"{len(checks)} offline checks ran ({', '.join(f'{n} {k}' for k, n i
 
 # %% [markdown]
 # ### Exercise: the service's health check in compose
-# Docker marks a container *healthy* by running its `healthcheck.test` inside it; `depends_on: condition:
-# service_healthy` and operators rely on that. While the model loads, the service cannot answer, and
-# failures during `start_period` do not count. The service answers two questions over HTTP: `/healthz` — *is
-# the process alive?* (it answers as soon as uvicorn listens) — and `/readyz` — *can it serve?* (200 only once
-# the model has run a real batch). Docker's `healthy` should mean the second. How long is loading? Measured here: a fresh service process
-# from start to ready (`/readyz`) — on this machine, not in a container — three times, because one start is one
-# sample of a shared machine. A health check must allow for the *slowest* start, not the typical one.
+# Docker marks a container *healthy* by running its `healthcheck.test` inside it; failures during
+# `start_period` do not count. `/healthz` asks *is the process alive?* (it answers once uvicorn listens),
+# `/readyz` asks *can it serve?* (200 once the model has run a real batch); Docker's `healthy` should mean the
+# second. How long is loading? A fresh service process is timed from start to ready three times: a health
+# check must allow for the *slowest* start, not the typical one.
 
 # %%
 from servelab.bench.experiments import cold_start
@@ -170,8 +159,8 @@ assignment_checks.compose_healthcheck(service_healthcheck, cold_start_s=cold_sta
 
 # %% [markdown]
 # ## Build the image
-# Where a Docker engine answers — `docker version` reaches it; a `docker` command or a socket file alone is not
-# enough — the notebook builds `docker/Dockerfile` here and runs it the way the compose file above does.
+# Where a Docker engine answers (`docker version` reaches it), the notebook builds `docker/Dockerfile` and
+# runs it the way the compose file above does.
 #
 # **Predict first.** The Dockerfile installs the Python packages in one layer and copies servelab's code in a
 # later one. After a change to servelab's code only, what share of a build from scratch will the rebuild take?
@@ -238,12 +227,10 @@ if engine:
 
 # %% [markdown]
 # ## Run it: started, alive, ready — and Docker's `healthy`
-# The container starts as the compose file runs it: the export mounted read-only at `/models`, the service's
-# port published on this machine's loopback only (a free port here). Then the notebook asks, every 0.1 s from
-# outside, three questions: has the container *started* (`docker run` returned, its process runs), is the
-# service *alive* (`/healthz` 200), is it *ready* (`/readyz` 200)? Once it is alive but not yet ready, your
-# healthcheck from exercise 02.1 runs inside the container (`docker exec`, what Docker itself does), and again
-# once ready. Docker's own status comes from the image's `HEALTHCHECK`, read beside them with its probe log.
+# The container starts as the compose file runs it (export read-only at `/models`, port on loopback only).
+# Every 0.1 s the notebook asks from outside: has it *started* (its process runs), is the service *alive*
+# (`/healthz`), is it *ready* (`/readyz`)? Your healthcheck from exercise 02.1 runs inside the container
+# (`docker exec`, as Docker does) once alive and again once ready, beside Docker's own status and probe log.
 #
 # **Predict first.** How many seconds after `docker run` will `/healthz` answer, and `/readyz`? When will
 # `docker ps` say `healthy` — and why not at the moment `/readyz` first answers?
@@ -317,10 +304,9 @@ if engine:
 
 # %% [markdown]
 # ## What does the container cost? The container against the bare process
-# The same service code, engine and export, on the same cores: the lab's own service (a bare process on this
-# machine) and the container, measured in alternating windows so that the shared machine's drift cancels,
-# one client sending one image at a time as a binary tensor. Between the client and the container sit Docker's
-# published port (a userland proxy or NAT rules) and the container's network namespace.
+# The same service code, engine and export: the lab's own service (a bare process) and the container, in
+# alternating windows, one client sending one image at a time. Between the client and the container sit
+# Docker's published port (a userland proxy or NAT rules) and the container's network namespace.
 #
 # **Predict first.** Will the container answer measurably slower than the bare process? By more or less than
 # 5 %?
@@ -360,15 +346,11 @@ if engine:
 # %% [markdown]
 # ## Compared with the source material
 # The **photo-dedup "Technical Deep-Dive"** containerised the same service from `python:3.11-slim` with a
-# separate ML requirements file, a non-root user, the model loaded at start-up (not per request) and
-# `HEALTHCHECK CMD curl -f http://localhost:8002/healthz`; it then built a CUDA image
-# (`nvidia/cuda:12.1.0-runtime-ubuntu22.04`) with `docker buildx --platform linux/amd64` and ran it on
-# Vast.ai GPUs. The same shape here, with pinned bases and a Python probe instead of curl; the image's
-# health check and exercise 02.1 go one step further and probe `/readyz` (the model can serve) rather than
-# `/healthz` (the process is up), and the run above shows the difference on a real container. The
-# **Chameleon lab** runs its FastAPI endpoint, a Flask front-end and a Jupyter client as three containers of
-# one compose file on the P100 node. See `SOURCES.md`; this repository's own GPU reference (one H100,
-# 2026-11-26) is in `reference/nvidia-h100-80gb-hbm3/`: it ran the embedded stack, not these containers.
+# non-root user and a `curl` health check on `/healthz`, then a CUDA image run on Vast.ai GPUs. The same shape
+# here, with pinned bases and a probe of `/readyz` (the model can serve) rather than `/healthz`. The **Chameleon
+# lab** runs its endpoint, a Flask front-end and a Jupyter client as three containers of one compose file on the
+# P100 node. See `SOURCES.md`; the H100 reference (`reference/nvidia-h100-80gb-hbm3/`) ran the embedded stack,
+# not these containers.
 
 # %%
 n_ok = int((checks["outcome"] == "passed").sum())

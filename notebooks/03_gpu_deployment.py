@@ -15,8 +15,8 @@
 # %% [markdown]
 # # 03 · GPU deployment: execution providers
 #
-# Stuck on an error? [When something goes wrong](../docs/TROUBLESHOOTING.md) has the messages and their fixes.
-# How a measurement is read here (windows, drift, alternating windows, and when a lead is ranked): [How this lab reads a measurement](../docs/METHOD.md).
+# Stuck? [When something goes wrong](../docs/TROUBLESHOOTING.md); how a figure is read:
+# [How this lab reads a measurement](../docs/METHOD.md).
 #
 # **After this notebook you can**
 # - explain how ONNX Runtime chooses hardware (an ordered list of execution providers, each operator to the
@@ -36,14 +36,10 @@
 # ```
 #
 # The same ONNX graph runs on the CPU, on CUDA, or through TensorRT: ONNX Runtime picks the hardware by
-# its **execution provider** list. servelab never falls back silently — asking for `cuda` where CUDA is
-# missing is an error — so a GPU number is always a GPU number.
-#
-# What to look for: which providers this machine's onnxruntime build offers, what happens when you ask for
+# its **execution provider** list. Look for which providers this build offers, what happens when you ask for
 # one it lacks, and the CPU engines' throughput, the baseline any GPU deployment must beat. Two sections use
-# the **emulated accelerator** (`servelab.model.emulated_device`: batches wait t(B) from a profile fitted to
-# this repository's H100 run instead of computing): its rows say `emulated <profile>` and are never a GPU
-# measurement.
+# the **emulated accelerator** (batches wait t(B) from a profile fitted to this repository's H100 run): its
+# rows say `emulated <profile>` and are never a GPU measurement.
 
 # %% tags=["parameters"]
 harness = {}              # where this runs: filled by `servelab lab run` ({}: this place's defaults)
@@ -66,9 +62,9 @@ step = lab.step
 
 # %% [markdown]
 # ## The code that picks the provider
-# servelab's ONNX Runtime engine, read from `servelab.model.engines`: it refuses a provider this build lacks
-# before creating the session, and after creating it checks which provider ONNX Runtime actually made
-# active — because ONNX Runtime itself falls back to the next provider in the list *without an error*.
+# servelab's engine (`servelab.model.engines`) refuses a provider this build lacks, and after creating the
+# session checks which provider is active, because ONNX Runtime itself falls back *without an error*: a GPU
+# number is always a GPU number.
 
 # %%
 from servelab.lab.step import show_code
@@ -79,9 +75,8 @@ show_code(check_active_provider)
 
 # %% [markdown]
 # ## Every engine on every execution provider
-# In-process, one caller, back-to-back batches. A provider this machine lacks gets a row saying so (with
-# ONNX Runtime's own reason) instead of a silent CPU fallback. `cosine_vs_torch_fp32` checks that the
-# faster engines still compute the same embeddings.
+# In-process, one caller, back-to-back batches. A provider this build lacks gets a row saying why.
+# `cosine_vs_torch_fp32` checks that the faster engines still compute the same embeddings.
 #
 # **Predict first.** On this machine's CPU: will the int8 engine be faster than fp32, and by how much? Will
 # a bigger batch raise images per second on the CPU? Which rows will say "not available"?
@@ -129,10 +124,8 @@ checks.best_choice(batch_job_engine, table, key="engine", metric="throughput_img
                    at={"provider": "cpu", "batch": max(batch_sizes)}, exercise="03.1", step=step)
 
 # %% [markdown]
-# These points were measured one after another, minutes apart, so the machine's drift lies between them. A
-# lead is ranked only when every window of one beat every window of the other by more than this run's margin
-# (10 %, or the drift the probe measured when larger); a smaller lead in every window is still reported, with
-# its size and the reason it is not ranked ([how a measurement is read](../docs/METHOD.md)).
+# These points were measured minutes apart, drift between them; a lead is ranked only past this run's margin
+# ([how a measurement is read](../docs/METHOD.md)).
 
 # %%
 cpu = {(r["engine"], r["batch"]): r for r in recs if r.get("provider") == "cpu" and r.get("throughput_img_s")}
@@ -149,10 +142,9 @@ step.answer("; ".join(lines) + ". " + (providers_seen.sentence() if providers_se
 
 # %% [markdown]
 # ## When the provider asked for is missing: the fallback, and what it costs
-# servelab refuses a session that did not get the provider it asked for. A script that calls ONNX Runtime
-# directly gets no such check. Below, a plain session is asked for CUDA first, as most examples write it,
-# then measured at the largest batch, beside the rate of the emulated accelerator fitted to the H100 reference
-# run at the same batch (from its profile at real time scale: an emulation, labelled so in its row).
+# A script that calls ONNX Runtime directly gets no such check. Below, a plain session is asked for CUDA
+# first, as most examples write it, and measured at the largest batch, beside the emulated H100's rate at the
+# same batch (its profile at real time scale).
 #
 # **Predict first.** Will creating the session raise an error? If not, which provider will run it, and how
 # many times slower than the emulated H100 will it be?
@@ -224,10 +216,9 @@ checks.execution_providers(providers_for, want="tensorrt", exercise="03.2", step
 # clients from an engine that ran 9,280 img/s fed from host memory, with the GPU busy 2–9 % of the time: each
 # request's CPU work in the service (receiving 602 KB, batching, answering), not the GPU, set the pace.
 #
-# The service below runs the `emulated` engine with the profile fitted to that run **at real time scale**
-# (not slowed down: batches take as long as on that H100), so the device is as fast as the GPU was and this
-# machine's CPU does all the rest. The clients send batch-1 tensors; the device's rate and busy share are
-# computed from the service's own batch counters and the profile.
+# The service below runs the `emulated` engine with that run's profile **at real time scale** (batches take
+# as long as on that H100), so this machine's CPU does all the rest. The clients send batch-1 tensors; the
+# device's rate and busy share come from the service's batch counters and the profile.
 #
 # **Predict first.** What share of the time will the emulated device be busy? How many images will the
 # service put in a batch, and how close will its rate come to what the device does at that batch?
@@ -268,16 +259,13 @@ step.answer(
 
 # %% [markdown]
 # ## Why, and compared with the source material
-# The model is mostly matrix products (notebook 05a's profile), so its speed is the speed of the matrix
-# units: on a CPU, a few wide vector units per core — int8 helps when the CPU has VNNI instructions, and a
-# batch helps only as far as it keeps those units fed; on a GPU,
-# thousands of multiply-add units that a single image leaves mostly idle. The **photo-dedup "ONNX Runtime /
-# Triton optimisation report"** measured the same model's batch scaling on a CPU: 33.4 img/s at batch 1,
-# 49.0 at batch 4, 54.7 at batch 32 — 1.6× for 32× the batch. On its RTX A4000 the GPU compute per request
-# was 31.1 ms with the ONNX CUDA EP and 4.7 ms with the TensorRT EP (6.6×), and its "Technical Deep-Dive" found the best
-# provider depends on the GPU (ONNX CUDA EP on an A100 at 4.4 ms, TensorRT EP on an RTX 4080 at 2.0 ms).
-# See `SOURCES.md`; this repository's own GPU reference (one H100, 2026-11-26) is in
-# `reference/nvidia-h100-80gb-hbm3/`; its figure for this question is printed under the headline.
+# The model is mostly matrix products (05a's profile), so its speed is the speed of the matrix units: on a
+# CPU, a few wide vector units per core (int8 helps with VNNI instructions, a batch only as far as it keeps
+# them fed); on a GPU, thousands of multiply-add units a single image leaves mostly idle. The **photo-dedup
+# optimisation report** measured the model on a CPU at 33.4 img/s at batch 1 and 54.7 at batch 32, and on its
+# RTX A4000 31.1 ms per request with the CUDA EP against 4.7 ms with TensorRT; its "Technical Deep-Dive" found
+# the best provider depends on the GPU. See `SOURCES.md`; the H100 reference
+# (`reference/nvidia-h100-80gb-hbm3/`) is printed under the headline.
 
 # %%
 measured = table[table["available"] != False].dropna(subset=["throughput_img_s"])  # noqa: E712

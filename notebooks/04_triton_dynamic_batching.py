@@ -15,22 +15,21 @@
 # %% [markdown]
 # # 04 · Triton and dynamic batching
 #
-# Stuck on an error? [When something goes wrong](../docs/TROUBLESHOOTING.md) has the messages and their fixes.
-# How a measurement is read here (windows, drift, alternating windows, and when a lead is ranked): [How this lab reads a measurement](../docs/METHOD.md).
+# Stuck? [When something goes wrong](../docs/TROUBLESHOOTING.md); how a figure is read:
+# [How this lab reads a measurement](../docs/METHOD.md).
 #
 # **After this notebook you can**
 # - read a Triton model repository (`config.pbtxt`, a python-backend `model.py`) and call it with `tritonclient`;
-# - read Triton's statistics before and after a load, and its request trace, to see the batches it ran;
+# - read Triton's statistics and its request trace to see the batches it ran;
 # - edit a model's `config.pbtxt` and load it into the running Triton with one repository-API request;
 # - measure a point with NVIDIA's `perf_analyzer` beside servelab's own figure;
 # - predict a request's wait at concurrency N from one compute time, and what batching can buy from what a
 #   batch of B costs against B single images, then check both here and on an emulated accelerator.
 #
 # Clients send one photo at a time; **dynamic batching** lets the server run several waiting requests as one
-# batch. The same ViT-B/32 network is measured in this process (PyTorch), behind servelab's FastAPI service and
-# behind Triton: by batch size with one client, then under concurrent single-image clients. Locally Triton runs
-# the *python* backend (the only one in the `nvidia-pytriton` wheel's tritonserver): `model.py`, which calls ONNX
-# Runtime; a GPU node runs Triton's onnxruntime backend. Whether a batch pays on this hardware, the run decides.
+# batch. The same ViT-B/32 is measured in this process (PyTorch), behind servelab's FastAPI service and behind
+# Triton: by batch size, then under concurrent clients. Locally Triton runs the *python* backend (`model.py`,
+# calling ONNX Runtime); a GPU node runs Triton's onnxruntime backend.
 #
 # ```mermaid
 # flowchart LR
@@ -82,12 +81,11 @@ cols = ["server", "engine", "batch", "concurrency", "throughput_img_s", "through
 
 # %% [markdown]
 # ## The code Triton runs
-# Triton serves what its **model repository** says, staged for this run from `servelab/triton/staging/cpu`.
-# The encoder's `config.pbtxt`: name, backend, `max_batch_size`, tensors, `dynamic_batching`, `instance_group`.
-# Its `parameters` are read by `model.py` (ONNX Runtime's threads), and its queue is unbounded on purpose
+# Triton serves what its **model repository** (staged from `servelab/triton/staging/cpu`) says: first the
+# encoder's `config.pbtxt`, its queue unbounded on purpose
 # ([half-second stalls with a bounded queue](../docs/TROUBLESHOOTING.md#half-second-stalls-with-a-bounded-triton-queue)).
 # Then `execute`: Triton hands it a *list* of requests, longer than one when the batcher collected several, and
-# it runs them as one ONNX Runtime call. That single `session.run` on a bigger array is all batching buys.
+# it runs them as one `session.run` on a bigger array. That is all batching buys.
 
 # %%
 repository = Path(lab.triton_repository)
@@ -102,8 +100,8 @@ else:
 
 # %% [markdown]
 # ## One request by hand: `tritonclient`, binary vs JSON
-# Each input tensor is an `InferInput` (name, shape, datatype) filled by `set_data_from_numpy`; with
-# `binary_data=True` the floats travel as raw bytes after a JSON header, with `False` as decimal text.
+# With `binary_data=True` an `InferInput`'s floats travel as raw bytes after a JSON header, with `False` as
+# decimal text.
 #
 # **Predict first.** One preprocessed photo is 3×224×224 float32 values. How many times larger is the JSON
 # body than the binary one, and will the served round trip differ by more than the run-to-run noise?
@@ -130,11 +128,11 @@ step.answer(f"The JSON body was {j['request_bytes'] / 1024:,.0f} KiB against {b[
                                  f"{j['round_trip_ms_median'] - b['round_trip_ms_median']:.0f} ms more per image."))
 
 # %% [markdown]
-# ## By batch size: PyTorch in-process vs Triton (one client, batch-N requests)
+# ## By batch size: PyTorch in-process vs Triton, one client
 #
-# **Predict first.** With one client sending batches of N images back to back, will images per second grow
-# about N times (hardware with parallelism a single image leaves idle), stay flat (hardware one image already
-# keeps busy), or land in between? And how will the latency of one request grow?
+# **Predict first.** With one client sending batches of N images, will images per second grow about N times
+# (parallelism one image leaves idle), stay flat (one image already keeps the hardware busy), or land in between?
+# How will one request's latency grow?
 
 # %%
 torch_provider = in_process_provider(lab.place, "torch")  # at place=node: the node's GPU when this kernel has it
@@ -166,10 +164,9 @@ step.answer(f"Triton went from {small['throughput_img_s']:.1f} img/s at batch {l
 
 # %% [markdown]
 # ## Under concurrency: batch-1 requests from N clients
-# The FastAPI service (torch engine, its micro-batcher from notebook 01) against Triton (its dynamic batcher).
-# Triton counts, per model, **inferences** (images) and **executions** (calls to `execute`); their ratio is the
-# average executed batch. The next cell reads them by hand before the sweep, as the Chameleon lab does with
-# `curl …/v2/models/<model>/versions/1/stats`, and again after it.
+# The FastAPI service (its micro-batcher from notebook 01) against Triton (its dynamic batcher). Triton counts
+# **inferences** (images) and **executions** (calls to `execute`); their ratio is the average executed batch. The
+# next cells read them before and after the sweep (`GET …/v2/models/<model>/versions/1/stats`).
 #
 # **Predict first.** Call *t* Triton's compute time at concurrency 1. Without batching a request at concurrency
 # N finds N−1 ahead of it: latency ≈ N·t, throughput flat. With batches of B it waits about (N−1)/B executions,
@@ -224,8 +221,8 @@ step.answer(f"At concurrency 1 Triton computed a request in t = {t:.0f} ms; the 
 
 # %% [markdown]
 # ## NVIDIA's perf_analyzer on the same point
-# The Chameleon lab's tool, on the same Triton at the highest concurrency: windows repeated until the last three
-# agree within a stability percentage ([when it reports nothing](../docs/TROUBLESHOOTING.md#perf_analyzer-reports-nothing)).
+# The Chameleon lab's tool on the same Triton at the highest concurrency
+# ([when it reports nothing](../docs/TROUBLESHOOTING.md#perf_analyzer-reports-nothing)).
 #
 # **Predict first.** Both tools keep N requests in flight against the same model and config. Should their
 # throughput agree within servelab's window spread? Which one might be a little faster, and why?
@@ -260,9 +257,8 @@ if pa_result is not None:
 
 # %% [markdown]
 # ## Batching, request by request: Triton's trace
-# Switched on at runtime (`POST /v2/models/<model>/trace/setting`, `trace_level` TIMESTAMPS), Triton's
-# **trace** records when each request entered the queue and when its execution ran; requests of one execution
-# share its start and end to the nanosecond. The load: N threads, each resending as soon as it is answered.
+# Switched on at runtime, Triton's **trace** records when each request entered the queue and when its execution
+# ran; requests of one execution share its start and end. N threads each resend as soon as they are answered.
 #
 # **Predict first.** With N clients, will all N requests run as one execution, or split into groups? How long
 # does a request that arrives during an execution wait?
@@ -293,10 +289,9 @@ if spans_on:
 # %% [markdown]
 # ## Your edit, loaded into the running Triton by hand
 # **You edit `config.pbtxt` as text** (by default deleting the `dynamic_batching` stanza; a number for
-# `my_edit` sets a queue delay). Triton's own `ModelConfig` parses it (a typo fails here), and one repository-API
-# request loads it, no restart: `curl -X POST <url>/v2/repository/models/<model>/load -d '{"parameters":
-# {"config": "<json>"}}'`. The request carries the server's key (`headers=lab.triton_headers`): a load may bring
-# code Triton runs (docs/SECURITY.md). The next cell loads the file's own text back the same way.
+# `my_edit` sets a queue delay). Triton's `ModelConfig` parses it (a typo fails here), and one request,
+# `POST <url>/v2/repository/models/<model>/load` with the config as JSON, loads it without a restart. It carries
+# the server's key (`headers=lab.triton_headers`; docs/SECURITY.md says why). The next cell loads the original back.
 #
 # **Predict first.** With batching off, how many executions will the same traced load take, and how long a wait?
 
@@ -343,9 +338,9 @@ if spans_mine:
                 "(one short window each: the alternating windows below measure the difference).")
 
 # %% [markdown]
-# ## Baseline: dynamic batching off, measured in alternating windows
-# Windows with batching **on** and **off** (the model reloaded without its stanza) alternate at the highest
-# concurrency; the full profile also tests the FastAPI service against one with `max_batch` 1.
+# ## Baseline: dynamic batching off
+# Batching **on** and **off** (the model reloaded without its stanza) alternate at the highest concurrency; the
+# full profile also sets the FastAPI service against one with `max_batch` 1.
 #
 # **Predict first.** From the batch-size table: will turning batching off change Triton's throughput by more
 # than the noise on this hardware? On a GPU?
@@ -416,8 +411,8 @@ step.show_plot(plot_latency_throughput(service_conc + triton_conc, step.plot_pat
 # ### Exercise: configure dynamic batching yourself, live
 # Write `dynamic_batching` with a queue delay of 2 ms (no `preferred_batch_size`, see "Why") and an
 # `instance_group` of two instances (`KIND_CPU` here, `KIND_GPU` on the node). The check **loads it into the
-# running server**, measures it between two runs of the model's own config, and puts the original back. It
-# passes when Triton serves your config; say in a sentence whether it beat the default, and why.
+# running server**, measures it between two runs of the original and passes when Triton serves your config. Say
+# whether it beat the default, and why.
 
 # %%
 max_batch = int(get_config(lab.triton_http_url, lab.triton_model)["max_batch_size"])
@@ -442,13 +437,11 @@ checks.live_config(triton_stanzas, run=step.run, triton_http_url=lab.triton_http
 
 # %% [markdown]
 # ## Why: what a batch costs decides what batching buys
-# One request at a time is a single queue: latency ≈ N × compute time, throughput 1 / compute time, whatever N.
-# Batching shortens the *time per image* only if a batch of B costs less than B single runs; it can save only what
-# one image wastes: **per-call cost** (PyTorch eager dispatches a few hundred operators from Python per call; ONNX
-# Runtime runs a graph optimised once) and **idle parallel units** (cores or GPU multiply units one image leaves
-# unused). Two settings are often misread: `max_queue_delay_microseconds` only *holds* a request while fewer than
-# `max_batch_size` wait (under load they already wait; 05a measures it), and `preferred_batch_size` is best left
-# unset unless particular sizes run much faster, as Triton's guidance says (a TensorRT engine built for them).
+# Batching shortens the *time per image* only if a batch of B costs less than B single runs; it saves only what
+# one image wastes: **per-call cost** (PyTorch eager dispatches a few hundred operators from Python per call) and
+# **idle parallel units** (cores or GPU multiply units one image leaves unused). `max_queue_delay_microseconds`
+# only *holds* a request while fewer than `max_batch_size` wait (05a measures it); `preferred_batch_size` is best
+# left unset unless particular sizes run much faster (a TensorRT engine built for them).
 
 # %%
 by_engine = tables.batch_gain_by_engine({"PyTorch in-process": torch_batches,
@@ -476,14 +469,13 @@ step.answer(
 # %% [markdown]
 # ## The same switch on an emulated accelerator
 # The lab's Triton also serves `openclip_vit_b32_emulated`, whose every execution *waits* t(B) on an **emulated
-# device** instead of computing. t(B) comes from a **device profile**: `vit-b32-h100` is fitted to the H100 run's
-# batches (`reference/nvidia-h100-80gb-hbm3`), slowed so a laptop keeps it fed; rows say `emulated <profile>`, never a GPU.
-# One batch of N instead of N of one buys t(1)·N ÷ t(N). With no queue delay, closed-loop clients split into **two
-# groups that take turns** (the first request runs alone, the rest queue and run next): a round takes t(a) + t(b)
-# (a + b = N), and the average executed batch is about N/2.
+# device**. t(B) comes from a **device profile**: `vit-b32-h100` is fitted to the H100 run's batches
+# (`reference/nvidia-h100-80gb-hbm3`); rows say `emulated <profile>`, never a GPU. One batch of N instead of N of
+# one buys t(1)·N ÷ t(N). With no queue delay, closed-loop clients split into **two groups that take turns**: a
+# round takes t(a) + t(b) (a + b = N), and the average executed batch is about N/2.
 #
 # **Predict first.** From the profile table: at the highest concurrency, what will batching on ÷ off be on the
-# emulated device, and what average batch will Triton report? Then compare with Triton on this CPU.
+# emulated device, and what average batch will Triton report?
 
 # %%
 emu_profile = device_profile_named(device_profile)
@@ -528,14 +520,11 @@ if emu_ready:  # batching on vs off at the highest concurrency in alternating wi
 # ## Compared with the source material
 # See `SOURCES.md` for the write-ups and their hardware.
 #
-# - **Chameleon lab "System optimizations for serving"** (2× P100, Triton's python backend): one client, 51.5
-#   inferences/s at 18.6 ms compute; 8 clients, 52.4/s with 132 ms of 151 ms queueing (the N−1 rule); dynamic
-#   batching at 8 clients, 78.6/s in batches of 3.7. One client sending batches of 16 got 657/s.
-# - **Photo-dedup "Triton step" and "optimisation report"** (RTX A4000, OpenCLIP ViT-B/32): with binary tensors,
-#   36.8 req/s for PyTorch/FastAPI and 35.8 for Triton, a tie, as one queue in front of one GPU predicts.
+# - **Chameleon lab** (2× P100, python backend): one client, 51.5 inferences/s; 8 clients, 52.4/s with 132 of
+#   151 ms queueing (the N−1 rule); dynamic batching at 8 clients, 78.6/s in batches of 3.7.
+# - **Photo-dedup "optimisation report"** (RTX A4000): 36.8 req/s for PyTorch/FastAPI and 35.8 for Triton, a tie.
 #
-# This repository's GPU reference (one H100) is in `reference/nvidia-h100-80gb-hbm3/`; its figure for this
-# question is printed under the headline. It did not measure Triton, so the Triton figures are the write-ups'.
+# The H100 reference (`reference/nvidia-h100-80gb-hbm3/`, no Triton) is printed under the headline.
 
 # %%
 t = by_conc[by_conc["server"].str.startswith("triton")].sort_values("concurrency")

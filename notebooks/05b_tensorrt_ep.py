@@ -15,8 +15,8 @@
 # %% [markdown]
 # # 05b · TensorRT execution provider
 #
-# Stuck on an error? [When something goes wrong](../docs/TROUBLESHOOTING.md) has the messages and their fixes.
-# How a measurement is read here (windows, drift, alternating windows, and when a lead is ranked): [How this lab reads a measurement](../docs/METHOD.md).
+# Stuck? [When something goes wrong](../docs/TROUBLESHOOTING.md); how a figure is read:
+# [How this lab reads a measurement](../docs/METHOD.md).
 #
 # **After this notebook you can**
 # - say what TensorRT does to a graph (fuses kernels, picks fp16, tunes for one GPU and a range of shapes)
@@ -35,21 +35,19 @@
 #   Q[(dynamic batcher:<br/>batch 1..max)] -->|shape inside the profile| READY
 # ```
 #
-# On an NVIDIA GPU, ONNX Runtime can hand the graph to **TensorRT**, which compiles it into an engine
-# specialised for the GPU, the precision (fp16 here) and a range of input shapes. Building that engine
-# takes minutes, so three settings decide whether users ever wait for it:
+# On an NVIDIA GPU, ONNX Runtime can hand the graph to **TensorRT**, which compiles it into an engine for
+# one GPU, precision and range of input shapes. A build takes minutes; three settings decide whether users wait:
 #
 # - the **engine cache** and **timing cache** on a mounted volume (`/trt_cache`), so a restart reuses them;
 # - an **optimisation profile** (`trt_profile_min/opt/max_shapes`) covering batch 1 … `max_batch_size`, so
-#   no batch the dynamic batcher forms falls outside the engine's shape range (which would force a rebuild);
+#   no batch the dynamic batcher forms forces a rebuild;
 # - **model warm-up** at load time, so the first user request does not pay for the build.
 #
-# This notebook renders the GPU model repository with `servelab triton stage --flavour gpu` and checks those
-# settings in the generated `config.pbtxt`, then plays traffic through an **emulated engine cache** to show
-# which request pays a build. **What runs where:** the rendering, the checks and the emulation run everywhere.
-# No engine is built by this notebook: on a GPU node with TensorRT, the Triton of notebook 04's stack builds
-# the engine when it loads `openclip_vit_b32_trt` (the commands below watch it, in its log); on a machine
-# without an NVIDIA GPU and TensorRT, the last cell says that no engine could be built here, and why.
+# This notebook renders the GPU model repository (`servelab triton stage --flavour gpu`), checks those
+# settings in its `config.pbtxt`, and plays traffic through an **emulated engine cache** to show which request
+# pays a build; all of that runs everywhere. **What runs where:** no engine is built by this notebook. On a GPU
+# node, notebook 04's Triton builds it when it loads `openclip_vit_b32_trt` (the commands below watch its log);
+# elsewhere the last cell says that no engine could be built here, and why.
 
 # %% tags=["parameters"]
 harness = {}              # where this runs: filled by `servelab lab run` ({}: this place's defaults)
@@ -70,18 +68,16 @@ step = lab.step
 
 # %% [markdown]
 # ## Render the GPU repository (here) and read the TensorRT model's settings
-# **Predict first.** A dynamic batcher with `max_batch_size` 64 can hand the model any batch from 1 to 64.
-# Without an explicit profile, ONNX Runtime's TensorRT EP builds its engine for the shapes it has seen so far
-# and builds it again whenever a batch falls outside that range, widening the range each time. How many
-# builds could the first hours of traffic trigger, and what does each cost the requests in that batch?
+# How the EP decides (ONNX Runtime's TensorRT EP documentation): an engine is valid for one *shape range* per
+# dynamic input. Without `trt_profile_min/opt/max_shapes` the EP takes the range from the tensors seen so far;
+# with `trt_engine_cache_enable` it stores the engine beside a `.profile` file holding that range, and an input
+# outside it widens the range and rebuilds the engine. With the three `trt_profile_*` options the range is
+# fixed up front: one build covers every batch in it, and a cached engine is reused while the options match
+# the saved `.profile`. A change of model, precision or GPU builds it again.
 #
-# How the EP decides, from ONNX Runtime's TensorRT EP documentation: an engine is valid for one *shape range*
-# (its profile) per dynamic input. Without `trt_profile_min/opt/max_shapes` the EP takes the range from the
-# incoming tensors; with `trt_engine_cache_enable` it stores the engine beside a `.profile` file holding that
-# range, and a later input outside the range updates the profile and rebuilds the engine (and its cache
-# entry). With the three `trt_profile_*` options the range is fixed up front: one build covers every batch
-# in it, and a cached engine is reused only while the options match the saved `.profile`. An engine is
-# also specific to the model, the precision and the GPU: change any of them and it is built again.
+# **Predict first.** A dynamic batcher with `max_batch_size` 64 can hand the model any batch from 1 to 64.
+# Without a profile, how many builds could the first hours of traffic trigger, and what does each cost the
+# requests in that batch?
 
 # %%
 from servelab.triton.models import TRT_ENCODER
@@ -150,10 +146,9 @@ print(trt_config.read_text())
 
 # %% [markdown]
 # ## Builds, rebuilds and a cache hit, on an emulated engine cache
-# This machine builds no engine, so the EP's rules above run on an **emulated engine cache**
-# (`servelab.model.emulated_trt`): engine and `.profile` files in a folder of this run, stand-ins rather than
-# TensorRT plans, and times taken from the sources printed below, never waited for or measured. The
-# traffic is two starts of the model on one cache volume: the first start's requests, then a restart's.
+# The EP's rules above run on an **emulated engine cache** (`servelab.model.emulated_trt`): stand-in engine
+# and `.profile` files, with times taken from the sources printed below, never waited for or measured. The
+# traffic is two starts of the model on one cache volume.
 #
 # **Predict first.** Without a profile, which requests pay an engine build, and what does the restart cost?
 # With the staged profile, which ones pay? Write your answer for the first case in `predicted_builds`.
@@ -219,17 +214,13 @@ show_commands("node",
 
 # %% [markdown]
 # ## Why TensorRT is faster, and compared with the source material
-# A ViT is a chain of small operations around big matrix products: LayerNorm, MatMul, bias, GELU, another
-# MatMul. ONNX Runtime's CUDA EP launches a kernel for most of them and writes every intermediate tensor to
-# GPU memory; TensorRT fuses such chains into single kernels, runs them in fp16 on the Tensor Cores (half
-# the bytes to move), and picks each kernel by timing it on the GPU at hand. The **photo-dedup "Technical
-# Deep-Dive"** measured it on an RTX A4000: GPU compute 31.1 ms with the ONNX CUDA EP, 4.7 ms with the
-# TensorRT EP (6.6×), with cosine similarity above 0.999 to fp32 — fp16 is safe for embeddings. It also
-# met the failure this notebook guards against: on the A100 the TensorRT model measured 29.1 ms, and one
-# gRPC/HTTP comparison caught it at ~1,658 ms while an engine was still compiling — the engine cache and
-# profile were not yet set up as they are here. Those are the write-ups' numbers, not this run's: no figure
-# in this notebook comes from a TensorRT engine. See `SOURCES.md`; this repository's own GPU reference
-# (one H100, 2026-11-26, in `reference/nvidia-h100-80gb-hbm3/`) had no TensorRT either.
+# A ViT is a chain of small operations around big matrix products. ONNX Runtime's CUDA EP launches a kernel
+# for most of them and writes every intermediate tensor to GPU memory; TensorRT fuses such chains into single
+# kernels, runs them in fp16 on the Tensor Cores, and picks each kernel by timing it on the GPU at hand. The
+# **photo-dedup "Technical Deep-Dive"** measured 31.1 ms with the CUDA EP against 4.7 ms with TensorRT on an
+# RTX A4000, cosine above 0.999 to fp32; on the A100 one comparison caught ~1,658 ms while an engine was still
+# compiling, the failure the cache and profile here prevent. No figure in this notebook comes from a TensorRT
+# engine. See `SOURCES.md`; the H100 reference (`reference/nvidia-h100-80gb-hbm3/`) had no TensorRT either.
 
 # %%
 import onnxruntime as ort

@@ -15,8 +15,8 @@
 # %% [markdown]
 # # 06a · Three-way comparison: FastAPI service, LitServe, Triton
 #
-# Stuck on an error? [When something goes wrong](../docs/TROUBLESHOOTING.md) has the messages and their fixes.
-# How a measurement is read here (windows, drift, alternating windows, and when a lead is ranked): [How this lab reads a measurement](../docs/METHOD.md).
+# Stuck? [When something goes wrong](../docs/TROUBLESHOOTING.md); how a figure is read:
+# [How this lab reads a measurement](../docs/METHOD.md).
 #
 # **After this notebook you can**
 # - put three serving systems side by side fairly: same model, same engine, same requests, same machine;
@@ -48,16 +48,11 @@
 #   end
 # ```
 #
-# **Honest framing for this machine.** All three servers run the same ONNX Runtime graph on the same two
-# cores. LitServe and Triton (as staged here) run one session on both cores, one batch at a time. servelab's
-# service does that only for a batch that finds the engine idle; once requests overlap it runs two
-# single-thread instances, one per core, each on its own batch (notebook 06b makes the same choice for Triton's
-# instances). Beyond that the servers differ in what surrounds the compute: decoding, copies, Python-to-C++
-# hops, and how well their batching lines requests up. Locally Triton's encoder is a python-backend `model.py`
-# calling ONNX Runtime (each request crosses from tritonserver to the Python stub through shared memory), not the
-# onnxruntime backend a GPU node uses. The client sits on loopback: no network cost, unlike the source's measurements.
-# Then a breakdown of where a request's time goes: what the client waited, what the server says it spent
-# queueing and computing (Triton's statistics), and the rest — transport, HTTP handling and decoding.
+# **Honest framing.** All three run the same ONNX Runtime graph on the same cores; they differ in how they
+# use the cores ("Why" below) and in what surrounds the compute: decoding, copies, Python-to-C++ hops, how well
+# batching lines requests up. Locally Triton's encoder is a python-backend `model.py`, not the onnxruntime
+# backend a GPU node uses, and the client sits on loopback: no network cost, unlike the source's measurements.
+# Then a breakdown of where a request's time goes: client, queue, compute, and the rest.
 
 # %% tags=["parameters"]
 harness = {}              # where this runs: filled by `servelab lab run` ({}: this place's defaults)
@@ -109,14 +104,9 @@ show_code(repository / lab.triton_jpeg_model / "config.pbtxt", "name:", lang="pr
 # one server deliver clearly more images per second than the others — more than the spread between
 # measurement windows — or will they be indistinguishable? Which overheads could separate them?
 #
-# A sweep measures one server after the other, minutes apart, while the machine's own speed drifts. The verdict
-# therefore comes from alternating windows: the same requests sent to FastAPI and Triton (and to FastAPI and
-# LitServe) by turns, where drift hits both sides alike and cancels in their ratio. Those are measured first,
-# at the highest concurrency; their sides are the table's points there, and the sweeps add the other levels.
-# Interleaving does not cancel what the waiting server does meanwhile: an idle server's background threads
-# still use CPU, taken from the one being measured. So each server's idle use is measured first (% of one
-# core while nothing is sent to it) and shown beside the ratio, and the waiting server is stopped during the
-# other's windows (SIGSTOP to its processes; its connections stay open) and continued before its own.
+# The verdict comes from alternating windows at the highest concurrency (FastAPI against Triton, FastAPI
+# against LitServe), the waiting server paused and its idle CPU use shown beside the ratio (docs/METHOD.md); the
+# sweeps add the other levels.
 
 # %%
 from servelab.client import InferenceClient
@@ -196,9 +186,8 @@ step.show_plot(plot_latency_throughput(recs, step.plot_path("three_way")))
 # outside the server: serialisation, the network stack, HTTP parsing.
 
 # %% [markdown]
-# **Predict first.** On loopback, what share of the client's mean latency will fall *outside* Triton
-# (transport, HTTP parsing, client-side serialisation) — more or less than 10 %? And how will the queueing
-# share change from concurrency 1 to the highest concurrency?
+# **Predict first.** On loopback, what share of the client's mean latency will fall *outside* Triton — more
+# or less than 10 %? And how will the queueing share change from concurrency 1 to the highest concurrency?
 
 # %%
 from servelab.lab.latency_breakdown import BREAKDOWN_COLUMNS, breakdown_table
@@ -245,13 +234,13 @@ step.answer(f"At concurrency {int(lo_row['concurrency'])} a request's {lo_row['c
 # ### Exercise: write a python-backend `execute`
 # Triton's python backend calls `execute(self, requests)` with a *list* of requests — as many as the dynamic
 # batcher collected — and expects a list of responses, one per request, in the same order. Write the
-# `execute` of a small post-processing model that L2-normalises embeddings (what the photo finder does
-# before comparing them): input `embedding` (FP32, `[n, 512]` per request), output `unit_embedding`, each row
-# divided by its own length. In model.py, `np` is numpy and `pb_utils` is `triton_python_backend_utils`:
+# `execute` of a small model that L2-normalises embeddings: input `embedding` (FP32, `[n, 512]` per request),
+# output `unit_embedding`, each row divided by its own length. In model.py, `np` is numpy and `pb_utils` is
+# `triton_python_backend_utils`:
 # `pb_utils.get_input_tensor_by_name(request, name).as_numpy()`, `pb_utils.Tensor(name, array)`,
 # `pb_utils.InferenceResponse(output_tensors=[...])`.
-# The check puts your function into a model.py, stages it next to the encoder in the running server's
-# repository, loads it, sends six requests at once (so `execute` gets several), and unloads it again.
+# The check stages your function as a model.py beside the encoder, loads it, sends six requests at once (so
+# `execute` gets several), and unloads it again.
 
 # %% tags=["exercise"]
 # Exercise 06a.3: write the execute of a python-backend model that L2-normalises embeddings
@@ -280,15 +269,14 @@ step.show_plot(plot_server_breakdown(tensor_recs, step.plot_path("server_breakdo
 
 # %% [markdown]
 # ## Why they come out where they do
-# Each server spends most of a request inside `session.run`. One session on both cores splits every operator
-# of an image between the two threads, and they meet after each one, a few hundred times per image. Batching
-# does not make images cheaper on a CPU (notebook 04), so a server running one such session is held to
-# throughput ≈ 1 / (compute time per image + its own per-image overhead). The overheads differ (FastAPI
-# decodes in a thread pool, LitServe decodes base64 in its worker, Triton's python backend copies tensors
-# between the server and the Python stub twice) but each is a few milliseconds against tens to hundreds of
-# compute. Two single-thread instances never meet: while the service decodes a JPEG on one core, only the
-# instance there waits, not both. That is the one way a server here gets past the one-session figure. On a
-# GPU the compute shrinks to a few milliseconds and the overheads, and the network, become the whole story.
+# Each server spends most of a request inside `session.run`. LitServe and Triton (as staged) run one session
+# on all cores, one batch at a time: its threads split every operator of an image and meet after each one, a
+# few hundred times per image. Batching does not make images cheaper on a CPU (notebook 04), so such a server
+# is held to throughput ≈ 1 / (compute time per image + its own per-image overhead). The overheads (decoding,
+# base64, the python backend's copies to its stub) are a few milliseconds against tens to hundreds of compute.
+# servelab's service, once requests overlap, runs single-thread instances, one per core, each on its own batch
+# (06b does the same for Triton): they never meet, and while one core decodes a JPEG only its instance waits.
+# On a GPU the compute shrinks to a few milliseconds and the overheads, and the network, become the whole story.
 
 # %%
 with InferenceClient(mode="remote", backend="fastapi", url=lab.service_url) as remote:
@@ -327,10 +315,10 @@ step.answer(f"Sent binary tensors at concurrency {hi}, Triton delivered {ceiling
 
 # %% [markdown]
 # ## Measured: JPEGs to the service and tensors to Triton, across a WAN-like link
-# Everything above ran on loopback. Here the two request paths the source material compared over the internet
-# are measured again with the client behind a shaped link (`link`: 100 Mbit/s each way, 20 ms round trip),
-# windows alternating with loopback: one JPEG per request to the FastAPI service, one float32 tensor per
-# request to Triton. `params.link_shaping` says how the link was made; the CPU columns are % of one core.
+# The two request paths the source material compared over the internet (one JPEG per request to the FastAPI
+# service, one float32 tensor per request to Triton) are measured with the client behind a shaped link (`link`:
+# 100 Mbit/s each way, 20 ms round trip), in windows alternating with loopback. `params.link_shaping` says how the
+# link was made; the CPU columns are % of one core.
 #
 # **Predict first.** Which path will the link slow down more, and by roughly how many milliseconds?
 
@@ -367,17 +355,14 @@ else:
 
 # %% [markdown]
 # ## Compared with the source material
-# - **Photo-dedup "Technical Deep-Dive", step 6A** (A100 SXM4 80 GB and RTX 4080, client over the internet):
-#   Triton with the ONNX CUDA EP computed an image in 4.4 ms on the A100 but the client waited 182.9 ms — 91.7 %
-#   of it moving the 602 KB tensor — while PyTorch behind FastAPI, sent ~10 KB JPEGs, answered in 56.9 ms.
-#   Sending JPEGs (this notebook's requests) is the fix it recommends; the best backend also depended on the
-#   GPU (ONNX CUDA EP on the A100, TensorRT EP on the RTX 4080 at 2.0 ms).
-# - **Chameleon lab "System optimizations for serving"** (P100): moving the model from the python backend to
-#   Triton's onnxruntime backend took one client from 51.5 to 138 inferences/s — the kind of gain this
-#   machine cannot show, because its Triton has only the python backend.
+# - **Photo-dedup "Technical Deep-Dive", step 6A** (A100 and RTX 4080, client over the internet): Triton
+#   computed an image in 4.4 ms on the A100 but the client waited 182.9 ms, 91.7 % of it moving the 602 KB
+#   tensor; PyTorch behind FastAPI, sent ~10 KB JPEGs, answered in 56.9 ms. Sending JPEGs is its fix.
+# - **Chameleon lab** (P100): Triton's onnxruntime backend instead of the python one took one client from 51.5
+#   to 138 inferences/s, a step this machine's Triton (python backend only) cannot take.
 #
-# This repository's own GPU reference (one H100, 2026-11-26) is in `reference/nvidia-h100-80gb-hbm3/`; its figure for
-# this question is printed under the headline (see `SOURCES.md` for the write-ups and their hardware).
+# The H100 reference (`reference/nvidia-h100-80gb-hbm3/`) is printed under the headline; `SOURCES.md` lists the
+# write-ups and their hardware.
 
 # %%
 hi_c = max(concurrency_levels)

@@ -12,8 +12,9 @@ from servelab.lab.prose import narrative_words
 pytestmark = pytest.mark.notebooks
 
 MAX_LESSON_WORDS = 1_500
-# the course's goal is about 14,000 words; this is its present length rounded up, lowered as lessons shrink
-MAX_COURSE_WORDS = 15_000
+# the course's goal is about 14,000 words: this is its present length (13,898) with about 250 words of headroom
+# for lessons still being edited; the limit only comes down
+MAX_COURSE_WORDS = 14_150
 
 
 @pytest.mark.parametrize("py", nbs.discover(), ids=lambda p: p.stem)
