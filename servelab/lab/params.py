@@ -25,6 +25,8 @@ from servelab.vocabulary import LabProfile, word
 # extra_servers: start servers beyond the run's stack for a comparison (a torch-engine service in 04, the
 # LitServe peer in 06a, the overload knee's two services and the monitored service in 06c); the smoke profile
 # skips them to stay at seconds per notebook and says so.
+# job_photos: the photos 09's job scans, embeds and groups (thousands from the default profile on: the job is the
+# point; a smoke run checks its steps on a few dozen).
 # cold_build: where a Docker engine answers, 02 also times the service image built from scratch (--no-cache:
 # every package downloaded again, about a minute on 2 cores); the smoke profile times the cached rebuild only.
 # A smoke run checks that every step runs: two windows per point and one window pair per interleaved comparison
@@ -48,7 +50,7 @@ LAB_PROFILES: dict[LabProfile, dict[str, Any]] = {
     # seconds per notebook: used by the tests and for checking a setup (numbers are not results)
     LabProfile.SMOKE: dict(
         load=SMOKE_LOAD, batch_sizes=[1, 2], concurrency_levels=[1, 2], queue_delays_us=[0, 2000],
-        instance_counts=[1, 2], serialisation_batches=[1, 4], n_photos=12,
+        instance_counts=[1, 2], serialisation_batches=[1, 4], n_photos=12, job_photos=60,
         profile_runs=1, extra_servers=False, cold_build=False, engines=["onnx", "onnx-int8"],
         service_batching_baseline=False,
     ),
@@ -56,7 +58,7 @@ LAB_PROFILES: dict[LabProfile, dict[str, Any]] = {
     # >= 2 s, 5 p50s and 10 requests (at c=8 or batch 8 about 3-4 s), so the sweeps have two points each
     LabProfile.DEFAULT: dict(
         load=DEFAULT_LOAD, batch_sizes=[1, 8], concurrency_levels=[1, 8], queue_delays_us=[0, 4000],
-        instance_counts=[1, 2], serialisation_batches=[1, 4, 16], n_photos=60,
+        instance_counts=[1, 2], serialisation_batches=[1, 4, 16], n_photos=60, job_photos=2000,
         profile_runs=4, extra_servers=True, cold_build=True, engines=["torch", "onnx", "onnx-int8"],
         service_batching_baseline=False,
     ),
@@ -64,7 +66,7 @@ LAB_PROFILES: dict[LabProfile, dict[str, Any]] = {
     LabProfile.FULL: dict(
         load=FULL_LOAD, batch_sizes=[1, 2, 4, 8, 16, 32], concurrency_levels=[1, 2, 4, 8, 16, 32],  # Triton CPU max batch 32
         queue_delays_us=[0, 500, 2000, 5000, 10000, 20000], instance_counts=[1, 2, 3, 4],
-        serialisation_batches=[1, 4, 16, 64], n_photos=200, profile_runs=10,
+        serialisation_batches=[1, 4, 16, 64], n_photos=200, job_photos=5000, profile_runs=10,
         extra_servers=True, cold_build=True, engines=["torch", "onnx", "onnx-int8"],
         service_batching_baseline=True,
     ),
@@ -73,7 +75,7 @@ LAB_PROFILES: dict[LabProfile, dict[str, Any]] = {
     LabProfile.GPU: dict(
         load=GPU_LOAD, batch_sizes=[1, 16, 64, 256], concurrency_levels=[1, 16, 64, 128],
         queue_delays_us=[0, 500, 2000], instance_counts=[1, 2], serialisation_batches=[1, 16, 64, 256],
-        n_photos=256, profile_runs=4, extra_servers=True, cold_build=True, engines=["torch", "onnx", "onnx-int8"],
+        n_photos=256, job_photos=5000, profile_runs=4, extra_servers=True, cold_build=True, engines=["torch", "onnx", "onnx-int8"],
         service_batching_baseline=True,
     ),
 }

@@ -9,10 +9,9 @@ whose pair ratios give the comparison its spread, read by servelab.bench.report 
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
-from servelab.bench.load.stats import is_stable
+from servelab.lab import rounds
 from servelab.triton import perf_analyzer as pa
 
 
@@ -32,7 +31,7 @@ def alternate(run, experiment: str, lines: dict[str, str], *, rounds: int, out_d
     out_dir.mkdir(parents=True, exist_ok=True)
     labels, results = list(lines), {label: [] for label in lines}
     for k in range(rounds):
-        for label in labels if k % 2 == 0 else labels[::-1]:
+        for label in rounds.order(labels, k):
             env, argv = pa.parse_line(lines[label])
             csv = out_dir / f"{experiment}-{label.replace(' ', '_')}-{k}.csv"
             if "-f" in argv:  # the lab keeps each run's CSV itself
@@ -53,19 +52,11 @@ def alternate(run, experiment: str, lines: dict[str, str], *, rounds: int, out_d
     return results
 
 
-def ratio(run, experiment: str, results: dict[str, list[dict]], a: str, b: str, *, tolerance: float = 0.1,
-          quick: bool = False) -> dict:
-    """The `ab` record of line `a` against line `b`: throughput a ÷ b as the geometric mean of the rounds' ratios,
-    with their min–max (each round ran both lines back to back)."""
-    pairs = [x["throughput_img_s"] / y["throughput_img_s"] for x, y in zip(results[a], results[b], strict=True)
-             if x["throughput_img_s"] and y["throughput_img_s"]]
-    value = math.exp(sum(math.log(p) for p in pairs) / len(pairs)) if pairs else None
+def ratio(run, experiment: str, results: dict[str, list[dict]], a: str, b: str, *, quick: bool = False) -> dict:
+    """The `ab` record of line `a` against line `b`: throughput a ÷ b over the rounds (servelab.lab.rounds)."""
     first = results[a][0]
-    return run.record(experiment, kind="ab", server=f"{a} / {b}", a=a, b=b, ratio=value,
-                      ratio_min=min(pairs) if pairs else None, ratio_max=max(pairs) if pairs else None,
-                      repeats=len(pairs), stable=len(pairs) >= 2 and is_stable(pairs, tolerance, len(pairs)),
-                      quick=quick, batch=first["batch"], concurrency=first["concurrency"], payload="tensor",
-                      backend="perf_analyzer",
-                      params={"ab": {"pairs": len(pairs), "order": "alternating rounds", "a": a, "b": b}},
-                      note="throughput A ÷ B of two perf_analyzer lines run back to back, round after round; "
-                           "min–max over the rounds")
+    return rounds.ratio_record(run, experiment, a, b, [r["throughput_img_s"] for r in results[a]],
+                               [r["throughput_img_s"] for r in results[b]], quick=quick, batch=first["batch"],
+                               concurrency=first["concurrency"], payload="tensor", backend="perf_analyzer",
+                               note="throughput A ÷ B of two perf_analyzer lines run back to back, round after "
+                                    "round; min–max over the rounds")
