@@ -245,7 +245,7 @@ from pathlib import Path
 from servelab.triton import perf_analyzer as pa
 
 pa_path = pa.find() or Path("perf_analyzer")  # build/perf_analyzer/, else PATH
-model, clients, pa_requests = lab.triton_model, max(concurrency_levels), (3 if opts.quick else 12) * max(concurrency_levels)
+model, clients, pa_requests = lab.triton_model, max(concurrency_levels), (2 if opts.quick else 8) * max(concurrency_levels)
 http_address, grpc_address = lab.triton_http_url.split("://")[-1], lab.triton_grpc_url.split("://")[-1]
 print("04's line:\n$ " + shlex.join(pa.command(pa_path, http_address, model, concurrency=clients, request_count=pa_requests)))
 
