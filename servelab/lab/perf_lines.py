@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from servelab.lab import rounds
+from servelab.lab.rounds import order, ratio_record
 from servelab.triton import perf_analyzer as pa
 
 
@@ -31,7 +31,7 @@ def alternate(run, experiment: str, lines: dict[str, str], *, rounds: int, out_d
     out_dir.mkdir(parents=True, exist_ok=True)
     labels, results = list(lines), {label: [] for label in lines}
     for k in range(rounds):
-        for label in rounds.order(labels, k):
+        for label in order(labels, k):
             env, argv = pa.parse_line(lines[label])
             csv = out_dir / f"{experiment}-{label.replace(' ', '_')}-{k}.csv"
             if "-f" in argv:  # the lab keeps each run's CSV itself
@@ -55,8 +55,8 @@ def alternate(run, experiment: str, lines: dict[str, str], *, rounds: int, out_d
 def ratio(run, experiment: str, results: dict[str, list[dict]], a: str, b: str, *, quick: bool = False) -> dict:
     """The `ab` record of line `a` against line `b`: throughput a ÷ b over the rounds (servelab.lab.rounds)."""
     first = results[a][0]
-    return rounds.ratio_record(run, experiment, a, b, [r["throughput_img_s"] for r in results[a]],
-                               [r["throughput_img_s"] for r in results[b]], quick=quick, batch=first["batch"],
-                               concurrency=first["concurrency"], payload="tensor", backend="perf_analyzer",
-                               note="throughput A ÷ B of two perf_analyzer lines run back to back, round after "
-                                    "round; min–max over the rounds")
+    return ratio_record(run, experiment, a, b, [r["throughput_img_s"] for r in results[a]],
+                        [r["throughput_img_s"] for r in results[b]], quick=quick, batch=first["batch"],
+                        concurrency=first["concurrency"], payload="tensor", backend="perf_analyzer",
+                        note="throughput A ÷ B of two perf_analyzer lines run back to back, round after round; "
+                             "min–max over the rounds")

@@ -73,3 +73,23 @@ def test_grpc_clients_share_one_connection_unless_each_gets_its_own_channel(trit
         assert r.concurrency == 4 and r.throughput_img_s > 0
         held[share] = r.connections
     assert held["64"] == 1 and held["1"] >= 4, held
+
+
+def test_typed_lines_run_in_alternating_rounds_and_give_a_ratio_with_its_rounds(triton, tmp_path):
+    from servelab.bench.results.records import Run
+    from servelab.lab import perf_lines
+
+    binary = pa.find()
+    if binary is None:
+        pytest.skip("no perf_analyzer here: `servelab triton get-perf-analyzer` fetches it")
+    point = f"{binary} -m {ENCODER} --concurrency-range 2 --request-count 6"
+    lines = {"http": f"{point} -i http -u {triton.http_address}",
+             "grpc": f"{pa.SHARE_ENV}=1 {point} -i grpc -u {triton.grpc_url}"}
+    run = Run(run_id="pa-lines", root=tmp_path)
+    results = perf_lines.alternate(run, "t-pa", lines, rounds=2, out_dir=tmp_path / "logs")
+    assert [r["params"]["round"] for r in results["grpc"]] == [0, 1]
+    assert [r["protocol"] for r in results["grpc"]] == ["grpc", "grpc"] and results["http"][0]["server"] == "triton-http"
+    assert all(r["params"]["connections"] >= 1 for runs in results.values() for r in runs)
+    rec = perf_lines.ratio(run, "t-pa", results, "grpc", "http")
+    assert rec["repeats"] == 2 and rec["ratio_min"] <= rec["ratio"] <= rec["ratio_max"]
+    assert [r["kind"] for r in run.records].count("load") == 4
