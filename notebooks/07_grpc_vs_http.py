@@ -286,9 +286,10 @@ if pa_runs:
     pa_grpc = typed.ratio(step.run, "07-perf-analyzer", pa_runs, "grpc", "http", quick=opts.quick)
     pa_shared = typed.ratio(step.run, "07-perf-analyzer", pa_runs, "grpc shared", "grpc", quick=opts.quick)
     held = {label: max(r["params"]["connections"] or 0 for r in runs) for label, runs in pa_runs.items()}
+    shared_said = step.ratio(pa_shared)
     step.answer(f"perf_analyzer, {clients} clients: {step.ratio(pa_grpc)}. On one shared channel "
                 f"({held['grpc shared']} connection(s) to Triton's gRPC port, against {held['grpc']} with a channel "
-                f"per client): {step.ratio(pa_shared)}.")
+                f"per client): {shared_said}.")
 
 # %% [markdown]
 # ## What a protocol can save
@@ -461,7 +462,6 @@ else:
     graded = grade(pa_shared["ratio"], pa_shared["ratio_min"], pa_shared["ratio_max"], margin=step.margin(interleaved=True))
     verdict = ("reproduces" if shared_reading.ranked and shared_reading.ahead == "b" else
                "refutes" if pa_shared["repeats"] >= 2 and graded in (Grade.FLAT, Grade.GAIN) else "cannot settle")
-    channel = (f" Your perf_analyzer lines {verdict} the source's shared-channel slowdown: {clients} clients on one "
-               f"gRPC channel ran {pa_shared['ratio']:.2f}× the throughput of a channel each (rounds "
-               f"{pa_shared['ratio_min']:.2f}–{pa_shared['ratio_max']:.2f}), and gRPC ÷ HTTP was {pa_grpc['ratio']:.2f}×.")
+    channel = (f" Your perf_analyzer lines {verdict} the source's shared-channel slowdown: with {clients} clients, "
+               f"{shared_said} (gRPC ÷ HTTP {pa_grpc['ratio']:.2f}×).")
 step.shows(f"{loopback}{over_link}{source}{channel}")
