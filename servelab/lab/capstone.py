@@ -73,10 +73,11 @@ def pick_server(records: list[dict]) -> Pick:
     rec = _last(records, kind="ab", experiment="06a-servelab-vs-triton")
     if rec is None:
         return Pick("fastapi", "no FastAPI-vs-Triton comparison in this run's records (06a): the simpler stack")
-    triton = str(_ahead(rec) or "").startswith("triton")
+    ahead = str(_ahead(rec) or "")
+    triton = ahead.startswith("triton")
     return Pick("triton" if triton else "fastapi",
                 f"06a, JPEG requests at {rec.get('concurrency')} clients: {ratio_sentence(rec)}"
-                + ("" if triton else "; Triton not clearly ahead, so the simpler stack"))
+                + ("" if ahead else "; neither ranked ahead, so the simpler stack"))
 
 
 def pick_protocol(records: list[dict], server: str) -> Pick:

@@ -53,7 +53,7 @@ def test_comparisons_too_close_to_call_keep_the_simple_defaults():
     c = capstone.choose(close)
     assert (c.server.value, c.protocol.value, c.batch.value, c.workers.value, c.engine.value) == \
         ("fastapi", "http", 1, 1, "onnx")
-    assert "not clearly ahead" in c.server.because and "not ranked ahead" in c.batch.because
+    assert "neither ranked ahead" in c.server.because and "not ranked ahead" in c.batch.because
 
 
 def test_without_records_each_choice_says_what_is_missing():
