@@ -120,7 +120,7 @@ with capstone.serving(choice, lab, step.out_dir / "logs") as client:
     embedded, groups = job["report"], job["groups"]
     # the same slices of the folder, embedded by your choice and by the plain path in turn
     slices = capstone.sample_slices(sorted(folder.rglob("*.jpg")), step.out_dir / "capstone" / "sample",
-                                    slices=2 if quick else 4, per_slice=8 if quick else 48)
+                                    slices=2 if quick else 4, per_slice=8 if quick else 32)
     with InferenceClient(mode="remote", backend="fastapi", url=lab.service_url, payload="jpeg") as plain:
         pace = capstone.pace_ab(step.run, "09-choice-vs-baseline", {
             "your choice": (client, choice.batch.value, choice.workers.value), plain_label: (plain, 1, 1)},

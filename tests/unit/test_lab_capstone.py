@@ -78,3 +78,6 @@ def test_rounds_ratio_is_read_like_an_interleaved_ab(tmp_path):
     one = rounds.ratio_record(run, "t-rounds", "x", "y", [30.0], [20.0])
     assert not ratio_reading(one).ranked  # one round shows no spread
     assert rounds.order(["a", "b", "c"], 1) == ["c", "b", "a"]
+    moving = rounds.ratio_record(run, "t-rounds", "x", "y", [30.0, 40.0, 41.0], [10.0, 10.0, 10.0])
+    assert moving["stable"] and ratio_reading(moving).ranked  # the last two rounds agree, as interleaved windows must
+    assert not rounds.ratio_record(run, "t-rounds", "x", "y", [30.0, 40.0], [10.0, 10.0])["stable"]
