@@ -31,6 +31,10 @@ class EmulatedEngineRefused(ServelabError, ValueError):
     """The client's model is the emulated accelerator, whose vectors are not image embeddings."""
 
 
+class WorkersNeedAServer(ServelabError, ValueError):
+    """Several requests in flight were asked of the in-process engine, which embeds one batch at a time."""
+
+
 class EmbedStopped(ServelabError, RuntimeError):
     """The model stopped answering mid-run; finished batches are kept and a rerun continues."""
 
@@ -73,7 +77,8 @@ def embed(catalog: str | Path | Catalog, client, batch_size: int = 16, progress:
     report = EmbedReport(weights=weights, mode_used=client.mode_used, todo=len(rows), embedded=0, failed=0,
                          already=already)
     if workers > 1 and client.mode_used == "local":
-        raise ValueError("workers > 1 needs a server: the in-process engine embeds one batch at a time (workers=1)")
+        raise WorkersNeedAServer("workers > 1 needs a server: the in-process engine embeds one batch at a time "
+                                 "(use workers=1, or --mode remote with a server)")
     bar = tqdm(total=len(rows), unit="img", desc="embedding", disable=not progress)
     senders = [_Inline(client)] if workers <= 1 else [_Worker(client.another) for _ in range(workers)]
     try:
