@@ -229,6 +229,69 @@ step.answer(f"With {max(concurrency_levels)} clients, p99 latency: "
             + ".")
 
 # %% [markdown]
+# ## Your perf_analyzer lines: HTTP, gRPC, and one shared channel
+# NVIDIA's `perf_analyzer` (04 ran it over HTTP) speaks both protocols: `-i http` or `-i grpc`, with `-u host:port` of
+# that front-end. Its gRPC clients of one address share a channel, one HTTP/2 connection, among up to
+# `TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT` of them, set before the command (`VAR=value perf_analyzer …`). The
+# source put its gRPC collapse under 16 clients down to one shared client channel. Three lines test that:
+# HTTP, gRPC with a channel per client (`=1`), and gRPC with all clients on one channel.
+#
+# **Predict first.** With every client on one HTTP/2 connection, will gRPC lose throughput against a channel each?
+
+# %%
+import shlex
+from pathlib import Path
+
+from servelab.triton import perf_analyzer as pa
+
+pa_path = pa.find() or Path("perf_analyzer")  # build/perf_analyzer/, else PATH
+model, clients, pa_requests = lab.triton_model, max(concurrency_levels), (2 if opts.quick else 8) * max(concurrency_levels)
+http_address, grpc_address = lab.triton_http_url.split("://")[-1], lab.triton_grpc_url.split("://")[-1]
+print("04's line:\n$ " + shlex.join(pa.command(pa_path, http_address, model, concurrency=clients, request_count=pa_requests)))
+
+# %% tags=["exercise"]
+# Exercise 07.3: write the three perf_analyzer lines
+def perf_lines(binary, model, http_address, grpc_address, clients, requests):
+    """{"http": …, "grpc": …, "grpc shared": …}: three shell lines measuring `requests` batch-1 requests from
+    `clients` concurrent clients (`--concurrency-range`, `--request-count`) against `model`: over HTTP, over gRPC
+    with a channel per client, over gRPC with one channel for all. Only protocol, address and channel differ."""
+    # BEGIN SOLUTION
+    point = f"{binary} -m {model} -b 1 --concurrency-range {clients} --request-count {requests}"
+    return {"http": f"{point} -i http -u {http_address}",
+            "grpc": f"TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT=1 {point} -i grpc -u {grpc_address}",
+            "grpc shared": f"TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT={2 * clients} {point} -i grpc -u {grpc_address}"}
+    # END SOLUTION
+
+
+# %%
+checks.perf_analyzer_lines(perf_lines, binary=pa_path, model=model, http_address=http_address,
+                           grpc_address=grpc_address, clients=clients, requests=pa_requests, exercise="07.3", step=step)
+
+# %%
+from servelab.lab import perf_lines as typed
+
+pa_runs = {}
+if step.skip_unless(pa.find(), "your perf_analyzer lines", "no perf_analyzer binary on this machine",
+                    "`servelab triton get-perf-analyzer` fetches it; the tritonclient figures above stand"):
+    with step.attempt("your perf_analyzer lines", "the tritonclient figures above", errors=(RuntimeError, OSError, ValueError)):
+        lines = perf_lines(pa_path, model, http_address, grpc_address, clients, pa_requests)
+        print("\n".join(f"$ {line}" for line in lines.values()))
+        # each round runs the three lines back to back, the order reversed every other round
+        pa_runs = typed.alternate(step.run, "07-perf-analyzer", lines, rounds=1 if opts.quick else 3,
+                                  out_dir=step.out_dir / "logs")
+if pa_runs:
+    step.table(step.frame([r for runs in pa_runs.values() for r in runs], "params.label", "params.round",
+                          "throughput_img_s", "latency_p50_ms", "latency_p99_ms", "server_stats.avg_queue_ms",
+                          "params.connections"), "perf_analyzer", f"Your lines, {clients} clients, round by round")
+    pa_grpc = typed.ratio(step.run, "07-perf-analyzer", pa_runs, "grpc", "http", quick=opts.quick)
+    pa_shared = typed.ratio(step.run, "07-perf-analyzer", pa_runs, "grpc shared", "grpc", quick=opts.quick)
+    held = {label: max(r["params"]["connections"] or 0 for r in runs) for label, runs in pa_runs.items()}
+    shared_said = step.ratio(pa_shared)
+    step.answer(f"perf_analyzer, {clients} clients: {step.ratio(pa_grpc)}. On one shared channel "
+                f"({held['grpc shared']} connection(s) to Triton's gRPC port, against {held['grpc']} with a channel "
+                f"per client): {shared_said}.")
+
+# %% [markdown]
 # ## What a protocol can save
 # A protocol can only save what the transport costs. Per request, HTTP/1.1 sends a short JSON header and the
 # raw tensor; gRPC sends a protobuf message with the same raw bytes; both go through the kernel's loopback
@@ -325,7 +388,8 @@ else:
 # The **photo-dedup "Step checklist and findings"** ran the same comparison on an A100 SXM4 80 GB rented
 # over the internet, with 602 KB binary tensors: gRPC was 0.86–0.96× HTTP at batch 1, 1.4–1.7× faster from
 # batch 4 up (the write-up credits HTTP/2 framing at multi-MB bodies), and under 16 concurrent clients HTTP
-# reached 43.6 img/s against 7.5 img/s for gRPC, whose client shared one channel. Whether this run can
+# reached 43.6 img/s against 7.5 img/s for gRPC, whose client shared one channel (your perf_analyzer lines test
+# that cause; the end says what they found). Whether this run can
 # reproduce the 1.4–1.7× is said at the end, from its own ratios; the pricing above says why a shaped link alone
 # should not: framing is a fraction of a percent of the bytes, and a link that only has a rate and a round trip charges both protocols the same. What the
 # write-up's internet path had and this lab's link does not model is TCP's own behaviour on a long, lossy
@@ -390,4 +454,15 @@ else:
     hit = any(ratio_reading(r).ranked and grpc_lead[id(r)] >= 1.4 for r in big)
     source = (f" This run {'does' if hit else 'does not'} reproduce the 1.4–1.7× the source measured from batch 4 up: "
               f"gRPC ÷ HTTP {min(grpc_lead.values()):.2f}–{max(grpc_lead.values()):.2f}× at batch 4 or more.")
-step.shows(f"{loopback}{over_link}{source}")
+# the source's shared-channel slowdown (its HTTP 43.6 against gRPC 7.5 img/s at 16 clients), against your lines
+if not pa_runs:
+    channel = " The shared-channel test did not run here (see the not-run note above)."
+else:
+    shared_reading = ratio_reading(pa_shared)
+    no_round_slower = pa_shared["repeats"] >= 2 and pa_shared["ratio_min"] * (1 + step.margin(interleaved=True)) >= 1
+    verdict = ("reproduce" if shared_reading.ranked and shared_reading.ahead == "b" else
+               "point towards, without settling," if shared_reading.ahead == "b" else
+               "refute" if no_round_slower else "cannot settle")
+    channel = (f" Your perf_analyzer lines {verdict} the source's shared-channel slowdown (its gRPC at 7.5 ÷ 43.6 = "
+               f"0.17× of HTTP): with {clients} clients, {shared_said} (gRPC ÷ HTTP {pa_grpc['ratio']:.2f}×).")
+step.shows(f"{loopback}{over_link}{source}{channel}")

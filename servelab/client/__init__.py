@@ -63,6 +63,8 @@ class InferenceClient:
         **backend_options,
     ):
         mode, payload = word(ClientMode, mode, "mode"), word(Payload, payload, "payload")
+        self._made_with = dict(mode=mode, backend=backend, url=url, payload=payload, settings=settings, engine=engine,
+                               timeout=timeout, retries=retries, retry_budget_s=retry_budget_s, **backend_options)
         self.mode, self.payload, self.backend_name = mode, payload, backend
         self.fallback_reason: str | None = None
         self._retrying = retrying(retries, retry_budget_s)
@@ -78,6 +80,10 @@ class InferenceClient:
                 self.fallback_reason = f"{backend} at {getattr(remote, 'url', url)} is not ready"
                 log.warning("servelab client: %s; running the model in-process instead", self.fallback_reason)
                 self._backend = self._local(settings, engine)
+
+    def another(self) -> InferenceClient:
+        """A new client made with this one's arguments: one more worker's own connection to the same server."""
+        return InferenceClient(**self._made_with)
 
     @staticmethod
     def _local(settings, engine):

@@ -77,16 +77,17 @@ def embed(root: Path = ROOT_ARG, catalog: Path | None = CATALOG_OPT,
           payload: str = typer.Option("jpeg", help="jpeg | tensor"),
           engine: str | None = typer.Option(None, help="local engine: torch | onnx | onnx-int8"),
           batch_size: int = typer.Option(16, help="images per request"),
+          workers: int = typer.Option(1, help="requests in flight at once, each on its own connection (a server)"),
           progress: bool = typer.Option(True, help="show a progress bar")):
     """Embed catalogued photos (resumable: rerun continues where it stopped)."""
     from servelab.client import InferenceClient
     from servelab.dedup.embed import embed as do_embed
 
-    if batch_size < 1:
-        raise InvalidValue("--batch-size must be >= 1")
+    if batch_size < 1 or workers < 1:
+        raise InvalidValue("--batch-size and --workers must be >= 1")
     with _open(root, catalog) as cat, InferenceClient(mode=mode, backend=backend, url=url, payload=payload,
                                                      engine=engine) as client:
-        rep = do_embed(cat, client, batch_size=batch_size, progress=progress)
+        rep = do_embed(cat, client, batch_size=batch_size, progress=progress, workers=workers)
     typer.echo(f"embedded {rep.embedded} photos ({rep.already} already done, {rep.failed} failed) "
                f"via {rep.mode_used}; weights: {rep.weights}")
 

@@ -12,6 +12,9 @@ may differ from the server's, and one catalog must not mix two models.
 
 from __future__ import annotations
 
+import queue
+import threading
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +29,10 @@ from servelab.model.device_profile import is_emulated
 
 class EmulatedEngineRefused(ServelabError, ValueError):
     """The client's model is the emulated accelerator, whose vectors are not image embeddings."""
+
+
+class WorkersNeedAServer(ServelabError, ValueError):
+    """Several requests in flight were asked of the in-process engine, which embeds one batch at a time."""
 
 
 class EmbedStopped(ServelabError, RuntimeError):
@@ -46,8 +53,12 @@ class EmbedReport:
 
 
 def embed(catalog: str | Path | Catalog, client, batch_size: int = 16, progress: bool = True,
-          limit: int | None = None) -> EmbedReport:
-    """Embed every ok file that has no embedding from `client.weights`; returns counts."""
+          limit: int | None = None, workers: int = 1) -> EmbedReport:
+    """Embed every ok file that has no embedding from `client.weights`; returns counts.
+
+    workers: batches in flight at once, each worker sending on its own connection (`client.another()`): a server
+    that gains from concurrent requests (several instances, a batcher that fills across requests) gets them. The
+    files are read and the results committed here, batch by batch in order, so a rerun still resumes."""
     from tqdm.auto import tqdm
 
     weights = client.weights or _probe_weights(client)
@@ -65,9 +76,13 @@ def embed(catalog: str | Path | Catalog, client, batch_size: int = 16, progress:
         rows = rows[:limit]
     report = EmbedReport(weights=weights, mode_used=client.mode_used, todo=len(rows), embedded=0, failed=0,
                          already=already)
+    if workers > 1 and client.mode_used == "local":
+        raise WorkersNeedAServer("workers > 1 needs a server: the in-process engine embeds one batch at a time "
+                                 "(use workers=1, or --mode remote with a server)")
     bar = tqdm(total=len(rows), unit="img", desc="embedding", disable=not progress)
+    senders = [_Inline(client)] if workers <= 1 else [_Worker(client.another) for _ in range(workers)]
     try:
-        _embed_rows(cat, client, rows, weights, batch_size, report, bar)
+        _embed_rows(cat, client, senders, rows, weights, batch_size, report, bar)
     except InferenceError as exc:  # a dead or failing server: the finished batches are already committed
         left = report.todo - report.embedded - report.failed
         raise EmbedStopped(
@@ -76,6 +91,8 @@ def embed(catalog: str | Path | Catalog, client, batch_size: int = 16, progress:
             "to finish them") from None
     finally:
         bar.close()
+        for sender in senders:
+            sender.stop()
         if report.embedded or report.already:  # a run that reached no model must not relabel the catalog
             cat.set_meta("embed_weights", weights)
         if not isinstance(catalog, Catalog):
@@ -83,8 +100,65 @@ def embed(catalog: str | Path | Catalog, client, batch_size: int = 16, progress:
     return report
 
 
-def _embed_rows(cat: Catalog, client, rows, weights: str, batch_size: int, report: EmbedReport, bar) -> None:
-    """Embed `rows` batch by batch, one transaction per batch; bad files are isolated and recorded."""
+class _Inline:
+    """Sends a batch on the caller's own client, in the caller's thread (workers=1)."""
+
+    def __init__(self, client):
+        self.client = client
+
+    def send(self, blobs) -> Future:
+        done = Future()
+        try:
+            done.set_result(_embed_batch(self.client, blobs))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller, as a worker thread would
+            done.set_exception(exc)
+        return done
+
+    def stop(self) -> None:
+        pass
+
+
+class _Worker(threading.Thread):
+    """A thread with a client of its own, made and closed in that thread (tritonclient's HTTP client may only be
+    used by the thread that made it), sending the batches it is given one at a time."""
+
+    def __init__(self, make_client):
+        super().__init__(daemon=True)
+        self.make_client, self.tasks = make_client, queue.Queue()
+        self.start()
+
+    def run(self) -> None:
+        client = None
+        try:
+            client = self.make_client()
+            while (task := self.tasks.get()) is not None:
+                blobs, done = task
+                try:
+                    done.set_result(_embed_batch(client, blobs))
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                    done.set_exception(exc)
+        except BaseException as exc:  # noqa: BLE001 - a client that could not be made fails the next batch
+            while (task := self.tasks.get()) is not None:
+                task[1].set_exception(exc)
+        finally:
+            if client is not None:
+                client.close()
+
+    def send(self, blobs) -> Future:
+        done = Future()
+        self.tasks.put((blobs, done))
+        return done
+
+    def stop(self) -> None:
+        self.tasks.put(None)
+        self.join(timeout=60)
+
+
+def _embed_rows(cat: Catalog, client, senders: list, rows, weights: str, batch_size: int, report: EmbedReport,
+                bar) -> None:
+    """Embed `rows` batch by batch, one transaction per batch in order, with up to one batch in flight per sender;
+    bad files are isolated (on `client`, in this thread) and recorded."""
+    free, in_flight = list(senders), []  # in_flight: (chunk, ids, blobs, sender, future), oldest first
     for start in range(0, len(rows), batch_size):
         chunk = rows[start:start + batch_size]
         blobs, ids = [], []
@@ -95,23 +169,37 @@ def _embed_rows(cat: Catalog, client, rows, weights: str, batch_size: int, repor
             except (OSError, OutsideRoot) as exc:
                 _fail(cat, r["id"], weights, f"cannot read for embedding: {exc}")
                 report.failed += 1
-        vecs = _embed_batch(client, blobs)
-        if vecs is None:  # isolate the bad file(s)
-            vecs = []
-            for fid, blob in zip(ids, blobs, strict=False):
-                v = _embed_batch(client, [blob], raise_on_error=False)
-                if isinstance(v, str):
-                    _fail(cat, fid, weights, f"embedding failed: {v}")
-                    report.failed += 1
-                else:
-                    vecs.append((fid, v[0]))
-        else:
-            vecs = list(zip(ids, vecs, strict=False))
-        with cat.db:  # one transaction per batch: a crash loses at most this batch
-            cat.db.executemany("UPDATE files SET embedding=?, embed_weights=?, embed_error=NULL WHERE id=?",
-                               [(np.asarray(v, dtype=np.float32).tobytes(), weights, fid) for fid, v in vecs])
-        report.embedded += len(vecs)
-        bar.update(len(chunk))
+        if not free:
+            _finish(cat, client, *in_flight.pop(0), weights, report, bar, free)
+        sender = free.pop(0)
+        in_flight.append((chunk, ids, blobs, sender, sender.send(blobs)))
+    while in_flight:
+        _finish(cat, client, *in_flight.pop(0), weights, report, bar, free)
+
+
+def _finish(cat: Catalog, client, chunk, ids, blobs, sender, future, weights: str, report: EmbedReport, bar,
+            free) -> None:
+    """Wait for one batch, isolate its bad files if it failed, and commit it; its sender is free again."""
+    try:
+        vecs = future.result()
+    finally:
+        free.append(sender)
+    if vecs is None:  # isolate the bad file(s)
+        vecs = []
+        for fid, blob in zip(ids, blobs, strict=False):
+            v = _embed_batch(client, [blob], raise_on_error=False)
+            if isinstance(v, str):
+                _fail(cat, fid, weights, f"embedding failed: {v}")
+                report.failed += 1
+            else:
+                vecs.append((fid, v[0]))
+    else:
+        vecs = list(zip(ids, vecs, strict=False))
+    with cat.db:  # one transaction per batch: a crash loses at most this batch
+        cat.db.executemany("UPDATE files SET embedding=?, embed_weights=?, embed_error=NULL WHERE id=?",
+                           [(np.asarray(v, dtype=np.float32).tobytes(), weights, fid) for fid, v in vecs])
+    report.embedded += len(vecs)
+    bar.update(len(chunk))
 
 
 def _embed_batch(client, blobs, raise_on_error=True):

@@ -5,6 +5,7 @@ point, read its CSV.
     binary = pa.find()                       # Path, or None: `servelab triton get-perf-analyzer` fetches it
     cmd = pa.command(binary, "127.0.0.1:8003", "openclip_vit_b32_cpu", concurrency=8, csv=Path("pa.csv"))
     result = pa.run(cmd, csv=Path("pa.csv"))   # PerfResult: throughput, p50/p99, server queue/compute, output
+    env, argv = pa.parse_line("TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT=1 perf_analyzer -i grpc …")  # a typed line
 
 Where the binary comes from: the perf-analyzer wheels need glibc 2.38 and tritonclient >= 2.61 no longer
 ships it, but the `tritonclient==2.51.0` wheel carries a `perf_analyzer` that runs here once two libraries
@@ -18,22 +19,29 @@ has perf_analyzer already (docker/compose.perf-analyzer.yaml).
 from __future__ import annotations
 
 import csv as csvlib
+import dataclasses
 import os
+import re
+import shlex
 import shutil
 import stat
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from servelab.config import workspace
-from servelab.errors import CannotRun
+from servelab.errors import CannotRun, InvalidValue
 from servelab.model.contract import INPUT_NAME, INPUT_SHAPE
 
 WHEEL = "tritonclient==2.51.0"
 NAME = "perf_analyzer"
+# Triton's C++ gRPC client lets up to this many clients of one address share a channel (one HTTP/2 connection);
+# perf_analyzer's concurrent clients follow it, so 1 gives each client its own connection
+SHARE_ENV = "TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT"
 
 
 def home() -> Path:
@@ -113,6 +121,7 @@ class PerfResult:
     server_queue_ms: float
     server_compute_ms: float
     output: str  # what perf_analyzer printed
+    connections: int | None = None  # the most TCP connections it held to the server at once (None: not counted)
 
 
 def environment() -> dict:
@@ -121,14 +130,68 @@ def environment() -> dict:
     return env
 
 
-def run(cmd: list[str], csv: Path, timeout: float = 120.0) -> PerfResult:
-    """Run `cmd` (from `command`, with the same `csv`); RuntimeError with perf_analyzer's last lines on failure."""
-    proc = subprocess.run(cmd, env=environment(), capture_output=True, text=True, timeout=timeout)
-    output = proc.stdout + proc.stderr
+def run(cmd: list[str], csv: Path, timeout: float = 120.0, env: dict | None = None,
+        count_port: int | None = None) -> PerfResult:
+    """Run `cmd` (from `command` or `parse_line`, with the same `csv`) with `env` added to its environment;
+    RuntimeError with perf_analyzer's last lines on failure. `count_port`: also count the TCP connections it holds
+    to that port (sampled while it runs; the peak goes into `connections`)."""
+    proc = subprocess.Popen(cmd, env={**environment(), **(env or {})}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    deadline, peak = time.monotonic() + timeout, 0
+    while True:
+        try:
+            output, _ = proc.communicate(timeout=0.1)
+            break
+        except subprocess.TimeoutExpired:
+            if count_port is not None:
+                peak = max(peak, connections_to(proc.pid, count_port))
+            if time.monotonic() > deadline:
+                proc.kill()
+                proc.communicate()
+                raise CannotRun(f"perf_analyzer ran past {timeout:.0f} s: {shlex.join(cmd)}") from None
     if proc.returncode != 0 or not Path(csv).is_file():
         tail = " | ".join(line for line in output.strip().splitlines()[-3:])
         raise CannotRun(f"perf_analyzer exited {proc.returncode}: {tail}")
-    return parse_csv(Path(csv).read_text(), output)
+    result = parse_csv(Path(csv).read_text(), output)
+    return dataclasses.replace(result, connections=peak if count_port is not None else None)
+
+
+def connections_to(pid: int, port: int) -> int:
+    """How many established TCP connections process `pid` holds to `port` right now (0 once it has exited)."""
+    import psutil
+
+    try:
+        conns = psutil.Process(pid).net_connections(kind="tcp")
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return 0
+    return sum(1 for c in conns if c.raddr and c.raddr.port == port and c.status == psutil.CONN_ESTABLISHED)
+
+
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def parse_line(line: str) -> tuple[dict[str, str], list[str]]:
+    """A command line as typed in a shell, `VAR=value … perf_analyzer -m … -i grpc …`, as (the environment
+    assignments before the command, the command's argv); ValueError when no command follows them."""
+    words = shlex.split(line)
+    env = {}
+    while words and _ASSIGNMENT.match(words[0]):
+        key, _, value = words.pop(0).partition("=")
+        env[key] = value
+    if not words:
+        raise InvalidValue(f"no command in {line!r}: write the perf_analyzer path after any VAR=value")
+    return env, words
+
+
+def option(argv: list[str], *names: str, default: str | None = None) -> str | None:
+    """The value of the first of `names` in `argv` (`-i grpc`, `--concurrency-range=8` or `--concurrency-range 8`)."""
+    for k, word in enumerate(argv):
+        for name in names:
+            if word == name and k + 1 < len(argv):
+                return argv[k + 1]
+            if name.startswith("--") and word.startswith(name + "="):
+                return word[len(name) + 1:]
+    return default
 
 
 def parse_csv(text: str, output: str = "") -> PerfResult:

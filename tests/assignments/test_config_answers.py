@@ -155,3 +155,39 @@ def test_compose_healthcheck():
     ]:
         r = checks.compose_healthcheck(wrong, cold_start_s=30.0, exercise="t")
         assert r.status == FAIL and why in r.message, r.message
+
+
+PA = dict(binary="build/perf_analyzer/perf_analyzer", model="enc", http_address="127.0.0.1:8003",
+          grpc_address="127.0.0.1:8004", clients=8, requests=96)
+
+
+def perf_lines(**change):
+    point = "build/perf_analyzer/perf_analyzer -m enc -b 1 --concurrency-range 8 --request-count 96"
+    lines = {"http": f"{point} -i http -u 127.0.0.1:8003",
+             "grpc": f"TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT=1 {point} -i grpc -u 127.0.0.1:8004",
+             "grpc shared": f"TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT=16 {point} -u 127.0.0.1:8004 -i grpc"}
+    return checks.perf_analyzer_lines({**lines, **change}, exercise="t.pa", **PA)
+
+
+def test_perf_analyzer_lines_accepts_three_lines_of_one_point():
+    assert perf_lines().status == PASS
+
+
+@pytest.mark.parametrize("change, hint", [
+    ({"grpc": "TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT=1 build/perf_analyzer/perf_analyzer -m enc "
+              "--concurrency-range 8 --request-count 96 -i http -u 127.0.0.1:8004"}, "should speak -i grpc"),
+    ({"grpc": "build/perf_analyzer/perf_analyzer -m enc --concurrency-range 8 --request-count 96 -i grpc "
+              "-u 127.0.0.1:8004"}, "its own channel"),
+    ({"grpc shared": "TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT=4 build/perf_analyzer/perf_analyzer -m enc "
+                     "--concurrency-range 8 --request-count 96 -i grpc -u 127.0.0.1:8004"}, "at least 8"),
+    ({"http": "build/perf_analyzer/perf_analyzer -m enc --concurrency-range 8 --request-count 96 -i http "
+              "-u 127.0.0.1:8004"}, "listens at 127.0.0.1:8003"),
+    ({"http": "build/perf_analyzer/perf_analyzer -m enc --concurrency-range 4 --request-count 96 -i http "
+              "-u 127.0.0.1:8003"}, "--concurrency-range 8"),
+    ({"http": "build/perf_analyzer/perf_analyzer -m enc --concurrency-range 8 --request-count 96 -i http "
+              "-u 127.0.0.1:8003 --async"}, "different measurements"),
+    ({"grpc shared": None}, "missing"),
+])
+def test_perf_analyzer_lines_names_what_a_wrong_line_breaks(change, hint):
+    result = perf_lines(**change)
+    assert result.status == FAIL and hint in result.message, result.message

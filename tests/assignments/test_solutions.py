@@ -120,6 +120,8 @@ BINDINGS: dict[str, dict] = {
     "07.2": {"concurrency_levels": [1, 4], "prediction_07": "tie", "recs": [
         {"protocol": p, "batch": 1, "concurrency": c, "latency_p99_ms": v, "spread": 0.1}
         for p, c, v in (("http", 1, 60.0), ("grpc", 1, 58.0), ("http", 4, 260.0), ("grpc", 4, 240.0))]},
+    "07.3": {"pa_path": "build/perf_analyzer/perf_analyzer", "model": CPU_ENCODER, "http_address": "127.0.0.1:8003",
+             "grpc_address": "127.0.0.1:8004", "clients": 4, "pa_requests": 48},
     "01.1": {"batch_sizes": [1, 4], "hop": pd.DataFrame({
         "server": ["in-process", "in-process", "fastapi", "fastapi"], "batch": [1, 4, 1, 4],
         "latency_p50_ms": [42.0, 150.0, 49.5, 171.0]})},

@@ -83,3 +83,26 @@ def test_a_file_that_went_bad_after_the_scan_does_not_stop_the_batch(tmp_path, d
     scan(root, cat_path)  # the rescan sees the change and records the real problem
     with Catalog(cat_path) as cat:
         assert [(p["path"], p["kind"]) for p in cat.problems()] == [("p02.jpg", "not_an_image")]
+
+
+def test_several_workers_embed_every_photo_once_through_a_real_service(tmp_path, service, dedup_client):
+    """workers=3 keeps three batches in flight on three connections to the service; every photo is stored once,
+    with its own vector, and the extra connections are closed afterwards."""
+    from servelab.client import InferenceClient
+
+    root, cat_path = _scanned_folder(tmp_path, 13, 500, (160, 120))
+    with InferenceClient(mode="remote", backend="fastapi", url=service.url) as client:
+        rep = embed(cat_path, client, batch_size=2, progress=False, workers=3)
+        assert (rep.todo, rep.embedded, rep.failed) == (13, 13, 0)
+    with Catalog(cat_path) as cat:
+        ids, emb = cat.embeddings()
+        paths = [cat.file(i)["path"] for i in ids.tolist()]
+    assert len(ids) == 13
+    direct = dedup_client.embed_images([(root / p).read_bytes() for p in paths])
+    assert np.min(np.sum(direct * emb, axis=1)) > 0.999  # each vector belongs to its own photo
+
+
+def test_workers_need_a_server(tmp_path, dedup_client):
+    _, cat_path = _scanned_folder(tmp_path, 2, 600, (64, 48))
+    with pytest.raises(ValueError, match="needs a server"):
+        embed(cat_path, dedup_client, workers=2, progress=False)

@@ -73,10 +73,12 @@ def test_grpc_lesson_says_what_this_run_shows_about_the_link():
     assert 'for r in ab_batch + ab_conc if r["kind"] == "ab"}.values()' in text, "each configuration once in the headline"
 
 
-def test_capstone_scores_the_embeddings_beside_phash_and_explains_both_directions():
+def test_capstone_is_a_job_chosen_by_the_run_and_measured_against_a_baseline():
     text = lesson("09_")
     assert "grouping_quality(" in text and "served embeddings alone" in text
-    assert "faster than" in text and "slower than" in text, "the throughput answer follows the numbers either way"
+    assert "capstone.choose(step.run.records" in text, "the serving choices come from this run's records"
+    assert "capstone.timed_job(" in text and "job_photos" in text, "the job is timed stage by stage on many photos"
+    assert "capstone.pace_ab(" in text and "step.ratio(pace" in text, "what the choice changed is a ratio of this run"
 
 
 @pytest.mark.parametrize("py", nbs.discover(), ids=lambda p: p.stem)

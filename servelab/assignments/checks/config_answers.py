@@ -272,3 +272,73 @@ def execution_providers(answer, *, want: str, exercise: str, step=None, strict: 
 
     return run_check("execution_providers", exercise, answer, (want,), judge, step, strict)
 
+
+
+PERF_LINES = ("http", "grpc", "grpc shared")
+
+
+def perf_analyzer_lines(answer, *, binary, model: str, http_address: str, grpc_address: str, clients: int,
+                        requests: int, exercise: str, step=None, strict: bool | None = None) -> CheckResult:
+    """answer: {"http": line, "grpc": line, "grpc shared": line} of shell command lines, or fn(binary, model,
+    http_address, grpc_address, clients, requests) returning it.
+
+    Correct: each line runs `binary` against `model` with `clients` concurrent clients (`--concurrency-range`) of
+    batch-1 requests for `requests` requests (`--request-count`); "http" over `-i http` at http_address, the two
+    others over `-i grpc` at grpc_address, "grpc" with every client on its own channel (TRITON_CLIENT_GRPC_CHANNEL_
+    MAX_SHARE_COUNT=1 before the command) and "grpc shared" with all of them on one (a share count of at least
+    `clients`); apart from those, the three lines ask for the same measurement, so a ratio of two compares only
+    the protocol or the channel."""
+    from pathlib import Path
+
+    from servelab.triton.perf_analyzer import SHARE_ENV, option, parse_line
+
+    def words(lines, key):
+        text = lines.get(key)
+        if not isinstance(text, str) or not text.strip():
+            reject(f'"{key}" is missing: return a dict with the keys {", ".join(PERF_LINES)}, each a command line')
+        try:
+            env, argv = parse_line(text)
+        except ValueError as exc:
+            reject(f'"{key}": {exc}')
+        if Path(argv[0]).name != Path(str(binary)).name:
+            reject(f'"{key}" runs {argv[0]!r}: start the command with the perf_analyzer binary ({binary})')
+        wanted = {"-m": model, "--concurrency-range": str(clients), "--request-count": str(requests)}
+        for flag, value in wanted.items():
+            got = option(argv, flag)
+            if got is None or got.split(":")[0] != value or got.count(":") and got.split(":")[1] not in ("", value):
+                reject(f'"{key}": {flag} {got or "(missing)"}; this point needs {flag} {value}')
+        if option(argv, "-b", "--batch-size", default="1") != "1":
+            reject(f'"{key}": batch {option(argv, "-b", "--batch-size")}: the comparison is of batch-1 requests')
+        protocol = "http" if key == "http" else "grpc"
+        if option(argv, "-i", "--protocol", default="http") != protocol:
+            reject(f'"{key}" speaks -i {option(argv, "-i", "--protocol", default="http")}; it should speak -i {protocol}')
+        address = http_address if protocol == "http" else grpc_address
+        if option(argv, "-u", "--url") != address:
+            reject(f'"{key}" sends to -u {option(argv, "-u", "--url")}; {protocol.upper()} listens at {address}')
+        share = env.get(SHARE_ENV)
+        if key == "grpc" and share != "1":
+            reject(f'"grpc": each client should have its own channel; set {SHARE_ENV}=1 before the command')
+        if key == "grpc shared" and not (share or "").isdigit() or key == "grpc shared" and int(share) < clients:
+            reject(f'"grpc shared": {SHARE_ENV}={share}; all {clients} clients share one channel only when it is at '
+                   f'least {clients}')
+        rest, skip = [], {"-i", "--protocol", "-u", "--url"}
+        it = iter(argv[1:])
+        for w in it:
+            if w in skip:
+                next(it, None)
+            elif not w.startswith(("--protocol=", "--url=")):
+                rest.append(w)
+        return sorted(rest)
+
+    def judge(lines):
+        if not isinstance(lines, dict):
+            reject(f"return a dict of command lines with the keys {', '.join(PERF_LINES)}")
+        measured = {key: words(lines, key) for key in PERF_LINES}
+        if not measured["http"] == measured["grpc"] == measured["grpc shared"]:
+            reject("the three lines ask for different measurements beyond protocol, address and channel: keep every "
+                   "other option the same, or the ratio compares those too")
+        return (f"three lines for one point: {clients} clients, {requests} batch-1 requests, HTTP against gRPC with a "
+                "channel per client and with one shared channel")
+
+    return run_check("perf_analyzer_lines", exercise, answer, (binary, model, http_address, grpc_address, clients,
+                                                              requests), judge, step, strict)
