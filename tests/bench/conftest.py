@@ -47,6 +47,14 @@ MODEL = textwrap.dedent('''
 ''')
 
 
+@pytest.fixture
+def run(tmp_path):
+    """An empty run folder for one test's records."""
+    from servelab.bench.results.records import Run
+
+    return Run(run_id="t", root=tmp_path, weights="random-init (seed 0)")
+
+
 @pytest.fixture(scope="module")
 def tiny_triton(tmp_path_factory):
     from servelab.triton.server import EmbeddedTriton

@@ -172,18 +172,27 @@ def _graphed(run: Run, emb, b: int, precision: str, window_s: float, windows: in
     import torch
 
     static_x = torch.randn(b, 3, 224, 224, device="cuda", dtype=emb.dtype)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
     with torch.inference_mode():
-        with torch.cuda.stream(stream):
-            for _ in range(3):
-                emb.module(static_x)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            emb.module(static_x)
+        graph = _capture(emb.module, static_x)
     rates = _windows(graph.replay, b, window_s=window_s, windows=windows, sync=torch.cuda.synchronize)
     return _record(run, precision, "cuda-graph", b, rates, "cuda")
+
+
+def _capture(module, static_x):
+    """The forward pass on `static_x` as one CUDA graph, captured after three warm-up passes on a side stream (as
+    torch.cuda.graphs asks: the allocator and cuBLAS settle before capture)."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            module(static_x)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        module(static_x)
+    return graph
 
 
 def _record(run: Run, precision: str, variant: str, batch: int, rates: list[float], device: str, **extra) -> dict:
@@ -215,16 +224,7 @@ def jpeg_ceiling(run: Run, precision: str, *, device: str = "cuda", batches=(64,
         with torch.inference_mode():
             forward = lambda x=static_x: emb.module(x)  # noqa: E731
             if on_gpu:
-                stream = torch.cuda.Stream()
-                stream.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(stream):
-                    for _ in range(3):
-                        emb.module(static_x)
-                torch.cuda.current_stream().wait_stream(stream)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    emb.module(static_x)
-                forward = graph.replay
+                forward = _capture(emb.module, static_x).replay
 
             def step(b=b, static_x=static_x, forward=forward):
                 static_x.copy_(preprocess_jpegs(jpegs[:b], device=device))  # the cast to half happens in the copy
@@ -394,9 +394,12 @@ def served_sweep(run: Run, server: str, *, engine: str, payloads=("tensor", "jpe
 
 
 def perf_analyzer_sweep(run: Run, *, engine: str = "torch", device: str = "cuda", precision: str | None = None,
-                        concurrencies=CONCURRENCIES, experiment: str = "gpu-perf-analyzer") -> list[dict]:
+                        concurrencies=CONCURRENCIES, experiment: str = "gpu-perf-analyzer",
+                        request_count: int | None = None) -> list[dict]:
     """NVIDIA's perf_analyzer (C++, the client that can offer what a Python one cannot) against the embedded
-    tritonserver's encoder on `device`: batch-1 requests of random data over HTTP, one point per concurrency."""
+    tritonserver's encoder on `device`: batch-1 requests of random data over HTTP, one point per concurrency, each
+    measured until perf_analyzer's own windows agree. `request_count`: one measurement of that many requests
+    instead, which always completes however busy the machine (checking that the stage runs, not a result)."""
     from urllib.parse import urlsplit
 
     from servelab.bench.servers.lifecycle import served
@@ -412,15 +415,18 @@ def perf_analyzer_sweep(run: Run, *, engine: str = "torch", device: str = "cuda"
         address = urlsplit(srv.http_url).netloc
         for c in concurrencies:
             csv = run.dir / f"perf-analyzer-c{c}.csv"
-            res = pa.run(pa.command(binary, address, srv.model, concurrency=c, requests=max(64, 4 * c), csv=csv),
-                         csv=csv, timeout=180)
+            res = pa.run(pa.command(binary, address, srv.model, concurrency=c, requests=max(64, 4 * c), csv=csv,
+                                    request_count=request_count), csv=csv, timeout=180)
             out.append(run.record(experiment, kind="load", server="triton-http", engine=engine, provider=device,
                                   protocol="http", payload="tensor", batch=1, concurrency=c, precision=precision,
                                   throughput_img_s=round(res.throughput_img_s, 1), latency_p50_ms=round(res.latency_p50_ms, 3),
                                   latency_p99_ms=round(res.latency_p99_ms, 3),
                                   server_stats={"queue_ms": res.server_queue_ms, "compute_ms": res.server_compute_ms},
                                   params={"client": "perf_analyzer", "binary": str(binary)},
-                                  note="perf_analyzer, batch-1 random tensors over HTTP (its own stability windows)"))
+                                  quick=request_count is not None,
+                                  note="perf_analyzer, batch-1 random tensors over HTTP ("
+                                       + ("its own stability windows)" if request_count is None
+                                          else f"one count of {request_count} requests: not a result)")))
     return out
 
 

@@ -1,18 +1,11 @@
 """The in-process experiments (servelab.bench.experiments.raw): the engines alone, cold starts, ONNX Runtime's op
 profile and the serialisation costs, with tiny parameters (functional, not results)."""
 
-import pytest
 
 from servelab.bench import experiments as ex
 from servelab.bench.load import LoadOpts
-from servelab.bench.results.records import Run
 
 SMOKE = LoadOpts.smoke(max_windows=2)
-
-
-@pytest.fixture
-def run(tmp_path):
-    return Run(run_id="t", root=tmp_path, weights="random-init (seed 0)")
 
 
 def _ok(rec):

@@ -7,15 +7,10 @@ from servelab.bench import experiments as ex
 from servelab.bench.load import LoadOpts
 from servelab.bench.report import goals_table, ratio_sentence
 from servelab.bench.results.goals import scaling_efficiency
-from servelab.bench.results.records import Run, load_records
+from servelab.bench.results.records import load_records
 from servelab.bench.servers import served
 
 SMOKE = LoadOpts.smoke(max_windows=2)  # one ABBA block per A/B: these tests check that each experiment runs
-
-
-@pytest.fixture
-def run(tmp_path):
-    return Run(run_id="t", root=tmp_path, weights="random-init (seed 0)")
 
 
 def _ok(rec):

@@ -1,15 +1,8 @@
 """Goals read from records (servelab.bench.results.goals): met, not met or undecided by their bands."""
 
-import pytest
 
 from servelab.bench.report import goals_table
 from servelab.bench.results.goals import goal_record, service_goals, triton_goals
-from servelab.bench.results.records import Run
-
-
-@pytest.fixture
-def run(tmp_path):
-    return Run(run_id="t", root=tmp_path, weights="random-init (seed 0)")
 
 
 def _rec(run, **kw):
