@@ -232,6 +232,23 @@ def pace_ab(run, experiment: str, sides: dict[str, tuple], slices: list[Path], *
             paces[label].append(done / (time.perf_counter() - t0))
     a, b = labels
     return rounds.ratio_record(run, experiment, a, b, paces[a], paces[b], quick=quick, payload="jpeg",
-                               params={"paces_img_s": paces, "photos_per_slice": len(list(slices[0].iterdir()))},
+                               params={"paces_img_s": paces, "photos_per_slice": len(list(slices[0].iterdir())),
+                                       "served_by": "; ".join(f"{label}: {_served_by(client)}"
+                                                              for label, (client, _b, _w) in sides.items())},
                                note="photos a second A ÷ B, the finder's embed step on the same slices of the job's "
                                     "folder, back to back; min–max over the slices")
+
+
+def _served_by(client) -> str:
+    """Which machine answered a finder's client: this one for the in-process engine, the machine a service's /info
+    reports about itself, or the Triton at the client's address (Triton names no host)."""
+    from servelab.bench.servers.handle import this_machine
+    from servelab.bench.servers.triton_served import triton_machine
+    from servelab.fingerprint import machine_label
+
+    info = client.info()
+    if info.get("mode_used") == "local":
+        return this_machine()
+    if isinstance(info.get("machine"), dict):
+        return machine_label(info["machine"])
+    return triton_machine(str(info.get("url") or "").split("://")[-1], None)

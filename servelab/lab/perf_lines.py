@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from servelab.bench.servers.triton_served import triton_machine
 from servelab.lab.rounds import order, ratio_record
 from servelab.triton import perf_analyzer as pa
 
@@ -39,6 +40,7 @@ def alternate(run, experiment: str, lines: dict[str, str], *, rounds: int, out_d
                 del argv[i:i + 2]
             r = pa.run(argv + ["-f", str(csv)], csv, timeout=timeout, env=env, count_port=port(argv))
             protocol = pa.option(argv, "-i", "--protocol", default="http")
+            served_by = triton_machine(pa.option(argv, "-u", "--url", default="localhost:8000"), None)
             results[label].append(run.record(
                 experiment, kind="load", server=f"triton-{protocol}", backend="perf_analyzer", protocol=protocol,
                 payload="tensor", batch=int(pa.option(argv, "-b", "--batch-size", default="1")),
@@ -46,7 +48,7 @@ def alternate(run, experiment: str, lines: dict[str, str], *, rounds: int, out_d
                 latency_p99_ms=r.latency_p99_ms, repeats=1,
                 server_stats={"avg_queue_ms": r.server_queue_ms, "avg_compute_infer_ms": r.server_compute_ms},
                 params={"label": label, "round": k, "line": lines[label], "environment": env,
-                        "connections": r.connections},
+                        "connections": r.connections, "served_by": served_by},
                 note="one perf_analyzer run of the line in params.line; connections: the most TCP connections it "
                      "held to the server at once"))
     return results
@@ -58,5 +60,6 @@ def ratio(run, experiment: str, results: dict[str, list[dict]], a: str, b: str, 
     return ratio_record(run, experiment, a, b, [r["throughput_img_s"] for r in results[a]],
                         [r["throughput_img_s"] for r in results[b]], quick=quick, batch=first["batch"],
                         concurrency=first["concurrency"], payload="tensor", backend="perf_analyzer",
+                        params={"served_by": first["params"].get("served_by")},
                         note="throughput A ÷ B of two perf_analyzer lines run back to back, round after round; "
                              "min–max over the rounds")

@@ -89,7 +89,7 @@ def frontend_bound(run: Run, srv: Served, device: DeviceProfile, *, concurrency:
         device_img_s=round(device.devices * avg / per_batch_s, 1),
         ceiling_img_s=round(device.throughput_img_s(max_batch), 1), ceiling_batch=max_batch,
         device_busy_share=round(busy, 4), avg_batch=round(avg, 3), executions=executions, images=images,
-        params=params,
+        params={**params, "served_by": rec["params"].get("served_by")},
         note=(f"the device's rate and busy share are computed from {device.label}'s profile over the service's own "
               "batch counters (an emulation, not a measurement); the served rate is measured"))
     return FrontendBound(rec, derived, served, derived["device_img_s"], derived["ceiling_img_s"], busy, avg)
