@@ -180,13 +180,19 @@ EOF
     say "reference written to $dest ($(du -sh "$dest" | cut -f1))"
 }
 
+# A Python 3.12 to rehearse the GPU machine's side with (its python3): $PYTHON312, a pyenv one, or python3.12.
+python312() {
+    local c
+    for c in ${PYTHON312:-} $(ls "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3.12 2>/dev/null) python3.12; do
+        if "$c" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null; then echo "$c"; return 0; fi
+    done
+    return 1
+}
+
 # Here: everything of the GPU machine's half that needs no GPU, in a Python 3.12 virtual environment.
 rehearse() {
-    local py312="" venv="$ROOT/build/gpu-rehearsal" c
-    for c in ${PYTHON312:-} $(ls "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3.12 2>/dev/null) python3.12; do
-        if "$c" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null; then py312=$c; break; fi
-    done
-    [ -n "$py312" ] || { say "no Python 3.12 here to rehearse with (set PYTHON312)"; exit 1; }
+    local py312 venv="$ROOT/build/gpu-rehearsal"
+    py312=$(python312) || { say "no Python 3.12 here to rehearse with (set PYTHON312)"; exit 1; }
     rm -rf "$OUT/all" "$venv"
     "$py312" -m venv "$venv"
     # the machine's own packages that the lab imports without CUDA (torch and friends are not rehearsed here)
@@ -451,11 +457,8 @@ CHECK
 # Here: both calls as the GPU machine would take them, in a Python 3.12 venv holding stand-ins for the machine's
 # own packages (from this machine's registry; CUDA torch cannot be one, so nothing that needs torch is run).
 lease_rehearse() {
-    local py312="" venv="$ROOT/build/gpu-lease-rehearsal" c
-    for c in ${PYTHON312:-} $(ls "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3.12 2>/dev/null) python3.12; do
-        if "$c" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null; then py312=$c; break; fi
-    done
-    [ -n "$py312" ] || { say "no Python 3.12 here to rehearse with (set PYTHON312)"; exit 1; }
+    local py312 venv="$ROOT/build/gpu-lease-rehearsal"
+    py312=$(python312) || { say "no Python 3.12 here to rehearse with (set PYTHON312)"; exit 1; }
     rm -rf "$venv" && "$py312" -m venv "$venv"
     local stand_ins=() p
     for p in $DEVICE_PACKAGES; do  # the machine's own packages, less what needs CUDA (torch and what requires it)
