@@ -8,7 +8,7 @@ a verdict never rests on a difference the run cannot resolve. It also says wheth
 
 from __future__ import annotations
 
-from servelab.bench.results.records import Run
+from servelab.bench.results.records import Run, served_by_of
 from servelab.vocabulary import MODEL_ENGINES
 
 
@@ -27,7 +27,7 @@ def goal_record(run: Run, experiment: str, name: str, value: float | None, op: s
         met = _meets(value, op, threshold)
         if lo is not None and hi is not None and _meets(lo, op, threshold) != _meets(hi, op, threshold):
             met = None  # the band straddles the goal: undecided here
-    return run.record(experiment, kind="derived", server="goal", goal=name,
+    return run.record(experiment, kind="derived", server="goal", goal=name, params={"served_by": served_by_of(inputs)},
                       value=None if value is None else round(float(value), 4),
                       value_min=None if lo is None else round(float(lo), 4),
                       value_max=None if hi is None else round(float(hi), 4),
@@ -93,7 +93,7 @@ def service_goals(run: Run, records: list[dict], *, hi=16, lo=1, big=16, small=1
                                q["throughput_img_s"] / t["throughput_img_s"], ">=", 2.5, band=_quotient_band(q, t),
                                inputs=[q, t], note="measured one after the other (one engine loaded at a time)"))
         out.append(goal_record(run, "service", "onnx-int8 min cosine vs torch fp32", q.get("cosine_vs_torch_fp32"),
-                               ">=", 0.999, note="min over 8 synthetic photos"))
+                               ">=", 0.999, inputs=[q], note="min over 8 synthetic photos"))
     return out
 
 

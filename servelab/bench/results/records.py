@@ -125,6 +125,14 @@ def new_run_id(name: str = "bench") -> str:
 LOCAL_SERVERS = ("in-process", "client")
 
 
+def served_by_of(records) -> str | None:
+    """The machine(s) that served `records`, for a figure derived from them: one name, or each distinct one."""
+    machines = list(dict.fromkeys((r.get("params") or {}).get("served_by") for r in records))
+    if not machines or not all(machines):
+        return None  # an input names no machine: neither can the figure
+    return "; ".join(machines)
+
+
 class Run:
     """`results/<run-id>/`: records.jsonl + environment.json; `add()` validates and persists each record."""
 

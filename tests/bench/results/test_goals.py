@@ -3,6 +3,7 @@
 
 from servelab.bench.report import goals_table
 from servelab.bench.results.goals import goal_record, service_goals, triton_goals
+from servelab.bench.results.records import Run
 
 
 def _rec(run, **kw):
@@ -44,3 +45,13 @@ def test_triton_goals_read_the_interleaved_ratios(run):
     assert rows == {"triton-grpc tensor c=4 / offline batch 8": "met (quick run: not a result)",
                     "triton-http tensor c=4 / offline batch 8": "not met (quick run: not a result)",
                     "triton-grpc jpeg / tensor throughput c=4": "met (quick run: not a result)"}
+
+
+def test_a_goal_names_the_machines_of_the_records_it_was_computed_from(tmp_path):
+    run = Run(run_id="g", root=tmp_path)
+    a = run.record("x", server="fastapi", throughput_img_s=10.0, params={"served_by": "the node"})
+    b = run.record("x", server="in-process", throughput_img_s=5.0)  # this process: names this machine itself
+    goal = goal_record(run, "x", "a / b", 2.0, ">=", 1.5, inputs=[a, b])
+    assert goal["params"]["served_by"] == f"the node; {b['params']['served_by']}"
+    unnamed = run.record("x", server="fastapi", throughput_img_s=1.0)
+    assert goal_record(run, "x", "c", 1.0, None, None, inputs=[a, unnamed])["params"]["served_by"] is None
