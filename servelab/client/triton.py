@@ -3,6 +3,8 @@
     from servelab.client.triton import TritonBackend, TritonInferenceError, TritonUnavailable
     b = TritonBackend("http" | "grpc", url)    # models default to triton.models CPU_ENCODER / ENSEMBLE
     b.embed_tensor(float32 [N,3,224,224]) -> float32 [N,512]   # FP32 input `pixel_values`, binary (never JSON lists)
+    b.embed_tensor(uint8 [N,3,224,224])   -> float32 [N,512]   # UINT8 input `pixels_uint8`: the crop's pixels before
+                                                               # normalisation, a quarter of the bytes (the CPU models)
     b.embed_encoded([jpeg_bytes, ...])    -> float32 [N,512]   # BYTES input `IMAGE` [N,1] to the ensemble
     b.ready() -> bool                                          # server live AND `model` ready
     b.weights, b.info(), b.model_config(model=None) -> dict, b.close(), b.url, b.protocol, b.model, b.jpeg_model
@@ -31,7 +33,15 @@ from servelab.client.base import Backend
 from servelab.client.errors import InferenceError, ServiceUnavailable
 from servelab.config import TRITON_GRPC_PORT, TRITON_HTTP_PORT, Settings
 from servelab.errors import InvalidValue
-from servelab.model.contract import EMBED_DIM, INPUT_NAME, JPEG_INPUT_NAME, OUTPUT_NAME
+from servelab.model.contract import (
+    EMBED_DIM,
+    INPUT_NAME,
+    JPEG_INPUT_NAME,
+    OUTPUT_NAME,
+    PIXEL_INPUT_NAME,
+    TRITON_DTYPE,
+    TRITON_PIXEL_DTYPE,
+)
 from servelab.triton.control import address
 from servelab.triton.models import CPU_ENCODER, ENSEMBLE
 
@@ -54,7 +64,8 @@ _UNAVAILABLE_GRPC = ("StatusCode.UNAVAILABLE", "StatusCode.DEADLINE_EXCEEDED")
 class TritonBackend(Backend):
     def __init__(self, protocol: str = "http", url: str | None = None, timeout: float = 60.0, *,
                  model: str | None = None, jpeg_model: str | None = None, input_name: str = INPUT_NAME,
-                 output_name: str = OUTPUT_NAME, jpeg_input_name: str = JPEG_INPUT_NAME, verbose: bool = False):
+                 output_name: str = OUTPUT_NAME, jpeg_input_name: str = JPEG_INPUT_NAME,
+                 pixel_input_name: str = PIXEL_INPUT_NAME, verbose: bool = False):
         if protocol not in PROTOCOLS:
             raise InvalidValue(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
         self.protocol = protocol
@@ -69,6 +80,7 @@ class TritonBackend(Backend):
         self.model = model or CPU_ENCODER
         self.jpeg_model = jpeg_model or ENSEMBLE
         self.input_name, self.output_name, self.jpeg_input_name = input_name, output_name, jpeg_input_name
+        self.pixel_input_name = pixel_input_name
         self._weights: str | None = None
         if protocol == "http":
             import tritonclient.http as tc
@@ -135,12 +147,19 @@ class TritonBackend(Backend):
 
     # --- Backend ----------------------------------------------------------------------------------
     def embed_tensor(self, batch: np.ndarray) -> np.ndarray:
-        # no silent conversion: a float64/uint8 tensor is a caller bug, and Triton says so in its error
+        """float32 [N, 3, 224, 224] to `input_name`, or uint8 pixels of that shape to `pixel_input_name` (normalised
+        by the model: the CPU encoders take both, see servelab.triton.python_batch), as the FastAPI client sends
+        X-Dtype uint8. Any other dtype goes as it is to `input_name`: no silent conversion (a float64 tensor is a
+        caller bug, and Triton says so in its error), as does a shape the model does not take."""
         batch = np.ascontiguousarray(batch)
-        dtype = {np.dtype(np.float32): "FP32", np.dtype(np.float64): "FP64", np.dtype(np.float16): "FP16",
-                 np.dtype(np.uint8): "UINT8", np.dtype(np.int32): "INT32", np.dtype(np.int64): "INT64"}.get(batch.dtype)
+        if batch.dtype == np.uint8:
+            return self._infer(self.model, [self._input(self.pixel_input_name, batch, TRITON_PIXEL_DTYPE)],
+                               self.output_name)
+        dtype = {np.dtype(np.float32): TRITON_DTYPE, np.dtype(np.float64): "FP64", np.dtype(np.float16): "FP16",
+                 np.dtype(np.int32): "INT32", np.dtype(np.int64): "INT64"}.get(batch.dtype)
         if dtype is None:
-            raise TritonInferenceError(f"unsupported tensor dtype {batch.dtype}; send float32", backend=self.name)
+            raise TritonInferenceError(f"unsupported tensor dtype {batch.dtype}; send float32 or uint8",
+                                       backend=self.name)
         return self._infer(self.model, [self._input(self.input_name, batch, dtype)], self.output_name)
 
     def embed_encoded(self, blobs) -> np.ndarray:

@@ -39,7 +39,7 @@ from servelab.config import Settings, workspace
 from servelab.errors import InvalidValue
 from servelab.fileio import atomic_write, file_digest
 from servelab.fingerprint import usable_cores
-from servelab.triton.models import EMULATED_ENCODER, ENCODERS, PREPROCESS, TRT_ENCODER
+from servelab.triton.models import EMULATED_ENCODER, ENCODERS, TRT_ENCODER
 from servelab.triton.tensorrt import ACCELERATOR, profile_shapes
 
 # Package data: the templates travel with the installed package, not with a checkout.
@@ -273,7 +273,7 @@ def stage(
                 cfg.max_batch_size = max_batch
             if "weights" in cfg.parameters:
                 set_param(cfg, "weights", weights)
-            if cfg.name == PREPROCESS:
+            if "servelab_path" in cfg.parameters:  # a python-backend model that imports servelab
                 set_param(cfg, "servelab_path", servelab_path)
             if cfg.name == EMULATED_ENCODER:
                 _set_emulated(cfg, settings, servelab_path, dst)
@@ -283,7 +283,6 @@ def stage(
                 if engine == "torch" and "provider" in cfg.parameters:
                     set_param(cfg, "engine", "torch")
                     set_param(cfg, "precision", settings.precision)
-                    set_param(cfg, "servelab_path", servelab_path)
                 set_instances(cfg, instances, gpus)
                 if max_delay_us is not None:
                     cfg.dynamic_batching.max_queue_delay_microseconds = max_delay_us
