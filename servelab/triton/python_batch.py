@@ -61,7 +61,8 @@ def responses(requests, arrays: dict[int, np.ndarray], errors: dict[int, str], e
     out, start = [], 0
     for i in range(len(requests)):
         if i in errors:
-            out.append(pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(errors[i])))
+            error = pb_utils.TritonError(errors[i], pb_utils.TritonError.INVALID_ARG)  # the client's mistake: 400
+            out.append(pb_utils.InferenceResponse(output_tensors=[], error=error))
             continue
         n = arrays[i].shape[0]
         part = np.ascontiguousarray(embeddings[start : start + n], dtype=np.float32)
