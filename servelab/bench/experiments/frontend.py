@@ -225,13 +225,13 @@ class PinnedTriton(Pinned, EmbeddedTriton):
     """The embedded tritonserver under `taskset -c cores`."""
 
 
-class FloorProcess(Pinned, ManagedProcess):
-    """`asgi_floor` under uvicorn, under `taskset -c cores`."""
+class AsgiFloor(ManagedProcess):
+    """`asgi_floor` under uvicorn on a free loopback port."""
 
     name = FLOOR
 
-    def __init__(self, *, cores: str | None, log_path: Path | None = None):
-        super().__init__(cores=cores, log_path=log_path, startup_timeout=60.0)
+    def __init__(self, *, log_path: Path | None = None):
+        super().__init__(log_path=log_path, startup_timeout=60.0)
         self.port = free_port()
 
     @property
@@ -243,9 +243,12 @@ class FloorProcess(Pinned, ManagedProcess):
         return self.url + "/healthz"
 
     def command(self) -> list[str]:
-        return _pinned(self.cores, [sys.executable, "-m", "uvicorn", "servelab.bench.servers.asgi_floor:app",
-                                    "--host", self.host, "--port", str(self.port), "--no-access-log",
-                                    "--log-level", "warning", "--http", "httptools"])
+        return [sys.executable, "-m", "uvicorn", "servelab.bench.servers.asgi_floor:app", "--host", self.host,
+                "--port", str(self.port), "--no-access-log", "--log-level", "warning", "--http", "httptools"]
+
+
+class FloorProcess(Pinned, AsgiFloor):
+    """`asgi_floor` under uvicorn, under `taskset -c cores`."""
 
 
 def split_cores(server_cores: str | None = None, client_cores: str | None = None) -> tuple[str | None, str | None, str]:
