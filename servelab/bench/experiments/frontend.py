@@ -402,6 +402,9 @@ class PerfClient:
         return self.input_files[inp.kind]
 
     def run(self, inp: TensorInput, connections: int, requests: int, server_pid: int) -> Window:
+        """One measurement of `requests` requests. Its duration is the time perf_analyzer measured (requests ÷ its
+        throughput); the server's and the client's CPU are counted over the whole run, perf_analyzer's start and
+        its statistics queries included, so CPU per request and the server's share of a core lean high."""
         from servelab.triton import perf_analyzer as pa
 
         csv = self.folder / f"perf-analyzer-{inp.kind}-c{connections}.csv"
