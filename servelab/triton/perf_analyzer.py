@@ -102,8 +102,7 @@ def command(binary: Path, address: str, model: str, *, concurrency: int = 8, inp
 
     request_count: one measurement of exactly that many requests instead, with no stability rule: it always
     completes, however busy the machine (checking that the tool runs; a benchmark wants the stable windows).
-    input_data: a JSON file of the tensors to send (`input_data_file`) instead of random data; it names the inputs
-    sent, so a model with optional inputs gets only those (with random data perf_analyzer sends every input)."""
+    input_data: a JSON file of the tensors to send (`input_data_file`: real pixels, say) instead of random data."""
     cmd = [str(binary), "-m", model, "-u", address, "-i", "http", "-b", "1", "--shape", f"{input_name}:{shape}",
            "--concurrency-range", str(concurrency)]
     if request_count is not None:

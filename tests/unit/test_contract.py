@@ -17,7 +17,6 @@ CONFIGS = sorted(STAGING.glob("*/*/config.pbtxt"))
 MODELS = sorted(STAGING.glob("*/*/1/model.py"))
 EXPECTED = {  # tensor name -> (Triton dtype, dims without the batch)
     contract.INPUT_NAME: ("TYPE_FP32", list(contract.INPUT_SHAPE)),
-    contract.PIXEL_INPUT_NAME: ("TYPE_UINT8", list(contract.INPUT_SHAPE)),
     contract.OUTPUT_NAME: ("TYPE_FP32", [contract.EMBED_DIM]),
     contract.JPEG_INPUT_NAME: ("TYPE_STRING", [1]),
 }

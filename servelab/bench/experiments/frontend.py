@@ -8,8 +8,8 @@ HTTP, reading the body, checking it, batching, answering. The sides:
     floor        `asgi_floor` under the same uvicorn: reads the body, answers the same 2,048 bytes, nothing else
     fastapi      servelab's service (one side per source tree in `trees`)
     litserve     the same emulated engine behind LitServe (servelab.bench.servers.litserve_app)
-    triton       Triton's C++ HTTP frontend in front of the emulated model (openclip_vit_b32_emulated, staged with
-                 the same profile file), driven by perf_analyzer
+    triton       Triton's C++ HTTP frontend in front of the emulated model (openclip_vit_b32_emulated and its
+                 uint8 variant, staged with the same profile file), driven by perf_analyzer
 
 Each server runs alone on its cores (`taskset`, by default core 1) and its client on the others (core 0), one
 body kind at a time:
@@ -17,7 +17,7 @@ body kind at a time:
     tensor   float32 [1, 3, 224, 224] (602,112 bytes): POST /embed/tensor with X-Shape 1,3,224,224 (fastapi,
              floor); base64 in JSON, as LitServe's API takes a request (litserve); Triton's input pixel_values
     uint8    the same image as uint8 pixels (150,528 bytes), normalised on the server: X-Dtype uint8 (fastapi,
-             floor); Triton's input pixels_uint8 (see servelab.triton.python_batch)
+             floor); Triton's uint8 variant of the model, input pixels_uint8 (servelab.triton.python_batch)
     jpeg     one 640×480 JPEG, decoded and preprocessed by the server: POST /embed (fastapi, floor); base64 in
              JSON (litserve)
 
@@ -101,9 +101,11 @@ class Body:
 
 @dataclass(frozen=True)
 class TensorInput:
-    """One request as perf_analyzer sends it to Triton: `array` (without the batch dimension) as input `name`."""
+    """One request as perf_analyzer sends it to Triton: `array` (without the batch dimension) as `model`'s input
+    `name`."""
 
     kind: str
+    model: str
     name: str
     array: np.ndarray
 
@@ -164,14 +166,16 @@ def litserve_bodies(kinds=KINDS, seed: int = 0) -> dict[str, Body]:
 
 
 def tensor_inputs(kinds=KINDS, seed: int = 0) -> dict[str, TensorInput]:
-    """The same image as Triton's emulated model takes it: float32 `pixel_values` or uint8 `pixels_uint8`."""
+    """The same image as Triton's emulated model takes it: float32 `pixel_values`, or uint8 `pixels_uint8` to its
+    uint8 variant."""
     from servelab.model.contract import INPUT_NAME, PIXEL_INPUT_NAME
     from servelab.model.preprocess import normalise
+    from servelab.triton.models import EMULATED_ENCODER, uint8_model
 
     _check_kinds(kinds)
     _, pixels = photo(seed)
-    made = {"tensor": TensorInput("tensor", INPUT_NAME, normalise(pixels)),
-            "uint8": TensorInput("uint8", PIXEL_INPUT_NAME, pixels)}
+    made = {"tensor": TensorInput("tensor", EMULATED_ENCODER, INPUT_NAME, normalise(pixels)),
+            "uint8": TensorInput("uint8", uint8_model(EMULATED_ENCODER), PIXEL_INPUT_NAME, pixels)}
     return {k: made[k] for k in kinds if k in made}
 
 
@@ -377,12 +381,12 @@ def wrk_window(res: WrkResult, server_cpu_s: float) -> Window:
 
 
 class PerfClient:
-    """perf_analyzer against one Triton model, pinned to `cores`, one `--request-count` measurement per window
+    """perf_analyzer against one Triton, pinned to `cores`, one `--request-count` measurement per window
     (servelab.triton.perf_analyzer builds, runs and reads it); `input_files` are the --input-data files made from
-    each kind's TensorInput."""
+    each kind's TensorInput, so it sends the same pixels as the other sides' bodies."""
 
-    def __init__(self, binary: Path, address: str, port: int, model: str, folder: Path, cores: str | None):
-        self.binary, self.address, self.port, self.model = binary, address, port, model
+    def __init__(self, binary: Path, address: str, port: int, folder: Path, cores: str | None):
+        self.binary, self.address, self.port = binary, address, port
         self.folder, self.cores = Path(folder), cores
         self.input_files: dict[str, Path] = {}
         self.rate: dict[str, float] = {}  # requests/s last seen per kind: sizes the next window
@@ -408,7 +412,7 @@ class PerfClient:
         from servelab.triton import perf_analyzer as pa
 
         csv = self.folder / f"perf-analyzer-{inp.kind}-c{connections}.csv"
-        cmd = pa.command(self.binary, self.address, self.model, concurrency=connections, input_name=inp.name,
+        cmd = pa.command(self.binary, self.address, inp.model, concurrency=connections, input_name=inp.name,
                          shape=",".join(map(str, inp.array.shape)), request_count=requests, csv=csv,
                          input_data=self.input_file(inp))
         cpu0, before = _cpu_s(server_pid), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -490,16 +494,18 @@ def litserve_side(stack, plan: Plan, max_batch: int = 16, batch_timeout: float =
 
 
 def triton_side(stack, plan: Plan) -> Side:
-    """Triton's C++ HTTP frontend and the emulated model, staged with the near-zero profile file."""
+    """Triton's C++ HTTP frontend and the emulated model (and its uint8 variant), staged with the near-zero profile
+    file."""
     from servelab.config import Settings
     from servelab.triton.control import get_config
-    from servelab.triton.models import EMULATED_ENCODER
+    from servelab.triton.models import EMULATED_ENCODER, uint8_model
     from servelab.triton.repository import stage
 
     repo = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="servelab-frontend-triton-"))) / "models"
     settings = Settings.from_env().with_(device_profile=str(plan.profile_path), device_dir=plan.device_dir / TRITON)
     stage("cpu", repo, instances=1, settings=settings)
-    proc = stack.enter_context(PinnedTriton(repo, cores=plan.server_cores, models=[EMULATED_ENCODER],
+    proc = stack.enter_context(PinnedTriton(repo, cores=plan.server_cores,
+                                            models=[EMULATED_ENCODER, uint8_model(EMULATED_ENCODER)],
                                             log_path=plan.run.dir / "tritonserver.log"))
     cfg = get_config(proc.http_url, EMULATED_ENCODER)
     refused = []
@@ -508,7 +514,8 @@ def triton_side(stack, plan: Plan) -> Side:
                                        "the ONNX encoder, not the emulated device: no near-zero JPEG path to measure"))
     return Side("triton", TRITON, proc, cfg["parameters"]["weights"]["string_value"], client_kind=PERF_ANALYZER,
                 inputs=tensor_inputs(plan.kinds), refused=refused,
-                settings={"model": EMULATED_ENCODER, "max_batch": int(cfg.get("max_batch_size", 0)),
+                settings={"models": [EMULATED_ENCODER, uint8_model(EMULATED_ENCODER)],
+                          "max_batch": int(cfg.get("max_batch_size", 0)),
                           "max_queue_delay_us": int(cfg.get("dynamic_batching", {})
                                                     .get("max_queue_delay_microseconds", 0)),
                           "server_build": "embedded tritonserver (nvidia-pytriton), python-backend model"},
@@ -592,8 +599,7 @@ def _start_sides(stack, plan: Plan, out: list, *, trees, floor, litserve, triton
             continue
         if server == TRITON:
             proc = side.proc
-            perf = PerfClient(perf_binary, proc.http_address, proc.http_port, side.settings["model"], plan.run.dir,
-                              plan.client_cores)
+            perf = PerfClient(perf_binary, proc.http_address, proc.http_port, plan.run.dir, plan.client_cores)
         sides.append(side)
     return sides, perf
 
@@ -675,7 +681,8 @@ def _record(run: Run, side: Side, kind: str, connections: int, ws: list[Window],
     if side.client_kind == PERF_ANALYZER:
         inp = side.inputs[kind]
         sent = {"body_bytes": inp.nbytes, "body_format": f"Triton binary tensor input {inp.name} "
-                f"({inp.array.dtype}, {list(inp.array.shape)})", "path": f"/v2/models/{side.settings['model']}/infer"}
+                f"({inp.array.dtype}, {list(inp.array.shape)})", "path": f"/v2/models/{inp.model}/infer",
+                "model": inp.model}
     else:
         body = side.bodies[kind]
         sent = {"body_bytes": len(body.data), "body_format": body.format, "path": body.path}

@@ -6,9 +6,9 @@ torch has CUDA but which has no onnxruntime-gpu.
 The bundled tritonserver has only the python backend, so this file stands in for the onnxruntime backend
 on the laptop and on a pip-only GPU machine. Triton's dynamic batcher hands `execute` several requests at
 once; they are filled into one float32 batch for one onnxruntime run (that is where batching pays), and split
-back per request. A request sends float32 `pixel_values` (normalised) or uint8 `pixels_uint8` (the same crop
-before normalisation, a quarter of the bytes), normalised into the batch here (servelab.triton.python_batch,
-imported from `servelab_path`, which says why one model takes both).
+back per request. The same file serves the uint8 variant (`openclip_vit_b32_cpu_uint8`, written by stage): it
+takes the input its config declares, and uint8 pixels (the crop before normalisation, a quarter of the bytes) are
+normalised into the batch here (servelab.triton.python_batch, imported from `servelab_path`, says why a variant).
 """
 
 import json
@@ -39,6 +39,7 @@ class TritonPythonModel:
         from servelab.triton import python_batch
 
         self.batching = python_batch
+        self.request_input = config["input"][0]["name"]  # INPUT, or PIXELS in the uint8 variant
         if (params.get("engine") or "onnx") == "torch":
             self._torch_engine(args, params)
             return
@@ -90,15 +91,13 @@ class TritonPythonModel:
         self.embedder = make_embedder(settings, engine="torch", provider=provider)
 
     def execute(self, requests):
-        arrays, errors = self.batching.request_arrays(requests, pb_utils)
-        out = None
-        if arrays:
-            batch = self.batching.float_batch(arrays)
-            if self.embedder is not None:
-                out = self.embedder.embed(batch)
-            else:
-                out = self.session.run([self.output_name], {self.input_name: batch})[0]
-        return self.batching.responses(requests, arrays, errors, out, pb_utils)
+        arrays = self.batching.request_arrays(requests, self.request_input, pb_utils)
+        batch = self.batching.float_batch(arrays)
+        if self.embedder is not None:
+            out = self.embedder.embed(batch)
+        else:
+            out = self.session.run([self.output_name], {self.input_name: batch})[0]
+        return self.batching.responses(arrays, out, pb_utils)
 
     def finalize(self):
         self.session = self.embedder = None

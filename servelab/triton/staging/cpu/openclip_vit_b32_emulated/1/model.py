@@ -5,9 +5,9 @@ the CPU (servelab.model.emulated_engine), so dynamic batching, instance counts a
 would in front of a GPU. Instance k runs on emulated device k mod the device count; instances on one device
 share it as kernels share a GPU. The answer is a deterministic stand-in vector, not an image embedding.
 
-A request sends float32 `pixel_values` or uint8 `pixels_uint8`, as the CPU encoder takes them; uint8 pixels are
-normalised into the batch before the device sees it (servelab.triton.python_batch, which says why one model
-takes both).
+The same file serves the uint8 variant (`openclip_vit_b32_emulated_uint8`, written by stage): it takes the input
+its config declares, and uint8 pixels are normalised into the batch before the device sees it
+(servelab.triton.python_batch, which says why a variant).
 """
 
 import json
@@ -45,6 +45,7 @@ class TritonPythonModel:
         from servelab.triton import python_batch
 
         self.batching = python_batch
+        self.input_name = config["input"][0]["name"]  # INPUT, or PIXELS in the uint8 variant
 
         device_profile = params["device_profile"]
         if device_profile.endswith(".json") and not os.path.isabs(device_profile):
@@ -58,9 +59,9 @@ class TritonPythonModel:
                                          device=instance_index(args.get("model_instance_name")))
 
     def execute(self, requests):
-        arrays, errors = self.batching.request_arrays(requests, pb_utils)
-        out = self.embedder.embed(self.batching.float_batch(arrays)) if arrays else None
-        return self.batching.responses(requests, arrays, errors, out, pb_utils)
+        arrays = self.batching.request_arrays(requests, self.input_name, pb_utils)
+        out = self.embedder.embed(self.batching.float_batch(arrays))
+        return self.batching.responses(arrays, out, pb_utils)
 
     def finalize(self):
         self.embedder = None
