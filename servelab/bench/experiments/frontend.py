@@ -329,6 +329,7 @@ class Side:
     refused: list[Refused] = field(default_factory=list)
     settings: dict = field(default_factory=dict)  # the server's own settings for the record (batching, model)
     note: str = ""
+    perf: PerfClient | None = None  # the perf_analyzer that drives it (client_kind perf_analyzer)
 
     def url(self) -> str:
         return self.proc.url
@@ -495,12 +496,13 @@ def litserve_side(stack, plan: Plan, max_batch: int = 16, batch_timeout: float =
 
 def triton_side(stack, plan: Plan) -> Side:
     """Triton's C++ HTTP frontend and the emulated model (and its uint8 variant), staged with the near-zero profile
-    file."""
+    file, and the perf_analyzer that drives it (CannotRun when there is none)."""
     from servelab.config import Settings
     from servelab.triton.control import get_config
     from servelab.triton.models import EMULATED_ENCODER, uint8_model
     from servelab.triton.repository import stage
 
+    binary = _perf_analyzer()
     repo = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="servelab-frontend-triton-"))) / "models"
     settings = Settings.from_env().with_(device_profile=str(plan.profile_path), device_dir=plan.device_dir / TRITON)
     stage("cpu", repo, instances=1, settings=settings)
@@ -512,8 +514,9 @@ def triton_side(stack, plan: Plan) -> Side:
     if "jpeg" in plan.kinds:
         refused.append(Refused("jpeg", "Triton's JPEG ensemble (preprocess_jpeg, then openclip_vit_b32_cpu) feeds "
                                        "the ONNX encoder, not the emulated device: no near-zero JPEG path to measure"))
+    perf = PerfClient(binary, proc.http_address, proc.http_port, plan.run.dir, plan.client_cores)
     return Side("triton", TRITON, proc, cfg["parameters"]["weights"]["string_value"], client_kind=PERF_ANALYZER,
-                inputs=tensor_inputs(plan.kinds), refused=refused,
+                perf=perf, inputs=tensor_inputs(plan.kinds), refused=refused,
                 settings={"models": [EMULATED_ENCODER, uint8_model(EMULATED_ENCODER)],
                           "max_batch": int(cfg.get("max_batch_size", 0)),
                           "max_queue_delay_us": int(cfg.get("dynamic_batching", {})
@@ -546,12 +549,13 @@ def frontend(run: Run | str | None = None, *, kinds=KINDS, connections=(8, 32), 
     with contextlib.ExitStack() as stack:
         device_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="servelab-frontend-devices-")))
         plan = Plan(run, server_cores, client_cores, device, profile_path, device_dir, tuple(kinds))
-        sides, perf = _start_sides(stack, plan, out, trees=trees, floor=floor, litserve=litserve, triton=triton,
-                                   workers=workers, env=env)
+        sides = _start_sides(stack, plan, out, trees=trees, floor=floor, litserve=litserve, triton=triton,
+                             workers=workers, env=env)
+        perf = next((s.perf for s in sides if s.perf), None)
         clients = {WRK: wrk_version() if any(s.client_kind == WRK for s in sides) else None,
                    PERF_ANALYZER: perf.version() if perf else None}
-        unavailable = _probe_sides(sides, plan, out, perf=perf, connections=connections, warmup_s=warmup_s)
-        got = _measure(sides, plan, perf=perf, connections=connections, windows=windows, window_s=window_s,
+        unavailable = _probe_sides(sides, plan, out, connections=connections, warmup_s=warmup_s)
+        got = _measure(sides, plan, connections=connections, windows=windows, window_s=window_s,
                        unavailable=unavailable)
         machine_load = {"load_average_before": load_before, "load_average_after": _load_average()}
         by_key = {}
@@ -584,24 +588,16 @@ def _start_sides(stack, plan: Plan, out: list, *, trees, floor, litserve, triton
         sides.append(floor_side(stack, plan))
     for label, tree in trees.items():
         sides.append(service_side(stack, plan, label, tree, workers, env))
-    perf = None
     optional = [(litserve, LITSERVE, "litserve", litserve_side), (triton, TRITON, "triton", triton_side)]
     for wanted, server, label, start in optional:
         if not wanted:
             continue
         try:
-            if server == TRITON:
-                perf_binary = _perf_analyzer()
-            side = start(stack, plan)
+            sides.append(start(stack, plan))
         except (CannotRun, ImportError, OSError, RuntimeError) as exc:  # RuntimeError: a server's start error
             _unavailable(plan.run, out, server=server, side=label, kind=None, weights=plan.device.label,
                          why=f"{label} not measured: {exc}", device=plan.device)
-            continue
-        if server == TRITON:
-            proc = side.proc
-            perf = PerfClient(perf_binary, proc.http_address, proc.http_port, plan.run.dir, plan.client_cores)
-        sides.append(side)
-    return sides, perf
+    return sides
 
 
 def _perf_analyzer() -> Path:
@@ -613,7 +609,7 @@ def _perf_analyzer() -> Path:
     return binary
 
 
-def _probe_sides(sides, plan: Plan, out: list, *, perf, connections, warmup_s) -> set:
+def _probe_sides(sides, plan: Plan, out: list, *, connections, warmup_s) -> set:
     """Each side and kind once: a probe request (wrk sides) or a short perf_analyzer run (Triton) that must be
     answered, then a warm-up; what is refused is recorded unavailable. Returns the (side, kind) pairs left out."""
     from servelab.bench.load.wrk import WrkError
@@ -630,9 +626,9 @@ def _probe_sides(sides, plan: Plan, out: list, *, perf, connections, warmup_s) -
             try:
                 if side.client_kind == PERF_ANALYZER:
                     inp = side.inputs[kind]
-                    perf.run(inp, max(connections), 4 * max(connections), side.proc.pid)  # answered, and a rate
+                    side.perf.run(inp, max(connections), 4 * max(connections), side.proc.pid)  # answered; a rate
                     if warmup_s > 0:
-                        perf.window(inp, max(connections), warmup_s, side.proc.pid)
+                        side.perf.window(inp, max(connections), warmup_s, side.proc.pid)
                     continue
                 body = side.bodies[kind]
                 why = _probe(side.url(), body)
@@ -648,7 +644,7 @@ def _probe_sides(sides, plan: Plan, out: list, *, perf, connections, warmup_s) -
     return unavailable
 
 
-def _measure(sides, plan: Plan, *, perf, connections, windows, window_s, unavailable) -> dict:
+def _measure(sides, plan: Plan, *, connections, windows, window_s, unavailable) -> dict:
     """windows[side, kind, conns] = [Window], interleaved: every side once per round, kind and connection count."""
     got: dict[tuple[str, str, int], list[Window]] = {}
     for _ in range(windows):
@@ -659,7 +655,7 @@ def _measure(sides, plan: Plan, *, perf, connections, windows, window_s, unavail
                         continue
                     pid = side.proc.pid
                     if side.client_kind == PERF_ANALYZER:
-                        w = perf.window(side.inputs[kind], c, window_s, pid)
+                        w = side.perf.window(side.inputs[kind], c, window_s, pid)
                     else:
                         body = side.bodies[kind]
                         cpu0 = _cpu_s(pid)
