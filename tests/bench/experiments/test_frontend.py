@@ -80,10 +80,11 @@ def test_triton_is_driven_by_perf_analyzer_with_tensor_and_uint8_and_says_the_cl
         assert r["server"] == fe.TRITON and r["params"]["client_kind"] == fe.PERF_ANALYZER
         assert r["client"].startswith("perf_analyzer") and r["client"] != fe.wrk_version()
         assert r["params"]["like_for_like_clients"] is False and fe.NOT_LIKE_FOR_LIKE in r["note"]
-        assert r["weights"] == "emulated near-zero" and r["params"]["server_settings"]["model"] == \
-            "openclip_vit_b32_emulated"
+        assert r["weights"] == "emulated near-zero"
         assert max(w["connections_held"] for w in r["params"]["windows"]) == 2  # concurrency = the connections
     assert triton["tensor"]["params"]["body_bytes"] == 4 * triton["uint8"]["params"]["body_bytes"]
+    assert (triton["tensor"]["params"]["model"], triton["uint8"]["params"]["model"]) == \
+        ("openclip_vit_b32_emulated", "openclip_vit_b32_emulated_uint8")  # the uint8 pixels go to its variant
     [jpeg] = [r for r in read if r["kind"] == "unavailable" and r["server"] == fe.TRITON]
     assert jpeg["payload"] == "jpeg" and "emulated" in jpeg["note"]
     assert {row["client"] for row in fe.table_rows(read) if row["side"] == "triton"} == {fe.PERF_ANALYZER}
