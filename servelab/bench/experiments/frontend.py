@@ -32,8 +32,9 @@ batch 1, concurrency equal to the connection count. They are not the same client
 wrk one is not a like-for-like comparison of clients: every Triton record, the plot and the table say so. The
 service can come from other source trees too (`trees`, e.g. the code before a change), started with that tree
 first on PYTHONPATH; windows of all sides are interleaved, round by round, so a drift of the machine touches
-every side alike. A perf_analyzer window is one `--request-count` measurement sized to last about `window_s` at
-the rate last seen (no stability rule: it completes however busy the machine is).
+every side alike. A perf_analyzer window is one run of three time windows that make `window_s` together (a second
+each at least), taken whatever they say (no stability rule, as wrk's fixed duration has none: it completes however busy the machine
+is); its CPU figures are per request Triton counted over the whole run.
 
 Records (experiment `frontend`, kind `load`), one per side, body kind and connection count: requests/s as the
 median of the windows with their range, the server's CPU milliseconds per request (its process tree's CPU time
@@ -369,6 +370,18 @@ class Window:
     server_queue_ms: float | None = None    # Triton's own figures (perf_analyzer reads them)
     server_compute_ms: float | None = None
     connections: int | None = None  # TCP connections the client held to the server at most (perf_analyzer)
+    # what the CPU figures are over when not the window itself (perf_analyzer: its whole run, start and warm-up
+    # included): the requests the server counted, and the seconds
+    cpu_requests: int | None = None
+    cpu_interval_s: float | None = None
+
+    @property
+    def cpu_ms_per_request(self) -> float:
+        return 1000 * self.server_cpu_s / max(self.cpu_requests or self.requests - self.non_2xx, 1)
+
+    def cpu_pct(self, cpu_s: float) -> float | None:
+        interval = self.cpu_interval_s or self.duration_s
+        return 100 * cpu_s / interval if interval > 0 else None
 
     @property
     def ok_per_s(self) -> float:
@@ -382,15 +395,18 @@ def wrk_window(res: WrkResult, server_cpu_s: float) -> Window:
 
 
 class PerfClient:
-    """perf_analyzer against one Triton, pinned to `cores`, one `--request-count` measurement per window
-    (servelab.triton.perf_analyzer builds, runs and reads it); `input_files` are the --input-data files made from
-    each kind's TensorInput, so it sends the same pixels as the other sides' bodies."""
+    """perf_analyzer against one Triton, pinned to `cores` (servelab.triton.perf_analyzer builds, runs and reads
+    it): one window is one run of three time windows (perf_analyzer's fewest) that make `seconds` together (a
+    second each at least), taken whatever they say, as wrk's fixed duration is; `input_files` are the --input-data files made from each kind's
+    TensorInput, so it sends the same pixels as the other sides' bodies."""
 
-    def __init__(self, binary: Path, address: str, port: int, folder: Path, cores: str | None):
-        self.binary, self.address, self.port = binary, address, port
+    WINDOWS = 3  # perf_analyzer's time windows per run (its stability rule needs three)
+    MIN_WINDOW_MS = 1000  # shorter ones can hold no answered request (it then fails the run)
+
+    def __init__(self, binary: Path, http_url: str, address: str, port: int, folder: Path, cores: str | None):
+        self.binary, self.http_url, self.address, self.port = binary, http_url, address, port
         self.folder, self.cores = Path(folder), cores
         self.input_files: dict[str, Path] = {}
-        self.rate: dict[str, float] = {}  # requests/s last seen per kind: sizes the next window
 
     def version(self) -> str:
         from servelab.triton import perf_analyzer as pa
@@ -406,31 +422,32 @@ class PerfClient:
                                                             {inp.name: inp.array})
         return self.input_files[inp.kind]
 
-    def run(self, inp: TensorInput, connections: int, requests: int, server_pid: int) -> Window:
-        """One measurement of `requests` requests. Its duration is the time perf_analyzer measured (requests ÷ its
-        throughput); the server's and the client's CPU are counted over the whole run, perf_analyzer's start and
-        its statistics queries included, so CPU per request and the server's share of a core lean high."""
-        from servelab.triton import perf_analyzer as pa
+    def window(self, inp: TensorInput, connections: int, seconds: float, server_pid: int) -> Window:
+        """One run measuring about `seconds`. Rate and latency are perf_analyzer's over its windows; the server's
+        and the client's CPU are counted over the whole run (its start and warm-up too), per request Triton
+        counted in that time (its statistics) and per second of the run."""
+        import time
 
+        from servelab.triton import perf_analyzer as pa
+        from servelab.triton.server_stats import read_stats
+
+        interval_ms = max(self.MIN_WINDOW_MS, round(1000 * seconds / self.WINDOWS))
         csv = self.folder / f"perf-analyzer-{inp.kind}-c{connections}.csv"
         cmd = pa.command(self.binary, self.address, inp.model, concurrency=connections, input_name=inp.name,
-                         shape=",".join(map(str, inp.array.shape)), request_count=requests, csv=csv,
-                         input_data=self.input_file(inp))
-        cpu0, before = _cpu_s(server_pid), resource.getrusage(resource.RUSAGE_CHILDREN)
-        res = pa.run(_pinned(self.cores, cmd), csv=csv, timeout=120, count_port=self.port)
-        after, server_cpu = resource.getrusage(resource.RUSAGE_CHILDREN), _cpu_s(server_pid) - cpu0
-        self.rate[inp.kind] = res.throughput_img_s
-        return Window(requests=requests, non_2xx=0, socket_errors=0,  # perf_analyzer fails on any refused request
-                      duration_s=requests / res.throughput_img_s if res.throughput_img_s > 0 else 0.0,
-                      p50_ms=res.latency_p50_ms, p99_ms=res.latency_p99_ms,
+                         shape=",".join(map(str, inp.array.shape)), time_window_ms=interval_ms, stability_pct=999,
+                         max_trials=self.WINDOWS, csv=csv, input_data=self.input_file(inp))
+        stats0, cpu0 = read_stats(self.http_url, inp.model), _cpu_s(server_pid)
+        before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+        res = pa.run(_pinned(self.cores, cmd), csv=csv, timeout=seconds + 120, count_port=self.port)
+        wall, after = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+        server_cpu, served = _cpu_s(server_pid) - cpu0, (read_stats(self.http_url, inp.model) - stats0).requests
+        measured_s = self.WINDOWS * interval_ms / 1000
+        return Window(requests=round(res.throughput_img_s * measured_s), non_2xx=0, socket_errors=0,  # it fails
+                      duration_s=measured_s, p50_ms=res.latency_p50_ms, p99_ms=res.latency_p99_ms,  # on an error
                       client_cpu_s=(after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
                       server_cpu_s=server_cpu, server_queue_ms=res.server_queue_ms,
-                      server_compute_ms=res.server_compute_ms, connections=res.connections)
-
-    def window(self, inp: TensorInput, connections: int, seconds: float, server_pid: int) -> Window:
-        """One window of about `seconds` at the rate last seen for this kind (at least 4 requests a connection)."""
-        rate = self.rate.get(inp.kind) or 0.0
-        return self.run(inp, connections, max(4 * connections, round(rate * seconds)), server_pid)
+                      server_compute_ms=res.server_compute_ms, connections=res.connections, cpu_requests=served,
+                      cpu_interval_s=wall)
 
 
 # --- the sides ----------------------------------------------------------------------------------------------
@@ -514,7 +531,7 @@ def triton_side(stack, plan: Plan) -> Side:
     if "jpeg" in plan.kinds:
         refused.append(Refused("jpeg", "Triton's JPEG ensemble (preprocess_jpeg, then openclip_vit_b32_cpu) feeds "
                                        "the ONNX encoder, not the emulated device: no near-zero JPEG path to measure"))
-    perf = PerfClient(binary, proc.http_address, proc.http_port, plan.run.dir, plan.client_cores)
+    perf = PerfClient(binary, proc.http_url, proc.http_address, proc.http_port, plan.run.dir, plan.client_cores)
     return Side("triton", TRITON, proc, cfg["parameters"]["weights"]["string_value"], client_kind=PERF_ANALYZER,
                 perf=perf, inputs=tensor_inputs(plan.kinds), refused=refused,
                 settings={"models": [EMULATED_ENCODER, uint8_model(EMULATED_ENCODER)],
@@ -626,9 +643,7 @@ def _probe_sides(sides, plan: Plan, out: list, *, connections, warmup_s) -> set:
             try:
                 if side.client_kind == PERF_ANALYZER:
                     inp = side.inputs[kind]
-                    side.perf.run(inp, max(connections), 4 * max(connections), side.proc.pid)  # answered; a rate
-                    if warmup_s > 0:
-                        side.perf.window(inp, max(connections), warmup_s, side.proc.pid)
+                    side.perf.window(inp, max(connections), warmup_s, side.proc.pid)  # answered, and warm
                     continue
                 body = side.bodies[kind]
                 why = _probe(side.url(), body)
@@ -669,8 +684,8 @@ def _measure(sides, plan: Plan, *, connections, windows, window_s, unavailable) 
 def _record(run: Run, side: Side, kind: str, connections: int, ws: list[Window], *, client, pinning, device,
             profile_path, window_s, quick, machine_load, clients) -> dict:
     rates = [w.ok_per_s for w in ws]
-    cpu_ms = [1000 * w.server_cpu_s / max(w.requests - w.non_2xx, 1) for w in ws]
-    cpu_pct = [100 * w.server_cpu_s / w.duration_s for w in ws if w.duration_s > 0]
+    cpu_ms = [w.cpu_ms_per_request for w in ws]
+    cpu_pct = [p for p in (w.cpu_pct(w.server_cpu_s) for w in ws) if p is not None]
     median = statistics.median(rates)
     requests = sum(w.requests for w in ws)
     non_2xx = sum(w.non_2xx for w in ws)
@@ -698,8 +713,8 @@ def _record(run: Run, side: Side, kind: str, connections: int, ws: list[Window],
         server_cpu_ms_per_request=round(statistics.median(cpu_ms), 4),
         server_cpu_ms_per_request_min=round(min(cpu_ms), 4), server_cpu_ms_per_request_max=round(max(cpu_ms), 4),
         server_cpu_pct=round(statistics.median(cpu_pct), 1) if cpu_pct else None,
-        client_cpu_pct=round(statistics.median([100 * w.client_cpu_s / w.duration_s for w in ws
-                                                if w.duration_s > 0] or [0.0]), 1),
+        client_cpu_pct=round(statistics.median([p for p in (w.cpu_pct(w.client_cpu_s) for w in ws)
+                                                if p is not None] or [0.0]), 1),
         latency_p50_ms=round(statistics.median(w.p50_ms for w in ws), 3),
         latency_p99_ms=round(statistics.median(w.p99_ms for w in ws), 3),
         requests=requests, errors=non_2xx + sum(w.socket_errors for w in ws), non_2xx=non_2xx,
@@ -717,7 +732,9 @@ def _record(run: Run, side: Side, kind: str, connections: int, ws: list[Window],
                 "windows": [{"requests_per_s": round(w.ok_per_s, 1), "server_cpu_s": round(w.server_cpu_s, 4),
                              "requests": w.requests, "non_2xx": w.non_2xx, "p50_ms": w.p50_ms, "p99_ms": w.p99_ms,
                              "client_cpu_s": round(w.client_cpu_s, 4), "duration_s": round(w.duration_s, 3),
-                             "connections_held": w.connections} for w in ws]})
+                             "connections_held": w.connections, "server_counted_requests": w.cpu_requests,
+                             "cpu_interval_s": round(w.cpu_interval_s, 3) if w.cpu_interval_s else None}
+                            for w in ws]})
 
 
 def _goals(run: Run, sides: list[Side], connections, by_key: dict) -> list[dict]:

@@ -81,7 +81,9 @@ def test_triton_is_driven_by_perf_analyzer_with_tensor_and_uint8_and_says_the_cl
         assert r["client"].startswith("perf_analyzer") and r["client"] != fe.wrk_version()
         assert r["params"]["like_for_like_clients"] is False and fe.NOT_LIKE_FOR_LIKE in r["note"]
         assert r["weights"] == "emulated near-zero"
-        assert max(w["connections_held"] for w in r["params"]["windows"]) == 2  # concurrency = the connections
+        # concurrency = the connections (one more at moments: perf_analyzer reads Triton's statistics on its own)
+        held = [w["connections_held"] for w in r["params"]["windows"]]
+        assert 2 <= max(held) <= 3, held
     assert triton["tensor"]["params"]["body_bytes"] == 4 * triton["uint8"]["params"]["body_bytes"]
     assert (triton["tensor"]["params"]["model"], triton["uint8"]["params"]["model"]) == \
         ("openclip_vit_b32_emulated", "openclip_vit_b32_emulated_uint8")  # the uint8 pixels go to its variant
