@@ -355,40 +355,47 @@ def overload(
 def frontend(
     quick: bool = QUICK, run_id: str | None = RUN_ID,
     kinds: str = typer.Option("tensor,uint8,jpeg", help="request bodies: tensor (float32) | uint8 | jpeg"),
-    connections: str = typer.Option("8,32", help="wrk's keep-alive connections, one point each"),
-    window_s: float = typer.Option(5.0, help="seconds per window (one wrk run)"),
+    connections: str = typer.Option("8,32", help="wrk's keep-alive connections (perf_analyzer's concurrency), one "
+                                                 "point each"),
+    window_s: float = typer.Option(5.0, help="seconds per window (one wrk or perf_analyzer run)"),
     windows: int = typer.Option(3, help="windows per point, interleaved across sides; the range is theirs"),
     trees: str | None = typer.Option(None, help="the service from these source trees, LABEL=PATH,... (e.g. "
                                                 "after=.,before=../servelab-main); default: this one"),
     floor: bool = typer.Option(True, help="measure the bare-ASGI floor beside the service"),
+    litserve: bool = typer.Option(True, help="measure LitServe serving the same emulated engine (wrk, JSON bodies)"),
+    triton: bool = typer.Option(True, help="measure Triton's C++ HTTP frontend on the emulated model, driven by "
+                                           "perf_analyzer (`servelab triton get-perf-analyzer`)"),
     workers: int = typer.Option(1, help="the service's frontend processes (SERVELAB_WORKERS)"),
     server_cores: str | None = typer.Option(None, help="taskset core list for the servers (default: the 2nd core)"),
-    client_cores: str | None = typer.Option(None, help="taskset core list for wrk (default: the 1st core)"),
+    client_cores: str | None = typer.Option(None, help="taskset core list for wrk and perf_analyzer (default: the "
+                                                       "1st core)"),
     max_delay_ms: float | None = typer.Option(None, help="the service's batching delay (default: its own, "
                                                          "SERVELAB_MAX_DELAY_MS)"),
 ):
     """The frontend's own cost: requests/s and CPU ms per request on an emulated device that takes no time, beside a
-    bare ASGI app reading the same body (wrk as the client, server and client on separate cores)."""
+    bare ASGI app reading the same body, LitServe and Triton (wrk as the client, perf_analyzer for Triton: not the
+    same client; server and client on separate cores)."""
     from servelab.bench.experiments import frontend as fe
     from servelab.bench.report.tables import goals_table, markdown_table
 
     run = _new_run(run_id, "frontend")
     recs = fe.frontend(run, kinds=_strs(kinds), connections=_ints(connections), window_s=window_s, windows=windows,
-                       trees=fe.parse_trees(trees), floor=floor, workers=workers, server_cores=server_cores,
-                       client_cores=client_cores, quick=quick,
+                       trees=fe.parse_trees(trees), floor=floor, litserve=litserve, triton=triton, workers=workers,
+                       server_cores=server_cores, client_cores=client_cores, quick=quick,
                        env={"SERVELAB_MAX_DELAY_MS": max_delay_ms} if max_delay_ms is not None else None)
     typer.echo(markdown_table(fe.table_rows(recs)))
     measured = [r for r in recs if r.get("kind") == "load"]
     if measured:
         p = measured[0]["params"]
-        typer.echo(f"client: {p['client']}; {p['cpu_pinning']}; load average (1/5/15 min) before "
+        typer.echo(f"{fe.clients_sentence(recs)}; {p['cpu_pinning']}; load average (1/5/15 min) before "
                    f"{p['load_average_before']}, after {p['load_average_after']}")
     goals = goals_table(recs)
     if goals:
         typer.echo(markdown_table(goals))
     for r in recs:
         if r.get("kind") == "unavailable":
-            typer.echo(f"not measured: {r['params'].get('side')} {r['payload']}: {r['note']}")
+            how = f" ({r['params']['body_format']} body)" if r["params"].get("body_format") else ""
+            typer.echo(f"not measured: {r['params'].get('side')} {r['payload'] or ''}{how}: {r['note']}")
     if quick:
         typer.echo("quick run: these numbers check that things run; they are not results")
     path = fe.plot(recs, run.dir / "frontend.png")

@@ -3,15 +3,19 @@
     from servelab.client.triton import TritonBackend, TritonInferenceError, TritonUnavailable
     b = TritonBackend("http" | "grpc", url)    # models default to triton.models CPU_ENCODER / ENSEMBLE
     b.embed_tensor(float32 [N,3,224,224]) -> float32 [N,512]   # FP32 input `pixel_values`, binary (never JSON lists)
+    b.embed_tensor(uint8 [N,3,224,224])   -> float32 [N,512]   # UINT8 `pixels_uint8` to `<model>_uint8`: the crop's
+                                                               # pixels before normalisation, a quarter of the bytes
     b.embed_encoded([jpeg_bytes, ...])    -> float32 [N,512]   # BYTES input `IMAGE` [N,1] to the ensemble
     b.ready() -> bool                                          # server live AND `model` ready
-    b.weights, b.info(), b.model_config(model=None) -> dict, b.close(), b.url, b.protocol, b.model, b.jpeg_model
+    b.weights, b.info(), b.model_config(model=None) -> dict, b.close(), b.url, b.protocol,
+    b.model, b.pixel_model, b.jpeg_model
     with TritonBackend("grpc", srv.grpc_url) as b: ...       # closes its client on exit
 
 Also usable through `InferenceClient(mode="remote", backend="triton-http"|"triton-grpc", url=..., model=...)`.
 Default URLs come from the configured ports: HTTP 127.0.0.1:8003, gRPC 127.0.0.1:8004 (SERVELAB_TRITON_URL /
 SERVELAB_TRITON_GRPC_URL override; the model names can be overridden with SERVELAB_TRITON_MODEL and
-SERVELAB_TRITON_JPEG_MODEL — on a GPU node the encoder is `openclip_vit_b32` or `openclip_vit_b32_trt`).
+SERVELAB_TRITON_JPEG_MODEL — on a GPU node the encoder is `openclip_vit_b32` or `openclip_vit_b32_trt`, which
+have no uint8 variant: Triton answers that `<model>_uint8` is unknown).
 URLs may be given with or without "http://" / "grpc://".
 
 Each backend holds exactly one tritonclient client (a single connection for HTTP). tritonclient's HTTP client
@@ -31,9 +35,17 @@ from servelab.client.base import Backend
 from servelab.client.errors import InferenceError, ServiceUnavailable
 from servelab.config import TRITON_GRPC_PORT, TRITON_HTTP_PORT, Settings
 from servelab.errors import InvalidValue
-from servelab.model.contract import EMBED_DIM, INPUT_NAME, JPEG_INPUT_NAME, OUTPUT_NAME
+from servelab.model.contract import (
+    EMBED_DIM,
+    INPUT_NAME,
+    JPEG_INPUT_NAME,
+    OUTPUT_NAME,
+    PIXEL_INPUT_NAME,
+    TRITON_DTYPE,
+    TRITON_PIXEL_DTYPE,
+)
 from servelab.triton.control import address
-from servelab.triton.models import CPU_ENCODER, ENSEMBLE
+from servelab.triton.models import CPU_ENCODER, ENSEMBLE, uint8_model
 
 DEFAULT_HTTP_URL = f"127.0.0.1:{TRITON_HTTP_PORT}"
 DEFAULT_GRPC_URL = f"127.0.0.1:{TRITON_GRPC_PORT}"
@@ -54,7 +66,8 @@ _UNAVAILABLE_GRPC = ("StatusCode.UNAVAILABLE", "StatusCode.DEADLINE_EXCEEDED")
 class TritonBackend(Backend):
     def __init__(self, protocol: str = "http", url: str | None = None, timeout: float = 60.0, *,
                  model: str | None = None, jpeg_model: str | None = None, input_name: str = INPUT_NAME,
-                 output_name: str = OUTPUT_NAME, jpeg_input_name: str = JPEG_INPUT_NAME, verbose: bool = False):
+                 output_name: str = OUTPUT_NAME, jpeg_input_name: str = JPEG_INPUT_NAME,
+                 pixel_input_name: str = PIXEL_INPUT_NAME, pixel_model: str | None = None, verbose: bool = False):
         if protocol not in PROTOCOLS:
             raise InvalidValue(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
         self.protocol = protocol
@@ -69,6 +82,8 @@ class TritonBackend(Backend):
         self.model = model or CPU_ENCODER
         self.jpeg_model = jpeg_model or ENSEMBLE
         self.input_name, self.output_name, self.jpeg_input_name = input_name, output_name, jpeg_input_name
+        self.pixel_input_name = pixel_input_name
+        self.pixel_model = pixel_model or uint8_model(self.model)
         self._weights: str | None = None
         if protocol == "http":
             import tritonclient.http as tc
@@ -135,12 +150,20 @@ class TritonBackend(Backend):
 
     # --- Backend ----------------------------------------------------------------------------------
     def embed_tensor(self, batch: np.ndarray) -> np.ndarray:
-        # no silent conversion: a float64/uint8 tensor is a caller bug, and Triton says so in its error
+        """float32 [N, 3, 224, 224] to `model`'s `input_name`; uint8 pixels of that shape (resized and cropped, not
+        normalised) to `pixel_model`'s `pixel_input_name`, the encoder's uint8 variant that normalises them
+        (servelab.triton.python_batch), as the FastAPI client sends X-Dtype uint8. Any other dtype goes as it is to
+        `input_name`: no silent conversion (a float64 tensor is a caller bug, and Triton says so in its error), as
+        does a shape the model does not take."""
         batch = np.ascontiguousarray(batch)
-        dtype = {np.dtype(np.float32): "FP32", np.dtype(np.float64): "FP64", np.dtype(np.float16): "FP16",
-                 np.dtype(np.uint8): "UINT8", np.dtype(np.int32): "INT32", np.dtype(np.int64): "INT64"}.get(batch.dtype)
+        if batch.dtype == np.uint8:
+            return self._infer(self.pixel_model, [self._input(self.pixel_input_name, batch, TRITON_PIXEL_DTYPE)],
+                               self.output_name)
+        dtype = {np.dtype(np.float32): TRITON_DTYPE, np.dtype(np.float64): "FP64", np.dtype(np.float16): "FP16",
+                 np.dtype(np.int32): "INT32", np.dtype(np.int64): "INT64"}.get(batch.dtype)
         if dtype is None:
-            raise TritonInferenceError(f"unsupported tensor dtype {batch.dtype}; send float32", backend=self.name)
+            raise TritonInferenceError(f"unsupported tensor dtype {batch.dtype}; send float32 or uint8",
+                                       backend=self.name)
         return self._infer(self.model, [self._input(self.input_name, batch, dtype)], self.output_name)
 
     def embed_encoded(self, blobs) -> np.ndarray:
@@ -182,7 +205,8 @@ class TritonBackend(Backend):
         return self._weights
 
     def info(self) -> dict:
-        return {"backend": self.name, "url": self.url, "model": self.model, "jpeg_model": self.jpeg_model,
+        return {"backend": self.name, "url": self.url, "model": self.model, "pixel_model": self.pixel_model,
+                "jpeg_model": self.jpeg_model,
                 "weights": self.weights}
 
     def close(self) -> None:

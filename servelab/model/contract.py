@@ -20,5 +20,7 @@ PIXEL_DTYPE = "uint8"
 TENSOR_DTYPES = (DTYPE, PIXEL_DTYPE)  # what the service's tensor route accepts (X-Dtype)
 
 INPUT_NAME = "pixel_values"  # the encoder's input: float32 [N, 3, 224, 224]
+PIXEL_INPUT_NAME = "pixels_uint8"  # the CPU Triton encoders' other input: uint8 pixels [N, 3, 224, 224], normalised there
+TRITON_PIXEL_DTYPE = "UINT8"  # its dtype, in Triton's words
 OUTPUT_NAME = "embedding"  # the encoder's output: float32 [N, 512]
 JPEG_INPUT_NAME = "IMAGE"  # the JPEG ensemble's input: BYTES [N, 1], one encoded image per row

@@ -155,7 +155,7 @@ def profile(name: str, devices: int | None = None) -> DeviceProfile:
 
 def read_profile(path: Path) -> DeviceProfile:
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InvalidValue(f"device profile file {path} not found") from None
     except ValueError as exc:

@@ -8,3 +8,10 @@ PREPROCESS = "preprocess_jpeg"  # encoded image -> normalised pixels (python bac
 ENSEMBLE = "openclip_vit_b32_jpeg"  # PREPROCESS then the flavour's encoder: what a JPEG payload is sent to
 
 ENCODERS = {"cpu": (CPU_ENCODER, EMULATED_ENCODER), "gpu": (GPU_ENCODER, TRT_ENCODER)}  # per staging flavour
+
+UINT8_SUFFIX = "_uint8"  # a CPU encoder's variant that takes uint8 pixels (servelab.triton.python_batch)
+
+
+def uint8_model(encoder: str) -> str:
+    """The name of `encoder`'s uint8-pixel variant: `servelab triton stage` writes one beside each CPU encoder."""
+    return encoder + UINT8_SUFFIX

@@ -94,22 +94,47 @@ def library_dir(dest: Path | None = None) -> Path:
 
 def command(binary: Path, address: str, model: str, *, concurrency: int = 8, input_name: str = INPUT_NAME,
             shape: str = ",".join(map(str, INPUT_SHAPE)), requests: int = 24, stability_pct: int = 10, max_trials: int = 5,
-            request_count: int | None = None, csv: Path | None = None) -> list[str]:
+            request_count: int | None = None, time_window_ms: int | None = None, csv: Path | None = None,
+            input_data: Path | None = None) -> list[str]:
     """perf_analyzer's command line for one point: batch-1 requests of random data from `concurrency` clients over
     HTTP, in windows of `requests` completed requests (count_windows), measured until the last three windows agree
     within `stability_pct` % or `max_trials` windows were measured (then it fails: "Failed to obtain stable
     measurement").
 
     request_count: one measurement of exactly that many requests instead, with no stability rule: it always
-    completes, however busy the machine (checking that the tool runs; a benchmark wants the stable windows)."""
+    completes, however busy the machine (checking that the tool runs; a benchmark wants the stable windows).
+    Such a count has a floor of about a second (32 requests at 8 clients report ~32/s): size it well above that.
+    time_window_ms: windows of that many milliseconds instead of `requests` requests (time_windows), under the
+    same stability rule; a `stability_pct` over 100 with `max_trials` 3 takes the first three windows, whatever
+    they say (perf_analyzer reports the three together), as a load generator's fixed duration does.
+    input_data: a JSON file of the tensors to send (`input_data_file`: real pixels, say) instead of random data."""
     cmd = [str(binary), "-m", model, "-u", address, "-i", "http", "-b", "1", "--shape", f"{input_name}:{shape}",
            "--concurrency-range", str(concurrency)]
     if request_count is not None:
         cmd += ["--request-count", str(request_count)]
+    elif time_window_ms is not None:
+        cmd += ["--measurement-mode", "time_windows", "--measurement-interval", str(time_window_ms),
+                "--stability-percentage", str(stability_pct), "--max-trials", str(max_trials)]
     else:
         cmd += ["--measurement-mode", "count_windows", "--measurement-request-count", str(requests),
                 "--stability-percentage", str(stability_pct), "--max-trials", str(max_trials)]
+    if input_data is not None:
+        cmd += ["--input-data", str(input_data)]
     return cmd + (["-f", str(csv)] if csv else [])
+
+
+def input_data_file(path: Path, tensors: dict) -> Path:
+    """Write perf_analyzer's --input-data JSON: one request of `tensors` ({input name: array without the batch
+    dimension}), each as base64 of its bytes with its shape. Returns `path`."""
+    import base64
+    import json
+
+    import numpy as np
+
+    data = {name: {"b64": base64.b64encode(np.ascontiguousarray(a).tobytes()).decode(), "shape": list(a.shape)}
+            for name, a in tensors.items()}
+    Path(path).write_text(json.dumps({"data": [data]}))
+    return Path(path)
 
 
 @dataclass(frozen=True)

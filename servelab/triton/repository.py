@@ -14,6 +14,10 @@ Models are written to a temporary folder, then swapped into the repository one m
 failed stage leaves the old repository and the repository folder itself is never renamed or deleted: a Triton
 container that bind-mounts it keeps seeing it (and its later reloads see the new models).
 
+Each CPU encoder gets a uint8 variant, `<encoder>_uint8`: the encoder's staged config with its one input
+changed to uint8 pixels `pixels_uint8` (normalised by the same model.py; servelab.triton.python_batch says why
+a variant and not a second input), its files linked or copied from the encoder's folder.
+
 The CPU set also holds `openclip_vit_b32_emulated`, an emulated accelerator in place of the encoder (no ONNX
 file): staging writes its device profile, device count and shared devices' folder from the settings; a profile
 file is copied into the model's folder (device_profile.json), which the model reads relative to itself.
@@ -39,7 +43,7 @@ from servelab.config import Settings, workspace
 from servelab.errors import InvalidValue
 from servelab.fileio import atomic_write, file_digest
 from servelab.fingerprint import usable_cores
-from servelab.triton.models import EMULATED_ENCODER, ENCODERS, PREPROCESS, TRT_ENCODER
+from servelab.triton.models import EMULATED_ENCODER, ENCODERS, TRT_ENCODER, uint8_model
 from servelab.triton.tensorrt import ACCELERATOR, profile_shapes
 
 # Package data: the templates travel with the installed package, not with a checkout.
@@ -171,6 +175,22 @@ def _set_emulated(cfg, settings: Settings, servelab_path: str, model_dir: Path) 
     set_param(cfg, "weights", device.label)
 
 
+def _uint8_variant(cfg, model_dir: Path) -> tuple[object, Path]:
+    """(config, folder) of the uint8 variant of the CPU encoder staged in `model_dir` with `cfg`: the same
+    settings and files (the ONNX export hard-linked, not copied), the input uint8 pixels."""
+    from servelab.model.contract import PIXEL_INPUT_NAME
+
+    variant = type(cfg)()
+    variant.CopyFrom(cfg)
+    variant.name = uint8_model(cfg.name)
+    variant.input[0].name = PIXEL_INPUT_NAME
+    variant.input[0].data_type = _mc().TYPE_UINT8
+    dst = model_dir.parent / variant.name
+    shutil.copytree(model_dir, dst, copy_function=lambda s, d: _link_or_copy(Path(s), Path(d)) if s.endswith(".onnx")
+                    else shutil.copy2(s, d))
+    return variant, dst
+
+
 def _link_or_copy(src: Path, dst: Path) -> str:
     try:
         os.link(src, dst)
@@ -215,6 +235,7 @@ def stage(
     log_fn=None,
     device: str = "cpu",
     engine: str = "onnx",
+    uint8: bool = True,
 ) -> dict:
     """Write the live repository of `flavour` (cpu | gpu) into `out` (default models/). Returns what was written.
 
@@ -223,6 +244,8 @@ def stage(
     onnxruntime's CUDA provider, for a GPU machine without NVIDIA's container).
     engine: what that encoder runs: onnx (the export, through onnxruntime), or torch (servelab's torch engine in
     the settings' precision, for a GPU machine with CUDA torch and no onnxruntime-gpu).
+    uint8: also write each CPU encoder's uint8 variant (`<encoder>_uint8`); False saves its instances (for the
+    ONNX encoder, a second ONNX Runtime session) where no client sends uint8 pixels.
     """
     from servelab.model.export import ensure_exported
 
@@ -273,7 +296,7 @@ def stage(
                 cfg.max_batch_size = max_batch
             if "weights" in cfg.parameters:
                 set_param(cfg, "weights", weights)
-            if cfg.name == PREPROCESS:
+            if "servelab_path" in cfg.parameters:  # a python-backend model that imports servelab
                 set_param(cfg, "servelab_path", servelab_path)
             if cfg.name == EMULATED_ENCODER:
                 _set_emulated(cfg, settings, servelab_path, dst)
@@ -283,7 +306,6 @@ def stage(
                 if engine == "torch" and "provider" in cfg.parameters:
                     set_param(cfg, "engine", "torch")
                     set_param(cfg, "precision", settings.precision)
-                    set_param(cfg, "servelab_path", servelab_path)
                 set_instances(cfg, instances, gpus)
                 if max_delay_us is not None:
                     cfg.dynamic_batching.max_queue_delay_microseconds = max_delay_us
@@ -297,6 +319,10 @@ def stage(
                     written[cfg.name] = {"onnx": _link_or_copy(onnx, dst / "1" / "model.onnx")}
             write_config(dst / "config.pbtxt", cfg)
             written.setdefault(cfg.name, {})["config"] = str(out / model_dir.name / "config.pbtxt")
+            if uint8 and flavour == "cpu" and cfg.name in ENCODERS["cpu"]:
+                variant, vdst = _uint8_variant(cfg, dst)
+                write_config(vdst / "config.pbtxt", variant)
+                written[variant.name] = {**written.get(cfg.name, {}), "config": str(out / vdst.name / "config.pbtxt")}
         _swap_models(tmp, out)
     finally:
         if tmp.exists():

@@ -18,7 +18,10 @@ pytestmark = pytest.mark.triton
 
 # a name as `servelab bench device-profile` may give one: a run's path, with a slash and a space in it
 PATH_NAME = "results/run 1/onnx-cuda"
-PROFILE = DeviceProfile(name=PATH_NAME, fixed_ms=2.0, per_image_ms=0.5, full_at=1, source="a test profile file")
+# its source is not ASCII (as a profile's "1 µs per batch" is not): the python backend's interpreter reads files in
+# an ASCII locale unless told the encoding
+PROFILE = DeviceProfile(name=PATH_NAME, fixed_ms=2.0, per_image_ms=0.5, full_at=1,
+                        source="a test profile file: 2,000 µs + 500 µs per image")
 
 
 def test_a_profile_whose_name_is_a_path_keeps_its_state_inside_the_devices_folder(tmp_path):

@@ -5,17 +5,29 @@ torch has CUDA but which has no onnxruntime-gpu.
 
 The bundled tritonserver has only the python backend, so this file stands in for the onnxruntime backend
 on the laptop and on a pip-only GPU machine. Triton's dynamic batcher hands `execute` several requests at
-once; they are concatenated into one onnxruntime run (that is where batching pays), and split back per request.
+once; they are filled into one float32 batch for one onnxruntime run (that is where batching pays), and split
+back per request. The same file serves the uint8 variant (`openclip_vit_b32_cpu_uint8`, written by stage): it
+takes the input its config declares, and uint8 pixels (the crop before normalisation, a quarter of the bytes) are
+normalised into the batch here (servelab.triton.python_batch, imported from `servelab_path`, says why a variant).
 """
 
 import json
 import os
 
-import numpy as np
 import triton_python_backend_utils as pb_utils
 
 INPUT = "pixel_values"
+PIXELS = "pixels_uint8"
 OUTPUT = "embedding"
+
+
+def _import_servelab(extra_path):
+    """servelab from `extra_path` (the tree that staged this repository) when given, else the environment's."""
+    import sys
+
+    if extra_path and extra_path not in sys.path:
+        sys.path.insert(0, extra_path)
+    import servelab  # noqa: F401
 
 
 class TritonPythonModel:
@@ -23,6 +35,11 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
         self.embedder = None
+        _import_servelab(params.get("servelab_path"))
+        from servelab.triton import python_batch
+
+        self.batching = python_batch
+        self.request_input = config["input"][0]["name"]  # INPUT, or PIXELS in the uint8 variant
         if (params.get("engine") or "onnx") == "torch":
             self._torch_engine(args, params)
             return
@@ -61,12 +78,7 @@ class TritonPythonModel:
         self.output_name = self.session.get_outputs()[0].name
 
     def _torch_engine(self, args, params):
-        """servelab's torch engine on this instance's device (servelab importable from `servelab_path`)."""
-        import sys
-
-        path = params.get("servelab_path") or ""
-        if path and path not in sys.path:
-            sys.path.insert(0, path)
+        """servelab's torch engine on this instance's device (servelab imported from `servelab_path`)."""
         from servelab.config import Settings
         from servelab.model.engines import make_embedder
 
@@ -79,20 +91,13 @@ class TritonPythonModel:
         self.embedder = make_embedder(settings, engine="torch", provider=provider)
 
     def execute(self, requests):
-        arrays = [pb_utils.get_input_tensor_by_name(r, INPUT).as_numpy() for r in requests]
-        sizes = [a.shape[0] for a in arrays]
-        batch = arrays[0] if len(arrays) == 1 else np.concatenate(arrays, axis=0)
-        batch = np.ascontiguousarray(batch, dtype=np.float32)
+        arrays = self.batching.request_arrays(requests, self.request_input, pb_utils)
+        batch = self.batching.float_batch(arrays)
         if self.embedder is not None:
             out = self.embedder.embed(batch)
         else:
             out = self.session.run([self.output_name], {self.input_name: batch})[0]
-        responses, start = [], 0
-        for n in sizes:
-            part = np.ascontiguousarray(out[start : start + n], dtype=np.float32)
-            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(OUTPUT, part)]))
-            start += n
-        return responses
+        return self.batching.responses(arrays, out, pb_utils)
 
     def finalize(self):
         self.session = self.embedder = None

@@ -4,6 +4,10 @@ Each execution holds one emulated device for the profile's t(B), B the size of t
 the CPU (servelab.model.emulated_engine), so dynamic batching, instance counts and queue delays behave as they
 would in front of a GPU. Instance k runs on emulated device k mod the device count; instances on one device
 share it as kernels share a GPU. The answer is a deterministic stand-in vector, not an image embedding.
+
+The same file serves the uint8 variant (`openclip_vit_b32_emulated_uint8`, written by stage): it takes the input
+its config declares, and uint8 pixels are normalised into the batch before the device sees it
+(servelab.triton.python_batch, which says why a variant).
 """
 
 import json
@@ -11,20 +15,18 @@ import os
 import re
 import sys
 
-import numpy as np
 import triton_python_backend_utils as pb_utils
 
 INPUT = "pixel_values"
+PIXELS = "pixels_uint8"
 OUTPUT = "embedding"
 
 
 def _import_servelab(extra_path):
-    try:
-        import servelab  # noqa: F401
-    except ImportError:
-        if not extra_path:
-            raise
+    """servelab from `extra_path` (the tree that staged this repository) when given, else the environment's."""
+    if extra_path and extra_path not in sys.path:
         sys.path.insert(0, extra_path)
+    import servelab  # noqa: F401
 
 
 def instance_index(instance_name):
@@ -40,6 +42,10 @@ class TritonPythonModel:
         _import_servelab(params.get("servelab_path"))
         from servelab.config import Settings
         from servelab.model.emulated_engine import EmulatedEmbedder
+        from servelab.triton import python_batch
+
+        self.batching = python_batch
+        self.input_name = config["input"][0]["name"]  # INPUT, or PIXELS in the uint8 variant
 
         device_profile = params["device_profile"]
         if device_profile.endswith(".json") and not os.path.isabs(device_profile):
@@ -53,16 +59,9 @@ class TritonPythonModel:
                                          device=instance_index(args.get("model_instance_name")))
 
     def execute(self, requests):
-        arrays = [pb_utils.get_input_tensor_by_name(r, INPUT).as_numpy() for r in requests]
-        sizes = [a.shape[0] for a in arrays]
-        batch = arrays[0] if len(arrays) == 1 else np.concatenate(arrays, axis=0)
-        out = self.embedder.embed(batch)
-        responses, start = [], 0
-        for n in sizes:
-            part = np.ascontiguousarray(out[start : start + n], dtype=np.float32)
-            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(OUTPUT, part)]))
-            start += n
-        return responses
+        arrays = self.batching.request_arrays(requests, self.input_name, pb_utils)
+        out = self.embedder.embed(self.batching.float_batch(arrays))
+        return self.batching.responses(arrays, out, pb_utils)
 
     def finalize(self):
         self.embedder = None
