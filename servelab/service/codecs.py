@@ -2,7 +2,8 @@
 
 Each is a small function of the bytes (and headers) it needs, so it can be tested without a server; a bad
 body is refused through `reject` with a 4xx naming the problem. Decoding the images themselves
-(`decode_images`) is CPU work: the service runs it in its bounded decode pool, never on the event loop. Only
+(`decode_images`) is CPU work: the service runs it in its bounded decode pool, never on the event loop; or, with
+the decode on the engine's device, `device_jpegs` reads the files' headers and the engine decodes them there. Only
 JPEG, PNG and WebP reach a decoder (`check_format`): PIL reads many more formats, and each is one more parser
 facing the bytes of anyone who can reach the service.
 
@@ -29,6 +30,7 @@ from PIL import Image, UnidentifiedImageError
 from starlette.requests import Request
 
 from servelab.model.contract import DTYPE, INPUT_SHAPE, PIXEL_DTYPE, TENSOR_DTYPES
+from servelab.model.gpu_decode import JpegImages
 from servelab.model.preprocess import ImageDecodeError, normalise, preprocess_bytes
 from servelab.service.errors import ApiError, reject
 
@@ -234,3 +236,33 @@ def decode_images(blobs: list[bytes], limits: Limits, before_each: Callable[[], 
         except ImageDecodeError as exc:
             reject(_DECODE_STATUS.get(exc.kind, 400), exc.kind, f"image {i}: {exc}")
     return out
+
+
+# what the device decoder (torchvision's decode_jpeg) reads as the CPU path does: EXIF rotation is not applied
+# there, CMYK and progressive files are decoded differently or not at all by nvJPEG's batched path
+DEVICE_JPEG_MODES = ("RGB", "L")
+
+
+def device_jpegs(blobs: list[bytes], limits: Limits) -> JpegImages | None:
+    """A request's files for the engine to decode on its device, or None when one of them takes the CPU path.
+
+    Only the headers are read (PIL's JPEG parser alone, tens of microseconds per file, so on the event loop): every
+    file must be a baseline JPEG in RGB or greyscale, upright (no EXIF rotation), within the byte and pixel limits.
+    Anything else (PNG, WebP, a rotated or CMYK or progressive JPEG, an empty, oversized or unreadable file) sends
+    the whole request to the CPU path (`decode_images`), which refuses what must be refused with its own 4xx. A file
+    whose header reads well and whose data is corrupt is found by the engine, which refuses that request alone."""
+    for blob in blobs:
+        if not blob or len(blob) > limits.max_bytes:
+            return None
+        try:
+            with Image.open(io.BytesIO(blob), formats=("JPEG",)) as img:
+                w, h = img.size
+                if (img.mode not in DEVICE_JPEG_MODES or img.info.get("progressive") or img.info.get("progression")
+                        or not 0 < w * h <= limits.max_pixels or img.getexif().get(_ORIENTATION, 1) != 1):
+                    return None
+        except Exception:  # not a JPEG, or a header PIL refuses (a decompression bomb): the CPU path names it
+            return None
+    return JpegImages(tuple(blobs))
+
+
+_ORIENTATION = 0x0112  # the EXIF tag

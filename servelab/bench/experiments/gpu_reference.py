@@ -172,27 +172,12 @@ def _graphed(run: Run, emb, b: int, precision: str, window_s: float, windows: in
     import torch
 
     static_x = torch.randn(b, 3, 224, 224, device="cuda", dtype=emb.dtype)
+    from servelab.model.engines import capture_cuda_graph
+
     with torch.inference_mode():
-        graph = _capture(emb.module, static_x)
+        graph, _ = capture_cuda_graph(emb.module, static_x)
     rates = _windows(graph.replay, b, window_s=window_s, windows=windows, sync=torch.cuda.synchronize)
     return _record(run, precision, "cuda-graph", b, rates, "cuda")
-
-
-def _capture(module, static_x):
-    """The forward pass on `static_x` as one CUDA graph, captured after three warm-up passes on a side stream (as
-    torch.cuda.graphs asks: the allocator and cuBLAS settle before capture)."""
-    import torch
-
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            module(static_x)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        module(static_x)
-    return graph
 
 
 def _record(run: Run, precision: str, variant: str, batch: int, rates: list[float], device: str, **extra) -> dict:
@@ -212,7 +197,7 @@ def jpeg_ceiling(run: Run, precision: str, *, device: str = "cuda", batches=(64,
 
     from servelab.bench.load.inputs import sample_jpegs
     from servelab.config import Settings
-    from servelab.model.engines import make_embedder
+    from servelab.model.engines import capture_cuda_graph, make_embedder
     from servelab.model.gpu_decode import preprocess_jpegs
 
     on_gpu = device == "cuda"
@@ -224,7 +209,7 @@ def jpeg_ceiling(run: Run, precision: str, *, device: str = "cuda", batches=(64,
         with torch.inference_mode():
             forward = lambda x=static_x: emb.module(x)  # noqa: E731
             if on_gpu:
-                forward = _capture(emb.module, static_x).replay
+                forward = capture_cuda_graph(emb.module, static_x)[0].replay
 
             def step(b=b, static_x=static_x, forward=forward):
                 static_x.copy_(preprocess_jpegs(jpegs[:b], device=device))  # the cast to half happens in the copy
