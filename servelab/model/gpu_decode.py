@@ -37,6 +37,33 @@ class JpegImages:
         return len(self.blobs)
 
 
+# what the device decoder (torchvision's decode_jpeg) reads as the CPU path does: EXIF rotation is not applied
+# there, and CMYK and progressive files are decoded differently or not at all by nvJPEG's batched path
+DEVICE_JPEG_MODES = ("RGB", "L")
+_ORIENTATION = 0x0112  # the EXIF tag
+
+
+def device_decodable(blob: bytes, *, max_bytes: int, max_pixels: int) -> bool:
+    """Whether the device decoder reads `blob` as the CPU path would: a baseline JPEG in RGB or greyscale, upright
+    (no EXIF rotation), within the byte and pixel limits. Only the header is read, by PIL's JPEG parser alone (tens
+    of microseconds). Anything else (PNG, WebP, a rotated, CMYK or progressive JPEG, an empty, oversized or
+    unreadable file) is for the CPU path, which refuses what must be refused."""
+    import io
+
+    from PIL import Image
+
+    if not blob or len(blob) > max_bytes:
+        return False
+    try:
+        with Image.open(io.BytesIO(blob), formats=("JPEG",)) as img:
+            w, h = img.size
+            return (img.mode in DEVICE_JPEG_MODES and not img.info.get("progressive")
+                    and not img.info.get("progression") and 0 < w * h <= max_pixels
+                    and img.getexif().get(_ORIENTATION, 1) == 1)
+    except Exception:  # not a JPEG, or a header PIL refuses (a decompression bomb)
+        return False
+
+
 def decoder_check(device: str, decoder=None) -> str | None:
     """Why `decoder` (torchvision's decode_jpeg: `decode_jpegs`) cannot run on `device` here (None: it can). It
     decodes one tiny JPEG."""

@@ -30,7 +30,7 @@ from PIL import Image, UnidentifiedImageError
 from starlette.requests import Request
 
 from servelab.model.contract import DTYPE, INPUT_SHAPE, PIXEL_DTYPE, TENSOR_DTYPES
-from servelab.model.gpu_decode import JpegImages
+from servelab.model.gpu_decode import JpegImages, device_decodable
 from servelab.model.preprocess import ImageDecodeError, normalise, preprocess_bytes
 from servelab.service.errors import ApiError, reject
 
@@ -238,31 +238,15 @@ def decode_images(blobs: list[bytes], limits: Limits, before_each: Callable[[], 
     return out
 
 
-# what the device decoder (torchvision's decode_jpeg) reads as the CPU path does: EXIF rotation is not applied
-# there, CMYK and progressive files are decoded differently or not at all by nvJPEG's batched path
-DEVICE_JPEG_MODES = ("RGB", "L")
-
 
 def device_jpegs(blobs: list[bytes], limits: Limits) -> JpegImages | None:
     """A request's files for the engine to decode on its device, or None when one of them takes the CPU path.
 
-    Only the headers are read (PIL's JPEG parser alone, tens of microseconds per file, so on the event loop): every
-    file must be a baseline JPEG in RGB or greyscale, upright (no EXIF rotation), within the byte and pixel limits.
-    Anything else (PNG, WebP, a rotated or CMYK or progressive JPEG, an empty, oversized or unreadable file) sends
-    the whole request to the CPU path (`decode_images`), which refuses what must be refused with its own 4xx. A file
-    whose header reads well and whose data is corrupt is found by the engine, which refuses that request alone."""
-    for blob in blobs:
-        if not blob or len(blob) > limits.max_bytes:
-            return None
-        try:
-            with Image.open(io.BytesIO(blob), formats=("JPEG",)) as img:
-                w, h = img.size
-                if (img.mode not in DEVICE_JPEG_MODES or img.info.get("progressive") or img.info.get("progression")
-                        or not 0 < w * h <= limits.max_pixels or img.getexif().get(_ORIENTATION, 1) != 1):
-                    return None
-        except Exception:  # not a JPEG, or a header PIL refuses (a decompression bomb): the CPU path names it
-            return None
-    return JpegImages(tuple(blobs))
-
-
-_ORIENTATION = 0x0112  # the EXIF tag
+    Only the headers are read (servelab.model.gpu_decode.device_decodable, tens of microseconds per file, so on the
+    event loop). One file the device would read otherwise (PNG, WebP, a rotated, CMYK or progressive JPEG, one the
+    limits refuse) sends the whole request to the CPU path (`decode_images`), which refuses what must be refused
+    with its own 4xx. A file whose header reads well and whose data is corrupt is found by the engine, which refuses
+    that request alone."""
+    if all(device_decodable(b, max_bytes=limits.max_bytes, max_pixels=limits.max_pixels) for b in blobs):
+        return JpegImages(tuple(blobs))
+    return None
