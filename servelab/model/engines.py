@@ -228,6 +228,8 @@ class TorchEmbedder(Embedder):
                     break
             if i not in failed:
                 pixels_into(images, x[starts[i] : starts[i + 1]])
+            else:  # its rows are computed and dropped: zeros, not whatever the memory held
+                x[starts[i] : starts[i + 1]].zero_()
         return failed
 
     def info(self) -> dict:
