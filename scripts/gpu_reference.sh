@@ -396,7 +396,7 @@ lease_call() {
     if [ -n "${LEASE_REHEARSE:-}" ]; then lease_check "$n"; return; fi
     left() { echo $((budget - (SECONDS - t0))); }
     case "$n" in
-        1)  lease_stage service "$(( $(left) * 45 / 100 ))"   # 1..128 clients, tensor and JPEG; 2 torch threads
+        1)  lease_stage service "$(( $(left) * 55 / 100 ))"   # decode device|cpu × 1|4 processes; 1..128 clients
             lease_stage profile 45                             # py-spy on the loaded service
             lease_stage ceiling 60                             # nvJPEG into a CUDA graph at 64 / 128 / 256
             (cd "$ROOT" && eval "$(lease_env)" && timeout "$(( $(left) > 30 ? $(left) : 30 ))" \

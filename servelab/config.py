@@ -88,6 +88,10 @@ def _web_concurrency(default: int) -> int:
         raise InvalidValue(f"WEB_CONCURRENCY={raw!r} is not a valid int") from None
 
 
+# where the service may decode JPEG files (Settings.decode)
+DECODE_PLACES = ("auto", "device", "cpu")
+
+
 def _flag(raw: str) -> bool:
     """A switch's text: 1, true, yes or on (any case) is on; anything else is off."""
     return raw.strip().lower() in ("1", "true", "yes", "on")
@@ -132,6 +136,13 @@ class Settings:
     #                                   (None: same number as max_queue; 0: no limit)
     decode_threads: int = 1  # threads decoding images (the decode pool); on 2 cores, two decoding threads gave
     #                          0.79x the throughput of one at c=8: they took the cores the engine's threads need
+    # where the service decodes JPEG files: `device` (the torch engine's device, torchvision's decode_jpeg: batched
+    # nvJPEG on cuda), `cpu` (the decode pool, PIL) or `auto`, the device where the engine is torch on cuda and
+    # its decoder runs there, else the CPU (/info says which is in force and why). PNG, WebP and JPEGs the device
+    # would read differently always take the CPU path (servelab.service.codecs.device_jpegs)
+    decode: str = "auto"
+    # the torch engine on cuda replays one CUDA graph of the forward pass per batch bucket (servelab.model.engines)
+    cuda_graphs: bool = False
     request_timeout_s: float = 30.0  # a request still queued after this is dropped with 503 (0 = never)
     # how long a request the time bound admits may wait, once its body is in, before the engine takes it (decoding,
     # queued): a request the engine's pace says would wait longer is refused at the door, one that has waited longer
@@ -209,6 +220,8 @@ class Settings:
             max_queue=_env("MAX_QUEUE", d.max_queue, int),
             max_in_flight=_env("MAX_IN_FLIGHT", None, int),
             decode_threads=_env("DECODE_THREADS", d.decode_threads, int),
+            decode=_env("DECODE", d.decode),
+            cuda_graphs=_env("CUDA_GRAPHS", d.cuda_graphs, _flag),
             request_timeout_s=_env("REQUEST_TIMEOUT_S", d.request_timeout_s, float),
             max_wait_ms=_env("MAX_WAIT_MS", d.max_wait_ms, float),
             always_admit=_env("ALWAYS_ADMIT", d.always_admit, int),
@@ -246,6 +259,8 @@ class Settings:
         word(Precision, self.precision, "precision")
         if self.precision != Precision.FP32 and self.engine != Engine.TORCH:
             raise InvalidValue(f"precision {self.precision} needs engine torch: the ONNX engines run the fp32 export")
+        if self.decode not in DECODE_PLACES:
+            raise InvalidValue(f"decode must be one of {', '.join(DECODE_PLACES)}, got {self.decode!r}")
         if self.pretrained and self.checkpoint:
             raise InvalidValue("set SERVELAB_PRETRAINED or SERVELAB_CHECKPOINT, not both")
         for name in ("max_batch", "max_queue", "max_images_per_request", "max_bytes", "max_pixels", "decode_threads",

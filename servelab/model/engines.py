@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from servelab.config import Settings
+from servelab.errors import InvalidValue
 from servelab.fileio import file_digest
 from servelab.fingerprint import usable_cores
 from servelab.model.contract import EMBED_DIM, INPUT_SHAPE
@@ -54,11 +55,24 @@ class Embedder:
 
 
 class TorchEmbedder(Embedder):
+    """The PyTorch module on cpu or cuda. A server hands it a batch's requests as they came (`embed_parts`: float32
+    tensors, uint8 pixels, JPEG files) and the batch is assembled on the device, never as one float32 array on the
+    host: on cuda each array is copied into a pinned host buffer and from there to the GPU without blocking, and
+    cast (uint8 pixels: normalised) on the GPU; JPEG files are decoded there by batched nvJPEG
+    (servelab.model.gpu_decode), all the batch's files in one call. With settings.cuda_graphs the forward pass is
+    one CUDA graph per batch bucket (1, 2, 4 … max_batch), captured when the engine is built, a batch padded to its
+    bucket; off by default: each bucket holds its own activations on the GPU, and a graph only pays once the
+    kernel launches (about 150 per pass) are what a batch waits for, which the lease measures first.
+
+    `jpeg_decoder` (bytes list, device -> uint8 [3, H, W] tensors) replaces torchvision's decode_jpeg, named by
+    `decoder_name`: where torchvision's image extension cannot load, a test gives PIL in its place, said so."""
+
     engine = Engine.TORCH
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, jpeg_decoder=None, decoder_name: str | None = None):
         import torch
 
+        from servelab.model.gpu_decode import decode_jpegs
         from servelab.model.providers import torch_cuda_check
         from servelab.model.torch_model import build_image_encoder
 
@@ -67,7 +81,8 @@ class TorchEmbedder(Embedder):
         if settings.provider == Provider.CUDA and not (check := torch_cuda_check()).usable:
             raise EngineError(f"torch engine: provider 'cuda' not available ({check.reason})")
         self.device = settings.provider
-        if settings.threads > 0 or settings.provider == Provider.CUDA:
+        self.on_gpu = settings.provider == Provider.CUDA
+        if settings.threads > 0 or self.on_gpu:
             # on a GPU, torch's CPU threads only cast and copy: a few do, and an all-core OpenMP pool would spin after
             # every batch on the cores the frontend needs (the service's children also get OMP_WAIT_POLICY=PASSIVE)
             torch.set_num_threads(settings.threads or GPU_HOST_THREADS)
@@ -78,11 +93,167 @@ class TorchEmbedder(Embedder):
         self.module, self.weights = build_image_encoder(settings)
         self.module.to(self.device, dtype=self.dtype)
         self._torch = torch
+        self._decode = jpeg_decoder or decode_jpegs
+        self.decoder = decoder_name or f"torchvision decode_jpeg on {self.device}" + (" (nvJPEG)" if self.on_gpu else "")
+        self._decoder_error: str | None = None
+        self._decoder_checked = False
+        self._lock = threading.Lock()  # one batch at a time: the pinned buffers and the graphs' inputs are shared
+        self._pinned: dict = {}  # host dtype -> pinned [rows, 3, 224, 224] buffer (cuda)
+        self.max_batch = settings.max_batch
+        self._graphs: dict[int, tuple] = {}  # bucket -> (static input, graph, static output)
+        if settings.cuda_graphs and self.on_gpu:
+            with torch.inference_mode():
+                for bucket in self.buckets():
+                    static_x = torch.zeros((bucket, *INPUT_SHAPE), dtype=self.dtype, device=self.device)
+                    graph, static_out = capture_cuda_graph(self.module, static_x)
+                    self._graphs[bucket] = (static_x, graph, static_out)
+
+    def buckets(self) -> list[int]:
+        """The batch sizes a CUDA graph is captured for: powers of two up to max_batch, and max_batch itself."""
+        sizes, b = [], 1
+        while b < self.max_batch:
+            sizes.append(b)
+            b *= 2
+        return [*sizes, self.max_batch]
+
+    def decode_error(self) -> str | None:
+        """Why JPEG files cannot be decoded on this engine's device (None: they can); checked once, on a tiny JPEG."""
+        if not self._decoder_checked:
+            from servelab.model.gpu_decode import decoder_check
+
+            self._decoder_error, self._decoder_checked = decoder_check(self.device, self._decode), True
+        return self._decoder_error
 
     def _run(self, batch):
-        with self._torch.inference_mode():
-            x = self._torch.from_numpy(batch).to(self.device, dtype=self.dtype)
-            return self.module(x).float().cpu().numpy()
+        return self.embed_parts([batch])[0]
+
+    def embed_parts(self, parts: list) -> list:
+        """Each part's embeddings (float32 [n, 512]), or, for a part of JPEG files one of which does not decode, the
+        ImageDecodeError naming it: the other parts of the batch are still computed. A part is a float32 [n, 3, 224,
+        224] array (normalised), a uint8 one (pixels: normalised here, on the device) or gpu_decode.JpegImages."""
+        from servelab.model.gpu_decode import JpegImages
+
+        torch = self._torch
+        sizes = [len(p) for p in parts]
+        starts = np.cumsum([0, *sizes]).tolist()
+        n = starts[-1]
+        failed: dict[int, Exception] = {}
+        with self._lock, torch.inference_mode():
+            for p in parts:
+                if not isinstance(p, JpegImages) and (p.ndim != 4 or tuple(p.shape[1:]) != INPUT_SHAPE):
+                    raise InvalidValue(f"expected a batch of shape [N, 3, 224, 224], got {list(p.shape)}")
+            graphed = self._graphs.get(next((b for b in self._graphs if b >= n), 0))
+            lone = len(parts) == 1 and not self.on_gpu and isinstance(parts[0], np.ndarray) \
+                and parts[0].dtype == np.float32 and self.dtype == torch.float32 and parts[0].flags.c_contiguous
+            if graphed is not None:
+                x = graphed[0]
+            elif lone:  # on a CPU, a float32 request is the model's input as it is
+                x = torch.from_numpy(parts[0])
+            else:
+                x = torch.empty((n, *INPUT_SHAPE), dtype=self.dtype, device=self.device)
+            jpeg_parts = [i for i, p in enumerate(parts) if isinstance(p, JpegImages)]
+            for i, p in enumerate(parts):
+                if not isinstance(p, JpegImages) and not lone:
+                    self._copy_in(p, x[starts[i] : starts[i + 1]], starts[i])
+            if jpeg_parts:
+                failed = self._decode_into(parts, jpeg_parts, starts, x)
+            out = (self._replay(graphed, n) if graphed is not None else self.module(x[:n])).float().cpu().numpy()
+        return [failed.get(i) or out[starts[i] : starts[i + 1]] for i in range(len(parts))]
+
+    def _replay(self, graphed: tuple, n: int):
+        graphed[1].replay()
+        return graphed[2][:n]
+
+    def _copy_in(self, array: np.ndarray, rows, offset: int) -> None:
+        """One request's array into its rows of the device batch: on cuda through the pinned buffer (its rows from
+        `offset`, so the parts' copies never share host memory while they are in flight), a non-blocking copy, and
+        the cast (uint8: the normalisation) on the device."""
+        from servelab.model.gpu_decode import normalise_into
+
+        torch = self._torch
+        host = torch.from_numpy(np.ascontiguousarray(array))
+        if self.on_gpu:
+            staging = self._pinned_rows(host.dtype, offset + len(array))[offset : offset + len(array)]
+            staging.copy_(host)
+            host = staging.to(self.device, non_blocking=True)
+        if host.dtype == torch.uint8:
+            normalise_into(host, rows)
+        else:
+            rows.copy_(host)  # float32 -> the engine's precision, on the device
+
+    def _pinned_rows(self, dtype, rows: int):
+        """The pinned host buffer for `dtype`, at least `rows` rows (reused batch after batch: the previous batch's
+        copies are done once its embeddings came back, which waits for the device)."""
+        buf = self._pinned.get(dtype)
+        if buf is None or buf.shape[0] < rows:
+            buf = self._torch.empty((max(rows, self.max_batch), *INPUT_SHAPE), dtype=dtype, pin_memory=True)
+            self._pinned[dtype] = buf
+        return buf
+
+    def _decode_into(self, parts: list, jpeg_parts: list[int], starts: list[int], x) -> dict[int, Exception]:
+        """The JPEG parts decoded on the device, all their files in one batched call, into their rows of `x`. A file
+        that fails the batch: each part is then decoded on its own, and the parts that fail get the error."""
+        from servelab.model.gpu_decode import pixels_into
+
+        blobs = [b for i in jpeg_parts for b in parts[i].blobs]
+        together = jpeg_parts == list(range(len(jpeg_parts)))  # the JPEG parts are the batch's first rows
+        try:
+            images = self._decode(blobs, device=self.device)
+        except Exception:
+            return self._decode_each(parts, jpeg_parts, starts, x)
+        if together:
+            pixels_into(images, x[: len(blobs)])
+            return {}
+        done = self._torch.empty((len(blobs), *INPUT_SHAPE), dtype=self.dtype, device=self.device)
+        pixels_into(images, done)
+        at = 0
+        for i in jpeg_parts:
+            x[starts[i] : starts[i + 1]] = done[at : at + len(parts[i])]
+            at += len(parts[i])
+        return {}
+
+    def _decode_each(self, parts: list, jpeg_parts: list[int], starts: list[int], x) -> dict[int, Exception]:
+        from servelab.model.gpu_decode import pixels_into
+        from servelab.model.preprocess import ImageDecodeError
+
+        failed: dict[int, Exception] = {}
+        for i in jpeg_parts:
+            images = []
+            for k, blob in enumerate(parts[i].blobs):
+                try:
+                    images.extend(self._decode([blob], device=self.device))
+                except Exception as exc:
+                    failed[i] = ImageDecodeError(f"image {k}: JPEG data is corrupt or truncated ({self.decoder}: "
+                                                 f"{str(exc).strip()[:200]})", "corrupt")
+                    break
+            if i not in failed:
+                pixels_into(images, x[starts[i] : starts[i + 1]])
+            else:  # its rows are computed and dropped: zeros, not whatever the memory held
+                x[starts[i] : starts[i + 1]].zero_()
+        return failed
+
+    def info(self) -> dict:
+        return {**super().info(), "decoder": self.decoder,
+                "host_buffers": "pinned, copied without blocking" if self.on_gpu else "numpy arrays as they came",
+                "cuda_graphs": sorted(self._graphs) or None}
+
+
+def capture_cuda_graph(module, static_x):
+    """The forward pass on `static_x` as one CUDA graph and its static output, captured after three warm-up passes
+    on a side stream (as torch.cuda.graphs asks: the allocator and cuBLAS settle before capture). Replay the graph
+    after writing a batch into `static_x`; the output tensor then holds its embeddings."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            module(static_x)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = module(static_x)
+    return graph, static_out
 
 
 class OrtEmbedder(Embedder):

@@ -37,8 +37,10 @@ from starlette.routing import Match, Route
 
 import servelab
 from servelab.config import Settings
+from servelab.errors import CannotRun
 from servelab.fingerprint import machine
 from servelab.model.contract import EMBED_DIM, INPUT_SHAPE
+from servelab.model.preprocess import ImageDecodeError
 from servelab.model.weights import weights_label
 from servelab.service import codecs
 from servelab.service.admission import Admission
@@ -55,6 +57,7 @@ router = APIRouter()
 # the default wait budget's least: on a fast engine a full batch takes a few ms, which the decoding of one request's
 # images or a busy event loop alone could pass
 WAIT_FLOOR_S = 0.25
+DEVICE = "device"  # Settings.decode's word for the engine's device
 
 
 # --- admission: before any work ---------------------------------------------------------------------------
@@ -112,18 +115,29 @@ class Job:
         shed("deadline_exceeded", f"request dropped without computing it: {why}", self.svc.admission.drain_s())
 
     async def embed_images(self, blobs: list[bytes]) -> np.ndarray:
+        """Image files -> embeddings. With the decode on the device in force, a request of JPEG files the device reads
+        as the CPU does (`codecs.device_jpegs`) is queued as its files: the micro-batcher cuts the batch as for
+        tensors and the engine decodes every file of it in one batched nvJPEG call, so requests from many clients are
+        decoded together with no second queue or batcher (a second batcher in front of the engine's would add its own
+        wait to every request and split the engine's batch in two). Any other request is decoded in the pool."""
         self.body_received()
         codecs.check_count(len(blobs), self.limits)
+        svc = self.svc
+        if svc.decode_in_force == DEVICE and (jpegs := codecs.device_jpegs(blobs, self.limits)) is not None:
+            svc.decoded[DEVICE] += len(blobs)
+            return await self.embed_tensor(jpegs)
+        svc.decoded["cpu"] += len(blobs)
         loop = asyncio.get_running_loop()
         # each image's format is checked before any is decoded, and the deadline before each one is
         batch = await loop.run_in_executor(self.svc.decode_pool, codecs.decode_images, blobs, self.limits,
                                            self.time_left)
         return await self.embed_tensor(batch)
 
-    async def embed_tensor(self, batch: np.ndarray) -> np.ndarray:
+    async def embed_tensor(self, batch) -> np.ndarray:
+        """A float32 or uint8 array, or (decoded on the device) codecs.device_jpegs's files -> their embeddings."""
         svc = self.svc
         self.body_received()
-        svc.admission.images(int(batch.shape[0]))
+        svc.admission.images(len(batch))
         try:
             timeout_s = self.time_left()
             self.arrived()  # nothing awaited between here and the queue: the batcher sees it queued, not gone
@@ -132,6 +146,8 @@ class Job:
             shed("queue_full", str(exc), svc.admission.drain_s())
         except DeadlineExceeded as exc:
             self.drop(f"{exc} ({self.bound})")
+        except ImageDecodeError as exc:  # a file the device could not decode: this request's alone
+            reject(400, exc.kind, str(exc))
         return self.computed.rows
 
     def server_timing(self) -> str:
@@ -255,6 +271,9 @@ async def info(request: Request):
         "engine": svc.embedder.info() if svc.embedder else {"engine": s.engine, "loaded": False},
         "ready": svc.ready,
         "batcher": svc.batcher.cost.as_dict() if svc.batcher else None,  # what a batch costs, and so its wait
+        # where JPEG files are decoded: the setting, the place in force and why, and the images decoded each way
+        "decode": {"setting": s.decode, "in_force": svc.decode_in_force, "why": svc.decode_why,
+                   "images": dict(svc.decoded)},
         "limits": {
             "max_batch": s.max_batch,
             "max_delay_ms": s.max_delay_ms,
@@ -307,6 +326,9 @@ class Service:
         self.weights = weights_label(settings)
         self.batcher: MicroBatcher | None = None
         self.started = time.time()
+        # where JPEG files are decoded, once the engine is built (`choose_decode`); until then nothing is decoded
+        self.decode_in_force, self.decode_why = "cpu", "the engine is not built yet"
+        self.decoded = {DEVICE: 0, "cpu": 0}  # images decoded on the engine's device and in the decode pool
 
     def check_ready(self) -> None:
         if self.load_error:
@@ -323,6 +345,9 @@ class Service:
 
                 self.embedder = make_embedder(self.settings, instances=self.settings.engine_instances)
             self.weights = self.embedder.weights
+            # an engine that assembles batches on its device is handed the requests as they came
+            self.batcher.run_parts = getattr(self.embedder, "embed_parts", None)
+            self.decode_in_force, self.decode_why = self.choose_decode()
             self.batcher.parallel = getattr(self.embedder, "parallel_runs", 1)  # instances that run side by side
             # a lone batch runs on all cores and takes another time than an instance's: only instances' runs
             # teach the hold, and the engine says which way each one went
@@ -344,6 +369,24 @@ class Service:
         except Exception as exc:  # keep serving /healthz so the reason is visible
             self.load_error = f"{type(exc).__name__}: {exc}"
             log.error("model failed to load: %s", self.load_error)
+
+    def choose_decode(self) -> tuple[str, str]:
+        """(where JPEG files are decoded, why) for the built engine and the `decode` setting; CannotRun where the
+        setting asks for the device and the engine cannot decode there (the load fails, naming it)."""
+        setting, emb = self.settings.decode, self.embedder
+        if setting == "cpu":
+            return "cpu", "the decode setting is cpu"
+        if not hasattr(emb, "decode_error") or self.batcher.run_parts is None:
+            if setting == DEVICE:
+                raise CannotRun(f"decode on the device needs the torch engine; the engine is {emb.engine}")
+            return "cpu", f"the {emb.engine} engine decodes nothing on its device"
+        if setting == "auto" and not emb.on_gpu:
+            return "cpu", f"the torch engine runs on {emb.device}: auto decodes on the device on cuda only"
+        if (why := emb.decode_error()) is not None:
+            if setting == DEVICE:
+                raise CannotRun(f"decode on the device: {emb.decoder} cannot run here: {why}")
+            return "cpu", f"{emb.decoder} cannot run here: {why}"
+        return DEVICE, f"{emb.decoder}, batched per micro-batch; PNG, WebP and rotated, CMYK or progressive JPEGs on the CPU"
 
     def _run_engine(self, batch: np.ndarray) -> np.ndarray:
         return self.embedder.embed(batch)

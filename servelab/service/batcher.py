@@ -11,6 +11,9 @@ several instances (servelab.model.engines.EngineInstances). While every instance
 queue and form the next batch. The
 queue is bounded in images: past `max_queue` a request is refused at once (`QueueFull`, the service answers
 503 + Retry-After) instead of waiting behind an ever-growing line.
+An engine that assembles batches on its own device (`run_parts`, the torch engine) is handed the requests as they
+came, arrays and JPEG files alike: the batcher that cuts tensor batches also cuts the batches nvJPEG decodes, so
+JPEG requests from many clients are decoded in one call, with no second queue, batcher or wait.
 A request may carry a timeout: if it is still waiting when that passes, it leaves the queue
 (`DeadlineExceeded`) and is never computed, because nobody would read the answer. One already handed to the
 engine is finished: its answer is moments away.
@@ -42,7 +45,7 @@ class DeadlineExceeded(ServelabError, RuntimeError):
 
 @dataclass(eq=False)  # compared by identity: the queue removes exactly this request, never compares arrays
 class _Item:
-    batch: np.ndarray
+    batch: np.ndarray  # or, for an engine with `run_parts`, a request's JPEG files (counted with len() too)
     future: asyncio.Future
     taken: bool = False  # handed to the engine
     queued_at: float = 0.0  # perf_counter when queued, and when the engine took it, and how long its run took
@@ -136,11 +139,17 @@ class MicroBatcher:
         parallel: int = 1,
         teaches: Callable[[], bool] | None = None,
         into: Callable[[np.ndarray, np.ndarray], None] | None = None,
+        run_parts: Callable[[list], list] | None = None,
     ):
         self.fn = fn
         # how a request's array is written into its rows of the batch (float32): a copy, or, for a request sent as
         # uint8 pixels, the normalisation (the service's codecs.into_batch); it runs on the engine's thread
         self.into = into or _copy_into
+        # an engine that assembles the batch itself, on its device (servelab.model.engines.TorchEmbedder.embed_parts):
+        # it is handed the requests' payloads as they came (float32 or uint8 arrays, JPEG files to decode there) and
+        # answers each one's rows, or the error of that request alone; no float32 batch is built on the host. Set
+        # once the engine is built (the service's loader), like `parallel`
+        self.run_parts = run_parts
         self._buffers: list[np.ndarray] = []  # float32 batches of max_batch rows, reused: no fresh pages per batch
         self._buffers_lock = threading.Lock()
         self.max_batch = max_batch
@@ -207,7 +216,7 @@ class MicroBatcher:
 
     async def submit_timed(self, batch: np.ndarray, timeout_s: float | None = None) -> Computed:
         """As `submit`, with how long the request queued and how long its batch ran (the service's Server-Timing)."""
-        n = int(batch.shape[0])
+        n = len(batch)  # an array's rows, or a request's JPEG files (servelab.model.gpu_decode.JpegImages)
         if self._depth + n > self.max_queue:
             raise QueueFull(f"queue full: {self._depth} images waiting, limit {self.max_queue}")
         loop = asyncio.get_running_loop()
@@ -264,7 +273,7 @@ class MicroBatcher:
 
     async def _run(self, items: list[_Item]) -> None:
         """One batch through the engine; every caller gets its own rows, or the engine's error."""
-        size = sum(int(i.batch.shape[0]) for i in items)
+        size = sum(len(i.batch) for i in items)
         try:
             started = time.perf_counter()
             out, teaches = await asyncio.get_running_loop().run_in_executor(
@@ -282,18 +291,28 @@ class MicroBatcher:
             self._wake.set()
         if self.on_batch:
             self.on_batch(size, seconds)
-        start = 0
-        for it in items:
-            n = it.batch.shape[0]
+        for it, rows in zip(items, out, strict=True):
             it.run_s = seconds
-            if not it.future.done():
-                it.future.set_result(out[start : start + n])
-            start += n
+            if it.future.done():
+                continue
+            if isinstance(rows, Exception):  # this request's own failure (an image that did not decode)
+                it.future.set_exception(rows)
+            else:
+                it.future.set_result(rows)
 
-    def _assemble_and_run(self, arrays: list[np.ndarray], size: int) -> tuple[np.ndarray, bool]:
-        """On the engine's thread: the requests written into one float32 batch (a reused buffer of max_batch rows;
-        a lone float32 request runs as it came), then the engine. Building a batch of 16 tensors moves 10 MB: on
-        the event loop that copy would hold up every other request's bytes."""
+    def _assemble_and_run(self, arrays: list, size: int) -> tuple[list, bool]:
+        """On the engine's thread: each request's rows (or its own error), and whether the run teaches the cost.
+        The requests are written into one float32 batch (a reused buffer of max_batch rows; a lone float32 request
+        runs as it came), then the engine runs; or, with `run_parts`, the engine is handed them as they came.
+        Building a batch of 16 tensors moves 10 MB: on the event loop that copy would hold up every other request's
+        bytes."""
+        if self.run_parts is not None:
+            return self.run_parts(arrays), self.teaches is None or self.teaches()
+        out, teaches = self._assemble(arrays, size)
+        starts = np.cumsum([0, *(len(a) for a in arrays)])
+        return [out[a:b] for a, b in zip(starts[:-1], starts[1:], strict=True)], teaches
+
+    def _assemble(self, arrays: list[np.ndarray], size: int) -> tuple[np.ndarray, bool]:
         first = arrays[0]
         if len(arrays) == 1 and first.dtype == np.float32:
             return self.run_now(first)
@@ -327,14 +346,14 @@ class MicroBatcher:
         return out, self.teaches is None or self.teaches()
 
     def _queued_images(self) -> int:
-        return sum(i.batch.shape[0] for i in self._pending)
+        return sum(len(i.batch) for i in self._pending)
 
     def _take(self, limit: int) -> list[_Item]:
         """Whole requests, up to `limit` images (a single larger request goes alone)."""
         items: list[_Item] = []
         total = 0
         while self._pending:
-            n = self._pending[0].batch.shape[0]
+            n = len(self._pending[0].batch)
             if items and total + n > min(limit, self.max_batch):
                 break
             item = self._pending.popleft()

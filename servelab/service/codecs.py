@@ -2,7 +2,8 @@
 
 Each is a small function of the bytes (and headers) it needs, so it can be tested without a server; a bad
 body is refused through `reject` with a 4xx naming the problem. Decoding the images themselves
-(`decode_images`) is CPU work: the service runs it in its bounded decode pool, never on the event loop. Only
+(`decode_images`) is CPU work: the service runs it in its bounded decode pool, never on the event loop; or, with
+the decode on the engine's device, `device_jpegs` reads the files' headers and the engine decodes them there. Only
 JPEG, PNG and WebP reach a decoder (`check_format`): PIL reads many more formats, and each is one more parser
 facing the bytes of anyone who can reach the service.
 
@@ -29,6 +30,7 @@ from PIL import Image, UnidentifiedImageError
 from starlette.requests import Request
 
 from servelab.model.contract import DTYPE, INPUT_SHAPE, PIXEL_DTYPE, TENSOR_DTYPES
+from servelab.model.gpu_decode import JpegImages, device_decodable
 from servelab.model.preprocess import ImageDecodeError, normalise, preprocess_bytes
 from servelab.service.errors import ApiError, reject
 
@@ -234,3 +236,17 @@ def decode_images(blobs: list[bytes], limits: Limits, before_each: Callable[[], 
         except ImageDecodeError as exc:
             reject(_DECODE_STATUS.get(exc.kind, 400), exc.kind, f"image {i}: {exc}")
     return out
+
+
+
+def device_jpegs(blobs: list[bytes], limits: Limits) -> JpegImages | None:
+    """A request's files for the engine to decode on its device, or None when one of them takes the CPU path.
+
+    Only the headers are read (servelab.model.gpu_decode.device_decodable, tens of microseconds per file, so on the
+    event loop). One file the device would read otherwise (PNG, WebP, a rotated, CMYK or progressive JPEG, one the
+    limits refuse) sends the whole request to the CPU path (`decode_images`), which refuses what must be refused
+    with its own 4xx. A file whose header reads well and whose data is corrupt is found by the engine, which refuses
+    that request alone."""
+    if all(device_decodable(b, max_bytes=limits.max_bytes, max_pixels=limits.max_pixels) for b in blobs):
+        return JpegImages(tuple(blobs))
+    return None

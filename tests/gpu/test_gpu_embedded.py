@@ -99,3 +99,52 @@ def test_triton_python_backend_encoder_on_kind_gpu(settings, photos, tmp_path, o
     assert cosine(np.asarray(out), expected).min() >= 0.9999
     assert cosine(np.asarray(via_jpeg), expected).min() >= 0.9999
     assert "KIND_GPU" in (tmp_path / "models" / "openclip_vit_b32_cpu" / "config.pbtxt").read_text()
+
+
+@needs_torch_cuda
+def test_the_torch_engine_assembles_its_batches_on_the_gpu(settings, photos):
+    """uint8 pixels and float32 tensors copied from pinned host buffers without blocking, cast and normalised on the
+    GPU, give the same embeddings; so does a batch padded into its bucket's CUDA graph."""
+    from servelab.model.engines import TorchEmbedder
+    from servelab.model.preprocess import decode_image, pixels_pil
+
+    on = settings.with_(engine="torch", provider="cuda", precision="bf16", max_batch=8)
+    eager, graphed = TorchEmbedder(on), TorchEmbedder(on.with_(cuda_graphs=True))
+    assert eager.info()["host_buffers"].startswith("pinned") and graphed.info()["cuda_graphs"] == [1, 2, 4, 8]
+    x = preprocess_batch(photos)
+    pixels = np.stack([pixels_pil(decode_image(p, reduce_to=224)) for p in photos])
+    ref = eager.embed_parts([x])[0]
+    assert cosine(ref, eager.embed_parts([pixels])[0]).min() >= 0.999
+    mixed = eager.embed_parts([x[:3], pixels[3:]])
+    assert cosine(np.concatenate(mixed), ref).min() >= 0.999
+    assert cosine(graphed.embed_parts([x[:3]])[0], ref[:3]).min() >= 0.999  # 3 rows in the graph of 4
+
+
+@needs_torch_cuda
+def test_the_service_decodes_jpegs_with_nvjpeg_on_the_gpu(settings, photos):
+    """decode auto on torch/cuda: JPEG requests decoded by batched nvJPEG at cosine >= 0.999 to the CPU path, a PNG on
+    the CPU path, a corrupt JPEG refused alone with a 400 naming it."""
+    import io
+
+    import httpx
+    from PIL import Image
+
+    from servelab.config import Settings
+    from servelab.model.engines import make_embedder
+    from tests.integration.test_service_device_decode import Served
+
+    reference = make_embedder(settings, engine="torch", provider="cuda").embed(preprocess_batch(photos))
+    on_gpu = Settings.from_env(engine="torch", provider="cuda", max_batch=8, warmup_iters=1, max_wait_ms=0)
+    with Served(on_gpu) as srv:
+        decode = srv.info()["decode"]
+        assert decode["in_force"] == "device" and "nvJPEG" in decode["why"], decode
+        files = [("file", (f"{i}.jpg", p, "image/jpeg")) for i, p in enumerate(photos)]
+        r = httpx.post(srv.url + "/embed", files=files, timeout=120)
+        assert r.status_code == 200, r.text
+        assert cosine(np.asarray(r.json()["embeddings"], np.float32), reference).min() >= 0.999
+        png = io.BytesIO()
+        Image.open(io.BytesIO(photos[0])).save(png, format="PNG")
+        assert srv.embed(png.getvalue(), {"Content-Type": "image/png"}).status_code == 200
+        bad = srv.embed(photos[0][: len(photos[0]) // 3])
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "corrupt", bad.text
+        assert srv.info()["decode"]["images"] == {"device": len(photos) + 1, "cpu": 1}

@@ -301,3 +301,45 @@ def test_the_default_body_limit_cannot_evict_the_kubernetes_pod():
     limit = Settings().max_body_bytes
     assert limit <= _quantity(tmp["emptyDir"]["sizeLimit"]) // 2
     assert limit <= memory // 8  # the body, its decoded copies and the model's own memory
+
+
+# --- the decode on the engine's device: which files go there ------------------------------------------------------
+def _jpeg(**save) -> bytes:
+    buf = io.BytesIO()
+    synthetic_photo(5, (320, 240)).save(buf, format="JPEG", **save)
+    return buf.getvalue()
+
+
+def test_upright_baseline_jpegs_go_to_the_device_as_they_came():
+    grey = io.BytesIO()
+    synthetic_photo(6, (200, 300)).convert("L").save(grey, format="JPEG")
+    got = codecs.device_jpegs([JPEG, grey.getvalue()], LIMITS)
+    assert got is not None and got.blobs == (JPEG, grey.getvalue()) and len(got) == 2
+
+
+def _rotated_jpeg() -> bytes:
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90° clockwise to view
+    return _jpeg(exif=exif.tobytes())
+
+
+def _cmyk_jpeg() -> bytes:
+    buf = io.BytesIO()
+    synthetic_photo(7, (64, 64)).convert("CMYK").save(buf, format="JPEG")
+    return buf.getvalue()
+
+
+def _png() -> bytes:
+    buf = io.BytesIO()
+    synthetic_photo(8, (64, 64)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("make, why", [
+    (_png, "a PNG"), (lambda: _jpeg(progressive=True), "a progressive JPEG"), (_rotated_jpeg, "an EXIF rotation"),
+    (_cmyk_jpeg, "a CMYK JPEG"), (lambda: b"", "an empty file"), (lambda: b"not an image at all", "not an image"),
+    (lambda: encode(synthetic_photo(9, (2000, 1500))), "over the pixel limit"),
+])
+def test_a_request_with_any_file_the_device_would_read_otherwise_takes_the_cpu_path(make, why):
+    assert codecs.device_jpegs([JPEG, make()], LIMITS) is None, why
+    assert codecs.device_jpegs([JPEG], LIMITS) is not None

@@ -12,8 +12,10 @@ report is rewritten after each one. The stages:
   precision; the same engine fed from host memory as a server feeds it (the copy to the GPU included), and
   three ways of making that copy; fp16 and bf16 against fp32 on the lab's photos (cosine); JPEG decode and
   resize on the GPU (nvJPEG, batched) against the CPU path on every core.
-- service: the FastAPI service on the GPU (torch, the best half precision), batch-1 requests from 1 to 128
-  clients, tensor-in and JPEG-in; then with 2 CPU-side torch threads instead of one per core.
+- service: the FastAPI service on the GPU (torch, the best half precision): JPEG-in from 128 clients with the
+  decode on the device (batched nvJPEG in the engine) and on the CPU (the decode pool), each with 1 and 4 frontend
+  processes; then batch-1 requests from 1 to 128 clients, tensor-in and JPEG-in, with the decode the service
+  chooses (each record names it); then with a torch thread per core, as before the engine's threads were bounded.
 - triton: the embedded tritonserver with the python-backend encoder on KIND_GPU (ONNX Runtime's CUDA provider;
   the bundled server has no onnxruntime backend), the same sweep; and ONNX Runtime CUDA in-process; then the
   same encoder running servelab's torch engine (bf16/fp16 as the raw stage chose) where onnxruntime-gpu is absent,
@@ -172,27 +174,12 @@ def _graphed(run: Run, emb, b: int, precision: str, window_s: float, windows: in
     import torch
 
     static_x = torch.randn(b, 3, 224, 224, device="cuda", dtype=emb.dtype)
+    from servelab.model.engines import capture_cuda_graph
+
     with torch.inference_mode():
-        graph = _capture(emb.module, static_x)
+        graph, _ = capture_cuda_graph(emb.module, static_x)
     rates = _windows(graph.replay, b, window_s=window_s, windows=windows, sync=torch.cuda.synchronize)
     return _record(run, precision, "cuda-graph", b, rates, "cuda")
-
-
-def _capture(module, static_x):
-    """The forward pass on `static_x` as one CUDA graph, captured after three warm-up passes on a side stream (as
-    torch.cuda.graphs asks: the allocator and cuBLAS settle before capture)."""
-    import torch
-
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            module(static_x)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        module(static_x)
-    return graph
 
 
 def _record(run: Run, precision: str, variant: str, batch: int, rates: list[float], device: str, **extra) -> dict:
@@ -212,7 +199,7 @@ def jpeg_ceiling(run: Run, precision: str, *, device: str = "cuda", batches=(64,
 
     from servelab.bench.load.inputs import sample_jpegs
     from servelab.config import Settings
-    from servelab.model.engines import make_embedder
+    from servelab.model.engines import capture_cuda_graph, make_embedder
     from servelab.model.gpu_decode import preprocess_jpegs
 
     on_gpu = device == "cuda"
@@ -224,7 +211,7 @@ def jpeg_ceiling(run: Run, precision: str, *, device: str = "cuda", batches=(64,
         with torch.inference_mode():
             forward = lambda x=static_x: emb.module(x)  # noqa: E731
             if on_gpu:
-                forward = _capture(emb.module, static_x).replay
+                forward = capture_cuda_graph(emb.module, static_x)[0].replay
 
             def step(b=b, static_x=static_x, forward=forward):
                 static_x.copy_(preprocess_jpegs(jpegs[:b], device=device))  # the cast to half happens in the copy
@@ -376,8 +363,10 @@ class GpuMeter:
 
 
 def served_sweep(run: Run, server: str, *, engine: str, payloads=("tensor", "jpeg"), concurrencies=CONCURRENCIES,
-                 opts=None, experiment: str = "gpu-served", **serve_kw) -> list[dict]:
-    """Batch-1 requests from 1 … 128 clients against `server` on the GPU, per payload."""
+                 opts=None, experiment: str = "gpu-served", fields: dict | None = None, described=None,
+                 **serve_kw) -> list[dict]:
+    """Batch-1 requests from 1 … 128 clients against `server` on the GPU, per payload; `fields` join every record,
+    and so do those `described(srv)` gives once the server is up (what its /info says, say)."""
     from servelab.bench import experiments as ex
     from servelab.bench.load.cpu import CpuMeter
     from servelab.bench.servers.lifecycle import served
@@ -385,12 +374,54 @@ def served_sweep(run: Run, server: str, *, engine: str, payloads=("tensor", "jpe
     out = []
     log = run.dir / f"{server}-gpu.log"
     with served(server, engine=engine, log_path=log, max_batch=SERVED_MAX_BATCH, **serve_kw) as srv:
+        fields = {**(fields or {}), **(described(srv) if described else {})}
         for payload in payloads:
             for c in concurrencies:
                 meters = (CpuMeter(server_pid=srv.pid), GpuMeter())
                 out.append(ex.measure(run, experiment, srv, payload=payload, batch=1, concurrency=c, opts=opts,
-                                      meters=meters))
+                                      meters=meters, **fields))
     return out
+
+
+DECODES = ("device", "cpu")  # Settings.decode: batched nvJPEG in the engine, or PIL in the decode pool
+WORKERS = (1, 4)  # the service's frontend processes (SERVELAB_WORKERS), each with its own engine on the one GPU
+
+
+def decode_sweep(run: Run, *, engine: str = "torch", env: dict | None = None, decodes=DECODES, workers=WORKERS,
+                 concurrencies=(128,), opts=None, time_left=lambda: 1e9, start_s: float = 45.0,
+                 experiment: str = "gpu-served-decode") -> list[dict]:
+    """JPEG-in against the FastAPI service with the decode on the device and on the CPU, with 1 and 4 frontend
+    processes: each record names its `decode` setting, the place /info said was in force, and its `workers`. A
+    configuration that does not start leaves an `unavailable` record; one that would not finish within
+    `time_left()` (about `start_s` to start and measure) is not begun, and says so."""
+    out = []
+    for decode in decodes:
+        for n in workers:
+            label = {"decode": decode, "workers": n}
+            if time_left() < start_s:
+                out.append(run.record(experiment, kind="unavailable", server="fastapi", available=False, **label,
+                                      note=f"decode {decode}, {n} workers: not begun, the stage's budget is spent"))
+                continue
+            try:
+                got = served_sweep(run, "fastapi", engine=engine, payloads=("jpeg",), concurrencies=concurrencies,
+                                   opts=opts, experiment=experiment,
+                                   fields={**label, "note": f"JPEG-in, decode setting {decode}, {n} frontend "
+                                                            f"process(es)"},
+                                   env={**(env or {}), "SERVELAB_DECODE": decode, "SERVELAB_WORKERS": n},
+                                   described=lambda srv: {"decode_in_force": decode_in_force(srv.url)})
+            except Exception as exc:  # the records so far stay; this configuration's error is recorded
+                out.append(run.record(experiment, kind="unavailable", server="fastapi", available=False, **label,
+                                      note=f"decode {decode}, {n} workers: {type(exc).__name__}: {exc}"[:600]))
+                continue
+            out.extend(got)
+    return out
+
+
+def decode_in_force(url: str) -> str | None:
+    """Where the service at `url` decodes JPEG files, as its /info says (None: a service that does not say)."""
+    import httpx
+
+    return (httpx.get(url.rstrip("/") + "/info", timeout=10).json().get("decode") or {}).get("in_force")
 
 
 def perf_analyzer_sweep(run: Run, *, engine: str = "torch", device: str = "cuda", precision: str | None = None,
@@ -453,6 +484,10 @@ def run_stage(run: Run, stage: str, *, budget_s: float = 240.0) -> list[dict]:
     out: list[dict] = []
 
     def step(name: str, fn) -> None:
+        if time.monotonic() > deadline:  # a later step of a stage whose budget is spent: said, not begun
+            out.append(run.record(f"gpu-{stage}", kind="unavailable", server="in-process", available=False,
+                                  note=f"{name}: not begun, the stage's {budget_s:.0f} s budget is spent"))
+            return
         t0 = time.perf_counter()
         try:
             out.extend(fn())
@@ -476,11 +511,17 @@ def run_stage(run: Run, stage: str, *, budget_s: float = 240.0) -> list[dict]:
     elif stage == "service":
         _, on_gpu = _on_gpu("torch", best_precision(run.records))
         decode = {**on_gpu, "SERVELAB_DECODE_THREADS": max(1, usable_cores() // 2)}
-        step("FastAPI service", lambda: served_sweep(run, "fastapi", engine="torch", opts=opts, env=decode))
-        # the first lease saw the service burn 3-10 cores while the GPU idled: its CPU-side torch threads?
-        step("FastAPI service, 2 torch threads", lambda: served_sweep(
-            run, "fastapi", engine="torch", opts=opts, concurrencies=(1, 128), experiment="gpu-served-2-threads",
-            env={**decode, "SERVELAB_THREADS": 2}))
+        # first, while the budget is whole: JPEG-in decoded by batched nvJPEG in the engine against the decode pool,
+        # with 1 and 4 frontend processes (the full sweep below then runs with the decode the service chooses)
+        step("FastAPI service, decode on the device vs the CPU, 1 and 4 processes",
+             lambda: decode_sweep(run, env=decode, opts=opts, time_left=lambda: deadline - time.monotonic()))
+        step("FastAPI service", lambda: served_sweep(run, "fastapi", engine="torch", opts=opts, env=decode,
+                                                     described=lambda srv: {"decode_in_force": decode_in_force(srv.url)}))
+        # the torch engine on cuda now takes 2 CPU threads (the first lease's service took one per core and burnt
+        # 3-10 of them while the GPU idled): the sweeps above run after that fix, this one as before it
+        step("FastAPI service, a torch thread per core (before the thread fix)", lambda: served_sweep(
+            run, "fastapi", engine="torch", opts=opts, concurrencies=(1, 128), experiment="gpu-served-all-threads",
+            env={**decode, "SERVELAB_THREADS": usable_cores()}, fields={"threads": usable_cores()}))
     elif stage == "ceiling":
         step("nvJPEG into a CUDA graph", lambda: jpeg_ceiling(run, best_precision(run.records)))
     elif stage == "profile":

@@ -99,3 +99,20 @@ def test_perf_analyzer_drives_the_embedded_triton_point_by_point(run, onnx_meta)
     (rec,) = gr.perf_analyzer_sweep(run, engine="onnx", device="cpu", concurrencies=(1,), request_count=8)
     assert rec["params"]["client"] == "perf_analyzer" and rec["concurrency"] == 1 and rec["throughput_img_s"] > 0
     assert 0 < rec["latency_p50_ms"] <= rec["latency_p99_ms"]
+
+
+def test_the_decode_sweep_labels_each_configuration_and_says_what_it_did_not_begin(run, tmp_path):
+    """The lease's decode comparison on a CPU (the emulated accelerator, so no model loads; labelled emulated): the
+    decode pool with 1 and 2 frontend processes, each record naming its setting, the place in force and its
+    workers; a configuration the budget leaves no time for is recorded as not begun."""
+    env = {"SERVELAB_DEVICE_PROFILE": "flat", "SERVELAB_DEVICE_DIR": str(tmp_path / "devices")}
+    left = iter([1e9, 1e9, 0.0])
+    recs = gr.decode_sweep(run, engine="emulated", env=env, decodes=("cpu",), workers=(1, 2, 4), concurrencies=(2,),
+                           opts=LoadOpts.smoke(), time_left=lambda: next(left))
+    assert [(r["decode"], r["workers"], r["kind"]) for r in recs] == [("cpu", 1, "load"), ("cpu", 2, "load"),
+                                                                       ("cpu", 4, "unavailable")]
+    for r in recs[:2]:
+        assert r["experiment"] == "gpu-served-decode" and r["payload"] == "jpeg" and r["errors"] == 0
+        assert r["decode_in_force"] == "cpu" and r["throughput_img_s"] > 0 and r["params"]["served_by"]
+        assert "emulated" in r["params"]["device"]
+    assert "not begun" in recs[2]["note"]
