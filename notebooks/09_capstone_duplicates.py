@@ -213,7 +213,7 @@ step.answer(
     f"{by_embedding['recall']:.2f} ({int(by_embedding['fp'])} unrelated pairs put together); by pHash alone, precision "
     f"{by_phash['precision']:.2f} and recall {by_phash['recall']:.2f}. "
     + (("The embeddings were less precise. " if by_embedding["precision"] < by_phash["precision"] else
-        "On this folder the embeddings were as precise; on larger folders they were not (`servelab dedup evaluate`). ")
+        "On this folder the embeddings were as precise. ")
        + "A random-init network is a fixed random function of the pixels: copies of a scene score high only as far "
        "as their pixels agree, and unrelated photos with similar colours and layout score high too — "
        f"{int(by_embedding['fp'])} unrelated pairs here against {int(by_phash['fp'])} for pHash. That is why the "
@@ -289,9 +289,9 @@ step.answer(f"At the configured threshold {at_t['threshold']:g}: precision {at_t
 # ## Why, and compared with the source material
 # The threshold trades precision against recall because cosine similarity of embeddings is a continuous
 # score: every pair of photos gets one, and near-duplicates are the pairs in the upper tail. The table above
-# is that trade-off for this folder. With **pretrained** OpenCLIP weights the tail separates cleanly —
-# re-encodes and resizes score above 0.95, different scenes far below — while a random-init network (the
-# offline default here) separates only what raw pixel statistics separate. The **photo-dedup "Technical
+# is that trade-off for this folder. A random-init network (the offline default here) separates only what raw
+# pixel statistics separate; how cleanly **pretrained** OpenCLIP weights separate the tail is what this table
+# measures on a node that has them. The **photo-dedup "Technical
 # Deep-Dive"** runs the same four stages on a Mac's photo library (scan 1–5 min of I/O, embed 10–30 s on a
 # GPU, group in under a second): once the model is served well, the embedding step stops being the
 # bottleneck, and the choice of backend above matters less than what crosses the network (notebooks 01,
