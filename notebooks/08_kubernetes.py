@@ -86,6 +86,8 @@ checks = step.table(run_checks("tests/deploy/test_deploy_k8s.py"), "validation",
                     "Kubernetes manifests validated against the API schema (no cluster)", show=False)
 outcomes = checks["outcome"].value_counts().to_dict()
 print(f"{len(checks)} checks: " + ", ".join(f"{n} {k}" for k, n in outcomes.items()) + " (list: tables/08_validation.csv)")
+for _, row in checks[checks["outcome"] != "passed"].iterrows():  # what did not pass, and why
+    print(f"  {row['outcome']}: {row['check']}: {row['message']}")
 
 # %% [markdown]
 # ## How many replicas, on how many nodes?
@@ -152,8 +154,11 @@ if len(service_points):
            + (" (fewer where the others run no control plane)." if control_plane["cpu"] else ".") if plan.pods_per_node
            else ", so no pod fits: this load needs bigger nodes, not more of them.")
         + (f" The service's measured memory ({pod_rss_mb:.0f} MB) is "
-           + ("above its 1 GiB request: the scheduler would pack pods the node cannot hold, so raise the request."
-              if plan.memory_request_too_low else "within its memory request, so CPU, not memory, sets the packing.")
+           + (f"above its {shape.memory_request_mb / 1024:g} GiB request: "
+              + ("the scheduler would pack pods the node cannot hold" if plan.limited_by == "memory" else
+                 "CPU limits the packing here, but a node with more cores would be packed past its memory")
+              + ", so raise the request." if plan.memory_request_too_low else
+              "within its memory request, so CPU, not memory, sets the packing.")
            if pod_rss_mb else ""))
 else:
     step.not_run("replica estimate from a measured throughput", f"no FastAPI load measurement of the "
@@ -251,5 +256,5 @@ n_ok = int((checks["outcome"] == "passed").sum())
 bad = checks[checks["outcome"].isin(["failed", "error"])]
 step.shows(f"{n_ok} of {len(checks)} Kubernetes checks passed"
            + (f"; failing: {', '.join(bad['check'].head(3))}." if len(bad) else
-              f", {int((checks['outcome'] == 'skipped').sum())} skipped with the reason shown above.")
+              f", {int((checks['outcome'] == 'skipped').sum())} skipped with the reason printed above.")
            + " Nothing was deployed: this notebook validates, the GPU node's kind cluster runs.")
