@@ -96,11 +96,11 @@ for _, row in checks[checks["outcome"] != "passed"].iterrows():  # what did not 
 # throughput the service reached on this machine's cores, how many replicas will the autoscaler settle at —
 # and how many nodes like this one does the scheduler need to place them?
 #
-# Two steps, two controllers. The **autoscaler** only counts: replicas = ⌈load ÷ (per-core throughput × CPU
-# request × target)⌉, never fewer than its `minReplicas` nor more than its `maxReplicas`. The **scheduler** then places each pod on a node whose *allocatable* CPU and memory (capacity less what
-# the kubelet keeps back) still cover the pod's requests, beside whatever else runs there — on a one-node kind
-# cluster, the control plane's own pods; a pod that fits nowhere stays `Pending`, and the replicas it stands
-# for serve nothing. So the answer is replicas *and* nodes.
+# Two steps, two controllers. The **autoscaler** only counts pods, never fewer than its `minReplicas` nor more
+# than its `maxReplicas`. The **scheduler** then places each pod on a node whose *allocatable* CPU and memory
+# (capacity less what the kubelet keeps back) still cover the pod's requests, beside whatever else runs there —
+# on a one-node kind cluster, the control plane's own pods; a pod that fits nowhere stays `Pending`, serving
+# nothing. So the answer is replicas *and* nodes.
 
 # %%
 import math
@@ -117,14 +117,40 @@ deployed_engine = next(e["value"] for e in container["env"] if e["name"] == "SER
 kind_nodes = yaml.safe_load(repo_path("k8s", "kind", "cluster.yaml").read_text())["nodes"]
 control_plane = {"cpu": 0.95, "memory_mb": 290.0} if len(kind_nodes) == 1 else {"cpu": 0.0, "memory_mb": 0.0}
 service_points = step.records(kind="load", server="fastapi", engine=deployed_engine)  # the engine the pods run
+cores = float(step.environment.get("cpu_usable") or step.environment.get("cpu_logical") or 1)
+shape = pod_shape(repo_path("k8s", "base"))  # requests, the HPA's target and bounds, from the manifests
+
+# %% [markdown]
+# ### Exercise: the autoscaler's count
+# Write the first step: how many pods, each held at `cpu_target` (0…1) of its CPU, serve the load? The
+# check gives one pod's throughput at its full request, from this run.
+
+# %% tags=["exercise"]
+# Exercise 08.2: the replicas the autoscaler needs for a load
+def hpa_replicas(per_pod_img_s, load_img_s, cpu_target):
+    """Whole pods that, each at `cpu_target` of `per_pod_img_s`, together serve `load_img_s`."""
+    # BEGIN SOLUTION
+    return math.ceil(load_img_s / (per_pod_img_s * cpu_target))
+    # END SOLUTION
+
+
+# %%
+from servelab.assignments import checks as assignment_checks  # `checks` above is the validation table
+
+if not len(service_points):
+    step.not_run("exercise 08.2 at this run's throughput", f"no FastAPI load measurement of the `{deployed_engine}` "
+                 "engine in this run's records", "a stand-in pod of 1 img/s (run notebook 01 or 04 in the same run)")
+per_pod = float(service_points["throughput_img_s"].max()) / cores * shape.cpu_request if len(service_points) else 1.0
+assignment_checks.replicas_for_load(hpa_replicas, per_replica_img_s=per_pod, target_img_s=20,
+                                    utilisation=shape.cpu_target, exercise="08.2", step=step)
+
+# %%
 if len(service_points):
     best_thr = float(service_points["throughput_img_s"].max())
-    cores = float(step.environment.get("cpu_usable") or step.environment.get("cpu_logical") or 1)
     node_memory_mb = float(step.environment.get("memory_gb") or 0) * 1024
     rss = (service_points["memory.rss_mb"].where(service_points["memory.rss_of"].astype(str).str.endswith("server"))
            if "memory.rss_of" in service_points else None)  # the service process's own memory, not the client's
     pod_rss_mb = float(rss.dropna().max()) if rss is not None and rss.notna().any() else None
-    shape = pod_shape(repo_path("k8s", "base"))
     plan = replica_plan(20, per_core_img_s=best_thr / cores, node_cores=cores, node_memory_mb=node_memory_mb,
                         shape=shape, pod_rss_mb=pod_rss_mb, reserved_cpu=control_plane["cpu"],
                         reserved_memory_mb=KUBELET_EVICTION_MB + control_plane["memory_mb"])
