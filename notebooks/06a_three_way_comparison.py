@@ -137,7 +137,7 @@ if step.skip_unless(lab.extra_servers, "LitServe peer baseline", "extra_servers=
         ran_during = {k: v - ran_before.get(k, 0) + ran_during.get(k, 0) for k, v in service_batches().items()}
         recs += sweep(litserve, measured=peer)
 three_way = step.table(step.frame(recs, *cols), "three_way", "Three servers, batch-1 JPEG requests")
-step.table(step.frame([r for r in head_to_head + peer if r["kind"] == "ab"], "a", "b", "concurrency", "ratio",
+interleaved = step.table(step.frame([r for r in head_to_head + peer if r["kind"] == "ab"], "a", "b", "concurrency", "ratio",
                       "ratio_min", "ratio_max", "stable", "idle_cpu_pct_a", "idle_cpu_pct_b", "idle_paused_a",
                       "idle_paused_b"),
            "interleaved", "Alternating windows: throughput A ÷ B, each side's idle CPU (% of one core) and whether "
