@@ -137,7 +137,7 @@ if step.skip_unless(lab.extra_servers, "LitServe peer baseline", "extra_servers=
         ran_during = {k: v - ran_before.get(k, 0) + ran_during.get(k, 0) for k, v in service_batches().items()}
         recs += sweep(litserve, measured=peer)
 three_way = step.table(step.frame(recs, *cols), "three_way", "Three servers, batch-1 JPEG requests")
-step.table(step.frame([r for r in head_to_head + peer if r["kind"] == "ab"], "a", "b", "concurrency", "ratio",
+interleaved = step.table(step.frame([r for r in head_to_head + peer if r["kind"] == "ab"], "a", "b", "concurrency", "ratio",
                       "ratio_min", "ratio_max", "stable", "idle_cpu_pct_a", "idle_cpu_pct_b", "idle_paused_a",
                       "idle_paused_b"),
            "interleaved", "Alternating windows: throughput A ÷ B, each side's idle CPU (% of one core) and whether "
@@ -167,12 +167,18 @@ checks.best_choice(best_backend, step.frame(recs), key="server", metric="through
 # %%
 hi = max(concurrency_levels)
 busiest = [r for r in recs if r["concurrency"] == hi]
-pairs = [(a, b) for i, a in enumerate(busiest) for b in busiest[i + 1:]]
-step.answer(f"At concurrency {hi}: " + "; ".join(step.versus(a["server"], a, b["server"], b) for a, b in pairs) + ". "
-            "Where the ranges overlap the servers are tied on this machine: the shared ONNX Runtime compute sets the pace."
-            + f" Measured in alternating windows, {step.ratio(head_to_head[-1])}"
-            + (f"; {step.ratio(peer[-1])}." if peer else ".")
-            + "".join(f" {idle_sentence(measured[-1])}." for measured in (head_to_head, peer) if measured))
+# the verdict is each alternating-window comparison; a pair of servers never measured together (Triton and LitServe)
+# is read apart, from points taken minutes apart, and said to be so
+together = [{m[0]["server"], m[1]["server"]} for m in (head_to_head, peer) if m]
+apart = [(a, b) for i, a in enumerate(busiest) for b in busiest[i + 1:] if {a["server"], b["server"]} not in together]
+step.answer(f"At concurrency {hi}, in alternating windows (the verdict): "
+            + "; ".join(step.ratio(measured[-1]) for measured in (head_to_head, peer) if measured) + "."
+            + "".join(f" {idle_sentence(measured[-1])}." for measured in (head_to_head, peer) if measured)
+            + "".join(f" {a['server']} and {b['server']} were never measured together: read apart, from windows of "
+                      f"different comparisons, {step.versus(a['server'], a, b['server'], b)}." for a, b in apart)
+            + (" The table's points at this concurrency come from those comparisons, so a band there can overlap "
+               "another server's, or not, where the alternating windows say otherwise: the windows hold."
+               if peer else ""))
 
 # %%
 from servelab.bench.report import plot_latency_throughput, plot_server_breakdown
@@ -221,14 +227,25 @@ checks.share(outside_share, breakdown, part="outside_server_ms", whole="client_m
 
 # %%
 lo_row, hi_row = breakdown.iloc[0], breakdown.iloc[-1]
+
+
+def outside(row):
+    """The time outside the server, or why none is measurable (Triton's averages span slightly other requests)."""
+    if row["outside_server_ms"] < 0:
+        return f"no time measurable outside the server (its averages exceed the client's by {-row['outside_server_ms']:.0f} ms)"
+    return (f"{row['outside_server_ms']:.0f} ms outside the server "
+            f"({100 * row['outside_server_ms'] / row['client_mean_ms']:.0f} %)")
+
+
+queue_grew = hi_row["server_queue_ms"] > lo_row["server_queue_ms"]
 step.answer(f"At concurrency {int(lo_row['concurrency'])} a request's {lo_row['client_mean_ms']:.0f} ms split into "
             f"{lo_row['server_queue_ms']:.0f} ms queueing, {lo_row['server_compute_ms']:.0f} ms compute and "
-            f"{lo_row['outside_server_ms']:.0f} ms outside the server "
-            f"({100 * lo_row['outside_server_ms'] / lo_row['client_mean_ms']:.0f} %); at concurrency "
-            f"{int(hi_row['concurrency'])}: {hi_row['server_queue_ms']:.0f} ms queueing "
+            f"{outside(lo_row)}; at concurrency {int(hi_row['concurrency'])}: {hi_row['server_queue_ms']:.0f} ms queueing "
             f"({100 * hi_row['server_queue_ms'] / hi_row['client_mean_ms']:.0f} % of {hi_row['client_mean_ms']:.0f} ms), "
-            f"{hi_row['server_compute_ms']:.0f} ms compute, {hi_row['outside_server_ms']:.0f} ms outside. "
-            "Loopback makes the outside part small; queueing grows with concurrency because the CPU is already busy.")
+            f"{hi_row['server_compute_ms']:.0f} ms compute and {outside(hi_row)}. "
+            + ("Queueing grew with concurrency: the requests beyond the batch running wait for it to end."
+               if queue_grew else "Queueing did not grow with concurrency in these points."))
+
 
 # %% [markdown]
 # ### Exercise: write a python-backend `execute`
@@ -271,10 +288,9 @@ step.show_plot(plot_server_breakdown(tensor_recs, step.plot_path("server_breakdo
 # ## Why they come out where they do
 # Each server spends most of a request inside `session.run`. LitServe and Triton (as staged) run one session
 # on all cores, one batch at a time: its threads split every operator of an image and meet after each one, a
-# few hundred times per image. Batching does not make images cheaper on a CPU (notebook 04), so such a server
-# is held to throughput ≈ 1 / (compute time per image + its own per-image overhead). The overheads (decoding,
-# base64, the python backend's copies to its stub) are a few milliseconds against tens to hundreds of compute.
-# servelab's service, once requests overlap, runs single-thread instances, one per core, each on its own batch
+# few hundred times per image. Such a server is held to throughput ≈ 1 / (compute time per image at the batches
+# it forms, notebook 04's batch table, + its own per-image overhead: decoding, base64, the python backend's
+# copies to its stub). servelab's service, once requests overlap, runs single-thread instances, one per core, each on its own batch
 # (06b does the same for Triton): they never meet, and while one core decodes a JPEG only its instance waits.
 # On a GPU the compute shrinks to a few milliseconds and the overheads, and the network, become the whole story.
 
@@ -282,8 +298,10 @@ step.show_plot(plot_server_breakdown(tensor_recs, step.plot_path("server_breakdo
 with InferenceClient(mode="remote", backend="fastapi", url=lab.service_url) as remote:
     instances = (remote.info().get("engine") or {}).get("instances")  # None: one session (a GPU, one core)
 # the ceiling is measured, not derived: Triton's compute per request counts a batch's time once for every request in
-# it, so dividing it by the average batch (per execution) does not give a time per image
-bare = next(r for r in tensor_recs if r["concurrency"] == hi)  # Triton sent tensors: one session, nothing decoded
+# it, so dividing it by the average batch (per execution) does not give a time per image. It is measured here, just
+# after the JPEG servers: a two-thread session's speed moves with the host, so notebook 04's point may be another speed
+bare = concurrency_sweep(step.run, lab.attach("triton-http"), concurrencies=(hi,), payload="tensor", opts=opts,
+                         experiment="06a-ceiling")[0]  # Triton sent tensors: one session, nothing decoded
 ceiling = bare["throughput_img_s"]
 top = max(busiest, key=lambda r: r["throughput_img_s"])
 best = top["throughput_img_s"]
@@ -292,25 +310,26 @@ ran = (f" During the {max(concurrency_levels)}-client comparisons, servelab's se
        f"{instances['threads_each']} thread(s), side by side, and {ran_during.get('all_cores', 0)} alone on all cores "
        "(a batch that finds the engine idle takes every core)."
        if instances else " servelab's service runs one session here, like the others.")
-from servelab.bench.load.drift import probe_values
 from servelab.bench.report import apart_reading
 
-probes = probe_values(step.run.records)  # the lab's drift probes, one before each notebook so far
-host = (f" The drift probe before this notebook, one two-thread session like Triton's encoder and LitServe's, "
-        f"measured {probes[-1]:.1f} img/s (this run's probes so far: {min(probes):.1f}–{max(probes):.1f}). On a "
-        "shared VM such a session's speed changes with the host from minute to minute (its threads wait for each "
-        "other after every operator), while single-thread instances hardly move: the ratios above hold for the "
-        "moment this run measured them." if len(probes) >= 2 else "")
-ranked = apart_reading(top, bare, drift=step.machine_drift).ranked  # a lead this run can call, either way
-step.answer(f"Sent binary tensors at concurrency {hi}, Triton delivered {ceiling:.1f} img/s: one session of the engine "
-            "with nothing decoded in the server, the measured ceiling for a server running one session. The best "
-            f"JPEG server here, {top['server']}, delivered {100 * best / max(ceiling, 1e-9):.0f} % of it: "
-            + step.versus(top["server"], top, "Triton with tensors", bare)
-            + (". Instances on separate cores do not wait for each other, so they are not held to one session's figure."
-               if ranked and instances and top["server"] == "fastapi" and best > ceiling else
-               ". What lies between them is each JPEG server's own work around the engine: decoding, copies, HTTP."
-               if ranked and best < ceiling else ".")
-            + ran + host)
+probes = [r for r in step.run.records if r.get("kind") == "probe" and r.get("throughput_img_s")]  # the lab's drift probes
+speeds = [float(r["throughput_img_s"]) for r in probes]
+host = (f" The last drift probe (before {(probes[-1].get('params') or {}).get('before', 'this notebook')}), one "
+        f"two-thread session like Triton's encoder and LitServe's, measured {speeds[-1]:.1f} img/s (this run's "
+        f"probes: {min(speeds):.1f}–{max(speeds):.1f}): such a session's speed moves with the host, so the ratios "
+        "above hold for the moment this run measured them." if len(speeds) >= 2 else "")
+reading = apart_reading(top, bare, drift=step.machine_drift)  # a lead this run can call, either way
+instances_lead = instances and top["server"] == "fastapi"  # the only server here not held to one session
+why = ("" if not reading.ranked else
+       ". Instances on separate cores do not wait for each other, so they are not held to one session's figure"
+       if reading.ahead == "a" and instances_lead else
+       ". A one-session server above the one-session figure: measured apart, the host's speed moved between them"
+       if reading.ahead == "a" else
+       ". What lies between them is that JPEG server's own work around the engine: decoding, copies, HTTP")
+step.answer(f"Sent binary tensors at concurrency {hi}, just after, Triton delivered {ceiling:.1f} img/s: one session "
+            "of the engine with nothing decoded in the server. The best JPEG server here, "
+            f"{top['server']}, delivered {100 * best / max(ceiling, 1e-9):.0f} % of it: "
+            + step.versus(top["server"], top, "Triton with tensors", bare) + why + "." + ran + host)
 
 
 # %% [markdown]

@@ -30,9 +30,9 @@
 # ```mermaid
 # flowchart TB
 #   Q[(Triton scheduler queue)]
-#   subgraph CPU[this machine: 2 cores]
-#     I1[instance 1<br/>ONNX Runtime, 2 threads]
-#     I2[instance 2<br/>ONNX Runtime, 2 threads]
+#   subgraph CPU[a CPU with n cores]
+#     I1[instance 1<br/>ONNX Runtime, n threads]
+#     I2[instance 2<br/>ONNX Runtime, n threads]
 #   end
 #   subgraph NODE[GPU node: one group per GPU]
 #     G0[GPU 0<br/>instances 1..k]
@@ -44,7 +44,7 @@
 #
 # **Honest framing.** Extra instances help only if there is hardware the first one leaves idle. On a CPU one
 # instance already runs ONNX Runtime on every core, so a second splits the same cores and adds memory and
-# context switches: by the arithmetic, the same total throughput at best, an efficiency of 1/n. The
+# context switches: by the compute arithmetic, the same total throughput, an efficiency of 1/n. The
 # configuration to compare never asks for more threads than cores, **threads per instance × instances =
 # cores**; you will write it into the model's `config.pbtxt` and load it into the running Triton yourself.
 
@@ -249,8 +249,8 @@ else:
 # %% [markdown]
 # ### The third knob: spinning
 # With `intra_op_spinning` "1" (the staged default, and onnxruntime's), threads that finish their share of a run
-# busy-wait instead of sleeping, so the next run starts without waking them: free with cores to spare, but here
-# the same cores also run Triton's HTTP front end, the python-backend stub and the load generator.
+# busy-wait instead of sleeping, so the next run starts without waking them, while the same cores also run
+# Triton's HTTP front end, the python-backend stub and the load generator.
 #
 # **Predict first.** The staged one instance × 2 threads, with spinning on against spinning off, at the same
 # concurrency in alternating windows: which serves more images per second? Would your answer change at
@@ -282,9 +282,8 @@ if spin_ab is not None:
     }
     step.answer(f"One instance × {cores} threads at {top_c} clients: {step.ratio(spin_ratio)}; p50 "
                 f"{off_rec['latency_p50_ms']:.0f} ms against {on_rec['latency_p50_ms']:.0f} ms. "
-                + spin_reasons[spin_ahead]
-                + " Spinning matters most where cores are scarce and the gaps between runs are long: at one client "
-                  "on this machine, or with more threads than the machine has cores to spare.")
+                + spin_reasons[spin_ahead] + " At one client the gaps between runs are long: this run did not "
+                  "measure spinning there.")
 
 # %%
 one = points[points["instances"] == min(instance_counts)].set_index("concurrency")["throughput_img_s"]
@@ -368,8 +367,11 @@ if emu_ready:
           f"t({full_c}) = {1000 * flat.t_s(full_c):.0f} ms), {full_c} clients and batches of {flat.full_at}: a second "
           f"instance should give {full_pred:.2f}× — its batch only queues for the same multiprocessors — measured: "
           f"{step.ratio(full_instances[-1])}; a second device should give {dev_pred:.2f}×, its whole capacity — "
-          f"measured: {step.ratio(emu_devices[-1])}. On this CPU, {step.ratio(instance_ratio)}: the cores "
-          "were already busy, so there was no room to add.")
+          f"measured: {step.ratio(emu_devices[-1])}. On this CPU, {step.ratio(instance_ratio)}: "
+          + {instance_ratio["a"]: "no idle compute was added, only the time one copy left a core idle outside "
+                                  "compute (the answer above)",
+             instance_ratio["b"]: "the second copy split cores the first already kept busy",
+             None: "the cores were already busy, so there was no room to add"}[ahead] + ".")
     # the predictions take the clients' two groups as whole batches; what Triton ran says whether they stayed so
     avg = [float((r.get("server_stats") or {}).get("avg_batch") or 0)
            for r in (*emu_instances[:2], *full_instances[:2], *emu_devices[:2])]
@@ -423,7 +425,7 @@ show_commands("node", "SERVELAB_INSTANCES=2 docker compose -f docker/compose.00-
 gpus_seen = len(triton.gpus or [])  # as the Triton server reports them, wherever this notebook runs
 if gpus_seen < 2:
     step.not_run("multi-GPU scaling (one instance group per GPU)",
-                 "this machine has no GPU" if lab.place != "node" else f"the node's Triton reports {gpus_seen} GPU(s)",
+                 f"this {'node' if lab.place == 'node' else 'machine'}'s Triton reports {gpus_seen} GPU(s)",
                  f"instance-count scaling on {'one GPU' if gpus_seen else 'the CPU'} measured above")
 
 # %% [markdown]

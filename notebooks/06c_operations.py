@@ -128,7 +128,7 @@ if knee is not None:
     )
 
 # %% [markdown]
-# ### Why shedding early keeps a server useful
+# ### What shedding early costs and buys
 # A server past capacity fails some requests whatever it does; what it chooses is *which*, and what each
 # failure costs:
 #
@@ -161,6 +161,9 @@ def held(server):
     ratio = max(r["goodput_img_s"], 1e-9) / max(ref["goodput_img_s"], 1e-9)
     lo = (r.get("throughput_min_img_s") or r["goodput_img_s"]) / max(ref.get("throughput_max_img_s") or ref["goodput_img_s"], 1e-9)
     hi = (r.get("throughput_max_img_s") or r["goodput_img_s"]) / max(ref.get("throughput_min_img_s") or ref["goodput_img_s"], 1e-9)
+    if False in (r.get("stable"), ref.get("stable")):  # a band that never settled reaches 1 whatever the ratio
+        return (f"{server} kept {100 * ratio:.0f} % of its goodput at capacity (not graded: its windows never "
+                f"settled, {r.get('throughput_min_img_s') or 0:.1f}–{r.get('throughput_max_img_s') or 0:.1f} img/s)")
     return f"{server} kept {100 * ratio:.0f} % of its goodput at capacity ({words(grade(ratio, lo, hi, margin=step.margin()))})"
 
 
@@ -189,8 +192,9 @@ if knee is not None:
                        "images; the accepted requests' wait is what that bought",
            Grade.GAIN: "without the gate, reading and decoding the requests it would refuse took the cores from "
                        "the engine, which computed fewer images, some for clients that had already given up",
-           Grade.FLAT: "the engine computed about as many images either way: the difference lies in which requests "
-                       "it computed and how long they waited"}[engine]
+           Grade.FLAT: "the engine computed about as many images either way (totals over each copy's whole run; "
+                       "goodput is the windows' rate): the difference lies in which requests it computed and how "
+                       "long they waited"}[engine]
     step.answer(f"At {top}× capacity: {goodput_said} (goodput); {p99_said} (accepted p99). "
                 f"{held('fastapi')}; {held('fastapi-no-admission')}. {went('fastapi')}. {went('fastapi-no-admission')}. "
                 f"So, in this run, {why}.")
@@ -236,7 +240,7 @@ else:
                     "present: the view below takes the rate of each counter over a short window instead.")
 
 # %% [markdown]
-# **Predict first.** At 5 clients, most of the service's answers will be instant 503s. What will the p50
+# **Predict first.** At 5 clients, requests the gate cannot admit get instant 503s. What will the p50
 # from `histogram_quantile` do during that step — rise, stay, or fall? And will the alert start at the first
 # 503 and stop at the last, or later, and by about how much?
 

@@ -44,8 +44,8 @@
 # requests `nvidia.com/gpu`. `k8s/` is a kustomize base plus overlays, for a kind cluster on the GPU node
 # or a real cluster.
 #
-# There is no cluster here, so this notebook renders the manifests and validates each against the
-# Kubernetes API schema for its kind (deserialised with the official Python client's models).
+# This notebook deploys nothing: it renders the manifests and validates each against the Kubernetes API
+# schema for its kind (deserialised with the official Python client's models).
 
 # %% tags=["parameters"]
 harness = {}              # where this runs: filled by `servelab lab run` ({}: this place's defaults)
@@ -86,6 +86,8 @@ checks = step.table(run_checks("tests/deploy/test_deploy_k8s.py"), "validation",
                     "Kubernetes manifests validated against the API schema (no cluster)", show=False)
 outcomes = checks["outcome"].value_counts().to_dict()
 print(f"{len(checks)} checks: " + ", ".join(f"{n} {k}" for k, n in outcomes.items()) + " (list: tables/08_validation.csv)")
+for _, row in checks[checks["outcome"] != "passed"].iterrows():  # what did not pass, and why
+    print(f"  {row['outcome']}: {row['check']}: {row['message']}")
 
 # %% [markdown]
 # ## How many replicas, on how many nodes?
@@ -94,11 +96,11 @@ print(f"{len(checks)} checks: " + ", ".join(f"{n} {k}" for k, n in outcomes.item
 # throughput the service reached on this machine's cores, how many replicas will the autoscaler settle at —
 # and how many nodes like this one does the scheduler need to place them?
 #
-# Two steps, two controllers. The **autoscaler** only counts: replicas = ⌈load ÷ (per-core throughput × CPU
-# request × target)⌉, never fewer than its `minReplicas` nor more than its `maxReplicas`. The **scheduler** then places each pod on a node whose *allocatable* CPU and memory (capacity less what
-# the kubelet keeps back) still cover the pod's requests, beside whatever else runs there — on a one-node kind
-# cluster, the control plane's own pods; a pod that fits nowhere stays `Pending`, and the replicas it stands
-# for serve nothing. So the answer is replicas *and* nodes.
+# Two steps, two controllers. The **autoscaler** only counts pods, never fewer than its `minReplicas` nor more
+# than its `maxReplicas`. The **scheduler** then places each pod on a node whose *allocatable* CPU and memory
+# (capacity less what the kubelet keeps back) still cover the pod's requests, beside whatever else runs there —
+# on a one-node kind cluster, the control plane's own pods; a pod that fits nowhere stays `Pending`, serving
+# nothing. So the answer is replicas *and* nodes.
 
 # %%
 import math
@@ -115,14 +117,40 @@ deployed_engine = next(e["value"] for e in container["env"] if e["name"] == "SER
 kind_nodes = yaml.safe_load(repo_path("k8s", "kind", "cluster.yaml").read_text())["nodes"]
 control_plane = {"cpu": 0.95, "memory_mb": 290.0} if len(kind_nodes) == 1 else {"cpu": 0.0, "memory_mb": 0.0}
 service_points = step.records(kind="load", server="fastapi", engine=deployed_engine)  # the engine the pods run
+cores = float(step.environment.get("cpu_usable") or step.environment.get("cpu_logical") or 1)
+shape = pod_shape(repo_path("k8s", "base"))  # requests, the HPA's target and bounds, from the manifests
+
+# %% [markdown]
+# ### Exercise: the autoscaler's count
+# Write the first step: how many pods, each held at `cpu_target` (0…1) of its CPU, serve the load? The
+# check gives one pod's throughput at its full request, from this run.
+
+# %% tags=["exercise"]
+# Exercise 08.2: the replicas the autoscaler needs for a load
+def hpa_replicas(per_pod_img_s, load_img_s, cpu_target):
+    """Whole pods that, each at `cpu_target` of `per_pod_img_s`, together serve `load_img_s`."""
+    # BEGIN SOLUTION
+    return math.ceil(load_img_s / (per_pod_img_s * cpu_target))
+    # END SOLUTION
+
+
+# %%
+from servelab.assignments import checks as assignment_checks  # `checks` above is the validation table
+
+if not len(service_points):
+    step.not_run("exercise 08.2 at this run's throughput", f"no FastAPI load measurement of the `{deployed_engine}` "
+                 "engine in this run's records", "a stand-in pod of 1 img/s (run notebook 01 or 04 in the same run)")
+per_pod = float(service_points["throughput_img_s"].max()) / cores * shape.cpu_request if len(service_points) else 1.0
+assignment_checks.replicas_for_load(hpa_replicas, per_replica_img_s=per_pod, target_img_s=20,
+                                    utilisation=shape.cpu_target, exercise="08.2", step=step)
+
+# %%
 if len(service_points):
     best_thr = float(service_points["throughput_img_s"].max())
-    cores = float(step.environment.get("cpu_usable") or step.environment.get("cpu_logical") or 1)
     node_memory_mb = float(step.environment.get("memory_gb") or 0) * 1024
     rss = (service_points["memory.rss_mb"].where(service_points["memory.rss_of"].astype(str).str.endswith("server"))
            if "memory.rss_of" in service_points else None)  # the service process's own memory, not the client's
     pod_rss_mb = float(rss.dropna().max()) if rss is not None and rss.notna().any() else None
-    shape = pod_shape(repo_path("k8s", "base"))
     plan = replica_plan(20, per_core_img_s=best_thr / cores, node_cores=cores, node_memory_mb=node_memory_mb,
                         shape=shape, pod_rss_mb=pod_rss_mb, reserved_cpu=control_plane["cpu"],
                         reserved_memory_mb=KUBELET_EVICTION_MB + control_plane["memory_mb"])
@@ -152,8 +180,11 @@ if len(service_points):
            + (" (fewer where the others run no control plane)." if control_plane["cpu"] else ".") if plan.pods_per_node
            else ", so no pod fits: this load needs bigger nodes, not more of them.")
         + (f" The service's measured memory ({pod_rss_mb:.0f} MB) is "
-           + ("above its 1 GiB request: the scheduler would pack pods the node cannot hold, so raise the request."
-              if plan.memory_request_too_low else "within its memory request, so CPU, not memory, sets the packing.")
+           + (f"above its {shape.memory_request_mb / 1024:g} GiB request: "
+              + ("the scheduler would pack pods the node cannot hold" if plan.limited_by == "memory" else
+                 "CPU limits the packing here, but a node with more cores would be packed past its memory")
+              + ", so raise the request." if plan.memory_request_too_low else
+              "within its memory request, so CPU, not memory, sets the packing.")
            if pod_rss_mb else ""))
 else:
     step.not_run("replica estimate from a measured throughput", f"no FastAPI load measurement of the "
@@ -172,7 +203,12 @@ show_commands("node",
               "kubectl -n servelab get hpa,pdb,resourcequota",
               "kubectl -n servelab port-forward svc/servelab 8090:8002   # node port 8002 is Triton metrics",
               "bash scripts/kind_gpu_cluster.sh   # the GPU overlay: NVIDIA runtime in kind, device plugin, rollout")
-step.not_run("kind cluster, rollout, autoscaling under load", "no Kubernetes cluster (and no Docker engine) here",
+import shutil
+
+missing = [tool for tool in ("kind", "kubectl", "docker") if not shutil.which(tool)]
+step.not_run("kind cluster, rollout, autoscaling under load",
+             "this notebook only validates; the commands above run on the GPU node"
+             + (f" (not found here: {', '.join(missing)})" if missing else ""),
              "every manifest validated against the Kubernetes API schema")
 
 # %% [markdown]
@@ -192,10 +228,11 @@ if len(cold) and slowest in cold and cold[slowest].notna().any():
     cold_start_s = float(cold[slowest].dropna().max())
 else:
     from servelab.bench.experiments import cold_start
+    from servelab.errors import CannotRun
 
     measured = cold_start(step.run, servers=("fastapi",))[0]
     if measured.get(slowest) is None:
-        raise RuntimeError(f"could not start a service to time its cold start: {measured.get('note')}")
+        raise CannotRun(f"could not start a service to time its cold start: {measured.get('note')}")
     cold_start_s = float(measured[slowest])
 print(f"service start -> ready in this run, slowest start: {cold_start_s:.1f} s")
 
@@ -221,9 +258,11 @@ from servelab.assignments import checks as assignment_checks  # `checks` above i
 assignment_checks.k8s_probes(service_probes, cold_start_s=cold_start_s, exercise="08.1", step=step)
 
 # %%
-startup = 5 * 36  # periodSeconds × failureThreshold of the Deployment's startupProbe above
+probe = container["startupProbe"]  # the Deployment's, read from k8s/base/deployment.yaml above
+period, attempts = int(probe["periodSeconds"]), int(probe["failureThreshold"])
+startup = period * attempts
 step.answer(f"This run's service needed {cold_start_s:.1f} s to become ready; the Deployment's startup probe allows "
-            f"5 s × 36 = {startup} s ({startup / max(cold_start_s, 0.1):.0f}× that) for `/readyz` to answer before the "
+            f"{period} s × {attempts} = {startup} s ({startup / max(cold_start_s, 0.1):.0f}× that) for `/readyz` to answer before the "
             "kubelet restarts the container. Too short, and a slow node restarts pods forever while they load; too "
             "long only delays the restart of a pod whose model load truly hangs.")
 
@@ -243,5 +282,5 @@ n_ok = int((checks["outcome"] == "passed").sum())
 bad = checks[checks["outcome"].isin(["failed", "error"])]
 step.shows(f"{n_ok} of {len(checks)} Kubernetes checks passed"
            + (f"; failing: {', '.join(bad['check'].head(3))}." if len(bad) else
-              f", {int((checks['outcome'] == 'skipped').sum())} skipped with the reason shown above.")
-           + " Nothing was deployed: this machine has no cluster.")
+              f", {int((checks['outcome'] == 'skipped').sum())} skipped with the reason printed above.")
+           + " Nothing was deployed: this notebook validates, the GPU node's kind cluster runs.")

@@ -65,6 +65,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from servelab.bench.report import ratio_reading
 from servelab.config import Settings
 from servelab.lab import capstone
 
@@ -145,10 +146,11 @@ plain_embed_s = job["embed_s"] * ratio  # the same photos at the plain path's pa
 plain_total_s = job["scan_s"] + plain_embed_s + job["group_s"]
 embed_share = job["embed_s"] / job["total_s"]
 pace_said = step.ratio(pace, what="embedding pace")
+unranked = "" if ratio_reading(pace).ranked else " (measured, not ranked: see the pace above)"
 step.answer(f"{pace_said}. The job took {job['total_s']:.1f} s (scan {job['scan_s']:.1f}, embed {job['embed_s']:.1f}, "
             f"group {job['group_s']:.1f}); embedding was {embed_share:.0%} of it. At the plain path's pace the embed "
             f"would have taken about {plain_embed_s:.0f} s and the job about {plain_total_s:.0f} s: your choice ran the "
-            f"job at {plain_total_s / job['total_s']:.2f}× the plain path's pace and the embed at {ratio:.2f}×, because "
+            f"job at {plain_total_s / job['total_s']:.2f}× the plain path's pace and the embed at {ratio:.2f}×{unranked}, because "
             "scanning and grouping cost the same either way.")
 
 # %% [markdown]
@@ -171,7 +173,7 @@ for g in groups:
     rows.append({"group": g.key, "kind": g.kind, "rule": g.rule, "size": len(paths), "scenes": len(scenes),
                  "pure": len(scenes) == 1, "members": ", ".join(sorted(paths))[:160]})
 found = pd.DataFrame(rows) if rows else pd.DataFrame([{"note": "no groups found", "pure": False}])
-step.table(found.head(12), "groups", f"The first of {len(rows)} duplicate groups, by the default rule: {rule.describe()} "
+shown = step.table(found.head(12), "groups", f"The first of {len(rows)} duplicate groups, by the default rule: {rule.describe()} "
            f"(weights: {embedded.weights})")
 
 # %% [markdown]
@@ -213,7 +215,7 @@ step.answer(
     f"{by_embedding['recall']:.2f} ({int(by_embedding['fp'])} unrelated pairs put together); by pHash alone, precision "
     f"{by_phash['precision']:.2f} and recall {by_phash['recall']:.2f}. "
     + (("The embeddings were less precise. " if by_embedding["precision"] < by_phash["precision"] else
-        "On this folder the embeddings were as precise; on larger folders they were not (`servelab dedup evaluate`). ")
+        "On this folder the embeddings were as precise. ")
        + "A random-init network is a fixed random function of the pixels: copies of a scene score high only as far "
        "as their pixels agree, and unrelated photos with similar colours and layout score high too — "
        f"{int(by_embedding['fp'])} unrelated pairs here against {int(by_phash['fp'])} for pHash. That is why the "
@@ -289,13 +291,12 @@ step.answer(f"At the configured threshold {at_t['threshold']:g}: precision {at_t
 # ## Why, and compared with the source material
 # The threshold trades precision against recall because cosine similarity of embeddings is a continuous
 # score: every pair of photos gets one, and near-duplicates are the pairs in the upper tail. The table above
-# is that trade-off for this folder. With **pretrained** OpenCLIP weights the tail separates cleanly —
-# re-encodes and resizes score above 0.95, different scenes far below — while a random-init network (the
-# offline default here) separates only what raw pixel statistics separate. The **photo-dedup "Technical
+# is that trade-off for this folder. A random-init network (the offline default here) separates only what raw
+# pixel statistics separate; how cleanly **pretrained** OpenCLIP weights separate the tail is what this table
+# measures on a node that has them. The **photo-dedup "Technical
 # Deep-Dive"** runs the same four stages on a Mac's photo library (scan 1–5 min of I/O, embed 10–30 s on a
-# GPU, group in under a second): once the model is served well, the embedding step stops being the
-# bottleneck, and the choice of backend above matters less than what crosses the network (notebooks 01,
-# 06a). See `SOURCES.md`; this repository's own GPU reference (one H100, 2026-11-26) is in
+# GPU, group in under a second): there, served well, embedding was not the bottleneck and what crossed the
+# network mattered more (notebooks 01, 06a); this job's share is in the answer above. See `SOURCES.md`; this repository's own GPU reference (one H100, 2026-11-26) is in
 # `reference/nvidia-h100-80gb-hbm3/`; its decode figure is printed under the headline.
 
 # %%

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import linecache
+import math
 
 import jupytext
 import numpy as np
@@ -22,9 +23,10 @@ from servelab.assignments.result import NOT_IMPLEMENTED, PASS, STRICT_ENV
 from servelab.bench.experiments import emulated_lesson
 from servelab.bench.load import LoadOpts
 from servelab.client import InferenceClient
+from servelab.deploy.capacity import pod_shape
 from servelab.lab.notebooks import discover
 from servelab.lab.session import session
-from servelab.lab.step import Step
+from servelab.lab.step import Step, repo_path
 from servelab.model.device_profile import DeviceProfile
 from servelab.triton.models import CPU_ENCODER, EMULATED_ENCODER
 
@@ -128,6 +130,8 @@ BINDINGS: dict[str, dict] = {
     "01.2": lambda ctx: {"photos": ctx.photos, "InferenceClient": InferenceClient},
     "02.1": {"cold_start_s": 8.0},
     "08.1": {"cold_start_s": 8.0},
+    "08.2": {"math": math, "service_points": pd.DataFrame({"throughput_img_s": [14.5, 9.0]}), "cores": 2.0,
+             "deployed_engine": "onnx", "shape": pod_shape(repo_path("k8s", "base"))},  # 20 ÷ (7.25 × 0.6) → 5
     "09.1": {"evaluation": pd.DataFrame({"threshold": [0.80, 0.85, 0.90, 0.92, 0.95, 0.97, 0.99],
                                          "precision": [0.40, 0.62, 0.81, 0.93, 0.97, 1.00, 1.00],
                                          "recall": [1.00, 1.00, 0.98, 0.91, 0.80, 0.55, 0.30]})},

@@ -85,3 +85,23 @@ def test_capstone_is_a_job_chosen_by_the_run_and_measured_against_a_baseline():
 def test_lesson_links_the_page_that_says_how_a_measurement_is_read(py):
     assert "](../docs/METHOD.md)" in first_markdown(py), "windows, drift and interleaving are explained once, there"
     assert (py.parent.parent / "docs" / "METHOD.md").is_file()
+
+
+def test_three_way_verdict_is_the_alternating_windows_and_its_ceiling_is_measured_beside_them():
+    """A run once read fastapi and LitServe as "indistinguishable" from points of two comparisons taken minutes
+    apart, beside an interleaved 1.14× lead, and called a tensor point of notebook 04 (a slower moment of the host)
+    "the ceiling for a server running one session" while a one-session server delivered 260 % of it."""
+    text, md = lesson("06a_"), markdown(next(p for p in nbs.discover() if p.stem.startswith("06a_")))
+    assert "the shared ONNX Runtime compute sets the pace" not in text, "a mechanism the run did not measure"
+    assert "never measured together" in text, "a pair read apart across comparisons says so"
+    assert 'experiment="06a-ceiling"' in text, "the one-session figure is measured here, beside the JPEG servers"
+    assert "the measured ceiling for a server running one session" not in text
+    assert "Batching does not make images cheaper" not in md, "notebook 04 of the same run measured what it saves"
+
+
+def test_a_reason_follows_the_direction_the_run_measured():
+    """06b once closed a measured 1.24× gain of two one-thread copies with "the cores were already busy, so there
+    was no room to add": a fixed reason after a computed ratio. Each reason is keyed on the ratio's reading."""
+    text = lesson("06b_")
+    assert '"the cores were already busy, so there was no room to add"}[ahead]' in text
+    assert "this machine: 2 cores" not in text, "the diagram names no core count of its own"

@@ -142,7 +142,7 @@ def band(x, metric: str = "throughput_img_s") -> tuple[float, float, float]:
         lo, hi = (min(w), max(w)) if len(w) >= 2 else (None, None)
     if (lo is None or _nan(lo)) and _spread_band(x, metric):  # e.g. a tail latency: the windows' relative spread
         half = float(get("spread")) / 2 * v
-        lo, hi = v - half, v + half
+        lo, hi = max(v - half, 0.0), v + half  # an open loop's spread can pass 2: a measured figure is never negative
     lo = v if lo is None or _nan(lo) else float(lo)
     hi = v if hi is None or _nan(hi) else float(hi)
     return v, min(lo, v), max(hi, v)

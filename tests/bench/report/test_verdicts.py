@@ -5,6 +5,7 @@ import pytest
 
 from servelab.bench.load import ratio_decided
 from servelab.bench.report import Reading, Why, read_apart, read_ratio
+from servelab.bench.report.verdicts import band
 
 
 def test_every_pair_past_the_margin_on_one_side_is_a_ranking():
@@ -64,3 +65,10 @@ def test_lower_is_better_reads_the_lower_latency_as_ahead():
     assert v.ranked and v.ahead == "a" and v.lead == pytest.approx(0.2)
     v = read_apart((50.0, 49.0, 52.0), (60.0, 58.0, 63.0), margin=0.10, settled=(None, False), higher_is_better=False)
     assert v.reading is Reading.CONSISTENT and v.why is Why.UNSETTLED
+
+
+def test_a_tail_latency_band_from_a_wide_spread_never_goes_below_zero():
+    """An open loop past capacity once gave a p99 of 7413 ms a band of -4222–19048 ms: its windows' relative
+    spread (3.1) was more than 2, and the band spread it both ways around the value."""
+    v, lo, hi = band({"latency_p99_ms": 7413.0, "spread": 3.14, "repeats": 8}, "latency_p99_ms")
+    assert (v, lo) == (7413.0, 0.0) and hi > v
