@@ -50,6 +50,7 @@ def stage(
     device: str = typer.Option("cpu", help="cpu flavour only: cpu | cuda (the python-backend encoder on KIND_GPU instances, onnxruntime's CUDA provider)"),
     servelab_path: str | None = typer.Option(
         None, help="where the servelab package lives for preprocess_jpeg inside the server (e.g. /opt/servelab in the container; default: the folder this servelab is imported from)"),
+    uint8: bool = typer.Option(False, help="cpu flavour: also stage each encoder's uint8 variant (<encoder>_uint8), for clients that send uint8 pixels"),
 ):
     """Write Triton's live model repository from the templates in servelab/triton/staging/<flavour> (exports the ONNX model if needed)."""
     from servelab.triton.repository import stage as do_stage
@@ -58,7 +59,7 @@ def stage(
     try:
         info = do_stage(flavour, out, instances=instances, max_delay_us=max_delay_us, max_batch=max_batch,
                         threads=threads, gpus=gpu_list, trt_cache=trt_cache, servelab_path=servelab_path,
-                        log_fn=typer.echo, device=device)
+                        log_fn=typer.echo, device=device, uint8=uint8)
     except FileExistsError as exc:
         raise CannotRun(str(exc)) from None
     typer.echo(json.dumps(info, indent=2))

@@ -235,7 +235,7 @@ def stage(
     log_fn=None,
     device: str = "cpu",
     engine: str = "onnx",
-    uint8: bool = True,
+    uint8: bool = False,
 ) -> dict:
     """Write the live repository of `flavour` (cpu | gpu) into `out` (default models/). Returns what was written.
 
@@ -244,8 +244,9 @@ def stage(
     onnxruntime's CUDA provider, for a GPU machine without NVIDIA's container).
     engine: what that encoder runs: onnx (the export, through onnxruntime), or torch (servelab's torch engine in
     the settings' precision, for a GPU machine with CUDA torch and no onnxruntime-gpu).
-    uint8: also write each CPU encoder's uint8 variant (`<encoder>_uint8`); False saves its instances (for the
-    ONNX encoder, a second ONNX Runtime session) where no client sends uint8 pixels.
+    uint8: also write each CPU encoder's uint8 variant (`<encoder>_uint8`, for clients that send uint8 pixels).
+    Off by default: a Triton that loads every staged model would hold a second ONNX Runtime session (about
+    650 MB) and start slower for a variant no lesson sends to.
     """
     from servelab.model.export import ensure_exported
 

@@ -12,7 +12,7 @@ from servelab.triton.server import EmbeddedTriton
 @pytest.fixture(scope="session")
 def triton_repo(onnx_meta, settings, tmp_path_factory):
     out = tmp_path_factory.mktemp("triton") / "models"
-    stage("cpu", out, instances=1, max_delay_us=5000, settings=settings)
+    stage("cpu", out, instances=1, max_delay_us=5000, settings=settings, uint8=True)
     return out
 
 

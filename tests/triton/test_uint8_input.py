@@ -82,3 +82,12 @@ def test_a_uint8_body_of_the_wrong_size_is_refused_with_the_sizes_named(triton, 
         with pytest.raises(TritonInferenceError, match=rf"unexpected shape for input '{PIXEL_INPUT_NAME}'"):
             client.embed_tensor(np.zeros((1, 3, 200, 200), np.uint8))  # a wrong shape, through the client
         assert client.embed_tensor(np.zeros((1, *INPUT_SHAPE), np.uint8)).shape == (1, 512)  # it still serves
+
+
+def test_the_uint8_variants_are_staged_only_when_asked(onnx_meta, settings, tmp_path):
+    """A Triton that loads every staged model would otherwise hold a second ONNX session no lesson sends to."""
+    from servelab.triton.repository import stage
+
+    stage("cpu", tmp_path / "models", instances=1, settings=settings)
+    staged = {p.name for p in (tmp_path / "models").iterdir() if p.is_dir()}
+    assert CPU_ENCODER in staged and not {uint8_model(CPU_ENCODER), uint8_model(EMULATED_ENCODER)} & staged

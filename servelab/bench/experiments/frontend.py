@@ -522,7 +522,7 @@ def triton_side(stack, plan: Plan) -> Side:
     binary = _perf_analyzer()
     repo = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="servelab-frontend-triton-"))) / "models"
     settings = Settings.from_env().with_(device_profile=str(plan.profile_path), device_dir=plan.device_dir / TRITON)
-    stage("cpu", repo, instances=1, settings=settings)
+    stage("cpu", repo, instances=1, settings=settings, uint8=True)
     proc = stack.enter_context(PinnedTriton(repo, cores=plan.server_cores,
                                             models=[EMULATED_ENCODER, uint8_model(EMULATED_ENCODER)],
                                             log_path=plan.run.dir / "tritonserver.log"))
