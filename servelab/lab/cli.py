@@ -15,7 +15,7 @@ def _say(text: str) -> None:
 
 @app.command()
 def run(
-    profile: str = typer.Option("default", help="smoke (seconds per notebook) | default (~18–19 min on 2 cores) | full | gpu (batches to 256, clients to 128: with --device cuda or --place node)"),
+    profile: str = typer.Option("default", help="smoke (seconds per notebook) | default (about 25–35 min on 2 cores) | full | gpu (batches to 256, clients to 128: with --device cuda or --place node)"),
     only: list[str] | None = typer.Option(None, "--only", help="notebook id(s) to run: --only 04, --only 04,05a (repeatable)"),
     param: list[str] | None = typer.Option(None, "--param", "-p", help="key=value for the notebooks' parameters cell (repeatable)"),
     place: str | None = typer.Option(None, help="where the servers run: local (embedded stack on loopback) | node (a GPU node running the docker-compose stacks); default: $SERVELAB_PLACE, else local"),
