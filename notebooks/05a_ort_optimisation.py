@@ -425,7 +425,7 @@ for name, g in serialisation.groupby("payload"):
 ax[0].set(xlabel="batch", ylabel="KiB per request", yscale="log")
 ax[1].set(xlabel="batch", ylabel="serialise p50 (ms)", yscale="log")
 ax[1].legend(fontsize=7)
-step.plot(fig, "serialisation")
+serialisation_plot = step.plot(fig, "serialisation")
 
 # %% [markdown]
 # ## 4 · Memory

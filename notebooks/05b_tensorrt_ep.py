@@ -172,8 +172,9 @@ for options, prof in (("no profile", None), ("profile {}..{} (opt {})".format(*t
                              prefix=accelerator_params(staged_cfg)["trt_engine_cache_prefix"])
     played[options] = play(cache, traffic, prof)
 print("cache folder:", cache.files())
-step.table(pd.DataFrame([{"options": k, **row} for k, rows in played.items() for row in rows]), "trt_cache_emulated",
-           f"{EMULATED_TRT} (an emulation: no engine built, times from the sources above, not measured)", measured=False)
+cache_table = step.table(pd.DataFrame([{"options": k, **row} for k, rows in played.items() for row in rows]),
+                         "trt_cache_emulated", f"{EMULATED_TRT} (an emulation: no engine built, times from the sources "
+                         "above, not measured)", measured=False)
 
 # %%
 def builds(rows):
