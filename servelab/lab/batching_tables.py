@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from servelab.bench.report.grades import Grade, grade
+from servelab.bench.report.verdicts import Why, ratio_reading
 from servelab.triton import trace
 
 
@@ -40,13 +41,20 @@ BATCH_GAIN_CAUSE = {
 
 def batch_gain_grade(ratio: dict, *, target: float, margin: float) -> Grade:
     """batch B ÷ batch 1 measured in alternating windows (an `ab` record), graded on its whole pair range: flat
-    when any pair reaches within `margin` of 1, else a loss, or close to, short of or past `target` (B×). Read
-    from the pairs, never from two sweep points measured apart, whose margin is the machine's drift."""
+    when the pairs rank no direction (servelab.bench.report.ratio_reading) or any pair reaches within `margin` of
+    1, else a loss, or close to, short of or past `target` (B×). Read from the pairs, never from two sweep points
+    measured apart, whose margin is the machine's drift."""
+    if not ratio_reading(ratio).ranked:
+        return Grade.FLAT
     return grade(ratio["ratio"], ratio.get("ratio_min"), ratio.get("ratio_max"), margin=margin, target=target)
 
 
 def batch_gain_cause(ratio: dict, *, target: float, margin: float) -> str:
-    """The sentence saying what the batch bought, for the grade `batch_gain_grade` gives."""
+    """The sentence saying what the batch bought, for the grade `batch_gain_grade` gives; none offered when the
+    pairs are too few, show no spread, or keep to one side below the margin."""
+    v = ratio_reading(ratio)
+    if not v.ranked and v.why is not Why.BOTH_SIDES:
+        return "The pairs cannot rank it, so this run does not say what a batch saved."
     return BATCH_GAIN_CAUSE[batch_gain_grade(ratio, target=target, margin=margin)]
 
 

@@ -32,8 +32,8 @@ def test_per_image_cost_and_batch_gain_are_one_figure_read_two_ways():
     assert row["ms_per_image_batch_8"] / row["ms_per_image_batch_1"] == pytest.approx(1 / row["batch_gain"])
 
 
-def ab(ratio, lo, hi):
-    return {"kind": "ab", "ratio": ratio, "ratio_min": lo, "ratio_max": hi}
+def ab(ratio, lo, hi, repeats=4):
+    return {"kind": "ab", "ratio": ratio, "ratio_min": lo, "ratio_max": hi, "repeats": repeats}
 
 
 @pytest.mark.parametrize("pairs, said", [
@@ -44,6 +44,14 @@ def ab(ratio, lo, hi):
 ])
 def test_what_a_batch_bought_is_read_from_its_pairs(pairs, said):
     assert said in tables.batch_gain_cause(pairs, target=8, margin=0.1)
+
+
+def test_no_cause_is_offered_for_pairs_that_rank_nothing():
+    """A smoke run's one window pair read "indistinguishable: no spread" beside "a batch saved part of …"."""
+    one_pair = {"kind": "ab", "ratio": 1.32, "repeats": 1}
+    assert "does not say" in tables.batch_gain_cause(one_pair, target=2, margin=0.1)
+    assert tables.batch_gain_grade(one_pair, target=2, margin=0.1) is tables.Grade.FLAT
+    assert "does not say" in tables.batch_gain_cause(ab(1.06, 1.03, 1.08), target=8, margin=0.1)
 
 
 def test_a_gain_every_pair_shows_is_never_called_a_batch_that_cost_its_size():
