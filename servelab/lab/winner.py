@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from servelab.bench.report import band, ratio_reading
+from servelab.bench.report import band, has_band, ratio_reading
 from servelab.errors import InvalidValue
 from servelab.model.export import cosine_rows
 from servelab.vocabulary import Engine
@@ -100,7 +100,10 @@ def drift_record(run, experiment: str, server: str, engine: str, served: np.ndar
 def beside_in_process(served: dict, in_process: dict) -> str:
     """How a served ratio (its window pairs) stands against the in-process one (its rounds): "smaller than" or
     "larger than" only when the two ranges are apart, else "within the range of": the ranges, not the medians,
-    say whether serving changed the lead."""
+    say whether serving changed the lead; "not to be ranked against" when either has no spread (one pair, one
+    round)."""
+    if not (has_band(served, "ratio") and has_band(in_process, "ratio")):
+        return "not to be ranked against"
     _, s_lo, s_hi = band(served, "ratio")
     _, i_lo, i_hi = band(in_process, "ratio")
     return "smaller than" if s_hi < i_lo else "larger than" if s_lo > i_hi else "within the range of"

@@ -43,6 +43,13 @@ def test_the_served_lead_is_read_against_the_in_process_one_by_their_ranges(serv
     assert beside_in_process(rec(*served), rec(2.66, 2.2, 2.75)) == said
 
 
+def test_a_served_lead_without_a_spread_is_not_ranked_against_the_in_process_one():
+    """A smoke run's single pair once read "smaller than" section 0's single round."""
+    one = {"ratio": 1.54, "ratio_min": 1.54, "ratio_max": 1.54, "repeats": 1}
+    assert beside_in_process(one, {"ratio": 4.37, "ratio_min": 4.37, "ratio_max": 4.37, "repeats": 1}) == \
+        "not to be ranked against"
+
+
 def test_a_second_service_gets_the_lab_services_settings(settings):
     assert service_settings(settings) == {"max_batch": settings.max_batch, "max_delay_ms": settings.max_delay_ms,
                                           "max_queue": settings.max_queue, "threads": settings.threads}
