@@ -118,7 +118,7 @@ runs = ", ".join(f"{n} image{'s' if n != '1' else ''} {ms:.0f} ms"
 print(f"This service's engine, from its own runs: {runs}. Fitted fixed cost per batch: "
       f"{cost.get('fixed_cost_ms', float('nan')):.1f} ms, the longest a batch waits for a request still on its way." if runs else
       "This service's engine has run no batch beside another yet, so it has no fitted cost: a request still on its "
-      "way is not waited for (the measurements below give it runs to fit).")
+      "way is not waited for.")
 print(f"Instances: {instances['note']}; batches so far: {instances['batches_run']}." if instances else
       "Instances: one engine session (this service's engine is not the ONNX one on several CPU cores).")
 
