@@ -157,7 +157,7 @@ show_commands("here",
 #
 # This repository's own GPU reference, one H100 running the embedded stack (2026-11-26), is in
 # `reference/nvidia-h100-80gb-hbm3/`; a GPU node has not run the stacks yet. Every other GPU figure in the lab is
-# quoted from the write-ups.
+# quoted from the write-ups or labelled emulated.
 
 # %%
 if dry_run:

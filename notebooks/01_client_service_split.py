@@ -115,9 +115,10 @@ with InferenceClient(mode="remote", backend="fastapi", url=lab.service_url) as r
 cost, instances = info.get("batcher") or {}, (info.get("engine") or {}).get("instances")
 runs = ", ".join(f"{n} image{'s' if n != '1' else ''} {ms:.0f} ms"
                  for n, ms in cost.get("run_ms_by_batch", {}).items())
-print(f"This service's engine, from its own runs: {runs or 'none yet that ran beside another'}. Fitted fixed cost "
-      f"per batch: {cost.get('fixed_cost_ms', float('nan')):.1f} ms, the longest a batch waits for a request still "
-      "on its way.")
+print(f"This service's engine, from its own runs: {runs}. Fitted fixed cost per batch: "
+      f"{cost.get('fixed_cost_ms', float('nan')):.1f} ms, the longest a batch waits for a request still on its way." if runs else
+      "This service's engine has run no batch beside another yet, so it has no fitted cost: a request still on its "
+      "way is not waited for.")
 print(f"Instances: {instances['note']}; batches so far: {instances['batches_run']}." if instances else
       "Instances: one engine session (this service's engine is not the ONNX one on several CPU cores).")
 
@@ -154,7 +155,7 @@ with InferenceClient(mode="auto", backend="fastapi", url="http://127.0.0.1:9") a
 
 # %% [markdown]
 # ## What the hop costs: in-process engine vs the service, by batch size
-# Every figure in this lab comes from the load generator's worker loop below: it sends its next request as soon
+# servelab's load figures come from the load generator's worker loop below: it sends its next request as soon
 # as the last one is answered (a *closed loop*: N workers keep N requests in flight) and records when each
 # started and ended. A window is a stretch of those timings.
 
@@ -227,11 +228,11 @@ step.answer("; ".join(lines) + ".")
 
 # %% [markdown]
 # ## Why the hop costs what it does here — and what changes over a real network
-# On loopback the bytes move at memory-copy speed. What the service adds at batch 1 is mostly its own handling:
-# parsing, a hand-off to a decode thread, the micro-batcher's wait (up to `max_delay_ms`, 2 ms by default), the
-# engine thread and the answer's way back, while the client shares the cores with the engine. Most of that is
-# paid per request, not per image, so a larger batch spreads it thinner (the answer above says whether it did).
-# Over a network the bytes themselves cost time, and what crosses the boundary decides it:
+# On loopback the bytes move at memory-copy speed. The service adds its own handling per request: parsing, a
+# hand-off to a decode thread, the micro-batcher's wait (up to `max_delay_ms`, 2 ms by default), the engine
+# thread and the answer's way back. Its engine runs in another process, with its own threads, while the
+# in-process engine shares this kernel with the load generator: either side can come out ahead (the answer above
+# says which did). Over a network the bytes themselves cost time, and what crosses the boundary decides it:
 
 # %%
 jpeg_kib = np.mean([len(p) for p in photos]) / 1024
@@ -287,10 +288,12 @@ if link:
             for lo_rec, wan_rec, r in zip(link_sides[::2], link_sides[1::2], link_ab, strict=True)]
     prof = link_profile(link)
     gap = prof.transfer_ms(link_sides[1]["payload_bytes_per_request"]) - prof.transfer_ms(link_sides[3]["payload_bytes_per_request"])
+    added = [wan["latency_p50_ms"] - lo["latency_p50_ms"] for lo, wan in zip(link_sides[::2], link_sides[1::2], strict=True)]
     base = link_sides[0]["latency_p50_ms"]
-    step.answer("; ".join(said) + f". Per request the tensor pays {gap:.0f} ms more than the JPEG on this link, "
-                f"{100 * gap / base:.0f} % of this run's loopback p50 ({base:.0f} ms): the faster the model, the "
-                "more the bytes on the wire decide.")
+    step.answer("; ".join(said) + f". Per request the link added {added[0] - added[1]:+.0f} ms more to the tensor's p50 "
+                f"than to the JPEG's (the link's arithmetic: {gap:.0f} ms), {100 * (added[0] - added[1]) / base:.0f} % "
+                f"of this run's loopback p50 ({base:.0f} ms): the faster the model, the more the bytes on the wire "
+                "decide.")
 
 # %% [markdown]
 # ## Compared with the source material

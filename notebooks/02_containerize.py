@@ -22,7 +22,7 @@
 # - read a Dockerfile for a model server line by line: base image, dependencies, non-root user, where the
 #   model comes from, and how the platform learns the container is healthy;
 # - read a compose file that runs it on a node: environment, read-only model volume, ports bound to
-#   loopback, GPUs requested from the NVIDIA runtime;
+#   loopback (the GPU request: `docker/compose.03-service-gpu.yaml`);
 # - size a health check's grace period from a measured cold start;
 # - where Docker runs on your machine: build the image, start it, and read three answers apart — the
 #   container *started*, the service is *alive*, the service is *ready* — and what the container costs.

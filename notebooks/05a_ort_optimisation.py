@@ -154,8 +154,12 @@ def because(rec, ahead, behind, unranked=". "):  # a cause is offered only for a
     return (ahead if v.ahead == "a" else behind) if v.ranked else unranked
 
 
-earlier_04 = [r for r in step.earlier("04") if r.get("kind") == "ab" and (r["experiment"] == "04-torch-batch-ratio"
-              or (r["experiment"] == "04-batching" and r["params"].get("system") == "triton"))]
+# 04's batch ratios, each named by what it measured (a PyTorch ratio is no answer about ONNX Runtime)
+of_04 = {"04-triton-batch": "ONNX Runtime in Triton, one client", "04-torch-batch-ratio": "PyTorch in-process",
+         "04-batching": "Triton's dynamic batching"}
+earlier_04 = [(of_04[r["experiment"]], r) for r in step.earlier("04") if r.get("kind") == "ab"
+              and r["experiment"] in of_04 and (r.get("params") or {}).get("system", "triton") == "triton"]
+drifted = step.machine_drift and step.machine_drift > step.margin(interleaved=True)
 step.answer(f"This CPU has {'VNNI (' + ', '.join(vnni) + ')' if vnni else 'no VNNI'}. int8's embedding is at cosine "
             f"{cosine_text(int8_cos)} to fp32's. {step.ratio(int8_rec, what='speed')}"
             + because(int8_rec, ": the matrix products, most of the time (section 1), ran on 8-bit multiply-add "
@@ -165,9 +169,10 @@ step.answer(f"This CPU has {'VNNI (' + ', '.join(vnni) + ')' if vnni else 'no VN
                       ": the optimisations did not pay for this graph in this run. ")
             + f"Threads: {step.ratio(threads_rec, what='speed')}"
             + because(threads_rec, ": at batch 1 ONNX Runtime already spreads one image over the cores. ",
-                      ": the threads wait for each other at every operator, and other work took cores from them. ")
+                      f": the drift probe saw this machine's speed move {100 * step.machine_drift:.0f} % during the "
+                      "run, so other work may have held a core. " if drifted else ". ")
             + ("Whether a batch still finds idle capacity is notebook 04's question; in this run it measured "
-               + "; ".join(step.ratio(r) for r in earlier_04) + "." if earlier_04 else ""))
+               + "; ".join(f"{what}: {step.ratio(r)}" for what, r in earlier_04) + "." if earlier_04 else ""))
 
 
 # %% [markdown]
@@ -264,8 +269,16 @@ def avg_batch(record):  # Triton's own count; 0 when its statistics could not be
 lo_d, hi_d, lo_c, top_c = min(queue_delays_us), max(queue_delays_us), min(concurrency_levels), max(concurrency_levels)
 quiet_lo, quiet_hi = grid_point(lo_d, lo_c), grid_point(hi_d, lo_c)
 busy_lo, busy_hi = grid_point(lo_d, top_c), grid_point(hi_d, top_c)
+
+
+def queue_ms(record):  # Triton's own mean queue wait; NaN when its statistics could not be read
+    return (record.get("server_stats") or {}).get("avg_queue_ms") or float("nan")
+
+
 step.answer(f"At concurrency {lo_c}, raising the delay from {lo_d} to {hi_d} µs moved p50 from {quiet_lo['latency_p50_ms']:.0f} to "
-            f"{quiet_hi['latency_p50_ms']:.0f} ms (a lone request can wait up to {hi_d / 1000:g} ms for company that never comes). "
+            f"{quiet_hi['latency_p50_ms']:.0f} ms, measured one after the other; Triton's own queue wait went from "
+            f"{queue_ms(quiet_lo):.1f} to {queue_ms(quiet_hi):.1f} ms (a lone request can wait up to {hi_d / 1000:g} ms "
+            "for company that never comes). "
             f"At concurrency {top_c} the average executed batch was {avg_batch(busy_lo):.2f} with {lo_d} µs and "
             f"{avg_batch(busy_hi):.2f} with {hi_d} µs; in alternating windows, "
             + step.ratio(delay_ab[-1]) + ".")
@@ -425,7 +438,7 @@ for name, g in serialisation.groupby("payload"):
 ax[0].set(xlabel="batch", ylabel="KiB per request", yscale="log")
 ax[1].set(xlabel="batch", ylabel="serialise p50 (ms)", yscale="log")
 ax[1].legend(fontsize=7)
-step.plot(fig, "serialisation")
+serialisation_plot = step.plot(fig, "serialisation")
 
 # %% [markdown]
 # ## 4 · Memory
@@ -456,7 +469,7 @@ from servelab.bench.experiments import Side, ab
 from servelab.bench.load.inputs import sample_jpegs
 from servelab.bench.servers import served
 from servelab.client import InferenceClient
-from servelab.lab.winner import drift_record, graph_switch, service_settings, winner
+from servelab.lab.winner import beside_in_process, drift_record, graph_switch, service_settings, winner
 
 won, top_c = winner(vnni, int8_rec), max(concurrency_levels)
 photos = list(sample_jpegs(8 if opts.quick else 32))  # generated lab photos, never downloaded
@@ -495,8 +508,11 @@ if deployed:
                .rename(columns={"batch": "photos", "value": "min_cosine", "value_mean": "mean_cosine"}),
                "deploy_drift", f"{won.engine} embeddings against fp32's, the same lab photos")
     step.answer(f"Deployed {won.engine} ({won.why}). The service: {step.ratio(service_ab[-1])}. Triton: "
-                f"{step.ratio(triton_ab[-1])}. Lowest cosine to fp32 over {len(photos)} photos: service "
-                f"{cosine_text(drift[0]['value'])}, Triton {cosine_text(drift[1]['value'])}.")
+                f"{step.ratio(triton_ab[-1])}. In-process at batch 1, section 0 measured {int8_rec['ratio']:.2f}× "
+                f"(rounds {int8_rec['ratio_min']:.2f}–{int8_rec['ratio_max']:.2f}): the service's lead is "
+                f"{beside_in_process(service_ab[-1], int8_rec)} it, Triton's {beside_in_process(triton_ab[-1], int8_rec)} "
+                f"it. Lowest cosine to fp32 over {len(photos)} photos: service {cosine_text(drift[0]['value'])}, "
+                f"Triton {cosine_text(drift[1]['value'])}.")
 
 # %% [markdown]
 # ## Why, and compared with the source material

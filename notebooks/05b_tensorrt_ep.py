@@ -100,13 +100,13 @@ checks = step.table(check_trt_config(trt_config), "trt_settings", "TensorRT engi
 
 # %%
 ok = int(checks["ok"].sum())
-step.answer(f"Without a profile, one build for the first batch's shape and one more each time a batch lands outside "
-            f"the range seen so far — that is, each time a batch is larger than any before it (sizes up to "
-            f"{trt_max_batch}). Traffic that ramps up batch by batch can cost dozens of builds, {trt_max_batch} at the "
-            "very worst; typical traffic costs a few, in the first minutes, each taking minutes (the photo-dedup "
-            "write-ups measured 2–5 min for a first start) while the requests in that batch wait. With one profile "
-            f"for batch 1 to {trt_max_batch} there is exactly one build, done at load by the warm-up, and the cache "
-            f"volume makes it a once-per-GPU cost. {ok} of {len(checks)} settings checked above are as that requires.")
+step.answer(f"{ok} of {len(checks)} settings checked above are as one build requires. By the EP's rules (above), "
+            "without a profile: one build for the first batch's shape and one more each time a batch lands outside "
+            f"the range seen so far, i.e. larger than any before it: up to {trt_max_batch} builds for traffic that "
+            "ramps up batch by batch, each taking minutes (the photo-dedup write-ups measured 2–5 min for a first "
+            f"start) while the requests in that batch wait. With one profile for batch 1 to {trt_max_batch}: one "
+            "build, done at load by the warm-up, and the cache volume makes it a once-per-GPU cost. The emulated "
+            "cache below plays it out.")
 
 # %% [markdown]
 # ### Exercise: write the TensorRT stanza yourself
@@ -172,8 +172,9 @@ for options, prof in (("no profile", None), ("profile {}..{} (opt {})".format(*t
                              prefix=accelerator_params(staged_cfg)["trt_engine_cache_prefix"])
     played[options] = play(cache, traffic, prof)
 print("cache folder:", cache.files())
-step.table(pd.DataFrame([{"options": k, **row} for k, rows in played.items() for row in rows]), "trt_cache_emulated",
-           f"{EMULATED_TRT} (an emulation: no engine built, times from the sources above, not measured)", measured=False)
+cache_table = step.table(pd.DataFrame([{"options": k, **row} for k, rows in played.items() for row in rows]),
+                         "trt_cache_emulated", f"{EMULATED_TRT} (an emulation: no engine built, times from the sources "
+                         "above, not measured)", measured=False)
 
 # %%
 def builds(rows):
@@ -192,10 +193,10 @@ after = [q for s_, q in paid if s_ == 2]
 step.answer(
     f"Without a profile, {len(paid)} requests paid a build: {', '.join(f'start {s_} request {q}' for s_, q in paid)}, "
     f"{seconds(bare, 'build', 'rebuild'):,.0f} s of emulated build time spent while requests waited. The restart did "
-    f"`{restart['action']}` ({restart['emulated_s']:.0f} s)"
+    f"`{restart['action']}` ({restart['emulated_s']:.0f} s emulated)"
     + (f", and {len(after)} of its requests still paid a rebuild (a batch outside the saved range). " if after else ". ")
     + f"With the staged profile, {len(builds(staged))} requests paid one: the engine was built once at load "
-      f"({seconds(staged[:1], 'build'):,.0f} s, before any user request) and the restart did "
+      f"({seconds(staged[:1], 'build'):,.0f} s emulated, before any user request) and the restart did "
       f"`{next(r for r in staged if r['start'] == 2)['action']}`. Your prediction: "
     + (f"{predicted_builds}, {'exactly the requests that paid' if sorted(predicted_builds) == paid else 'compare it with the list above'}."
        if predicted_builds else "none written."))

@@ -2,6 +2,7 @@
 engine, one traced window summed up, and the same point measured by perf_analyzer and by servelab.
 
     batch_gain_by_engine({"PyTorch in-process": torch_batches, "ONNX Runtime in Triton": triton_batches}, 1, 8)
+    batch_gain_cause(triton_batch_ratio, target=8, margin=step.margin(interleaved=True))   # what the batch bought
     trace_row(spans, "its own config")        # requests, executions, batch sizes, queue waits, window
     tools_side_by_side(pa_result, triton_conc[-1])
     switch_row("this CPU", triton_ratio, triton_on, predicted=1.4, predicted_from="the batch-size table")
@@ -14,13 +15,47 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from servelab.bench.report.grades import Grade, grade
+from servelab.bench.report.verdicts import Why, ratio_reading
 from servelab.triton import trace
 
 
 def per_image_ms(records: list[dict], batch: int) -> tuple[float, float]:
-    """(p50 of one request ÷ its batch, images per second) of the point measured at `batch`."""
+    """(ms per image, images per second) of the point measured at `batch` with one client: both from its
+    throughput, so a batch's saving per image and its gain in images per second are one figure read two ways
+    (a p50 ÷ batch would disagree with the throughput wherever the latency's tail is long)."""
     row = next(r for r in records if r["batch"] == batch)
-    return row["latency_p50_ms"] / batch, row["throughput_img_s"]
+    return 1000.0 / row["throughput_img_s"], row["throughput_img_s"]
+
+
+# what a batch of B bought one client, by the grade of batch B ÷ batch 1 against 1 and against B×
+BATCH_GAIN_CAUSE = {
+    Grade.FLAT: "The pairs do not tell a gain from none: a batch cost about its size in time.",
+    Grade.LOSS: "A batch cost more than its size in time.",
+    Grade.FAR_FROM_TARGET: "A batch saved part of what a single image left unused (per-call cost or idle units), "
+                           "not most of it.",
+    Grade.CLOSE_TO_TARGET: "Close to proportional: the hardware had parallelism batch 1 left idle.",
+    Grade.ABOVE_TARGET: "More than proportional: one image at a time ran well below this hardware's rate.",
+}
+
+
+def batch_gain_grade(ratio: dict, *, target: float, margin: float) -> Grade:
+    """batch B ÷ batch 1 measured in alternating windows (an `ab` record), graded on its whole pair range: flat
+    when the pairs rank no direction (servelab.bench.report.ratio_reading) or any pair reaches within `margin` of
+    1, else a loss, or close to, short of or past `target` (B×). Read from the pairs, never from two sweep points
+    measured apart, whose margin is the machine's drift."""
+    if not ratio_reading(ratio).ranked:
+        return Grade.FLAT
+    return grade(ratio["ratio"], ratio.get("ratio_min"), ratio.get("ratio_max"), margin=margin, target=target)
+
+
+def batch_gain_cause(ratio: dict, *, target: float, margin: float) -> str:
+    """The sentence saying what the batch bought, for the grade `batch_gain_grade` gives; none offered when the
+    pairs are too few, show no spread, or keep to one side below the margin."""
+    v = ratio_reading(ratio)
+    if not v.ranked and v.why is not Why.BOTH_SIDES:
+        return "The pairs cannot rank it, so this run does not say what a batch saved."
+    return BATCH_GAIN_CAUSE[batch_gain_grade(ratio, target=target, margin=margin)]
 
 
 def batch_gain_by_engine(by_engine: dict[str, list[dict]], lo_b: int, hi_b: int) -> pd.DataFrame:

@@ -7,6 +7,7 @@ served embeddings moved from fp32's.
     with graph_switch(triton_http_url, model, int8_path) as use:   # use(0): the int8 graph, use(1): its own
         ab(run, …, Side(…), Side(…), prepare=use)
     drift_record(run, "05a-deploy-drift", "fastapi", won.engine, served_int8, served_fp32)
+    beside_in_process(service_ab[-1], int8_rec)           # "smaller than": the served lead against section 0's
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from servelab.bench.report import ratio_reading
+from servelab.bench.report import band, has_band, ratio_reading
 from servelab.errors import InvalidValue
 from servelab.model.export import cosine_rows
 from servelab.vocabulary import Engine
@@ -94,3 +95,15 @@ def drift_record(run, experiment: str, server: str, engine: str, served: np.ndar
                       value=float(cos.min()), value_mean=float(cos.mean()), one_minus_cosine_max=float(1 - cos.min()),
                       note=f"cosine of {engine} vs fp32 embeddings served by {server}, {len(cos)} lab photos "
                            "(min; mean in value_mean)")
+
+
+def beside_in_process(served: dict, in_process: dict) -> str:
+    """How a served ratio (its window pairs) stands against the in-process one (its rounds): "smaller than" or
+    "larger than" only when the two ranges are apart, else "within the range of": the ranges, not the medians,
+    say whether serving changed the lead; "not to be ranked against" when either has no spread (one pair, one
+    round)."""
+    if not (has_band(served, "ratio") and has_band(in_process, "ratio")):
+        return "not to be ranked against"
+    _, s_lo, s_hi = band(served, "ratio")
+    _, i_lo, i_hi = band(in_process, "ratio")
+    return "smaller than" if s_hi < i_lo else "larger than" if s_lo > i_hi else "within the range of"

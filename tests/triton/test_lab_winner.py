@@ -9,7 +9,14 @@ import pytest
 
 from servelab.bench.results.records import Run
 from servelab.client import InferenceClient
-from servelab.lab.winner import drift_record, graph_config, graph_switch, service_settings, winner
+from servelab.lab.winner import (
+    beside_in_process,
+    drift_record,
+    graph_config,
+    graph_switch,
+    service_settings,
+    winner,
+)
 from servelab.triton.control import get_config
 from servelab.vocabulary import Engine
 
@@ -27,6 +34,20 @@ def test_without_vnni_int8_wins_only_when_ranked_ahead():
     assert winner([], INT8_AHEAD).engine == Engine.ONNX_INT8
     stays = winner([], TOO_CLOSE)
     assert stays.engine == Engine.ONNX and not stays.deploys
+
+
+@pytest.mark.parametrize("served, said", [((2.13, 2.11, 2.15), "smaller than"), ((2.9, 2.8, 3.1), "larger than"),
+                                           ((2.1, 1.6, 2.7), "within the range of")])
+def test_the_served_lead_is_read_against_the_in_process_one_by_their_ranges(served, said):
+    rec = lambda v, lo, hi: {"ratio": v, "ratio_min": lo, "ratio_max": hi}  # noqa: E731
+    assert beside_in_process(rec(*served), rec(2.66, 2.2, 2.75)) == said
+
+
+def test_a_served_lead_without_a_spread_is_not_ranked_against_the_in_process_one():
+    """A smoke run's single pair once read "smaller than" section 0's single round."""
+    one = {"ratio": 1.54, "ratio_min": 1.54, "ratio_max": 1.54, "repeats": 1}
+    assert beside_in_process(one, {"ratio": 4.37, "ratio_min": 4.37, "ratio_max": 4.37, "repeats": 1}) == \
+        "not to be ranked against"
 
 
 def test_a_second_service_gets_the_lab_services_settings(settings):

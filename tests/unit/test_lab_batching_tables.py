@@ -24,6 +24,43 @@ def test_batch_gain_by_engine_splits_per_call_cost_over_the_batch():
     assert list(df["engine"]) == ["torch", "ort"]
 
 
+def test_per_image_cost_and_batch_gain_are_one_figure_read_two_ways():
+    """A run once said "an image of a batch-8 request cost 0.80 of a single one, so batching could buy at most
+    1.25×" beside a gain of 1.41×: the per-image cost came from p50 ÷ batch, the gain from the throughput."""
+    df = tables.batch_gain_by_engine({"ort": [point(1, 97.0, 9.16), point(8, 616.0, 12.91)]}, 1, 8)
+    row = df.iloc[0]
+    assert row["ms_per_image_batch_8"] / row["ms_per_image_batch_1"] == pytest.approx(1 / row["batch_gain"])
+
+
+def ab(ratio, lo, hi, repeats=4):
+    return {"kind": "ab", "ratio": ratio, "ratio_min": lo, "ratio_max": hi, "repeats": repeats}
+
+
+@pytest.mark.parametrize("pairs, said", [
+    (ab(1.41, 1.35, 1.48), "saved part"),             # every pair past the margin, far from 8×
+    (ab(1.02, 0.95, 1.09), "cost about its size"),     # pairs on both sides of 1
+    (ab(0.80, 0.75, 0.85), "cost more than its size"),
+    (ab(7.6, 7.3, 7.9), "Close to proportional"),
+])
+def test_what_a_batch_bought_is_read_from_its_pairs(pairs, said):
+    assert said in tables.batch_gain_cause(pairs, target=8, margin=0.1)
+
+
+def test_no_cause_is_offered_for_pairs_that_rank_nothing():
+    """A smoke run's one window pair read "indistinguishable: no spread" beside "a batch saved part of …"."""
+    one_pair = {"kind": "ab", "ratio": 1.32, "repeats": 1}
+    assert "does not say" in tables.batch_gain_cause(one_pair, target=2, margin=0.1)
+    assert tables.batch_gain_grade(one_pair, target=2, margin=0.1) is tables.Grade.FLAT
+    assert "does not say" in tables.batch_gain_cause(ab(1.06, 1.03, 1.08), target=8, margin=0.1)
+
+
+def test_a_gain_every_pair_shows_is_never_called_a_batch_that_cost_its_size():
+    """A lesson once graded 1.41× "flat" against the drift margin of two sweep points measured apart, and said the
+    CPU "was already busy at batch 1": the pairs of alternating windows decide, at their own margin."""
+    cause = tables.batch_gain_cause(ab(1.41, 1.30, 1.52), target=8, margin=0.1)
+    assert "about its size" not in cause and "busy" not in cause
+
+
 def test_trace_row_groups_requests_by_shared_compute():
     ms = 1_000_000
     spans = [RequestSpan(1, "m", 0, 0, 10 * ms, 11 * ms),  # ran alone, no wait

@@ -7,6 +7,7 @@ device fitted to that run, a laptop shows the same shape.
     with served("fastapi", engine="emulated", max_batch=64, env=device_env(device, folder)) as srv:
         fe = frontend_bound(run, srv, device, concurrency=16, opts=opts)
     fe.served_img_s, fe.device_img_s, fe.ceiling_img_s, fe.busy_share
+    fe.limit                                                      # "device", "service" or "clients"
 
 The device's time per image served is the sum of t(B) over the batches the service ran (its own counters: batches
 and images) divided by the images: exact for a profile linear from one image (full_at 1, as the fitted profile is),
@@ -64,6 +65,17 @@ class FrontendBound:
     ceiling_img_s: float  # the device at the service's largest batch
     busy_share: float     # the share of the time the device was running a batch: served × device seconds per image
     avg_batch: float
+
+    @property
+    def limit(self) -> str:
+        """What this run shows set the served rate: "device" when it was busy most of the time; otherwise the
+        busier of the CPU side's two processes, "service" or "clients" (the load generator on the same cores).
+        Only "service" is the H100 run's finding: with the clients busier, the run shows the device idle, not the
+        service's own work per request as the limit."""
+        if self.busy_share >= 0.5:
+            return "device"
+        service, clients = (self.record.get(f"{k}_cpu_pct") or 0 for k in ("server", "client_process"))
+        return "clients" if clients > service else "service"
 
 
 def frontend_bound(run: Run, srv: Served, device: DeviceProfile, *, concurrency: int, opts: LoadOpts | None = None,

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from servelab.bench.experiments.frontend_bound import device_busy_s, device_env, frontend_bound, real_time
+from servelab.bench.experiments.frontend_bound import (
+    FrontendBound,
+    device_busy_s,
+    device_env,
+    frontend_bound,
+    real_time,
+)
 from servelab.bench.load.options import LoadOpts
 from servelab.bench.results.records import Run
 from servelab.bench.servers.lifecycle import served
@@ -17,6 +23,16 @@ def test_busy_time_is_exact_for_a_linear_profile_and_a_lower_bound_otherwise():
     assert device_busy_s(linear, executions=3, images=10) == pytest.approx(3 * 0.040 + 10 * 0.0015)
     flat = profile("flat")  # 8 ms + 40 ms x max(B, 4)
     assert device_busy_s(flat, executions=2, images=2) == pytest.approx(2 * 0.008 + 8 * 0.040)
+
+
+@pytest.mark.parametrize("busy, service_cpu, client_cpu, limit", [
+    (0.8, 90.0, 40.0, "device"),
+    (0.2, 90.0, 40.0, "service"),
+    (0.22, 33.0, 79.0, "clients"),  # a run whose clients were busier once read as the H100 run's finding
+])
+def test_the_limit_is_the_device_or_the_busier_process_of_the_cpu_side(busy, service_cpu, client_cpu, limit):
+    rec = {"server_cpu_pct": service_cpu, "client_process_cpu_pct": client_cpu}
+    assert FrontendBound(rec, {}, 300.0, 1350.0, 6700.0, busy, 6.7).limit == limit
 
 
 def test_real_time_keeps_the_curve_and_says_so():
