@@ -12,8 +12,6 @@ from servelab.lab import notebooks as nbs
 pytestmark = pytest.mark.notebooks
 
 
-# lessons whose cells still end in a bare step.table(...) (their owners' edits are pending); each leaves this set
-ECHO_PENDING = {"06a", "09"}
 
 
 def _echoed_calls(py) -> list[str]:
@@ -35,17 +33,12 @@ def _echoed_calls(py) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("py", [p for p in nbs.discover() if nbs.notebook_id(p) not in ECHO_PENDING],
+@pytest.mark.parametrize("py", nbs.discover(),
                          ids=lambda p: p.stem)
 def test_no_table_is_shown_twice(py):
     """03 and 05b once printed each table twice, the second time with the hardware/versions tag columns."""
     assert not _echoed_calls(py), "assign the value step.table / step.plot returns, or Jupyter prints it again"
 
-
-def test_echo_pending_lessons_still_echo():
-    for py in nbs.discover():
-        if nbs.notebook_id(py) in ECHO_PENDING:
-            assert _echoed_calls(py), f"{py.stem} no longer echoes a table: take it out of ECHO_PENDING"
 
 
 def test_py_sources_and_ipynb_in_sync():
