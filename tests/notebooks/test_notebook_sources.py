@@ -12,8 +12,6 @@ from servelab.lab import notebooks as nbs
 pytestmark = pytest.mark.notebooks
 
 
-
-
 def _echoed_calls(py) -> list[str]:
     """Code cells whose last statement is a bare `step.table(...)` / `step.plot(...)`: Jupyter echoes the value it
     returns (the tagged frame, a path) under the table the call already displayed."""
