@@ -14,9 +14,10 @@ Models are written to a temporary folder, then swapped into the repository one m
 failed stage leaves the old repository and the repository folder itself is never renamed or deleted: a Triton
 container that bind-mounts it keeps seeing it (and its later reloads see the new models).
 
-Staged with `uint8=True` (`servelab triton stage --uint8`), each CPU encoder gets a uint8 variant, `<encoder>_uint8`: the encoder's staged config with its one input
-changed to uint8 pixels `pixels_uint8` (normalised by the same model.py; servelab.triton.python_batch says why
-a variant and not a second input), its files linked or copied from the encoder's folder.
+Staged with `uint8=True` (`servelab triton stage --uint8`), each CPU encoder gets a uint8 variant,
+`<encoder>_uint8`: the encoder's staged config with its one input changed to uint8 pixels `pixels_uint8`
+(normalised by the same model.py; servelab.triton.python_batch says why a variant and not a second input), its
+files linked or copied from the encoder's folder.
 
 The CPU set also holds `openclip_vit_b32_emulated`, an emulated accelerator in place of the encoder (no ONNX
 file): staging writes its device profile, device count and shared devices' folder from the settings; a profile
