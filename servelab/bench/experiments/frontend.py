@@ -214,6 +214,10 @@ class PinnedService(Pinned, ServiceProcess):
     def __init__(self, *, tree: Path | None, **kw):
         super().__init__(**kw)
         self.tree = tree
+        if tree is not None:
+            # `python -m` puts the working directory ahead of PYTHONPATH: started from another checkout, the service
+            # would import that checkout's servelab and measure it under this tree's name
+            self.cwd = str(tree)
 
     def environment(self) -> dict:
         env = super().environment()

@@ -7,6 +7,7 @@ never how fast anything is."""
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -111,3 +112,21 @@ def test_trees_are_label_path_pairs_of_servelab_checkouts(tmp_path):
         fe.parse_trees("after")
     with pytest.raises(ValueError, match="no servelab/service"):
         fe.parse_trees(f"x={tmp_path}")
+
+
+def test_a_service_from_another_tree_runs_that_trees_code(tmp_path):
+    """The "before" side of a before/after must be the other checkout's code, whatever folder the benchmark runs from
+    (`python -m` looks in its working directory before PYTHONPATH)."""
+    import httpx
+
+    import servelab
+
+    tree = tmp_path / "other-tree"
+    shutil.copytree(Path(servelab.__file__).parent, tree / "servelab", ignore=shutil.ignore_patterns("__pycache__"))
+    init = tree / "servelab" / "__init__.py"
+    init.write_text(init.read_text().replace(f'__version__ = "{servelab.__version__}"', '__version__ = "0.0-other"'))
+    _, profile = fe.near_zero_profile(tmp_path)
+    env = {"SERVELAB_ENGINE": "emulated", "SERVELAB_DEVICE_PROFILE": str(profile),
+           "SERVELAB_DEVICE_DIR": str(tmp_path / "devices")}
+    with fe.PinnedService(cores=None, tree=tree, env=env, log_path=tmp_path / "service.log") as svc:
+        assert httpx.get(svc.url + "/info", timeout=30).json()["version"] == "0.0-other"
