@@ -26,9 +26,22 @@ def pixels(jpegs) -> np.ndarray:
     return np.stack([pixels_pil(decode_image(j, reduce_to=224)) for j in jpegs])
 
 
+@pytest.fixture(scope="module")
+def staged(onnx_meta, settings, tmp_path_factory):
+    """A repository of its own, as staging wrote it: the session's running Triton has its configs reloaded and
+    rewritten by other tests (batching on and off, preferred sizes), the variants' not."""
+    from servelab.triton.repository import stage
+
+    out = tmp_path_factory.mktemp("uint8-staged") / "models"
+    stage("cpu", out, instances=1, max_delay_us=5000, settings=settings, uint8=True)
+    return out
+
+
 @pytest.mark.parametrize("encoder", [CPU_ENCODER, EMULATED_ENCODER])
-def test_each_cpu_encoder_is_staged_with_a_uint8_variant_of_the_same_settings(triton_repo, encoder):
+def test_each_cpu_encoder_is_staged_with_a_uint8_variant_of_the_same_settings(staged, encoder):
     from tritonclient.grpc import model_config_pb2 as mc
+
+    triton_repo = staged
 
     base = parse_config(triton_repo / encoder / "config.pbtxt")
     variant = parse_config(triton_repo / uint8_model(encoder) / "config.pbtxt")
