@@ -7,6 +7,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from servelab.lab.notebooks import discover
+from servelab.lab.prose import markdown_cells
+
 ROOT = Path(__file__).resolve().parents[2]
 LINK = re.compile(r"\]\(([^)\s]+)\)")  # [text](target)
 FENCE = re.compile(r"^\s*```")
@@ -14,21 +17,12 @@ FENCE = re.compile(r"^\s*```")
 
 def prose_files() -> list[Path]:
     md = [p for p in ROOT.glob("*.md")] + sorted((ROOT / "docs").glob("*.md")) + [ROOT / "data" / "README.md"]
-    return [p for p in md if p.is_file()] + sorted((ROOT / "notebooks").glob("[0-9]*.py"))
+    return [p for p in md if p.is_file()] + list(discover())
 
 
 def markdown_lines(path: Path) -> list[str]:
-    """The file's Markdown outside code fences (a notebook's Markdown cells: the `# ` comment lines of its
-    `# %% [markdown]` cells)."""
-    text = path.read_text().splitlines()
-    if path.suffix == ".py":
-        lines, in_md = [], False
-        for line in text:
-            if line.startswith("# %%"):
-                in_md = "[markdown]" in line
-            elif in_md and line.startswith("#"):
-                lines.append(line[2:] if line.startswith("# ") else line[1:])
-        text = lines
+    """The file's Markdown outside code fences (a notebook's: its Markdown cells, as the prose rule reads them)."""
+    text = "\n".join(markdown_cells(path)).splitlines() if path.suffix == ".py" else path.read_text().splitlines()
     out, fenced = [], False
     for line in text:
         if FENCE.match(line):
