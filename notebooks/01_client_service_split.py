@@ -64,6 +64,7 @@ lab = session("01", globals())  # endpoints, model names, results folder and loa
 import numpy as np
 import pandas as pd
 
+from servelab.assignments import checks
 from servelab.client import InferenceClient
 from servelab.data import encode, synthetic_photo
 
@@ -145,6 +146,36 @@ step.answer(f"The lowest cosine similarity between the in-process and the served
                "the weights columns above."))
 
 # %% [markdown]
+# ### Exercise: one request by hand
+# What `InferenceClient` sent above, typed yourself: one `POST /embed/tensor` with `http` (an `httpx.Client`
+# whose base URL is the service). The body is the photo's float32 tensor as raw little-endian bytes
+# (`preprocess_bytes(photo)` gives it as [3, 224, 224]); the headers say what the bytes are:
+# `Content-Type: application/octet-stream`, `X-Shape: 1,3,224,224`, `X-Dtype: float32`. Without an `Accept`
+# header the service answers JSON: `{"embeddings": [[512 numbers]], "count": 1, "dim": 512}`.
+
+# %% tags=["exercise"]
+# Exercise 01.3: send one POST /embed/tensor by hand and return the embedding
+from servelab.model.preprocess import preprocess_bytes
+
+
+def embed_by_hand(http, photo):
+    """The 512-d embedding of `photo` (JPEG bytes), from one POST /embed/tensor sent with `http`."""
+    # BEGIN SOLUTION
+    tensor = preprocess_bytes(photo)[None].astype("<f4")  # [1, 3, 224, 224]
+    reply = http.post("/embed/tensor", content=tensor.tobytes(),
+                      headers={"Content-Type": "application/octet-stream", "X-Shape": "1,3,224,224",
+                               "X-Dtype": "float32"})
+    reply.raise_for_status()
+    return reply.json()["embeddings"][0]
+    # END SOLUTION
+
+
+# %%
+in_process = InferenceClient(mode="local")  # the engine in this process: the check compares with it
+checks.hand_request(embed_by_hand, url=lab.service_url, photo=photos[0], embed_images=in_process.embed_images,
+                    exercise="01.3", step=step)
+
+# %% [markdown]
 # ## `auto` mode: a server that is not there
 # Port 9 on loopback has nothing listening, so `auto` falls back to the in-process engine — and says why.
 
@@ -212,8 +243,6 @@ def hop_cost_ms(hop):
 
 
 # %%
-from servelab.assignments import checks
-
 checks.difference(hop_cost_ms, hop, key="server", a="fastapi", b="in-process", metric="latency_p50_ms",
                   at={"batch": min(batch_sizes)}, exercise="01.1", step=step)
 
