@@ -151,8 +151,7 @@ step.answer("; ".join(lines) + ". " + (providers_seen.sentence() if providers_se
 
 # %% [markdown]
 # ### Exercise: make the session yourself
-# Create the session as such a script does: `ort.InferenceSession(path, providers=providers)`, nothing else.
-# The check runs it here and prints what it asked for and what `get_providers()` says it got.
+# As such a script does: `ort.InferenceSession(path, providers=providers)`, nothing else.
 
 # %% tags=["exercise"]
 # Exercise 03.3: create an ONNX Runtime session for a providers list
@@ -202,10 +201,6 @@ step.answer((
     f"CUDA ran here ({', '.join(fb.active)}): nothing fell back, and the session did {got:.1f} img/s at batch {b_fb}."
 ) + smoke_note)
 
-# %% [markdown]
-# Each session's options, read from the session objects: yours (ONNX Runtime's defaults), the plain session
-# measured above, and servelab's `onnx` engine of the engines table.
-
 # %%
 import pandas as pd
 
@@ -224,8 +219,9 @@ try:
     sessions = {"your make_session": make_session(model_path, ort_providers("cuda")), **sessions}
 except NotImplementedError:  # exercise 03.3 not done yet
     pass
-step.table(pd.DataFrame([{"session": name, **options(sess)} for name, sess in sessions.items()]), "session_options",
-           "ONNX Runtime session options, read from each session (intra_op_num_threads 0: ONNX Runtime chooses)")
+options_table = step.table(pd.DataFrame([{"session": name, **options(sess)} for name, sess in sessions.items()]),
+                           "session_options", "ONNX Runtime session options, read from each session "
+                           "(intra_op_num_threads 0: ONNX Runtime chooses)")
 
 # %%
 plain, engine_opts = options(sessions["the plain session measured above"]), options(sessions["servelab's onnx engine"])

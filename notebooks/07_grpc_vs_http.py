@@ -202,10 +202,9 @@ step.answer(protocol_pairs(ab_conc, "concurrency") + ".")
 
 # %% [markdown]
 # ### Exercise: the protocol for many small requests — was your prediction right?
-# A fleet of clients sends single photos concurrently and you care about the tail. `bands` holds, per
-# protocol, the p99 at the highest concurrency (`value`), the band this run's window spread gives (`lo`, `hi`),
-# `settled` and the run's `margin`. Lower is better; a lead is ranked only when the bands are apart, both
-# settled, and it exceeds the margin; anything else is a tie.
+# Many clients send single photos; you care about the tail. `bands` holds, per protocol, the p99 at the
+# highest concurrency (`value`), its band (`lo`, `hi`), `settled` and `margin`. Lower is better; ranked or
+# tie, as in 04.
 
 # %% tags=["exercise"]
 # Exercise 07.2: read which protocol kept p99 lower under concurrency, ties included
