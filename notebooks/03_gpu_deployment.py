@@ -231,7 +231,7 @@ step.answer((f"The plain session and servelab's engine differ in {', '.join(diff
              "not which option made a difference" if differ else
              "The plain session and servelab's engine have the same options read here, so those options do not "
              "explain a gap between their rates")
-            + (": " + step.versus(f"the plain session (batch {b_fb})", fb.measured, "servelab's onnx engine",
+            + (": " + step.versus(f"the plain session at batch {b_fb}", fb.measured, "servelab's onnx engine",
                                   engine_rec) + ", measured minutes apart, the plain session in a few windows."
                if engine_rec and got else "."))
 
