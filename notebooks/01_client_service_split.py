@@ -25,10 +25,9 @@
 # - check that both sides of the split compute the same embedding;
 # - measure what the hop costs on this machine, and explain what makes it small on loopback and large over a WAN.
 #
-# The photo finder needs embeddings; where the model runs is a deployment decision. `InferenceClient` hides
-# it: `mode="local"` runs the ONNX engine in this process, `mode="remote"` sends the photo to a server
-# (here servelab's FastAPI service), and `mode="auto"` uses the server when it answers ready and says so
-# when it falls back to local.
+# Where the model runs is a deployment decision. `InferenceClient` hides it: `mode="local"` runs the ONNX
+# engine in this process, `mode="remote"` sends the photo to a server (servelab's FastAPI service), and
+# `mode="auto"` uses the server when it answers ready, saying so when it falls back.
 #
 # ```mermaid
 # flowchart LR
@@ -64,6 +63,7 @@ lab = session("01", globals())  # endpoints, model names, results folder and loa
 import numpy as np
 import pandas as pd
 
+from servelab.assignments import checks
 from servelab.client import InferenceClient
 from servelab.data import encode, synthetic_photo
 
@@ -86,10 +86,9 @@ show_code(service_app.embed_tensor)
 # The micro-batcher's loop. A request waits up to `max_delay_s` for others to join (or until `max_batch` images
 # are queued); the batch runs once in a worker thread, never on the event loop, and each caller gets its slice.
 # A lone client never has company, so it pays the short wait for nothing; under concurrency, requests that
-# queued while the engine was busy form the next batch at once. A request admitted but still being decoded is
-# waited for at most a batch's *fixed* cost (`self.cost`, fitted from the engine's runs as t(n) = fixed +
-# per-image × n): left out, it costs one more fixed cost in the next batch, so a longer wait would idle the
-# engine for more than it saves. That wait is long where a batch costs about what one image does (a GPU) and
+# queued while the engine was busy form the next batch at once. A request still being decoded is waited for at
+# most a batch's *fixed* cost (`self.cost`, fitted as t(n) = fixed + per-image × n): left out, it costs one more
+# fixed cost in the next batch. That wait is long on a GPU, where a batch costs about what one image does, and
 # short where each image costs as much as the first. A cell below prints this service's fitted costs.
 
 # %%
@@ -97,8 +96,7 @@ show_code(MicroBatcher._loop)
 
 # %% [markdown]
 # What runs the batch. On a CPU of several cores the service keeps two engine instances, each on half the cores,
-# and hands each free instance its own batch (`parallel`); a batch that finds the engine idle, with nothing
-# behind it, runs on all cores. Why not always all cores? ONNX Runtime's threads split every operator and meet
+# and hands each free instance its own batch (`parallel`); a batch alone runs on all cores. Why not always all cores? ONNX Runtime's threads split every operator and meet
 # after each one, a few hundred times per image, so when decoding takes a core for a moment both threads wait;
 # separate instances never wait for each other. Whether that wins is measured in notebook 06b, where Triton's
 # instance groups make the same choice. Only runs on an instance teach the batcher its cost
@@ -143,6 +141,34 @@ step.answer(f"The lowest cosine similarity between the in-process and the served
                "where the model runs, not what it computes." if cos.min() > 0.9999 else
                " — lower than rounding explains: the two sides do not run the same model or preprocessing; check "
                "the weights columns above."))
+
+# %% [markdown]
+# ### Exercise: one request by hand
+# Send one `POST /embed/tensor` with `http` (an `httpx.Client` on the service). Body: `preprocess_bytes(photo)`
+# as little-endian float32 bytes; headers `Content-Type: application/octet-stream`, `X-Shape: 1,3,224,224`,
+# `X-Dtype: float32`. The reply is JSON: `{"embeddings": [[512 numbers]], …}`.
+
+# %% tags=["exercise"]
+# Exercise 01.3: send one POST /embed/tensor by hand and return the embedding
+from servelab.model.preprocess import preprocess_bytes
+
+
+def embed_by_hand(http, photo):
+    """The 512-d embedding of `photo` (JPEG bytes), from one POST /embed/tensor sent with `http`."""
+    # BEGIN SOLUTION
+    tensor = preprocess_bytes(photo)[None].astype("<f4")  # [1, 3, 224, 224]
+    reply = http.post("/embed/tensor", content=tensor.tobytes(),
+                      headers={"Content-Type": "application/octet-stream", "X-Shape": "1,3,224,224",
+                               "X-Dtype": "float32"})
+    reply.raise_for_status()
+    return reply.json()["embeddings"][0]
+    # END SOLUTION
+
+
+# %%
+in_process = InferenceClient(mode="local")  # the engine in this process: the check compares with it
+checks.hand_request(embed_by_hand, url=lab.service_url, photo=photos[0], embed_images=in_process.embed_images,
+                    exercise="01.3", step=step)
 
 # %% [markdown]
 # ## `auto` mode: a server that is not there
@@ -212,8 +238,6 @@ def hop_cost_ms(hop):
 
 
 # %%
-from servelab.assignments import checks
-
 checks.difference(hop_cost_ms, hop, key="server", a="fastapi", b="in-process", metric="latency_p50_ms",
                   at={"batch": min(batch_sizes)}, exercise="01.1", step=step)
 

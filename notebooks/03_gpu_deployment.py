@@ -149,17 +149,38 @@ step.answer("; ".join(lines) + ". " + (providers_seen.sentence() if providers_se
 # **Predict first.** Will creating the session raise an error? If not, which provider will run it, and how
 # many times slower than the emulated H100 will it be?
 
+# %% [markdown]
+# ### Exercise: make the session yourself
+# As such a script does: `ort.InferenceSession(path, providers=providers)`, nothing else.
+
+# %% tags=["exercise"]
+# Exercise 03.3: create an ONNX Runtime session for a providers list
+import onnxruntime as ort
+
+
+def make_session(path, providers):
+    """An onnxruntime.InferenceSession for the model at `path`, asking for `providers` in that order."""
+    # BEGIN SOLUTION
+    return ort.InferenceSession(str(path), providers=providers)
+    # END SOLUTION
+
+
 # %%
-from servelab.bench.experiments.emulated_lesson import short_opts
-from servelab.bench.experiments.provider_fallback import provider_fallback
 from servelab.config import Settings
-from servelab.model.device_profile import profile as device_profile_named
 from servelab.model.export import ensure_exported
 from servelab.model.providers import ort_providers
 
+model_path = ensure_exported(Settings.from_env())["path"]
+checks.ort_session(make_session, path=model_path, providers=ort_providers("cuda"), exercise="03.3", step=step)
+
+# %%
+from servelab.bench.experiments.emulated_lesson import short_opts
+from servelab.bench.experiments.provider_fallback import PlainSession, provider_fallback
+from servelab.model.device_profile import profile as device_profile_named
+
 emu_device = device_profile_named(device_profile)
 print("providers=", ort_providers("cuda"))
-fb = provider_fallback(step.run, ensure_exported(Settings.from_env())["path"], device=emu_device, asked="cuda",
+fb = provider_fallback(step.run, model_path, device=emu_device, asked="cuda",
                        batch=max(batch_sizes), opts=short_opts(lab.load))  # a few windows: where it ran, not a ranking
 print("ONNX Runtime said:", "; ".join(fb.warnings) or "nothing in Python (see its log above)")
 print("session.get_providers():", fb.active)
@@ -179,6 +200,40 @@ step.answer((
     if fb.fell_back else
     f"CUDA ran here ({', '.join(fb.active)}): nothing fell back, and the session did {got:.1f} img/s at batch {b_fb}."
 ) + smoke_note)
+
+# %%
+import pandas as pd
+
+from servelab.bench.servers.in_process import make_embedder
+
+
+def options(session):
+    so = session.get_session_options()
+    return {"intra_op_num_threads": so.intra_op_num_threads, "inter_op_num_threads": so.inter_op_num_threads,
+            "graph_optimization_level": so.graph_optimization_level.name, "execution_mode": so.execution_mode.name}
+
+
+sessions = {"the plain session measured above": PlainSession(model_path, "cuda").session,
+            "servelab's onnx engine": make_embedder("onnx", "cpu").session}
+try:
+    sessions = {"your make_session": make_session(model_path, ort_providers("cuda")), **sessions}
+except NotImplementedError:  # exercise 03.3 not done yet
+    pass
+options_table = step.table(pd.DataFrame([{"session": name, **options(sess)} for name, sess in sessions.items()]),
+                           "session_options", "ONNX Runtime session options, read from each session "
+                           "(intra_op_num_threads 0: ONNX Runtime chooses)")
+
+# %%
+plain, engine_opts = options(sessions["the plain session measured above"]), options(sessions["servelab's onnx engine"])
+differ = [k for k in plain if plain[k] != engine_opts[k]]
+engine_rec = cpu.get(("onnx", b_fb))
+step.answer((f"The plain session and servelab's engine differ in {', '.join(differ)}; this run measured their rates, "
+             "not which option made a difference" if differ else
+             "The plain session and servelab's engine have the same options read here, so those options do not "
+             "explain a gap between their rates")
+            + (": " + step.versus(f"the plain session at batch {b_fb}", fb.measured, "servelab's onnx engine",
+                                  engine_rec) + ", measured minutes apart, the plain session in a few windows."
+               if engine_rec and got else "."))
 
 # %% [markdown]
 # ## On the GPU node

@@ -387,22 +387,22 @@ step.answer(" ".join(f"{system}: {step.ratio(ratio)}." for system, *_, ratio in 
 
 # %% [markdown]
 # ### Exercise: was your prediction right?
-# A difference smaller than the spread of a point's windows is no difference. `bands` holds, per server, the
-# mean throughput at the highest concurrency (`value`) and its slowest and fastest window (`lo`, `hi`).
+# A lead is ranked only when the bands are apart, both settled, and past the run's margin; else a tie. `bands`:
+# per server, the mean throughput at the highest concurrency (`value`), its window range (`lo`, `hi`), `settled`.
 
 # %% tags=["exercise"]
 # Exercise 04.1: read the outcome at the highest concurrency, ties included
 def read_outcome(bands):
-    """Return "fastapi" or "triton-http" when that server's band lies wholly above the other's, or "tie" when
-    the two bands overlap, or when only one of them measured a spread (`source` is checks.NO_SPREAD for a single
-    window: it cannot be told from noise). `bands`: index = server; columns value, lo, hi, source."""
+    """Return "fastapi" or "triton-http" when the run ranks that server ahead: bands apart, neither `settled`
+    False, better ÷ worse − 1 of the values above `margin`. Otherwise "tie", also when only one measured a
+    spread (`source` is checks.NO_SPREAD: one window). `bands`: index = server."""
     # BEGIN SOLUTION
-    service_band, triton_band = bands.loc["fastapi"], bands.loc["triton-http"]
-    if (service_band["source"] == checks.NO_SPREAD) != (triton_band["source"] == checks.NO_SPREAD):
+    f, t = bands.loc["fastapi"], bands.loc["triton-http"]
+    if (f["source"] == checks.NO_SPREAD) != (t["source"] == checks.NO_SPREAD) or False in (f["settled"], t["settled"]):
         return "tie"
-    if service_band["lo"] <= triton_band["hi"] and triton_band["lo"] <= service_band["hi"]:
+    if f.lo <= t.hi and t.lo <= f.hi or max(f.value, t.value) / min(f.value, t.value) - 1 <= f.margin:
         return "tie"
-    return "fastapi" if service_band["value"] > triton_band["value"] else "triton-http"
+    return "fastapi" if f["value"] > t["value"] else "triton-http"
     # END SOLUTION
 
 # %%

@@ -202,19 +202,23 @@ step.answer(protocol_pairs(ab_conc, "concurrency") + ".")
 
 # %% [markdown]
 # ### Exercise: the protocol for many small requests — was your prediction right?
-# A fleet of clients sends single photos concurrently and you care about the tail. `bands` holds, per
-# protocol, the p99 at the highest concurrency (`value`) and the band around it this run's window spread
-# gives (`lo`, `hi`). Lower is better; overlapping bands are a tie; bands apart name the lower one, however
-# small the gap — the sentence under the check says whether the gap is large enough to rank.
+# Many clients send single photos; you care about the tail. `bands` holds, per protocol, the p99 at the
+# highest concurrency (`value`), its band (`lo`, `hi`), `settled` and `margin`. Lower is better; ranked or
+# tie, as in 04.
 
 # %% tags=["exercise"]
 # Exercise 07.2: read which protocol kept p99 lower under concurrency, ties included
 def lower_tail(bands):
-    """Return "http" or "grpc" when that protocol's p99 band lies wholly below the other's, or "tie" when
-    the bands overlap. `bands`: index = protocol; columns value, lo, hi (milliseconds)."""
+    """Return "http" or "grpc" when the run ranks that protocol's p99 lower: bands apart, neither `settled`
+    False, higher ÷ lower − 1 above `margin`; else "tie". `bands`: index = protocol (milliseconds)."""
     # BEGIN SOLUTION
     http_band, grpc_band = bands.loc["http"], bands.loc["grpc"]
     if http_band["lo"] <= grpc_band["hi"] and grpc_band["lo"] <= http_band["hi"]:
+        return "tie"
+    if False in (http_band["settled"], grpc_band["settled"]):
+        return "tie"
+    values = sorted([http_band["value"], grpc_band["value"]])
+    if values[1] / values[0] - 1 <= http_band["margin"]:
         return "tie"
     return "http" if http_band["value"] < grpc_band["value"] else "grpc"
     # END SOLUTION

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from pathlib import Path
 
 import torch
@@ -35,10 +37,29 @@ def build_image_encoder(settings: Settings | None = None):
         raise FileNotFoundError(f"SERVELAB_CHECKPOINT={settings.checkpoint} does not exist")
     pretrained = settings.pretrained or settings.checkpoint or None
     # A local RNG state for init, so building the model never disturbs the caller's torch RNG.
-    with torch.random.fork_rng(devices=[]):
+    quiet = _no_random_init_warning() if pretrained is None else contextlib.nullcontext()
+    with torch.random.fork_rng(devices=[]), quiet:
         torch.manual_seed(settings.seed)
         model = open_clip.create_model(settings.model_name, pretrained=pretrained, device="cpu")
     encoder = NormalizedImageEncoder(model.visual).eval()
     for p in encoder.parameters():
         p.requires_grad_(False)
     return encoder, label
+
+
+class _RandomInitWarning(logging.Filter):
+    """Drops open_clip's "No pretrained weights loaded … Model initialized randomly" (logged on the root logger)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("No pretrained weights loaded")
+
+
+@contextlib.contextmanager
+def _no_random_init_warning():
+    """While the random-init model is built on purpose: its label (weights_label) already says so."""
+    root, quiet = logging.getLogger(), _RandomInitWarning()
+    root.addFilter(quiet)
+    try:
+        yield
+    finally:
+        root.removeFilter(quiet)

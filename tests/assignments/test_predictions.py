@@ -85,34 +85,65 @@ def test_the_check_and_the_sentence_agree(fastapi, triton, said):
 
     sentence = versus("fastapi", fastapi, "triton-http", triton)
     reading = apart_reading(fastapi, triton)
-    side = reading.side("fastapi", "triton-http", "tie")
+    side = reading.side("fastapi", "triton-http") if reading.ranked else "tie"  # what the run does not rank is a tie
     kw = dict(key="server", a="fastapi", b="triton-http", exercise="t")
     results = {answer: checks.outcome(answer, [fastapi, triton], **kw) for answer in ("fastapi", "triton-http", "tie")}
     assert [a for a, r in results.items() if r.passed] == [side]
     if side == "tie":
-        assert "indistinguishable here" in sentence
+        assert "indistinguishable here" in sentence or "below the" in sentence or "never settled" in sentence
     else:
-        assert "indistinguishable" not in sentence  # never a tie in the sentence while the check names a side
+        assert "indistinguishable" not in sentence and "below the" not in sentence
         assert sentence.startswith("fastapi reached") and ("below" if side == "triton-http" else "above") in sentence
     if said:
-        assert said in sentence
-    if side != "tie":
-        assert sentence.split(": ", 1)[-1] in results[side].message or reading.ranked  # the same words
+        assert said in sentence and said in results["tie"].message  # the check says it in the sentence's words
     best = checks.best_choice(side if side != "tie" else "fastapi", [fastapi, triton], key="server",
                               metric="throughput_img_s", exercise="t")
     assert best.passed
 
 
-def test_a_small_consistent_lead_is_named_by_the_check_with_its_size():
-    fastapi, triton = _rec("fastapi", 20.0, 21.0), _rec("triton-http", 21.5, 23.0)
-    r = checks.outcome("triton-http", [fastapi, triton], key="server", a="fastapi", b="triton-http", exercise="t")
+def test_a_lead_below_the_margin_is_a_tie_and_naming_a_side_fails_with_the_margin():
+    fastapi, triton = _rec("fastapi", 20.0, 21.0), _rec("triton-http", 21.5, 23.0)  # apart, 9 %
+    kw = dict(key="server", a="fastapi", b="triton-http", exercise="t")
+    bands = checks.measured_bands([fastapi, triton], key="server")
+    assert (bands["margin"] == 0.10).all()  # the student's function is given the run's margin
+    r = checks.outcome("triton-http", [fastapi, triton], **kw)
+    assert r.status == FAIL and "below this run's 10 % margin" in r.message and "measured" not in r.detail
+    r = checks.outcome("tie", [fastapi, triton], **kw)
     assert r.passed and "triton-http ahead of fastapi by 9 % in every window, below the 10 % margin" in r.message
-    r = checks.outcome("tie", [fastapi, triton], key="server", a="fastapi", b="triton-http", exercise="t")
-    assert r.status == FAIL and "even where it is small" in r.message
+    assert checks.outcome(reading_with_margin, [fastapi, triton], **kw).passed
+    assert not checks.outcome(reading, [fastapi, triton], **kw).passed  # band overlap alone is not the run's rule
+    far = _rec("triton-http", 25.0, 27.0)  # apart, 27 %: ranked, the side is still needed
+    assert checks.outcome("triton-http", [fastapi, far], **kw).passed
+    r = checks.outcome("tie", [fastapi, far], **kw)
+    assert r.status == FAIL and "past this run's 10 % margin" in r.message
+    assert checks.outcome(reading_with_margin, [fastapi, far], **kw).passed
     r = checks.best_choice("triton-http", [fastapi, triton], key="server", metric="throughput_img_s", exercise="t")
     assert r.passed and "by 9 % in every window" in r.message
-    assert not checks.best_choice("fastapi", [fastapi, triton], key="server", metric="throughput_img_s",
-                                  exercise="t").passed
+    r = checks.best_choice("fastapi", [fastapi, triton], key="server", metric="throughput_img_s", exercise="t")
+    assert r.passed and "tied with 1 other" in r.message  # the run does not rank triton-http above it
+    r = checks.best_choice("fastapi", [fastapi, far], key="server", metric="throughput_img_s", exercise="t")
+    assert r.status == FAIL and "10 % margin" in r.message
+
+
+def test_a_side_that_never_settled_is_a_tie():
+    fastapi, triton = _rec("fastapi", 15.0, 16.0), _rec("triton-http", 25.0, 27.0, stable=False)
+    kw = dict(key="server", a="fastapi", b="triton-http", exercise="t")
+    r = checks.outcome("triton-http", [fastapi, triton], **kw)
+    assert r.status == FAIL and "never settled" in r.message
+    assert checks.outcome("tie", [fastapi, triton], **kw).passed
+    assert checks.outcome(reading_with_margin, [fastapi, triton], **kw).passed
+
+
+def reading_with_margin(bands):
+    """The run's rule from the bands alone: apart, both settled, the lead past `margin` — else a tie."""
+    a, b = (bands.loc[k] for k in bands.index)
+    if (a["source"] == checks.NO_SPREAD) != (b["source"] == checks.NO_SPREAD) or False in (a["settled"], b["settled"]):
+        return "tie"
+    if a["lo"] <= b["hi"] and b["lo"] <= a["hi"]:
+        return "tie"
+    if max(a["value"], b["value"]) / min(a["value"], b["value"]) - 1 <= a["margin"]:
+        return "tie"
+    return bands["value"].idxmax()
 
 
 def test_the_check_ranks_by_the_runs_margin_when_a_step_carries_its_drift(tmp_path):
@@ -127,7 +158,9 @@ def test_the_check_ranks_by_the_runs_margin_when_a_step_carries_its_drift(tmp_pa
     step.machine_drift = 0.3
     drifted = checks.outcome("triton-http", [fastapi, triton], key="server", a="fastapi", b="triton-http",
                              exercise="t", step=step)
-    assert drifted.passed and "30 %" in drifted.message
+    assert drifted.status == FAIL and "30 % margin" in drifted.message  # a 20 % lead is below the run's 30 %
+    assert checks.outcome("tie", [fastapi, triton], key="server", a="fastapi", b="triton-http", exercise="t",
+                          step=step).passed
 
 
 def test_a_tail_latency_is_banded_alike_by_the_check_and_the_sentence():

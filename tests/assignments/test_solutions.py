@@ -70,6 +70,13 @@ class Live:
         return session(notebook, {"harness": {"place": "local", "out_dir": str(self.step.out_dir), **harness}})
 
     @property
+    def service(self):
+        """A real uvicorn service (tests/conftest.py), as the lab's `lab.service_url`."""
+        from types import SimpleNamespace
+
+        return SimpleNamespace(service_url=self._request.getfixturevalue("service").url)
+
+    @property
     def photos(self):
         self._request.getfixturevalue("onnx_meta")
         return self._request.getfixturevalue("photos")
@@ -79,6 +86,7 @@ BINDINGS: dict[str, dict] = {
         "provider": ["cpu"] * 6 + ["cuda"], "available": [True] * 6 + [False], "batch": [1, 1, 1, 4, 4, 4, 4],
         "throughput_img_s": [18.0, 23.0, 54.0, 26.0, 31.0, 70.0, _NAN]})},
     "03.2": {},
+    "03.3": {},
     "04.1": {"concurrency_levels": [1, 4], "prediction_04": "triton-http",
              "service_conc": [_rec(server="fastapi", concurrency=c, windows=w) for c, w in ((1, [19, 21]), (4, [22, 25]))],
              "triton_conc": [_rec(server="triton-http", concurrency=c, windows=w) for c, w in ((1, [18, 20]), (4, [24, 27]))]},
@@ -128,6 +136,7 @@ BINDINGS: dict[str, dict] = {
         "server": ["in-process", "in-process", "fastapi", "fastapi"], "batch": [1, 4, 1, 4],
         "latency_p50_ms": [42.0, 150.0, 49.5, 171.0]})},
     "01.2": lambda ctx: {"photos": ctx.photos, "InferenceClient": InferenceClient},
+    "01.3": lambda ctx: {"photos": ctx.photos, "InferenceClient": InferenceClient, "lab": ctx.service},
     "02.1": {"cold_start_s": 8.0},
     "08.1": {"cold_start_s": 8.0},
     "08.2": {"math": math, "service_points": pd.DataFrame({"throughput_img_s": [14.5, 9.0]}), "cores": 2.0,

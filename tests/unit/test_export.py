@@ -66,6 +66,20 @@ def test_random_init_is_identical_across_processes(settings):
     assert [p.returncode for p in procs] == [0, 0], [err for _, err in outs]
     runs = [out.split()[-1] for out, _ in outs]
     assert runs[0] == runs[1]
+    if not (settings.pretrained or settings.checkpoint):  # built at random on purpose: labelled, not warned about
+        assert not any("initialized randomly" in err for _, err in outs), [err for _, err in outs]
+
+
+def test_only_open_clips_random_init_warning_is_dropped(caplog):
+    import logging
+
+    from servelab.model.torch_model import _no_random_init_warning
+
+    with caplog.at_level(logging.WARNING), _no_random_init_warning():
+        logging.warning("No pretrained weights loaded for model 'ViT-B-32'. Model initialized randomly.")
+        logging.warning("something else")
+    logging.warning("No pretrained weights loaded for model 'x'. Model initialized randomly.")  # filter removed
+    assert [r.getMessage()[:14] for r in caplog.records] == ["something else", "No pretrained "]
 
 
 def test_export_cli_fails_loudly_on_unavailable_provider(settings):

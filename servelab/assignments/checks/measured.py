@@ -1,7 +1,8 @@
 """Answers read off a table this run measured: the best row, a ratio, a difference, a share, a scaling
 efficiency, a threshold. The expected answer is computed here from the same table the notebook shows, so a
-check passes for whatever this run measured; where two rows differ by less than their measured spread, either
-is accepted (servelab.assignments.checks.predictions reads the bands).
+check passes for whatever this run measured; where the run does not rank two rows apart (bands that overlap, a
+lead below the run's margin, a point that never settled), either is accepted (servelab.assignments.checks.predictions
+reads the bands).
 
     best_choice(answer, records, key="server", metric="throughput_img_s", at={"concurrency": 16}, exercise="06a.1")
     speedup(1.25, table, key="protocol", fast="grpc", slow="http", at={"batch": 8}, exercise="…")
@@ -16,7 +17,7 @@ import pandas as pd
 from servelab.assignments.checks.answer_tables import at_words, close, col, frame, norm, number, where
 from servelab.assignments.checks.predictions import measured_bands, reading
 from servelab.assignments.result import CheckResult, reject, run_check
-from servelab.bench.report import Reading, said
+from servelab.bench.report import said
 from servelab.errors import InvalidValue
 
 
@@ -28,7 +29,8 @@ def queue_delay_for_budget(answer, grid, budget_ms: float, *, concurrency: int |
 
     Correct: a delay of the grid whose latency is within `budget_ms` — at `concurrency`, or at every
     concurrency measured when None — and whose throughput (at `concurrency`, or at the highest concurrency
-    measured, where batching matters) is the best among those, within `rel_tol`. Repeated rows are averaged."""
+    measured, where batching matters) the run does not rank below the best among those (`reading`, with the
+    step's margin), or is within `rel_tol` of it. Repeated rows are averaged."""
     df = frame(grid)
     dcol = delay_col or col(df, "queue_delay_us", "max_queue_delay_us", "max_delay_us", "delay_us")
     ccol = col(df, "concurrency")
@@ -40,7 +42,9 @@ def queue_delay_for_budget(answer, grid, budget_ms: float, *, concurrency: int |
     per["thr"] = cell[cell[ccol] == top].set_index(dcol)[throughput_col].reindex(per.index)
     within = per[per["lat"] <= budget_ms]
     at = f"at concurrency {concurrency}" if concurrency is not None else "at every concurrency measured"
-    bands = measured_bands(df[df[ccol] == top], key=dcol, metric=throughput_col)  # a tie inside the spread
+    bands = measured_bands(df[df[ccol] == top], key=dcol, metric=throughput_col,
+                           margin=step.margin() if hasattr(step, "margin") else None)
+    pct = f"{100 * float(bands['margin'].iloc[0]):.0f} %" if len(bands) else ""
 
     def judge(value):
         if value is None:
@@ -57,12 +61,18 @@ def queue_delay_for_budget(answer, grid, budget_ms: float, *, concurrency: int |
             reject(f"with {d:g} µs the {latency_col} {at} was {row['lat']:.1f} ms, over the {budget_ms:g} ms budget")
         best = within["thr"].max()
         leader = within["thr"].idxmax()
-        tied = d in bands.index and leader in bands.index and reading(bands, d, leader).ahead in (None, "a")
-        if not (tied or row["thr"] >= best * (1 - rel_tol)):
-            reject(f"{d:g} µs meets the budget, but another delay that also meets it gave clearly more "
-                   f"{throughput_col} (beyond the measured spread): compare throughput among the rows within budget")
+        read = reading(bands, leader, d) if d in bands.index and leader in bands.index else None
+        ranked_below = read is not None and read.ranked and read.ahead == "a"
+        if row["thr"] < best * (1 - rel_tol) and (read is None or ranked_below):
+            reject(f"{d:g} µs meets the budget, but another delay that also meets it gave more {throughput_col}, "
+                   f"beyond the measured spread and this run's {pct} margin: compare throughput among the rows "
+                   "within budget")
+        best_words = ("the best throughput within budget" if d == leader else
+                      f"which this run does not rank below the best within budget ({leader:g} µs: "
+                      + said(read, f"{leader:g} µs", f"{d:g} µs", interleaved=False) + ")" if read is not None else
+                      f"within {rel_tol:.0%} of the best within budget")
         return (f"{d:g} µs keeps {latency_col} ≤ {row['lat']:.1f} ms (budget {budget_ms:g} ms) {at} "
-                f"with {row['thr']:.1f} img/s at concurrency {top:g}, the best throughput within budget")
+                f"with {row['thr']:.1f} img/s at concurrency {top:g}, {best_words}")
 
     return run_check("queue_delay_for_budget", exercise, answer, (grid, budget_ms), judge, step, strict)
 
@@ -101,21 +111,21 @@ def best_choice(answer, table, *, key: str, metric: str, mode: str = "max", at: 
     """answer: a value of column `key` (a backend, a batch size, a protocol …), or fn(table) -> value.
 
     Correct: the `key` whose row (restricted to `at`, e.g. {"concurrency": 16}) has the highest (`mode="max"`)
-    or lowest (`"min"`) `metric`; answers within `rel_tol` of the best are accepted too, and so is any whose
-    band the run's reading (`reading`) finds too close to the best's to call. A lead in every window below the
-    run's margin still names the best (the message gives its size)."""
+    or lowest (`"min"`) `metric`; answers within `rel_tol` of the best are accepted too, and so is any the run's
+    reading (`reading`, with the step's margin) does not rank below the best: bands that overlap, a lead below
+    the run's margin, or a side that never settled (the message gives the reading)."""
     if mode not in ("max", "min"):
         raise InvalidValue("mode must be 'max' or 'min'")
     df = where(frame(table), at)
     agg = df.groupby(df[key].map(norm))[metric].agg(mode)
     best = agg.max() if mode == "max" else agg.min()
-    word = "highest" if mode == "max" else "lowest"
-    band = measured_bands(df, key=key, metric=metric)
+    word, better = ("highest", "higher") if mode == "max" else ("lowest", "lower")
+    band = measured_bands(df, key=key, metric=metric, margin=step.margin() if hasattr(step, "margin") else None)
     band.index = band.index.map(norm)
     top_key = agg.idxmax() if mode == "max" else agg.idxmin()
     read = {k: reading(band, top_key, k, higher_is_better=mode == "max") for k in band.index if k != top_key}
-    tied = {top_key} | {k for k, v in read.items() if v.ahead is None}
-    small = {k: v for k, v in read.items() if v.reading is Reading.CONSISTENT}
+    tied = {top_key} | {k for k, v in read.items() if not v.ranked}
+    pct = f"{100 * float(band['margin'].iloc[0]):.0f} %" if len(band) else ""
 
     def judge(value):
         v = norm(value)
@@ -128,14 +138,13 @@ def best_choice(answer, table, *, key: str, metric: str, mode: str = "max", at: 
         ok = got >= best * (1 - rel_tol) if mode == "max" else got <= best * (1 + rel_tol)
         where = at_words(at)
         if v in tied and len(tied) > 1:
-            others = len(tied) - 1
-            return (f"{key} {value}: {metric} {got:.4g}{where}, tied with {others} other(s) whose measured band "
-                    f"overlaps the best one: inside the spread, they are equally good in this run")
+            readings = "; ".join(said(read[k], str(top_key), str(k), interleaved=False) for k in sorted(tied - {top_key}, key=str))
+            return (f"{key} {value}: {metric} {got:.4g}{where}, tied with {len(tied) - 1} other(s) this run does not "
+                    f"rank apart from the best ({readings})")
         if not ok:
-            reject(f"{key} {value} has {metric} {got:.4g}{where}; another {key} in this table has a {word} value "
-                   f"clearly outside the measured spread")
-        runners = "; ".join(said(small[k], str(value), str(k), interleaved=False) for k in small) if v == top_key else ""
-        return f"{key} {value}: {metric} {got:.4g}{where}, the {word} in this run" + (f" ({runners})" if runners else "")
+            reject(f"{key} {value} has {metric} {got:.4g}{where}; another {key} in this table has a {better} value, "
+                   f"beyond the measured spread and this run's {pct} margin")
+        return f"{key} {value}: {metric} {got:.4g}{where}, the {word} in this run"
 
     return run_check("best_choice", exercise, answer, (table,), judge, step, strict)
 

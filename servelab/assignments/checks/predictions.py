@@ -2,11 +2,12 @@
 and the check reads the table the way the run's own sentences read it (servelab.bench.report), so a check and
 the sentence under it cannot disagree.
 
-    bands = measured_bands(records, key="server")            # value, lo, hi per server: the measured spread
+    bands = measured_bands(records, key="server")            # value, lo, hi, source, settled, margin per server
     reading(bands, "fastapi", "triton-http")                  # a servelab.bench.report Verdict
     outcome(answer, records, key="server", a="fastapi", b="triton-http", prediction=prediction_04, exercise="04.1")
 
-A difference inside the measured spread is no difference: bands that overlap are a tie.
+A lead the run does not rank is a tie: bands that overlap, bands apart by no more than the run's margin, or a
+side that never settled.
 """
 
 from __future__ import annotations
@@ -25,14 +26,16 @@ TIE = "tie"
 NO_SPREAD = "one value (no spread measured)"
 
 
-def measured_bands(table, *, key: str, metric: str = "throughput_img_s", at: Mapping | None = None) -> pd.DataFrame:
+def measured_bands(table, *, key: str, metric: str = "throughput_img_s", at: Mapping | None = None,
+                   margin: float | None = None) -> pd.DataFrame:
     """Per value of `key`: the mean `metric` and the band [lo, hi] this run measured around it.
 
     Each row's band and whether it carries a spread are the bench's own (servelab.bench.report.band and
     has_band: the windows' min–max, per-window lists, or the relative window spread around a tail latency).
     Rows of one key pool their bands; several rows of one key form a band even where no row has one. `source`
     says where the band came from ("windows", "rows", or one value with no spread). `settled`: whether every
-    row's windows settled (None where the table does not say)."""
+    row's windows settled (None where the table does not say). `margin`: the smallest lead (better ÷ worse − 1)
+    the run ranks, the same in every row (the run's, a lab step's `margin()`; None: the floor)."""
     df = where(frame(table), at)
     out = []
     for k, rows in df.groupby(key, sort=False):
@@ -46,8 +49,9 @@ def measured_bands(table, *, key: str, metric: str = "throughput_img_s", at: Map
         settled = [f["stable"] for f in figures if "stable" in f]
         out.append({key: k, "value": sum(vals) / len(vals), "lo": min(lo for _, lo, _ in bands),
                     "hi": max(hi for _, _, hi in bands), "source": source,
-                    "settled": (all(bool(x) for x in settled) if settled else None)})
-    cols = ["value", "lo", "hi", "source", "settled"]
+                    "settled": (all(bool(x) for x in settled) if settled else None),
+                    "margin": ranking_margin() if margin is None else float(margin)})
+    cols = ["value", "lo", "hi", "source", "settled", "margin"]
     return pd.DataFrame(out).set_index(key) if out else pd.DataFrame(columns=cols)
 
 
@@ -56,7 +60,7 @@ def reading(bands: pd.DataFrame, a, b, higher_is_better: bool = True, *, margin:
     every sentence of the run uses. Ranges that overlap are too close to call; ranges apart give a direction,
     ranked when the lead exceeds the run's margin and both settled. A table that records no spread for any row
     (numbers a notebook computed, say) is read as exact numbers. `margin`: the run's (a lab step's `margin()`,
-    which counts the machine's drift during the run); None: the floor."""
+    which counts the machine's drift during the run); None: the bands' `margin` column, else the floor."""
     ra, rb = bands.loc[a], bands.loc[b]
     exact = all(str(x) == NO_SPREAD for x in bands["source"])
     spread = tuple(exact or r["source"] != NO_SPREAD for r in (ra, rb))
@@ -65,27 +69,31 @@ def reading(bands: pd.DataFrame, a, b, higher_is_better: bool = True, *, margin:
         x = r.get("settled")
         return None if x is None or pd.isna(x) else bool(x)
 
-    return read_apart((ra["value"], ra["lo"], ra["hi"]), (rb["value"], rb["lo"], rb["hi"]), margin=ranking_margin() if margin is None else margin,
+    if margin is None:
+        margin = float(ra["margin"]) if "margin" in bands.columns else ranking_margin()
+    return read_apart((ra["value"], ra["lo"], ra["hi"]), (rb["value"], rb["lo"], rb["hi"]), margin=margin,
                       higher_is_better=higher_is_better, settled=(settled(ra), settled(rb)), spread=spread)
 
 
 def outcome(answer, table, *, key: str, a, b, metric: str = "throughput_img_s", higher_is_better: bool = True,
             at: Mapping | None = None, prediction=None, exercise: str, step=None, strict: bool | None = None) -> CheckResult:
     """Predict, then measure. answer: fn(bands) -> `a`, `b` or "tie", where bands = measured_bands(table,
-    key=key, metric=metric, at=at) (columns value, lo, hi; one row per `key`), or that value itself.
+    key=key, metric=metric, at=at) (columns value, lo, hi, source, settled, margin; one row per `key`), or that
+    value itself.
 
-    Correct: the side whose band lies wholly better than the other's, or "tie" when the two bands overlap (a
-    difference inside the measured spread is no difference) — the reading the run's sentences use
-    (`reading`); the message says it in the same words: ranked, or a lead below the run's margin with its size.
+    Correct: the side the run ranks ahead — its band wholly better than the other's, by more than the run's
+    margin (better ÷ worse − 1 of the values), both settled — else "tie": the reading the run's sentences use
+    (`reading`); the message says it in the same words, with the size of a lead below the margin.
     `prediction` — what the student wrote down before the measurement — is not graded: the result says whether
     it held, and keeps it for the instructor."""
-    bands = measured_bands(table, key=key, metric=metric, at=at)
+    bands = measured_bands(table, key=key, metric=metric, at=at, margin=step.margin() if hasattr(step, "margin") else None)
     for k in (a, b):
         if k not in bands.index:
             raise InvalidValue(f"no {key}={k} rows with {metric} in the table (has {', '.join(map(str, bands.index))})")
     bands = bands.loc[[a, b]]
-    read = reading(bands, a, b, higher_is_better, margin=step.margin() if hasattr(step, "margin") else None)
-    expected = read.side(a, b, TIE)
+    read = reading(bands, a, b, higher_is_better)
+    expected = read.side(a, b, TIE) if read.ranked else TIE
+    pct = f"{100 * read.margin:.0f} %"
     choices = {norm(a): a, norm(b): b, TIE: TIE}
     better = "higher" if higher_is_better else "lower"
 
@@ -100,11 +108,17 @@ def outcome(answer, table, *, key: str, a, b, metric: str = "throughput_img_s", 
             if expected == TIE and read.why is Why.NO_SPREAD:
                 reject("this table records no spread for one of the two: a single window cannot be told from noise",
                        hidden)
+            if expected == TIE and read.unsettled:
+                reject("one of the two never settled (`settled` is False): this run ranks no lead it did not settle",
+                       hidden)
+            if expected == TIE and read.why is Why.BELOW_MARGIN:
+                reject(f"the bands are apart, but the lead (better ÷ worse − 1) is below this run's {pct} margin "
+                       "(the `margin` column): the run does not rank it", hidden)
             if expected == TIE:
                 reject("the two measured bands overlap: a difference inside the spread is no difference", hidden)
             if got == TIE:
-                reject("the two bands do not overlap here: every window of one side is better than every window of "
-                       "the other — a difference, even where it is small", hidden)
+                reject(f"the two bands do not overlap, both settled, and the lead (better ÷ worse − 1) is past this "
+                       f"run's {pct} margin: the run ranks it", hidden)
             reject(f"look at which band is better: for {metric}, {better} is better", hidden)
         ra, rb = bands.loc[a], bands.loc[b]
         text = (f"{a}: {metric} {ra['value']:.4g} [{ra['lo']:.4g}–{ra['hi']:.4g}], {b}: {rb['value']:.4g} "
