@@ -329,8 +329,8 @@ step.answer("; ".join(parts) + ".")
 # %% [markdown]
 # ### Exercise: ask Prometheus yourself
 # Prometheus still holds the load's series. Write the PromQL for the service's answers per second on `/embed`,
-# one series per `status`, over the last `window` (the check picks one covering the load); the check compares
-# it with the load generator's own records.
+# one series per `status`, over the last `window` (the check picks it), compared with the load generator's own
+# records.
 
 # %% tags=["exercise"]
 # Exercise 06c.1: the service's answers per second by status, in PromQL
@@ -373,7 +373,7 @@ held.close()  # Prometheus stops here
 #   A closed loop cannot overload a server; the open loop here can, which is why it needs a gate.
 #
 # This repository's own GPU reference (one H100, `reference/nvidia-h100-80gb-hbm3/`) has no overload run:
-# `servelab bench overload` on the node measures the same knee there.
+# `servelab bench overload` on the node measures the same knee there (`SOURCES.md` lists the write-ups).
 
 # %%
 parts = []
