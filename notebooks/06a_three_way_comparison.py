@@ -20,7 +20,8 @@
 #
 # **After this notebook you can**
 # - put three serving systems side by side fairly: same model, same engine, same requests, same machine;
-# - read a Triton **ensemble** (JPEG bytes → preprocessing model → encoder) and say where each step runs;
+# - read a Triton **ensemble** (JPEG bytes → preprocessing model → encoder), say where each step runs, and
+#   send it a JPEG by hand;
 # - split a request's latency into client-side, queueing, compute and "everything else" from Triton's own
 #   statistics, and tell which part a faster model, a faster server or a faster network would shrink;
 # - refuse to rank two systems whose measured ranges overlap.
@@ -52,7 +53,6 @@
 # use the cores ("Why" below) and in what surrounds the compute: decoding, copies, Python-to-C++ hops, how well
 # batching lines requests up. Locally Triton's encoder is a python-backend `model.py`, not the onnxruntime
 # backend a GPU node uses, and the client sits on loopback: no network cost, unlike the source's measurements.
-# Then a breakdown of where a request's time goes: client, queue, compute, and the rest.
 
 # %% tags=["parameters"]
 harness = {}              # where this runs: filled by `servelab lab run` ({}: this place's defaults)
@@ -280,6 +280,36 @@ def execute(self, requests):
 checks.python_backend_execute(execute, triton_http_url=lab.triton_http_url,
                               repository=lab.triton_repository if lab.place == "local" else None,
                               exercise="06a.3", step=step)
+
+# %% [markdown]
+# ### Exercise: one JPEG to the ensemble, by hand
+# Send one yourself with `tritonclient.http`: input `IMAGE`, type `BYTES`, shape `[batch, 1]`, holding the file's
+# bytes in a numpy object array; output `embedding`.
+
+# %% tags=["exercise"]
+# Exercise 06a.4: send one JPEG's bytes to the JPEG ensemble with tritonclient
+import tritonclient.http as httpclient
+
+
+def embed_jpeg(url, model, jpeg):
+    """The `embedding` output ([1, 512] FP32) of the ensemble `model` at `url` (host:port) for one JPEG file's bytes."""
+    # BEGIN SOLUTION
+    client = httpclient.InferenceServerClient(url)
+    image = httpclient.InferInput("IMAGE", [1, 1], "BYTES")
+    image.set_data_from_numpy(np.array([[jpeg]], dtype=object))
+    return client.infer(model, [image]).as_numpy("embedding")
+    # END SOLUTION
+
+
+# %%
+from servelab.bench.load.inputs import sample_jpegs
+from servelab.client import InferenceClient
+
+encoder = InferenceClient(mode="remote", backend="triton-http", url=lab.triton_http_url, payload="tensor",
+                          model=lab.triton_model)  # preprocessing here, the encoder alone in Triton
+checks.triton_jpeg_call(embed_jpeg, triton_http_url=lab.triton_http_url, model=lab.triton_jpeg_model,
+                        photo=sample_jpegs(1, seed=11)[0], embed_images=encoder.embed_images, exercise="06a.4",
+                        step=step)
 
 # %%
 step.show_plot(plot_server_breakdown(tensor_recs, step.plot_path("server_breakdown")))

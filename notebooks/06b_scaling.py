@@ -136,9 +136,9 @@ if config_file.is_file():
 
 # %% [markdown]
 # **Your turn.** Write the stanzas you change. The cell below puts your `instance_group` in place of the file's
-# and your `parameters` over its own (by key), prints the edited `config.pbtxt` and loads it into the running
-# Triton with one repository-API request, tritonclient's `load_model(name, config=<the config as JSON>)`, the
-# same request as
+# and your `parameters` over its own (by key) and prints the edited `config.pbtxt`. Then you load it into the
+# running Triton yourself: one repository-API request, tritonclient's `load_model(name, config=<the config as
+# JSON>)`, the same request as
 #
 # ```bash
 # # runs here, against the lab's Triton (HTTP port 8003 unless the run chose another: `triton_http_url`)
@@ -148,8 +148,8 @@ if config_file.is_file():
 #
 # Every repository request carries the server's key (`headers=lab.triton_headers`): a load may bring code that
 # Triton runs (docs/SECURITY.md). A load without `config` may keep yours
-# ([why](../docs/TROUBLESHOOTING.md#a-load-without-config-keeps-the-configuration-you-loaded)), so the cell's
-# last request sends the file's own text. Try a count of 3, or more threads than cores, and read what the
+# ([why](../docs/TROUBLESHOOTING.md#a-load-without-config-keeps-the-configuration-you-loaded)), so the cell after
+# the check sends the file's own text. Try a count of 3, or more threads than cores, and read what the
 # server reports.
 
 # %%
@@ -169,12 +169,29 @@ from servelab.lab.config_text import as_json, edited
 show_code(edited)
 cpu_hands = config_file.is_file() and not triton.gpus  # a CPU model in a repository this notebook can read
 not_here = "this Triton's encoder runs on a GPU" if triton.gpus else f"{config_file} is not readable here"
+my_text = None
 if step.skip_unless(cpu_hands, "the threads × instances configuration loaded by hand", not_here, "the instance sweep above"):
     staged_text = config_file.read_text()
     my_text = edited(staged_text, my_edit)
     print(my_text[my_text.index("instance_group"):])
+
+# %% tags=["exercise"]
+# Exercise 06b.4: load your configuration into the running Triton with one repository-API request
+def load_mine(client, model, config_text):
+    """Load `model` with `config_text` (config.pbtxt text; `as_json` converts it) through `client`, a
+    tritonclient.http InferenceServerClient, carrying the server's key (lab.triton_headers)."""
+    # BEGIN SOLUTION
+    client.load_model(model, config=as_json(config_text), headers=lab.triton_headers)
+    # END SOLUTION
+
+
+# %%
+checks.loaded_config(load_mine, triton_http_url=lab.triton_http_url, model=lab.triton_model, config_text=my_text,
+                     unavailable=not_here, exercise="06b.4", step=step)
+
+# %%
+if my_text is not None:
     client = httpclient.InferenceServerClient(lab.triton_address)
-    client.load_model(lab.triton_model, config=as_json(my_text), headers=lab.triton_headers)  # POST /v2/repository/models/<model>/load
     loaded = client.get_model_config(lab.triton_model)
     print("loaded:", loaded["instance_group"], {k: v["string_value"] for k, v in loaded["parameters"].items()
                                                 if k.startswith("intra_op")})

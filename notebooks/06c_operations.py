@@ -71,7 +71,7 @@ opts = lab.load
 # scheduled arrival, so waiting anywhere counts.
 #
 # ### The gate, in the service's code
-# Before the harness takes over, read the lines that shed. Every embedding request passes the `Gate`, a plain
+# Every embedding request passes the `Gate`, a plain
 # ASGI middleware in front of FastAPI: before the body is read it asks why a request arriving now would be
 # refused, answers 503 at once when there is a reason, and otherwise holds a slot until the answer is done. The
 # gate has two bounds: a count of requests in flight, and an expected wait (the images ahead at the engine's
@@ -140,9 +140,7 @@ if knee is not None:
 #   needs. The engine always has work, but each accepted request waits behind a full queue, and an answer that
 #   arrives after its client gave up was computed for nobody.
 #
-# Which weighs more depends on the machine: cores beside the engine's, a decode's cost against an inference's,
-# refusals per second. The cell below reads it from this run's records: goodput and accepted p99 at the highest
-# level, each copy's goodput against its own at capacity, and where each copy's requests and engine time went.
+# Which weighs more depends on the machine; the cell below reads it from this run's records.
 # Triton sheds the same way with `max_queue_size` in its queue policy (the benchmark turns it on; notebook 04
 # says why the lab's config leaves it off); LitServe has no bound. `servelab bench overload` measures all four.
 
@@ -203,7 +201,7 @@ if knee is not None:
 # The overload tables were written after the fact by the load generator. An operator sees a server while it
 # runs, through its metrics: the service and Triton publish Prometheus counters and histograms at `/metrics`,
 # and a **Prometheus** server scrapes them on a timer, stores the series and answers PromQL queries. Here a real
-# Prometheus (started for this section on a free loopback port, stopped at its end) scrapes both every 0.5 s
+# Prometheus (on a free loopback port) scrapes both every 0.5 s
 # while a **stepped load** of 1, 2, 3, 5, 3, 2 and 1 clients, a couple of seconds per step, goes to the
 # service and to Triton at once (on the same cores). The service here admits 4 requests at a time, so at 5
 # clients it must refuse some; one alert rule watches for that.
@@ -247,7 +245,8 @@ else:
 # %%
 import contextlib
 
-from servelab.bench.experiments.monitoring import STEPS, Target, monitor, plot_monitoring
+from servelab.assignments import checks
+from servelab.bench.experiments.monitoring import STEPS, Target, monitoring, plot_monitoring
 from servelab.bench.load import client_factory
 from servelab.bench.load.inputs import sample_jpegs
 from servelab.client import InferenceClient
@@ -255,8 +254,8 @@ from servelab.client import InferenceClient
 triton_jpeg = lab.attach("triton-http", payload="jpeg", jpeg_model=lab.triton_jpeg_model)  # the run's Triton, JPEGs
 step_s = min(monitor_step_s, 0.5) if opts.quick else monitor_step_s
 interval_s = 0.5  # Prometheus scrapes (and evaluates the rule) every 0.5 s: four times per 2 s step
-monitored = None
-with contextlib.ExitStack() as stack:
+held = contextlib.ExitStack()  # Prometheus, up until the exercise below is checked (or the kernel exits)
+with contextlib.ExitStack() as stack:  # the monitored service, stopped at the end of this cell
     if lab.extra_servers:  # a service that admits 4 at a time, on the engine the overload section used
         svc = stack.enter_context(served("fastapi", "onnx-int8", payload="jpeg", max_queue=32,
                                          env={"SERVELAB_MAX_IN_FLIGHT": 4, "SERVELAB_REQUEST_TIMEOUT_S": 10},
@@ -265,13 +264,13 @@ with contextlib.ExitStack() as stack:
     else:  # a quick run starts no extra server: the run's own service, whose limit is far above 5 clients
         monitored_url, admits = lab.service_url, None
     jpegs = list(sample_jpegs(1))
-    view = monitor(
+    view = held.enter_context(monitoring(
         [Target("servelab", monitored_url + "/metrics"), Target("triton", lab.triton_metrics_url)],
         {"servelab": client_factory(lambda: InferenceClient(mode="remote", backend="fastapi", url=monitored_url,
                                                             payload="jpeg", retries=0), blobs=jpegs),
          "triton": client_factory(triton_jpeg.make_client, blobs=jpegs)},
         triton_model=lab.triton_model, steps=STEPS, step_s=step_s, interval_s=interval_s,
-        log_path=step.out_dir / "logs" / "prometheus.log")
+        log_path=step.out_dir / "logs" / "prometheus.log"))
 print(view.prometheus if view.scraped else f"{view.prometheus}: the stepped load below comes from servelab's "
       "own records only")
 if view.scraped:  # what was asked of Prometheus, and the rule it evaluated
@@ -328,6 +327,29 @@ if view.scraped:
 step.answer("; ".join(parts) + ".")
 
 # %% [markdown]
+# ### Exercise: ask Prometheus yourself
+# Prometheus still holds the load's series. Write the PromQL for the service's answers per second on `/embed`,
+# one series per `status`, over the last `window` (the check picks it), compared with the load generator's own
+# records.
+
+# %% tags=["exercise"]
+# Exercise 06c.1: the service's answers per second by status, in PromQL
+def answers_per_second(window):
+    """A PromQL expression: the monitored service's answers per second on /embed over the last `window`, one
+    series per `status` label (from its counter servelab_requests_total)."""
+    # BEGIN SOLUTION
+    return f'sum by (status) (rate(servelab_requests_total{{endpoint="/embed"}}[{window}]))'
+    # END SOLUTION
+
+
+# %%
+checks.promql_rates(answers_per_second, prometheus_url=view.prometheus_url, start=view.started, end=view.ended,
+                    counts=view.outcomes.get("servelab", {}), unavailable=view.prometheus, exercise="06c.1", step=step)
+
+# %%
+held.close()  # Prometheus stops here
+
+# %% [markdown]
 # ### Why the monitoring view looks the way it does
 # - **`histogram_quantile` estimates.** Prometheus sees only how many requests fell into each bucket (bounds in
 #   `servelab/service/metrics.py`) and interpolates linearly inside one: a p99 is only as sharp as its bucket.
@@ -349,7 +371,6 @@ step.answer("; ".join(parts) + ".")
 #   backend): past capacity in a *closed* loop, extra clients only wait. At concurrency 8 and at 16 Triton
 #   delivered the same 52.4 inferences/s, while the queue time grew from 132 ms to 283 ms of each request.
 #   A closed loop cannot overload a server; the open loop here can, which is why it needs a gate.
-# - **Photo-dedup write-ups**: none of the figures `SOURCES.md` lists comes from load offered past capacity.
 #
 # This repository's own GPU reference (one H100, `reference/nvidia-h100-80gb-hbm3/`) has no overload run:
 # `servelab bench overload` on the node measures the same knee there (`SOURCES.md` lists the write-ups).

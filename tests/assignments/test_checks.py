@@ -16,7 +16,7 @@ from servelab.assignments import checks
 
 PACKAGE = Path(servelab.__file__).parent
 PURE = ("answer_tables", "predictions", "measured", "sizing", "config_answers")
-LIVE = ("live_configs", "emulated_plan", "live_code", "by_hand")
+LIVE = ("live_configs", "emulated_plan", "live_code", "by_hand", "live_requests")
 # what starts a process or a server: a pure check imports none of these, directly or through servelab modules
 STARTS_PROCESSES = ("subprocess", "multiprocessing", "uvicorn", "servelab.triton.server", "servelab.service.process",
                     "servelab.managed_process", "servelab.bench.servers", "servelab.lab.stack", "servelab.assignments.live")

@@ -24,11 +24,12 @@ from servelab.bench.experiments import emulated_lesson
 from servelab.bench.load import LoadOpts
 from servelab.client import InferenceClient
 from servelab.deploy.capacity import pod_shape
+from servelab.lab.config_text import as_json, edited
 from servelab.lab.notebooks import discover
 from servelab.lab.session import session
 from servelab.lab.step import Step, repo_path
 from servelab.model.device_profile import DeviceProfile
-from servelab.triton.models import CPU_ENCODER, EMULATED_ENCODER
+from servelab.triton.models import CPU_ENCODER, EMULATED_ENCODER, ENSEMBLE
 
 # variables each exercise's cells use, as the notebook's measuring cells would leave them; a function of the
 # live context (a real tritonserver, this test's Step, photos) for the exercises that run the answer for real
@@ -68,6 +69,27 @@ class Live:
     def lab(self, notebook: str, **harness):
         """Where the notebook runs, as the lab runner hands it over: the real session() on a harness dict."""
         return session(notebook, {"harness": {"place": "local", "out_dir": str(self.step.out_dir), **harness}})
+
+    def staged_config(self, model: str) -> str:
+        """The live Triton's config.pbtxt text for `model`, loaded again when the test ends (an answer may load
+        another)."""
+        import json
+
+        from servelab.triton.control import load_model
+
+        url, text = self.triton.http_url, (self.triton.repository / model / "config.pbtxt").read_text()
+        self._request.addfinalizer(lambda: load_model(url, model, json.loads(as_json(text))))
+        return text
+
+    @property
+    def jpeg_triton(self):
+        """The live Triton with its JPEG ensemble loaded beside the encoder."""
+        return self._request.getfixturevalue("assignments_jpeg_triton")
+
+    @property
+    def monitoring(self):
+        """A monitoring view whose Prometheus is still up (it scraped a real service under a stepped load)."""
+        return self._request.getfixturevalue("assignments_monitoring")
 
     @property
     def service(self):
@@ -114,6 +136,12 @@ BINDINGS: dict[str, dict] = {
             ("triton-http", 4, [28, 30]), ("litserve", 1, [19, 21]), ("litserve", 4, [25, 27]))]},
     "06a.3": lambda ctx: {"lab": ctx.lab("06a", triton_http_url=ctx.triton.http_url,
                                           triton_repository=str(ctx.triton.repository))},
+    "06a.4": lambda ctx: {"lab": ctx.lab("06a", triton_http_url=ctx.jpeg_triton.http_url, triton_model=CPU_ENCODER,
+                                          triton_jpeg_model=ENSEMBLE)},
+    "06b.4": lambda ctx: {"lab": ctx.lab("06b", triton_http_url=ctx.triton.http_url, triton_model=CPU_ENCODER),
+                          "my_text": edited(ctx.staged_config(CPU_ENCODER), 'instance_group [ { kind: KIND_CPU, count: 2 } ]'),
+                          "as_json": as_json, "not_here": ""},
+    "06c.1": lambda ctx: {"view": ctx.monitoring},
     # windows of several requests: the check ranks trials by their bands, which one-request windows make too narrow
     "06b.3": lambda ctx: {"concurrency_levels": [1, 2], "trials": Trials(
         ctx.step.run, ctx.triton.http_url, CPU_ENCODER, LoadOpts.smoke(min_requests=4, min_p50s=3, max_windows=3),

@@ -40,22 +40,32 @@ def triton_client_call(answer, *, triton_http_url: str, model: str, triton_grpc_
         expected = np.asarray(c.embed_tensor(pixels), dtype=np.float32)
 
     def judge(value):
-        if value is None:
-            reject("the function returned None: return the `embedding` output as a numpy array")
-        got = np.asarray(value)
-        if got.shape != expected.shape:
-            if got.shape == expected.shape[1:]:
-                reject(f"got one vector of shape {got.shape}: return one embedding per image in the batch")
-            reject(f"got shape {got.shape}; the batch had {batch} images and each embedding has {expected.shape[1]} values")
-        if got.dtype != np.float32:
-            reject(f"got dtype {got.dtype}: the model's output is FP32; as_numpy returns it as it is")
-        cos = (got * expected).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(expected, axis=1) + 1e-12)
-        if cos.min() < 0.999:
-            reject(f"row {int(cos.argmin())} differs from what Triton returns for that image: send the tensor as "
-                   f"it is (no reshaping or transposing) and read the `embedding` output")
+        cos = judge_embeddings(value, expected, what="the batch had {n} images",
+                               differs="send the tensor as it is (no reshaping or transposing) and read the "
+                                       "`embedding` output")
         return f"{batch} embeddings of {expected.shape[1]} values from {model}, matching servelab's client (min cosine {cos.min():.6f})"
 
     return run_check("triton_client_call", exercise, answer, (host, model, pixels), judge, step, strict)
+
+
+def judge_embeddings(value, expected: np.ndarray, *, what: str, differs: str) -> np.ndarray:
+    """Reject `value` unless it is a float32 array shaped like `expected` ([n, 512]) whose rows each match
+    `expected`'s (cosine >= 0.999); returns the cosines. `what` says what was sent ("{n}" becomes the row
+    count), `differs` how to fix a row that does not match."""
+    if value is None:
+        reject("the function returned None: return the `embedding` output as a numpy array")
+    got = np.asarray(value)
+    if got.shape != expected.shape:
+        if got.shape == expected.shape[1:]:
+            reject(f"got one vector of shape {got.shape}: return the output as Triton gives it, one row per image")
+        reject(f"got shape {got.shape}; {what.format(n=expected.shape[0])} and each embedding has "
+               f"{expected.shape[1]} values")
+    if got.dtype != np.float32:
+        reject(f"got dtype {got.dtype}: the model's output is FP32; as_numpy returns it as it is")
+    cos = (got * expected).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(expected, axis=1) + 1e-12)
+    if cos.min() < 0.999:
+        reject(f"row {int(cos.argmin())} differs from the same image's embedding: {differs}")
+    return cos
 
 
 _ROWS = f"data_type: TYPE_{TRITON_DTYPE}, dims: [ {EMBED_DIM} ]"  # the encoder's output rows, in and out

@@ -7,6 +7,9 @@ closed-loop load (1, 2, 3, 5, 3, 2, 1 clients) runs, and the view is read back w
     view.alert_firing            # [(start_s, end_s)] while the ServiceShedsLoad alert fired
     plot_monitoring(view, path)
 
+    with monitoring(targets, factories, triton_model="m") as view:   # Prometheus still up inside the block
+        httpx.get(view.prometheus_url + "/api/v1/query", params={"query": "up"})   # PromQL about the load just run
+
 Prometheus is Debian's `prometheus` package (`scripts/prometheus.sh`) or the official binary on PATH. It runs as
 a `ManagedProcess` (own process group, stopped with its whole group) on a free loopback port with a
 temporary data directory, a short scrape and rule-evaluation interval, and one alert rule (`rules_yaml`).
@@ -20,13 +23,14 @@ the difference is part of the lesson.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import shutil
 import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -178,7 +182,13 @@ class PrometheusServer(ManagedProcess):
                 return line.strip()[-300:]
         return None
 
+    def start(self):
+        super().start()
+        atexit.register(self.stop)  # held across notebook cells: a kernel that exits midway still stops it
+        return self
+
     def stop(self) -> int | None:
+        atexit.unregister(self.stop)
         try:
             return super().stop()
         finally:
@@ -317,6 +327,10 @@ class MonitoringView:
     window_s: float = 2.0  # the rate window of every query and of the alert
     rules: str = ""  # the rules file Prometheus evaluated
     shed_span: tuple | None = None  # (first, last) 503 answer of the service, s from the load's start (servelab records)
+    started: float = 0.0  # the load's start and end, unix seconds
+    ended: float = 0.0
+    outcomes: dict = field(default_factory=dict)  # outcome_counts: {target: {outcome: requests}} during the load
+    prometheus_url: str | None = None  # inside `monitoring`'s block only, where Prometheus ran and scraped
 
     @property
     def scraped(self) -> bool:
@@ -340,11 +354,21 @@ class MonitoringView:
         return float(np.median(v)) if len(v) else None
 
 
-def monitor(targets: Sequence[Target], factories: dict[str, Callable[[int], tuple]], *, triton_model: str | None = None,
-            steps: Sequence[int] = STEPS, step_s: float = 2.0, interval_s: float = 0.5, window_s: float | None = None,
-            log_path: Path | None = None) -> MonitoringView:
+def monitor(targets: Sequence[Target], factories: dict[str, Callable[[int], tuple]], **kw) -> MonitoringView:
     """Start Prometheus on `targets` (if it can be), run the stepped load through `factories`, read the series
-    back with PromQL, stop Prometheus. Without Prometheus, the same load and servelab's own records."""
+    back with PromQL, stop Prometheus. Without Prometheus, the same load and servelab's own records.
+    Keywords as `monitoring`'s."""
+    with monitoring(targets, factories, **kw) as view:
+        return view
+
+
+@contextlib.contextmanager
+def monitoring(targets: Sequence[Target], factories: dict[str, Callable[[int], tuple]], *,
+               triton_model: str | None = None, steps: Sequence[int] = STEPS, step_s: float = 2.0,
+               interval_s: float = 0.5, window_s: float | None = None,
+               log_path: Path | None = None) -> Iterator[MonitoringView]:
+    """`monitor`, with Prometheus still up inside the block: `view.prometheus_url` answers PromQL about the
+    load just run (None where no Prometheus ran) until the block ends, which stops it whatever happened."""
     window_s = window_s or max(4 * interval_s, min(2.0, step_s))
     qs = queries(triton_model, window_s)
     prom, why = None, ""
@@ -358,7 +382,8 @@ def monitor(targets: Sequence[Target], factories: dict[str, Callable[[int], tupl
         t0, requests = stepped_load(factories, steps, step_s)
         end = t0 + len(steps) * step_s
         view = MonitoringView(steps=step_rows(t0, requests, steps, step_s), step_s=step_s, clients=tuple(steps),
-                              prometheus=why, queries=qs, interval_s=interval_s, window_s=window_s)
+                              prometheus=why, queries=qs, interval_s=interval_s, window_s=window_s,
+                              started=t0, ended=end, outcomes=outcome_counts(requests, t0, end))
         shed = [r.t_start - t0 for r in requests if r.job == "servelab" and r.outcome == "shed"]
         view.shed_span = (min(shed), max(shed)) if shed else None
         if prom is not None:
@@ -374,10 +399,24 @@ def monitor(targets: Sequence[Target], factories: dict[str, Callable[[int], tupl
                 view.alert_firing = _spans(view.series.pop("alert")[0], interval_s)
             if not why:
                 view.prometheus = f"Prometheus {_version(prom.binary)} scraping every {interval_s:g} s"
-        return view
+                view.prometheus_url = prom.url
+        try:
+            yield view
+        finally:
+            view.prometheus_url = None  # stopped below: a later query would find nothing there
     finally:
         if prom is not None:
             prom.stop()
+
+
+def outcome_counts(requests: list[Request], t_start: float, t_end: float) -> dict[str, dict[str, int]]:
+    """{target: {outcome: requests}} of the requests that started during the load, as step_rows counts them."""
+    out: dict[str, dict[str, int]] = {}
+    for r in requests:
+        if t_start <= r.t_start < t_end:
+            job = out.setdefault(r.job, {})
+            job[r.outcome] = job.get(r.outcome, 0) + 1
+    return out
 
 
 def _spans(times, gap: float) -> list[tuple]:

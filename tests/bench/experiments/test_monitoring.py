@@ -132,3 +132,22 @@ def test_without_prometheus_the_load_still_runs_and_says_why(tiny_triton, tiny_f
     assert all(r["ok_rps"] > 0 and r["failed"] == 0 for r in view.steps)
     assert np.isfinite(view.steps[-1]["accepted_p50_ms"])
     assert plot_monitoring(view, tmp_path / "monitoring.png").stat().st_size > 0
+
+
+@needs_prometheus
+def test_a_prometheus_left_running_stops_when_its_python_exits():
+    """A notebook holds Prometheus across cells (`monitoring`'s block) and may fail before closing it: the kernel's
+    exit stops it and removes its data directory."""
+    import sys
+    from pathlib import Path
+
+    from servelab.managed_process import pid_alive
+
+    code = ("from servelab.bench.experiments.monitoring import PrometheusServer, Target\n"
+            "p = PrometheusServer([Target('nothing', 'http://127.0.0.1:9/metrics')]).start()\n"
+            "print(p.proc.pid, p.dir, flush=True)\n")  # exits without stopping it
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    pid, data = res.stdout.split()
+    assert not pid_alive(int(pid)), f"Prometheus {pid} outlived the Python that started it"
+    assert not Path(data).exists()

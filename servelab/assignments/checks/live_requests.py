@@ -1,0 +1,219 @@
+"""Checks that send a student's request to a running server and read back what the server then does: a JPEG
+sent by hand to Triton's ensemble, a configuration loaded with the repository API, a PromQL query put to the
+Prometheus that scraped the monitored service.
+
+    triton_jpeg_call(embed_jpeg, triton_http_url=url, model=lab.triton_jpeg_model, photo=jpeg,
+                     embed_images=service.embed_images, exercise="06a.4")
+    loaded_config(load_mine, triton_http_url=url, model=lab.triton_model, config_text=my_text, exercise="06b.4")
+    promql_rates(answers_per_second, prometheus_url=view.prometheus_url, start=view.started, end=view.ended,
+                 counts=view.outcomes["servelab"], exercise="06c.1")
+
+Each passes for what this run's servers answer: the expected embedding, configuration or rate comes from the
+same servers the student's request went to, or from the run's own records.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+
+from servelab.assignments.checks.live_code import judge_embeddings
+from servelab.assignments.result import CheckResult, NotRunHere, reject, run_check
+
+
+def _server_error(answer):
+    """The student's function, with a Triton refusal returned as a value (the check turns it into a hint)
+    instead of an `error` result."""
+    from tritonclient.utils import InferenceServerException
+
+    def call(*args):
+        try:
+            return answer(*args)
+        except InferenceServerException as exc:
+            return exc
+
+    return call
+
+
+def _refused(value) -> str | None:
+    from tritonclient.utils import InferenceServerException
+
+    return str(value).splitlines()[0][:300] if isinstance(value, InferenceServerException) else None
+
+
+def triton_jpeg_call(answer, *, triton_http_url: str, model: str, photo: bytes, embed_images, exercise: str,
+                     step=None, strict: bool | None = None) -> CheckResult:
+    """answer: fn(url, model, jpeg) -> embedding, written by hand with `tritonclient.http`: an
+    InferenceServerClient for `url` (host:port), an InferInput `IMAGE` of shape [1, 1] and type BYTES whose data
+    is the file's bytes (a numpy object array), infer on the JPEG ensemble `model`, as_numpy("embedding").
+
+    Checked by running it against the running Triton with `photo`: the result must be a float32 array of shape
+    (1, 512) whose cosine with `embed_images([photo])` (the service's or the in-process embedding of the same
+    file) is at least 0.999."""
+    from servelab.triton.control import address
+
+    expected = np.asarray(embed_images([photo]), dtype=np.float32)
+
+    def judge(value):
+        refused = _refused(value)
+        if refused:
+            hint = ("IMAGE is [batch, 1]: one JPEG is shape [1, 1]" if "shape" in refused.lower() else
+                    "send the file's bytes as a BYTES tensor named IMAGE to the JPEG ensemble")
+            reject(f"Triton refused the request ({refused}): {hint}")
+        cos = judge_embeddings(value, expected, what="one JPEG was sent ({n} row)",
+                               differs="send the file's bytes exactly as read (not decoded, not re-encoded) to "
+                                       "the JPEG ensemble")
+        return (f"Triton's ensemble {model} embedded the JPEG you sent by hand: cosine {cos.min():.6f} with the "
+                f"same photo's embedding from servelab")
+
+    return run_check("triton_jpeg_call", exercise, _server_error(answer), (address(triton_http_url), model, photo),
+                     judge, step, strict)
+
+
+def _threads_and_instances(config: dict) -> tuple[int, str | None]:
+    """(instances, intra_op_threads) of a ModelConfig as JSON: the instance_group counts summed, and the
+    python-backend model's `intra_op_threads` parameter (None where it has none)."""
+    instances = sum(int(g.get("count", 1)) for g in config.get("instance_group") or [{}])
+    threads = ((config.get("parameters") or {}).get("intra_op_threads") or {}).get("string_value")
+    return instances, threads
+
+
+def loaded_config(answer, *, triton_http_url: str, model: str, config_text: str | None, exercise: str,
+                  unavailable: str = "", step=None, strict: bool | None = None) -> CheckResult:
+    """answer: fn(client, model, config_text) that loads `model` into the running Triton with the configuration
+    `config_text` (config.pbtxt text): one repository-API request, `client.load_model(model, config=<the
+    config as JSON>, headers=<the server's key>)` (servelab.lab.config_text.as_json converts the text).
+
+    Checked by reading the running server's configuration afterwards (GET /v2/models/<model>/config): it must
+    serve the instances (the instance_group counts) and the intra_op_threads that `config_text` asks for, and
+    the load must have changed something the server served before. Not run where `config_text` is None
+    (`unavailable` says why). The loaded configuration stays: the notebook's next cells put the file's back."""
+    import tritonclient.http as httpclient
+
+    from servelab.lab.config_text import as_json
+    from servelab.triton.control import address
+
+    if config_text is None:
+        return run_check("loaded_config", exercise, lambda *a: None, (), _not_here(unavailable or "no configuration "
+                         "to load here"), step, strict)
+    want = _threads_and_instances(json.loads(as_json(config_text)))
+    client = httpclient.InferenceServerClient(address(triton_http_url), network_timeout=300, connection_timeout=300)
+    before = _threads_and_instances(client.get_model_config(model))
+
+    def judge(value):
+        refused = _refused(value)
+        if refused:
+            key = any(w in refused.lower() for w in ("key", "header", "forbidden", "unauthori", "denied"))
+            reject(f"Triton refused the load ({refused})"
+                   + (": every repository request carries the server's key (headers=lab.triton_headers)" if key else
+                      ": send the whole config.pbtxt, converted to JSON, as `config`"))
+        served = client.get_model_config(model)
+        got = _threads_and_instances(served)
+        detail = {"instances": got[0], "intra_op_threads": got[1]}
+        if got == want:
+            return (f"Triton now serves {model} with {got[0]} instance(s) × {got[1]} intra-op thread(s), the "
+                    "configuration you loaded", detail)
+        if got == before:
+            reject(f"Triton still serves {before[0]} instance(s) × {before[1]} thread(s), as before your request: "
+                   "a load without `config` reloads the repository's file; send your text as JSON in `config`",
+                   detail)
+        reject(f"Triton serves {got[0]} instance(s) × {got[1]} thread(s), not what your configuration asks for: "
+               "load the edited text (`config_text`), not another one", detail)
+
+    try:
+        return run_check("loaded_config", exercise, _server_error(answer), (client, model, config_text), judge,
+                         step, strict)
+    finally:
+        client.close()
+
+
+def _not_here(why: str):
+    def judge(_):
+        raise NotRunHere(why)
+
+    return judge
+
+
+STATUSES = {"ok": "200", "shed": "503"}  # the load generator's outcomes, as the service's `status` label says them
+
+
+def promql_rates(answer, *, prometheus_url: str | None, start: float, end: float, counts: dict, exercise: str,
+                 unavailable: str = "", step=None, strict: bool | None = None) -> CheckResult:
+    """answer: fn(window) -> a PromQL expression (a string) for the monitored service's answers per second on
+    its embedding route, one series per `status` label, averaged over the last `window` (a PromQL duration,
+    e.g. "16s"): `sum by (status) (rate(servelab_requests_total{endpoint="/embed"}[<window>]))`, or
+    increase() divided by the window's seconds.
+
+    Checked by evaluating it on the running Prometheus (GET /api/v1/query) at the end of the stepped load
+    (`start`, `end`: unix seconds), `window` covering the whole load and a scrape either side, and comparing
+    each status's value with the run's own records (`counts`: the load generator's outcomes, "ok" and "shed",
+    over the load) divided by the window's seconds: within 15 % or two requests. Not run where no
+    Prometheus ran (`unavailable` says why)."""
+    import httpx
+
+    if not prometheus_url:
+        return run_check("promql_rates", exercise, lambda *a: None, (), _not_here(
+            unavailable or "no Prometheus scraped the monitored service here"), step, strict)
+    window_s = int(math.ceil(end - start)) + 2  # the load and a scrape either side of it
+    window = f"{window_s}s"
+    at = start + window_s - 1.0  # the end of the load and a scrape past it
+    expected = {STATUSES[k]: n / window_s for k, n in counts.items() if k in STATUSES and n}
+    if not expected:
+        return run_check("promql_rates", exercise, lambda *a: None, (), _not_here(
+            "the load generator recorded no answer from the service during the load"), step, strict)
+
+    def judge(promql):
+        if not isinstance(promql, str) or not promql.strip():
+            reject(f"return the PromQL expression as a string (got {type(promql).__name__})")
+        try:
+            r = httpx.get(f"{prometheus_url.rstrip('/')}/api/v1/query", params={"query": promql, "time": at},
+                          timeout=10.0)
+            body = r.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            raise NotRunHere(f"Prometheus at {prometheus_url} did not answer ({exc})") from None
+        if body.get("status") != "success":
+            reject(f"Prometheus refused the expression: {body.get('error', r.text)[:300]}")
+        data = body["data"]
+        if data.get("resultType") != "vector":
+            reject(f"the expression gives a {data.get('resultType')}, not an instant vector: rate() or increase() "
+                   "over a range turns the range into one value per series")
+        series = data["result"]
+        if not series:
+            reject("the expression has no value at the end of the load: check the metric's name "
+                   "(servelab_requests_total) and the `endpoint` label (the route is /embed)")
+        by_status: dict[str, float] = {}
+        for s in series:
+            status = s["metric"].get("status")
+            if status is None:
+                reject("the result has no `status` label: keep one series per status (sum by (status))")
+            by_status[status] = by_status.get(status, 0.0) + float(s["value"][1])
+        if len(by_status) < len(series):
+            reject("several series share a status: sum them by (status), so that each status is one value")
+        detail = {"promql": promql, "window_s": window_s, "got": by_status, "records_per_s": expected}
+        for status, want in expected.items():
+            got = by_status.get(status)
+            if got is None:
+                reject(f"the service answered status {status} during the load, and your expression has no series "
+                       "for it: do not filter it out", detail)
+            if abs(got - want) > max(0.15 * want, 2 / window_s):
+                ratio = got / want if want else float("inf")
+                if abs(ratio - window_s) < 0.2 * window_s:
+                    hint = "it is a count over the window: divide increase() by the window's seconds, or use rate()"
+                elif abs(ratio * window_s - 1) < 0.2:
+                    hint = "rate() is already per second: do not divide it by the window again"
+                else:
+                    hint = ("read the rate over the whole window you are given, of the service's counter "
+                            "(servelab_requests_total) on its embedding route only")
+                reject(f"status {status}: your expression gives {got:.2f}/s, which does not match what the load "
+                       f"generator recorded over the window: {hint}", detail)
+        extra = sorted(set(by_status) - set(expected) - {s for s, v in by_status.items() if v == 0})
+        if extra:
+            reject(f"your expression has answers with status {', '.join(extra)} that the load generator did not "
+                   "record during the load: read the embedding route (endpoint=\"/embed\") only", detail)
+        said = ", ".join(f"{s}: {by_status[s]:.2f}/s" for s in sorted(expected))
+        return (f"Prometheus evaluated your PromQL over the last {window}: {said}, matching the load generator's "
+                f"own records", detail)
+
+    return run_check("promql_rates", exercise, answer, (window,), judge, step, strict)
