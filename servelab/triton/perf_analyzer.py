@@ -5,6 +5,8 @@ point, read its CSV.
     binary = pa.find()                       # Path, or None: `servelab triton get-perf-analyzer` fetches it
     cmd = pa.command(binary, "127.0.0.1:8003", "openclip_vit_b32_cpu", concurrency=8, csv=Path("pa.csv"))
     result = pa.run(cmd, csv=Path("pa.csv"))   # PerfResult: throughput, p50/p99, server queue/compute, output
+    results = pa.measure(cmd, Path("pa.csv"), fallback_requests=48)  # one per concurrency; `counted` when the
+                                             # windows never settled and one count of 48 requests stood in
     env, argv = pa.parse_line("TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT=1 perf_analyzer -i grpc …")  # a typed line
 
 Where the binary comes from: the perf-analyzer wheels need glibc 2.38 and tritonclient >= 2.61 no longer
@@ -147,6 +149,7 @@ class PerfResult:
     server_compute_ms: float
     output: str  # what perf_analyzer printed
     connections: int | None = None  # the most TCP connections it held to the server at once (None: not counted)
+    counted: int | None = None  # the windows never settled: one count of this many requests instead (`measure`)
 
 
 def environment() -> dict:
@@ -158,8 +161,47 @@ def environment() -> dict:
 def run(cmd: list[str], csv: Path, timeout: float = 120.0, env: dict | None = None,
         count_port: int | None = None) -> PerfResult:
     """Run `cmd` (from `command` or `parse_line`, with the same `csv`) with `env` added to its environment;
-    RuntimeError with perf_analyzer's last lines on failure. `count_port`: also count the TCP connections it holds
-    to that port (sampled while it runs; the peak goes into `connections`)."""
+    CannotRun with perf_analyzer's last lines on failure. `count_port`: also count the TCP connections it holds
+    to that port (sampled while it runs; the peak goes into `connections`). The CSV's first row."""
+    return _run_rows(cmd, csv, timeout, env, count_port)[0]
+
+
+UNSETTLED = "stable measurement"  # in perf_analyzer's message when its windows never agreed within its trials
+# the options that choose how perf_analyzer measures (windows, their size, the stability rule, a fixed count)
+_MEASUREMENT = {"--measurement-mode", "--measurement-request-count", "--measurement-interval", "-p",
+                "--stability-percentage", "-s", "--max-trials", "-r", "--request-count"}
+
+
+def fixed_count(cmd: list[str], requests: int) -> list[str]:
+    """`cmd` with its measurement options replaced by one measurement of `requests` requests per concurrency
+    (`--request-count`, no stability rule: it always completes, however busy the machine)."""
+    out, skip = [], False
+    for word in cmd:
+        if skip:
+            skip = False
+        elif word in _MEASUREMENT:
+            skip = True
+        elif not word.startswith(tuple(f"{o}=" for o in _MEASUREMENT if o.startswith("--"))):
+            out.append(word)
+    return out + ["--request-count", str(requests)]
+
+
+def measure(cmd: list[str], csv: Path, *, fallback_requests: int, timeout: float = 120.0, env: dict | None = None,
+            count_port: int | None = None) -> list[PerfResult]:
+    """Run `cmd` as `run` does and return every row of its CSV (one per concurrency of `--concurrency-range`).
+    When its windows never settle ("Failed to obtain stable measurement", a busy machine), run it once more as one
+    count of `fallback_requests` requests per concurrency (`fixed_count`) and say so: each result's `counted`."""
+    try:
+        return _run_rows(cmd, csv, timeout, env, count_port)
+    except CannotRun as exc:
+        if UNSETTLED not in str(exc):
+            raise
+    Path(csv).unlink(missing_ok=True)
+    rows = _run_rows(fixed_count(cmd, fallback_requests), csv, timeout, env, count_port)
+    return [dataclasses.replace(r, counted=fallback_requests) for r in rows]
+
+
+def _run_rows(cmd: list[str], csv: Path, timeout: float, env: dict | None, count_port: int | None) -> list[PerfResult]:
     proc = subprocess.Popen(cmd, env={**environment(), **(env or {})}, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     deadline, peak = time.monotonic() + timeout, 0
@@ -177,8 +219,8 @@ def run(cmd: list[str], csv: Path, timeout: float = 120.0, env: dict | None = No
     if proc.returncode != 0 or not Path(csv).is_file():
         tail = " | ".join(line for line in output.strip().splitlines()[-3:])
         raise CannotRun(f"perf_analyzer exited {proc.returncode}: {tail}")
-    result = parse_csv(Path(csv).read_text(), output)
-    return dataclasses.replace(result, connections=peak if count_port is not None else None)
+    return [dataclasses.replace(r, connections=peak if count_port is not None else None)
+            for r in parse_csv_rows(Path(csv).read_text(), output)]
 
 
 def connections_to(pid: int, port: int) -> int:
@@ -221,9 +263,19 @@ def option(argv: list[str], *names: str, default: str | None = None) -> str | No
 
 def parse_csv(text: str, output: str = "") -> PerfResult:
     """perf_analyzer's `-f` CSV (latencies in microseconds) -> PerfResult of its first row."""
-    row = next(csvlib.DictReader(text.splitlines()))
-    us = lambda key: float(row[key]) / 1000.0  # noqa: E731
-    return PerfResult(concurrency=int(row["Concurrency"]), throughput_img_s=float(row["Inferences/Second"]),
-                      latency_p50_ms=us("p50 latency"), latency_p99_ms=us("p99 latency"),
-                      server_queue_ms=us("Server Queue"), server_compute_ms=us("Server Compute Infer"),
-                      output=output)
+    return parse_csv_rows(text, output)[0]
+
+
+def parse_csv_rows(text: str, output: str = "") -> list[PerfResult]:
+    """perf_analyzer's `-f` CSV -> one PerfResult per row (per concurrency), in concurrency order."""
+    def result(row):
+        us = lambda key: float(row[key]) / 1000.0  # noqa: E731
+        return PerfResult(concurrency=int(row["Concurrency"]), throughput_img_s=float(row["Inferences/Second"]),
+                          latency_p50_ms=us("p50 latency"), latency_p99_ms=us("p99 latency"),
+                          server_queue_ms=us("Server Queue"), server_compute_ms=us("Server Compute Infer"),
+                          output=output)
+
+    rows = sorted((result(row) for row in csvlib.DictReader(text.splitlines())), key=lambda r: r.concurrency)
+    if not rows:
+        raise CannotRun("perf_analyzer's CSV has no row")
+    return rows

@@ -277,6 +277,34 @@ def execution_providers(answer, *, want: str, exercise: str, step=None, strict: 
 PERF_LINES = ("http", "grpc", "grpc shared")
 
 
+def perf_command(lines, key: str, keys, binary, wanted: dict[str, str]) -> tuple[dict, list[str]]:
+    """The command line `lines[key]` (one of `keys`) as (environment, argv), held to what every perf_analyzer line of an exercise
+    needs (rejects with a hint): it runs `binary`, each option of `wanted` has its value (a single concurrency
+    `8` also matches `8:8`; a range `1:8:7` must be written as such), and its requests are of batch 1."""
+    from pathlib import Path
+
+    from servelab.triton.perf_analyzer import option, parse_line
+
+    text = lines.get(key)
+    if not isinstance(text, str) or not text.strip():
+        reject(f'"{key}" is missing: return a dict with the keys {", ".join(keys)}, each a command line')
+    try:
+        env, argv = parse_line(text)
+    except ValueError as exc:
+        reject(f'"{key}": {exc}')
+    if Path(argv[0]).name != Path(str(binary)).name:
+        reject(f'"{key}" runs {argv[0]!r}: start the command with the perf_analyzer binary ({binary})')
+    for flag, value in wanted.items():
+        got = option(argv, flag)
+        single = ":" not in value
+        if (got is None or (single and (got.split(":")[0] != value or got.count(":") and got.split(":")[1] not in ("", value)))
+                or (not single and got != value)):
+            reject(f'"{key}": {flag} {got or "(missing)"}; this measurement needs {flag} {value}')
+    if option(argv, "-b", "--batch-size", default="1") != "1":
+        reject(f'"{key}": batch {option(argv, "-b", "--batch-size")}: the comparison is of batch-1 requests')
+    return env, argv
+
+
 def perf_analyzer_lines(answer, *, binary, model: str, http_address: str, grpc_address: str, clients: int,
                         requests: int, exercise: str, step=None, strict: bool | None = None) -> CheckResult:
     """answer: {"http": line, "grpc": line, "grpc shared": line} of shell command lines, or fn(binary, model,
@@ -288,27 +316,11 @@ def perf_analyzer_lines(answer, *, binary, model: str, http_address: str, grpc_a
     MAX_SHARE_COUNT=1 before the command) and "grpc shared" with all of them on one (a share count of at least
     `clients`); apart from those, the three lines ask for the same measurement, so a ratio of two compares only
     the protocol or the channel."""
-    from pathlib import Path
-
-    from servelab.triton.perf_analyzer import SHARE_ENV, option, parse_line
+    from servelab.triton.perf_analyzer import SHARE_ENV, option
 
     def words(lines, key):
-        text = lines.get(key)
-        if not isinstance(text, str) or not text.strip():
-            reject(f'"{key}" is missing: return a dict with the keys {", ".join(PERF_LINES)}, each a command line')
-        try:
-            env, argv = parse_line(text)
-        except ValueError as exc:
-            reject(f'"{key}": {exc}')
-        if Path(argv[0]).name != Path(str(binary)).name:
-            reject(f'"{key}" runs {argv[0]!r}: start the command with the perf_analyzer binary ({binary})')
-        wanted = {"-m": model, "--concurrency-range": str(clients), "--request-count": str(requests)}
-        for flag, value in wanted.items():
-            got = option(argv, flag)
-            if got is None or got.split(":")[0] != value or got.count(":") and got.split(":")[1] not in ("", value):
-                reject(f'"{key}": {flag} {got or "(missing)"}; this point needs {flag} {value}')
-        if option(argv, "-b", "--batch-size", default="1") != "1":
-            reject(f'"{key}": batch {option(argv, "-b", "--batch-size")}: the comparison is of batch-1 requests')
+        env, argv = perf_command(lines, key, PERF_LINES, binary, {"-m": model, "--concurrency-range": str(clients),
+                                                                  "--request-count": str(requests)})
         protocol = "http" if key == "http" else "grpc"
         if option(argv, "-i", "--protocol", default="http") != protocol:
             reject(f'"{key}" speaks -i {option(argv, "-i", "--protocol", default="http")}; it should speak -i {protocol}')
