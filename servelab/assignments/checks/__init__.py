@@ -19,7 +19,8 @@ it passes the name explicitly.
 The pure checks read tables and text and start nothing: predictions (predict, then measure: the bands and the
 reading of servelab.bench.report), measured (answers read off a table), sizing (replicas, cost), config_answers
 (config.pbtxt, probes, healthchecks, providers, perf_analyzer command lines), over the table helpers in
-answer_tables. The live checks put an answer into the running stack: live_configs (a stanza loaded into Triton and measured, the p99 budget),
+answer_tables. The live checks put an answer into the running stack: live_configs (a stanza loaded into Triton and measured, the p99 budget,
+a config edited on disk and its load request, perf_analyzer lines run, /stats read),
 emulated_plan (a plan on the emulated accelerator) and live_code (a client call, a python-backend execute, a
 FastAPI route), through servelab.assignments.live.
 """
@@ -40,7 +41,14 @@ from servelab.assignments.checks.live_code import (
     python_backend_execute,
     triton_client_call,
 )
-from servelab.assignments.checks.live_configs import live_config, p99_budget
+from servelab.assignments.checks.live_configs import (
+    config_on_disk,
+    live_config,
+    loaded_from_disk,
+    p99_budget,
+    perf_analyzer_sweep,
+    stats_avg_batch,
+)
 from servelab.assignments.checks.measured import (
     best_choice,
     difference,
@@ -59,7 +67,7 @@ __all__ = [
     "queue_delay_for_budget", "batching_stanza", "gpu_instance_group", "trt_accelerator_stanza",
     "smallest_payload", "best_choice", "speedup", "difference", "share", "scaling_efficiency", "cost_per_1k_images",
     "threshold_for_precision", "replicas_for_load", "execution_providers", "k8s_probes", "compose_healthcheck",
-    "perf_analyzer_lines",
+    "perf_analyzer_lines", "config_on_disk", "loaded_from_disk", "perf_analyzer_sweep", "stats_avg_batch",
     "measured_bands", "reading", "TIE", "NO_SPREAD", "QUICK_PLAN_TOL", "L2NORM_CONFIG",
 ]
 # the check functions an exercise may call (the exercise format test holds the notebooks to this list)
