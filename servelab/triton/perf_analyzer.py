@@ -5,7 +5,7 @@ point, read its CSV.
     binary = pa.find()                       # Path, or None: `servelab triton get-perf-analyzer` fetches it
     cmd = pa.command(binary, "127.0.0.1:8003", "openclip_vit_b32_cpu", concurrency=8, csv=Path("pa.csv"))
     result = pa.run(cmd, csv=Path("pa.csv"))   # PerfResult: throughput, p50/p99, server queue/compute, output
-    results = pa.measure(cmd, Path("pa.csv"), fallback_requests=48)  # one per concurrency; `counted` when the
+    results = pa.measure(cmd, Path("pa.csv"), fallback_requests=48)  # one per concurrency; `counted` where its
                                              # windows never settled and one count of 48 requests stood in
     env, argv = pa.parse_line("TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT=1 perf_analyzer -i grpc …")  # a typed line
 
@@ -173,8 +173,9 @@ _MEASUREMENT = {"--measurement-mode", "--measurement-request-count", "--measurem
 
 
 def fixed_count(cmd: list[str], requests: int) -> list[str]:
-    """`cmd` with its measurement options replaced by one measurement of `requests` requests per concurrency
-    (`--request-count`, no stability rule: it always completes, however busy the machine)."""
+    """`cmd` with its measurement options replaced by one measurement of `requests` requests (`--request-count`,
+    no stability rule: it always completes, however busy the machine). perf_analyzer takes a count only for a
+    single concurrency: `measure` runs one such line per level of a range."""
     out, skip = [], False
     for word in cmd:
         if skip:
@@ -186,19 +187,39 @@ def fixed_count(cmd: list[str], requests: int) -> list[str]:
     return out + ["--request-count", str(requests)]
 
 
+def concurrencies(cmd: list[str]) -> list[int]:
+    """The concurrency levels `cmd` asks for: `--concurrency-range start[:end[:step]]` (1 when not given)."""
+    start, end, step = ((option(cmd, "--concurrency-range") or "1").split(":") + ["", ""])[:3]
+    return list(range(int(start), int(end or start) + 1, int(step or 1)))
+
+
+def at_concurrency(cmd: list[str], level: int) -> list[str]:
+    """`cmd` for the one concurrency `level`."""
+    out = [w for w in cmd if not w.startswith("--concurrency-range=")]
+    if "--concurrency-range" in out:
+        k = out.index("--concurrency-range")
+        return out[:k + 1] + [str(level)] + out[k + 2:]
+    return out + ["--concurrency-range", str(level)]
+
+
 def measure(cmd: list[str], csv: Path, *, fallback_requests: int, timeout: float = 120.0, env: dict | None = None,
             count_port: int | None = None) -> list[PerfResult]:
-    """Run `cmd` as `run` does and return every row of its CSV (one per concurrency of `--concurrency-range`).
-    When its windows never settle ("Failed to obtain stable measurement", a busy machine), run it once more as one
-    count of `fallback_requests` requests per concurrency (`fixed_count`) and say so: each result's `counted`."""
+    """Run `cmd` as `run` does and return one result per concurrency of its `--concurrency-range`, in order.
+    The levels whose windows never settled ("Failed to obtain stable measurement", a busy machine) are measured
+    again, one line per level, as one count of `fallback_requests` requests (`fixed_count`), and say so: their
+    result's `counted`. `csv` holds the last line's CSV."""
     try:
-        return _run_rows(cmd, csv, timeout, env, count_port)
+        rows = _run_rows(cmd, csv, timeout, env, count_port)
     except CannotRun as exc:
         if UNSETTLED not in str(exc):
             raise
-    Path(csv).unlink(missing_ok=True)
-    rows = _run_rows(fixed_count(cmd, fallback_requests), csv, timeout, env, count_port)
-    return [dataclasses.replace(r, counted=fallback_requests) for r in rows]
+        rows = []
+    got = {r.concurrency for r in rows}
+    for level in (c for c in concurrencies(cmd) if c not in got):
+        Path(csv).unlink(missing_ok=True)
+        counted = _run_rows(fixed_count(at_concurrency(cmd, level), fallback_requests), csv, timeout, env, count_port)
+        rows += [dataclasses.replace(r, counted=fallback_requests) for r in counted]
+    return sorted(rows, key=lambda r: r.concurrency)
 
 
 def _run_rows(cmd: list[str], csv: Path, timeout: float, env: dict | None, count_port: int | None) -> list[PerfResult]:
@@ -217,8 +238,9 @@ def _run_rows(cmd: list[str], csv: Path, timeout: float, env: dict | None, count
                 proc.communicate()
                 raise CannotRun(f"perf_analyzer ran past {timeout:.0f} s: {shlex.join(cmd)}") from None
     if proc.returncode != 0 or not Path(csv).is_file():
-        tail = " | ".join(line for line in output.strip().splitlines()[-3:])
-        raise CannotRun(f"perf_analyzer exited {proc.returncode}: {tail}")
+        lines = output.strip().splitlines()
+        said = [line for line in lines if re.match(r"\s*(error|failed|Failed)", line)] or lines[-3:]  # its own words
+        raise CannotRun(f"perf_analyzer exited {proc.returncode}: {' | '.join(said[:3])}")
     return [dataclasses.replace(r, connections=peak if count_port is not None else None)
             for r in parse_csv_rows(Path(csv).read_text(), output)]
 

@@ -261,15 +261,16 @@ PERF_SWEEP = ("on", "off")
 
 def perf_analyzer_sweep(answer, *, binary, models: Mapping[str, str], address: str, concurrency_range: tuple,
                         requests: int, out_dir, exercise: str, step=None, strict: bool | None = None,
-                        timeout: float = 300.0) -> CheckResult:
+                        fallback_requests: int | None = None, timeout: float = 300.0) -> CheckResult:
     """answer: {"on": line, "off": line} of perf_analyzer command lines, or fn(binary, models, address,
     concurrency_range, requests) returning it; models = {"on": model with dynamic batching, "off": one without}.
 
     Correct: each line runs `binary` against its model (`-m`) at `address` (`-u`, HTTP) with batch-1 requests over
     `--concurrency-range lo:hi:step`, in windows of `requests` requests (`--measurement-mode count_windows
     --measurement-request-count`), and the two lines differ in nothing else. The check then runs them, on then off
-    (`-f` adds a CSV under `out_dir`; windows that never settle fall back to one count of requests,
-    servelab.triton.perf_analyzer.measure), and keeps each concurrency's figures in the detail ("rows")."""
+    (`-f` adds a CSV under `out_dir`; a level whose windows never settle is measured as one count of
+    `fallback_requests` requests, 6 × hi by default: servelab.triton.perf_analyzer.measure), and keeps each
+    concurrency's figures in the detail ("rows")."""
     from pathlib import Path
 
     from servelab.assignments.checks.config_answers import perf_command
@@ -308,7 +309,8 @@ def perf_analyzer_sweep(answer, *, binary, models: Mapping[str, str], address: s
         for key in PERF_SWEEP:
             csv = Path(out_dir) / f"perf-analyzer-{exercise}-{key}.csv"
             try:
-                results = pa.measure(argvs[key] + ["-f", str(csv)], csv, fallback_requests=6 * hi, timeout=timeout)
+                results = pa.measure(argvs[key] + ["-f", str(csv)], csv, fallback_requests=fallback_requests or 6 * hi,
+                                     timeout=timeout)
             except CannotRun as exc:
                 reject(f'"{key}" did not run: {exc}')
             rows += [{"batching": key, "model": models[key], "concurrency": r.concurrency,
