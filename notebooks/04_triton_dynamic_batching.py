@@ -320,7 +320,7 @@ if spans_mine:
 
 # %%
 pa_binary = pa.find()
-pa_range, pa_requests = (lo_c, hi_c, max(1, hi_c - lo_c)), hi_c if opts.quick else 8 * hi_c
+pa_range, pa_requests = (lo_c, hi_c, max(1, hi_c - lo_c)), 2 * hi_c if opts.quick else 8 * hi_c
 print(f"perf_analyzer: {pa_binary}; HTTP at {lab.triton_address}; concurrency {pa_range}, windows of {pa_requests}")
 
 # %% tags=["exercise"]
@@ -341,8 +341,7 @@ if step.skip_unless(pa_binary and loaded_mine.passed, "perf_analyzer", "no binar
                     "`servelab triton get-perf-analyzer` fetches the binary"):
     swept_pa = checks.perf_analyzer_sweep(sweep_lines, binary=pa_binary, models={"on": lab.triton_model, "off": mine},
                                           address=lab.triton_address, concurrency_range=pa_range,
-                                          requests=pa_requests, fallback_requests=2 * pa_requests, out_dir=step.out_dir,
-                                          exercise="04.6", step=step)
+                                          requests=pa_requests, out_dir=step.out_dir, exercise="04.6", step=step)
 if swept_pa is not None and swept_pa.passed:
     pa_table = by_hand.on_off_table(swept_pa.detail["rows"])
     step.table(pa_table.round(2).reset_index(), "perf_analyzer",

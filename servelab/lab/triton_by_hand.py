@@ -154,8 +154,8 @@ def on_off_answer(rows: list[dict], ours: dict) -> str:
             f"{top['on ÷ off']:.2f} at {table.index[-1]} ({top['on']:.1f} against {top['off']:.1f} img/s); servelab's "
             f"sweep measured the encoder at {ours['throughput_img_s']:.1f} img/s at concurrency {ours['concurrency']}, "
             "minutes apart. One run per line, not alternating windows: read a ratio near 1 as no difference."
-            + (f" Its windows never settled here, so these are one count of {counted[0]} requests each, not stable "
-               "measurements." if counted else ""))
+            + (f" Its windows never settled here, so these are its first three windows of {counted[0]} requests, "
+               "taken as they came, not stable measurements." if counted else ""))
 
 
 def trace_versus(on_row: dict, off_row: dict) -> str:

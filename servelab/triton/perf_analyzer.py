@@ -5,8 +5,8 @@ point, read its CSV.
     binary = pa.find()                       # Path, or None: `servelab triton get-perf-analyzer` fetches it
     cmd = pa.command(binary, "127.0.0.1:8003", "openclip_vit_b32_cpu", concurrency=8, csv=Path("pa.csv"))
     result = pa.run(cmd, csv=Path("pa.csv"))   # PerfResult: throughput, p50/p99, server queue/compute, output
-    results = pa.measure(cmd, Path("pa.csv"), fallback_requests=48)  # one per concurrency; `counted` where its
-                                             # windows never settled and one count of 48 requests stood in
+    results = pa.measure(cmd, Path("pa.csv"), fallback_requests=16)  # one per concurrency; `counted` when the
+                                             # windows never settled and three windows of 16 requests stood in
     env, argv = pa.parse_line("TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT=1 perf_analyzer -i grpc …")  # a typed line
 
 Where the binary comes from: the perf-analyzer wheels need glibc 2.38 and tritonclient >= 2.61 no longer
@@ -105,7 +105,8 @@ def command(binary: Path, address: str, model: str, *, concurrency: int = 8, inp
 
     request_count: one measurement of exactly that many requests instead, with no stability rule: it always
     completes, however busy the machine (checking that the tool runs; a benchmark wants the stable windows).
-    Such a count has a floor of about a second (32 requests at 8 clients report ~32/s): size it well above that.
+    Its figure is that count over the elapsed time rounded up to whole seconds (64 requests in 5.1 s read as 64 in
+    6): a check that the tool runs, not a figure; `fixed_count`, what `measure` falls back to, is one that is.
     time_window_ms: windows of that many milliseconds instead of `requests` requests (time_windows), under the
     same stability rule; a `stability_pct` over 100 with `max_trials` 3 takes the first three windows, whatever
     they say (perf_analyzer reports the three together), as a load generator's fixed duration does.
@@ -149,7 +150,7 @@ class PerfResult:
     server_compute_ms: float
     output: str  # what perf_analyzer printed
     connections: int | None = None  # the most TCP connections it held to the server at once (None: not counted)
-    counted: int | None = None  # the windows never settled: one count of this many requests instead (`measure`)
+    counted: int | None = None  # the windows never settled: three windows of this many requests instead (`measure`)
 
 
 def environment() -> dict:
@@ -172,10 +173,15 @@ _MEASUREMENT = {"--measurement-mode", "--measurement-request-count", "--measurem
                 "--stability-percentage", "-s", "--max-trials", "-r", "--request-count"}
 
 
+FIRST_WINDOWS = ("--stability-percentage", "999", "--max-trials", "3")  # three windows, taken whatever they say
+
+
 def fixed_count(cmd: list[str], requests: int) -> list[str]:
-    """`cmd` with its measurement options replaced by one measurement of `requests` requests (`--request-count`,
-    no stability rule: it always completes, however busy the machine). perf_analyzer takes a count only for a
-    single concurrency: `measure` runs one such line per level of a range."""
+    """`cmd` with its measurement options replaced by one fixed count of requests: three windows of `requests`
+    requests each (count_windows), taken whatever they say (a stability percentage of 999), so it always
+    completes, however busy the machine, over a whole `--concurrency-range`. Not `--request-count`: its figure is
+    that count over the elapsed time rounded up to whole seconds (20 requests in 2.7 s read 6.7/s, not 7.4), and
+    perf_analyzer takes it for one concurrency only."""
     out, skip = [], False
     for word in cmd:
         if skip:
@@ -184,7 +190,7 @@ def fixed_count(cmd: list[str], requests: int) -> list[str]:
             skip = True
         elif not word.startswith(tuple(f"{o}=" for o in _MEASUREMENT if o.startswith("--"))):
             out.append(word)
-    return out + ["--request-count", str(requests)]
+    return out + ["--measurement-mode", "count_windows", "--measurement-request-count", str(requests), *FIRST_WINDOWS]
 
 
 def concurrencies(cmd: list[str]) -> list[int]:
@@ -193,33 +199,23 @@ def concurrencies(cmd: list[str]) -> list[int]:
     return list(range(int(start), int(end or start) + 1, int(step or 1)))
 
 
-def at_concurrency(cmd: list[str], level: int) -> list[str]:
-    """`cmd` for the one concurrency `level`."""
-    out = [w for w in cmd if not w.startswith("--concurrency-range=")]
-    if "--concurrency-range" in out:
-        k = out.index("--concurrency-range")
-        return out[:k + 1] + [str(level)] + out[k + 2:]
-    return out + ["--concurrency-range", str(level)]
-
-
 def measure(cmd: list[str], csv: Path, *, fallback_requests: int, timeout: float = 120.0, env: dict | None = None,
             count_port: int | None = None) -> list[PerfResult]:
     """Run `cmd` as `run` does and return one result per concurrency of its `--concurrency-range`, in order.
-    The levels whose windows never settled ("Failed to obtain stable measurement", a busy machine) are measured
-    again, one line per level, as one count of `fallback_requests` requests (`fixed_count`), and say so: their
-    result's `counted`. `csv` holds the last line's CSV."""
+    When its windows never settle ("Failed to obtain stable measurement", a busy machine; or a level missing
+    from its CSV), run it once more as one fixed count, three windows of `fallback_requests` requests taken as
+    they come (`fixed_count`), and say so: every result's `counted` is then `fallback_requests`."""
     try:
         rows = _run_rows(cmd, csv, timeout, env, count_port)
     except CannotRun as exc:
         if UNSETTLED not in str(exc):
             raise
         rows = []
-    got = {r.concurrency for r in rows}
-    for level in (c for c in concurrencies(cmd) if c not in got):
-        Path(csv).unlink(missing_ok=True)
-        counted = _run_rows(fixed_count(at_concurrency(cmd, level), fallback_requests), csv, timeout, env, count_port)
-        rows += [dataclasses.replace(r, counted=fallback_requests) for r in counted]
-    return sorted(rows, key=lambda r: r.concurrency)
+    if sorted(r.concurrency for r in rows) == concurrencies(cmd):
+        return sorted(rows, key=lambda r: r.concurrency)
+    Path(csv).unlink(missing_ok=True)
+    rows = _run_rows(fixed_count(cmd, fallback_requests), csv, timeout, env, count_port)
+    return sorted((dataclasses.replace(r, counted=fallback_requests) for r in rows), key=lambda r: r.concurrency)
 
 
 def _run_rows(cmd: list[str], csv: Path, timeout: float, env: dict | None, count_port: int | None) -> list[PerfResult]:

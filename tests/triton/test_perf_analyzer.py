@@ -4,6 +4,7 @@ and its figures agree with Triton's own statistics of the same requests."""
 
 from __future__ import annotations
 
+import csv as csvlib
 from pathlib import Path
 
 import pytest
@@ -53,41 +54,59 @@ def test_perf_analyzer_measures_the_running_triton(triton, tmp_path):
 def test_a_fixed_count_replaces_every_measurement_option():
     cmd = pa.command(pa.home() / "perf_analyzer", "127.0.0.1:8003", ENCODER, concurrency=8, requests=16,
                      stability_pct=15, max_trials=3, csv=Path("pa.csv"))
-    fixed = pa.fixed_count(cmd + ["-s", "20", "--max-trials=9"], 48)
-    assert fixed[fixed.index("--request-count") + 1] == "48" and fixed.count("--request-count") == 1
-    assert not {"--measurement-mode", "--measurement-request-count", "--stability-percentage", "--max-trials",
-                "-s", "20", "--max-trials=9"} & set(fixed)
+    fixed = pa.fixed_count(cmd + ["-s", "20", "--max-trials=9", "--request-count", "5"], 48)
+    assert pa.option(fixed, "--measurement-mode") == "count_windows"
+    assert pa.option(fixed, "--measurement-request-count") == "48" and fixed.count("--measurement-request-count") == 1
+    assert pa.option(fixed, "--stability-percentage") == "999" and pa.option(fixed, "--max-trials") == "3"
+    assert not {"-s", "20", "--max-trials=9", "--request-count"} & set(fixed)
     assert fixed[fixed.index("-f") + 1] == "pa.csv" and fixed[fixed.index("--concurrency-range") + 1] == "8"
 
 
 UNSETTLING = """#!/bin/sh
-# stands in for perf_analyzer on a machine too busy for its windows to settle at concurrency 2: without
-# --request-count it reports concurrency 1 only, as perf_analyzer does when a later level fails; a count is taken
-# for one concurrency only, as perf_analyzer's own rule says; the CSV goes where -f says
-prev=""; for a; do [ "$prev" = "-f" ] && out="$a"; [ "$prev" = "--concurrency-range" ] && c="$a"; prev="$a"; done
+# stands in for perf_analyzer on a machine too busy for its windows to settle at concurrency 2: under a
+# stability rule it writes concurrency 1's row and fails, as perf_analyzer does; with three windows taken as they
+# come (-s 999) it reports every level of the range; the CSV goes where -f says
+prev=""; for a; do [ "$prev" = "-f" ] && out="$a"; prev="$a"; done
 head="Concurrency,Inferences/Second,Server Queue,Server Compute Infer,p50 latency,p99 latency"
 case " $* " in
-  *" --request-count "*) case "$c" in *:*) echo "Error: request-count not supported with multiple concurrency values"; exit 99;; esac
-                         printf '%s\\n' "$head" "$c,2$c.0,1000,40000,9${c}000,120000" > "$out";;
+  *" --stability-percentage 999 "*) printf '%s\\n' "$head" "2,22.0,1000,40000,92000,120000" \\
+                                      "1,11.0,500,45000,95000,110000" > "$out";;
   *) printf '%s\\n' "$head" "1,10.0,500,45000,95000,110000" > "$out"
      echo "Failed to obtain stable measurement within 3 measurement windows for concurrency 2."; exit 2;;
 esac
 """
 
 
-def test_windows_that_never_settle_fall_back_to_one_count_per_level_and_say_so(tmp_path):
+def test_windows_that_never_settle_fall_back_to_one_fixed_count_and_say_so(tmp_path):
     stand_in = tmp_path / "perf_analyzer"
     stand_in.write_text(UNSETTLING)
     stand_in.chmod(0o755)
     csv = tmp_path / "pa.csv"
     cmd = pa.command(stand_in, "127.0.0.1:1", ENCODER, concurrency=2, csv=csv)
     cmd[cmd.index("--concurrency-range") + 1] = "1:2:1"
-    assert pa.concurrencies(cmd) == [1, 2] and pa.concurrencies(pa.at_concurrency(cmd, 2)) == [2]
+    assert pa.concurrencies(cmd) == [1, 2]
     with pytest.raises(CannotRun, match="stable measurement"):
         pa.run(cmd, csv)
     rows = pa.measure(cmd, csv, fallback_requests=24)
-    assert [(r.concurrency, r.counted) for r in rows] == [(1, 24), (2, 24)]  # one count per level, in order
+    assert [(r.concurrency, r.counted) for r in rows] == [(1, 24), (2, 24)]  # every level, in order, said so
     assert rows[1].throughput_img_s == 22.0 and rows[1].latency_p50_ms == 92.0
+
+
+def test_the_fixed_count_reads_a_rate_one_client_can_have(triton, tmp_path):
+    """Little's law at concurrency 1: one client waiting for each answer sends 1 / (mean latency) requests a second.
+    The fallback's three windows keep to it; `--request-count`, whose elapsed time perf_analyzer rounds up to
+    whole seconds, read about 0.9 of it."""
+    binary = pa.find()
+    if binary is None:
+        pytest.skip("no perf_analyzer here: `servelab triton get-perf-analyzer` fetches it")
+    csv = tmp_path / "pa.csv"
+    cmd = pa.fixed_count(pa.command(binary, triton.http_address, ENCODER, concurrency=1, csv=csv), 5)
+    r = pa.run(cmd, csv)
+    row = next(csvlib.DictReader(csv.read_text().splitlines()))
+    mean_ms = sum(float(row[k]) for k in ("Client Send", "Network+Server Send/Recv", "Server Queue",
+                                          "Server Compute Input", "Server Compute Infer", "Server Compute Output",
+                                          "Client Recv")) / 1000
+    assert r.throughput_img_s * mean_ms / 1000 == pytest.approx(1.0, rel=0.05)
 
 
 def test_a_typed_line_splits_into_its_environment_and_the_command():

@@ -311,7 +311,9 @@ def perf_analyzer_lines(answer, *, binary, model: str, http_address: str, grpc_a
     http_address, grpc_address, clients, requests) returning it.
 
     Correct: each line runs `binary` against `model` with `clients` concurrent clients (`--concurrency-range`) of
-    batch-1 requests for `requests` requests (`--request-count`); "http" over `-i http` at http_address, the two
+    batch-1 requests, in three windows of `requests` requests taken as they come (`--measurement-mode
+    count_windows --measurement-request-count`, a stability percentage of at least 100; not `--request-count`,
+    whose figure perf_analyzer divides by whole seconds); "http" over `-i http` at http_address, the two
     others over `-i grpc` at grpc_address, "grpc" with every client on its own channel (TRITON_CLIENT_GRPC_CHANNEL_
     MAX_SHARE_COUNT=1 before the command) and "grpc shared" with all of them on one (a share count of at least
     `clients`); apart from those, the three lines ask for the same measurement, so a ratio of two compares only
@@ -320,7 +322,15 @@ def perf_analyzer_lines(answer, *, binary, model: str, http_address: str, grpc_a
 
     def words(lines, key):
         env, argv = perf_command(lines, key, PERF_LINES, binary, {"-m": model, "--concurrency-range": str(clients),
-                                                                  "--request-count": str(requests)})
+                                                                  "--measurement-mode": "count_windows",
+                                                                  "--measurement-request-count": str(requests)})
+        if option(argv, "--request-count"):
+            reject(f'"{key}": --request-count: perf_analyzer divides that count by the elapsed time rounded up to '
+                   "whole seconds; measure windows of requests instead")
+        stability = option(argv, "-s", "--stability-percentage", default="10")
+        if not stability.isdigit() or int(stability) < 100:
+            reject(f'"{key}": -s {stability}: on a shared machine the windows may never agree; a stability percentage '
+                   "of 999 takes three windows as they come, the same count on every line")
         protocol = "http" if key == "http" else "grpc"
         if option(argv, "-i", "--protocol", default="http") != protocol:
             reject(f'"{key}" speaks -i {option(argv, "-i", "--protocol", default="http")}; it should speak -i {protocol}')
@@ -349,8 +359,8 @@ def perf_analyzer_lines(answer, *, binary, model: str, http_address: str, grpc_a
         if not measured["http"] == measured["grpc"] == measured["grpc shared"]:
             reject("the three lines ask for different measurements beyond protocol, address and channel: keep every "
                    "other option the same, or the ratio compares those too")
-        return (f"three lines for one point: {clients} clients, {requests} batch-1 requests, HTTP against gRPC with a "
-                "channel per client and with one shared channel")
+        return (f"three lines for one point: {clients} clients, three windows of {requests} batch-1 requests, HTTP "
+                "against gRPC with a channel per client and with one shared channel")
 
     return run_check("perf_analyzer_lines", exercise, answer, (binary, model, http_address, grpc_address, clients,
                                                               requests), judge, step, strict)

@@ -268,8 +268,8 @@ def perf_analyzer_sweep(answer, *, binary, models: Mapping[str, str], address: s
     Correct: each line runs `binary` against its model (`-m`) at `address` (`-u`, HTTP) with batch-1 requests over
     `--concurrency-range lo:hi:step`, in windows of `requests` requests (`--measurement-mode count_windows
     --measurement-request-count`), and the two lines differ in nothing else. The check then runs them, on then off
-    (`-f` adds a CSV under `out_dir`; a level whose windows never settle is measured as one count of
-    `fallback_requests` requests, 6 × hi by default: servelab.triton.perf_analyzer.measure), and keeps each
+    (`-f` adds a CSV under `out_dir`; windows that never settle fall back to three windows of `fallback_requests`
+    requests, 6 × hi by default, taken as they come: servelab.triton.perf_analyzer.measure), and keeps each
     concurrency's figures in the detail ("rows")."""
     from pathlib import Path
 
@@ -296,8 +296,8 @@ def perf_analyzer_sweep(answer, *, binary, models: Mapping[str, str], address: s
                 reject(f'"{key}": --measurement-request-count {pa.option(argv, "--measurement-request-count")}; '
                        f"this sweep's windows are of {requests} requests")
             if pa.option(argv, "-f") or pa.option(argv, "--request-count"):
-                reject(f'"{key}": leave out -f and --request-count: the check adds the CSV, and a fixed count has '
-                       "no stability rule")
+                reject(f'"{key}": leave out -f and --request-count: the check adds the CSV, and perf_analyzer reads '
+                       "a --request-count over its elapsed time rounded up to whole seconds")
             argvs[key] = argv
             words = list(argv[1:])
             k = words.index("-m") if "-m" in words else None
@@ -322,7 +322,8 @@ def perf_analyzer_sweep(answer, *, binary, models: Mapping[str, str], address: s
             reject(f"perf_analyzer reported concurrencies {levels}, not {span}")
         counted = sorted({r["counted"] for r in rows if r["counted"]})
         return (f"ran both lines: concurrency {span}, batching on ({models['on']}) and off ({models['off']})"
-                + (f"; windows that never settled fell back to one count of {counted[0]} requests" if counted else ""),
+                + (f"; windows that never settled fell back to three windows of {counted[0]} requests, taken as they "
+                   "came" if counted else ""),
                 {"rows": rows})
 
     return run_check("perf_analyzer_sweep", exercise, answer, (binary, dict(models), address, concurrency_range,

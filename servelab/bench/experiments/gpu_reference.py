@@ -430,8 +430,9 @@ def perf_analyzer_sweep(run: Run, *, engine: str = "torch", device: str = "cuda"
     """NVIDIA's perf_analyzer (C++, the client that can offer what a Python one cannot) against the embedded
     tritonserver's encoder on `device`: batch-1 requests of random data over HTTP, one point per concurrency, each
     measured until perf_analyzer's own windows agree; windows that never agree fall back to one count of requests
-    (`perf_analyzer.measure`; params.counted says so). `request_count`: that one count from the start, which
-    always completes however busy the machine (checking that the stage runs, not a result)."""
+    (`perf_analyzer.measure`; params.counted says so). `request_count`: that fixed count (three windows of that
+    many requests, `perf_analyzer.fixed_count`) from the start, which always completes however busy the machine
+    (checking that the stage runs, not a result)."""
     from urllib.parse import urlsplit
 
     from servelab.bench.servers.lifecycle import served
@@ -447,9 +448,9 @@ def perf_analyzer_sweep(run: Run, *, engine: str = "torch", device: str = "cuda"
         address = urlsplit(srv.http_url).netloc
         for c in concurrencies:
             csv = run.dir / f"perf-analyzer-c{c}.csv"
-            # its windows on a busy machine may never settle: then one count of requests, said in the record
-            (res,) = pa.measure(pa.command(binary, address, srv.model, concurrency=c, requests=max(64, 4 * c),
-                                           csv=csv, request_count=request_count), csv,
+            # its windows on a busy machine may never settle: then one fixed count of requests, said in the record
+            cmd = pa.command(binary, address, srv.model, concurrency=c, requests=max(64, 4 * c), csv=csv)
+            (res,) = pa.measure(pa.fixed_count(cmd, request_count) if request_count else cmd, csv,
                                 fallback_requests=request_count or max(64, 4 * c), timeout=180)
             counted = request_count or res.counted
             out.append(run.record(experiment, kind="load", server="triton-http", engine=engine, provider=device,
@@ -461,7 +462,7 @@ def perf_analyzer_sweep(run: Run, *, engine: str = "torch", device: str = "cuda"
                                   quick=counted is not None,
                                   note="perf_analyzer, batch-1 random tensors over HTTP ("
                                        + ("its own stability windows)" if counted is None
-                                          else f"one count of {counted} requests: not a result)")))
+                                          else f"three windows of {counted} requests as they came: not a result)")))
     return out
 
 
