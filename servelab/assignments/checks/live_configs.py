@@ -269,7 +269,7 @@ def perf_analyzer_sweep(answer, *, binary, models: Mapping[str, str], address: s
     `--concurrency-range lo:hi:step`, in windows of `requests` requests (`--measurement-mode count_windows
     --measurement-request-count`), and the two lines differ in nothing else. The check then runs them, on then off
     (`-f` adds a CSV under `out_dir`; windows that never settle fall back to three windows of `fallback_requests`
-    requests, 6 × hi by default, taken as they come: servelab.triton.perf_analyzer.measure), and keeps each
+    requests (the lines' own window by default), taken as they come: servelab.triton.perf_analyzer.measure), and keeps each
     concurrency's figures in the detail ("rows")."""
     from pathlib import Path
 
@@ -309,7 +309,7 @@ def perf_analyzer_sweep(answer, *, binary, models: Mapping[str, str], address: s
         for key in PERF_SWEEP:
             csv = Path(out_dir) / f"perf-analyzer-{exercise}-{key}.csv"
             try:
-                results = pa.measure(argvs[key] + ["-f", str(csv)], csv, fallback_requests=fallback_requests or 6 * hi,
+                results = pa.measure(argvs[key] + ["-f", str(csv)], csv, fallback_requests=fallback_requests or requests,
                                      timeout=timeout)
             except CannotRun as exc:
                 reject(f'"{key}" did not run: {exc}')
