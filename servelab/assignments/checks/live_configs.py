@@ -349,12 +349,12 @@ def stats_avg_batch(answer, *, http_url: str, model: str, sweep, exercise: str, 
 
     before = ModelCounts.read(http_url, model)
 
-    result_holder = {}
+    result_holder = {"by_check": False}
 
     def judge(value):
         after = result_holder["after"]
         got = after.since(before)
-        if not calls:
+        if result_holder["by_check"]:
             reject("your function never called sweep(): read the counters, call sweep(), read them again")
         if len(calls) > 1:
             reject(f"your function called sweep() {len(calls)} times: once, between the two reads")
@@ -379,6 +379,7 @@ def stats_avg_batch(answer, *, http_url: str, model: str, sweep, exercise: str, 
                 return answer(url, name, _sweep)
             finally:
                 if not calls:
+                    result_holder["by_check"] = True
                     counted_sweep()
                 result_holder["after"] = ModelCounts.read(http_url, model)
 
