@@ -179,6 +179,21 @@ step.answer(f"Triton went from {small['throughput_img_s']:.1f} img/s at batch {l
 # within the spread the run measures)? Then run the cells below.
 prediction_04 = None
 
+# %%
+stats_before = by_hand.ModelCounts.read(lab.triton_http_url, lab.triton_model)  # servelab's own reading, for the sentences
+with (served("fastapi", engine="torch", log_path=step.out_dir / "logs" / "04-service-torch.log")
+      if step.skip_unless(lab.extra_servers, "PyTorch-engine FastAPI service", "extra_servers=False (smoke profile)",
+                          "this run's FastAPI service (ONNX Runtime engine) stands in")
+      else contextlib.nullcontext(lab.attach("fastapi"))) as service:
+    service_conc = concurrency_sweep(step.run, service, concurrencies=tuple(concurrency_levels), opts=opts,
+                                     experiment="04-service-concurrency")
+lo_c, hi_c, swept = min(concurrency_levels), max(concurrency_levels), {}
+def triton_sweep():  # Triton: its highest concurrency against one client in alternating windows (docs/METHOD.md), then the rest
+    pair = ab(step.run, "04-triton-concurrency-ratio", Side(f"concurrency {hi_c}", triton, "tensor", concurrency=hi_c),
+              Side(f"concurrency {lo_c}", triton, "tensor", concurrency=lo_c), opts=opts)
+    swept.update(ab=pair, sweep=concurrency_sweep(step.run, triton, concurrencies=tuple(concurrency_levels), opts=opts,
+                                                  experiment="04-triton-concurrency", measured=pair))
+
 # %% tags=["exercise"]
 # Exercise 04.3: Triton's statistics, read by you (httpx, or tritonclient's get_inference_statistics)
 def executed_batch(http_url, model, sweep):
@@ -195,28 +210,13 @@ def executed_batch(http_url, model, sweep):
     # END SOLUTION
 
 # %%
-stats_before = by_hand.ModelCounts.read(lab.triton_http_url, lab.triton_model)  # servelab's own reading, for the sentences
-with (served("fastapi", engine="torch", log_path=step.out_dir / "logs" / "04-service-torch.log")
-      if step.skip_unless(lab.extra_servers, "PyTorch-engine FastAPI service", "extra_servers=False (smoke profile)",
-                          "this run's FastAPI service (ONNX Runtime engine) stands in")
-      else contextlib.nullcontext(lab.attach("fastapi"))) as service:
-    service_conc = concurrency_sweep(step.run, service, concurrencies=tuple(concurrency_levels), opts=opts,
-                                     experiment="04-service-concurrency")
-lo_c, hi_c, swept = min(concurrency_levels), max(concurrency_levels), {}
-
-def triton_sweep():  # Triton: its highest concurrency against one client in alternating windows (docs/METHOD.md), then the rest
-    pair = ab(step.run, "04-triton-concurrency-ratio", Side(f"concurrency {hi_c}", triton, "tensor", concurrency=hi_c),
-              Side(f"concurrency {lo_c}", triton, "tensor", concurrency=lo_c), opts=opts)
-    swept.update(ab=pair, sweep=concurrency_sweep(step.run, triton, concurrencies=tuple(concurrency_levels), opts=opts,
-                                                  experiment="04-triton-concurrency", measured=pair))
-
 checks.stats_avg_batch(executed_batch, http_url=lab.triton_http_url, model=lab.triton_model, sweep=triton_sweep,
                        exercise="04.3", step=step)  # runs the sweep itself when your function did not
+
+# %%
 conc_ab, triton_conc, conc_ratio = swept["ab"], swept["sweep"], swept["ab"][-1]
 by_conc = step.table(step.frame(service_conc + triton_conc, *cols), "by_concurrency",
                      "FastAPI service vs Triton under concurrent batch-1 requests")
-
-# %%
 histogram = by_hand.ModelCounts.read(lab.triton_http_url, lab.triton_model).since(stats_before).by_batch
 print(f"the sweep's executions by batch size: {histogram}")
 tc = step.frame(triton_conc, "concurrency", "throughput_img_s", "latency_p50_ms", "server_stats.avg_batch",
@@ -295,8 +295,8 @@ def load_mine(address, model):
     # END SOLUTION
 
 # %%
-loaded_mine = checks.loaded_from_disk(load_mine, http_url=lab.triton_http_url, model=mine,
-                                      path=mine_dir / "config.pbtxt", not_here=not_here, exercise="04.5", step=step)
+(loaded_mine := checks.loaded_from_disk(load_mine, http_url=lab.triton_http_url, model=mine, path=mine_dir / "config.pbtxt",
+                                       not_here=not_here, exercise="04.5", step=step))
 
 # %%
 spans_mine = (by_hand.traced(lab.triton_http_url, mine, pixels, hi_c, trace_per_client)  # the same load, your copy
@@ -319,8 +319,7 @@ if spans_mine:
 # **Predict first.** At which concurrency will batching on pull ahead of off, if at all, on this hardware?
 
 # %%
-pa_binary = pa.find()
-pa_range, pa_requests = (lo_c, hi_c, max(1, hi_c - lo_c)), 2 * hi_c if opts.quick else 8 * hi_c
+pa_binary, pa_range, pa_requests = pa.find(), (lo_c, hi_c, max(1, hi_c - lo_c)), 2 * hi_c if opts.quick else 8 * hi_c
 print(f"perf_analyzer: {pa_binary}; HTTP at {lab.triton_address}; concurrency {pa_range}, windows of {pa_requests}")
 
 # %% tags=["exercise"]
@@ -336,12 +335,13 @@ def sweep_lines(binary, models, address, concurrency_range, requests):
     # END SOLUTION
 
 # %%
-swept_pa = None  # the check runs your lines
-if step.skip_unless(pa_binary and loaded_mine.passed, "perf_analyzer", "no binary here, or no loaded copy of yours",
-                    "`servelab triton get-perf-analyzer` fetches the binary"):
-    swept_pa = checks.perf_analyzer_sweep(sweep_lines, binary=pa_binary, models={"on": lab.triton_model, "off": mine},
-                                          address=lab.triton_address, concurrency_range=pa_range,
-                                          requests=pa_requests, out_dir=step.out_dir, exercise="04.6", step=step)
+(swept_pa := checks.perf_analyzer_sweep(sweep_lines, binary=pa_binary, models={"on": lab.triton_model, "off": mine},
+                                        address=lab.triton_address, concurrency_range=pa_range, requests=pa_requests,
+                                        out_dir=step.out_dir, exercise="04.6", step=step)
+ if step.skip_unless(pa_binary and loaded_mine.passed, "perf_analyzer", "no binary here, or no loaded copy of yours",
+                     "`servelab triton get-perf-analyzer` fetches the binary") else None)
+
+# %%
 if swept_pa is not None and swept_pa.passed:
     pa_table = by_hand.on_off_table(swept_pa.detail["rows"])
     step.table(pa_table.round(2).reset_index(), "perf_analyzer",
