@@ -21,8 +21,8 @@
 # **After this notebook you can**
 # - read a Triton model repository (`config.pbtxt`, a python-backend `model.py`) and call it with `tritonclient`;
 # - read Triton's statistics and its request trace to see the batches it ran;
-# - edit a model's `config.pbtxt` and load it into the running Triton with one repository-API request;
-# - measure a point with NVIDIA's `perf_analyzer` beside servelab's own figure;
+# - edit a model's `config.pbtxt` on disk and load it with one repository-API request;
+# - write NVIDIA's `perf_analyzer` command lines for a concurrency sweep, batching on and off;
 # - predict a request's wait at concurrency N from one compute time, and what batching can buy from what a
 #   batch of B costs against B single images, then check both here and on an emulated accelerator.
 #
@@ -64,16 +64,16 @@ from servelab.bench.experiments import Side, ab, batch_sweep, concurrency_sweep
 from servelab.bench.experiments import emulated_lesson as emulated
 from servelab.bench.report import Grade, plot_batch_histogram, plot_latency_throughput, ratio_reading, words
 from servelab.bench.servers import served
-from servelab.errors import CannotRun
 from servelab.lab import batching_tables as tables
 from servelab.lab.places import in_process_note, in_process_provider
 from servelab.lab.step import show_code
 from servelab.model.device_profile import profile as device_profile_named
+from servelab.triton import perf_analyzer as pa
+from servelab.triton import trace
 from servelab.triton.control import config_dict, config_switch, get_config
 from servelab.triton.repository import STAGING
 
-step = lab.step
-opts = lab.load
+step, opts = lab.step, lab.load
 triton = lab.attach("triton-http")
 # where Triton computes, as the server itself reports it (its loaded config names the GPUs it runs on)
 triton_hw = "the server's GPU" if triton.gpus else ("this CPU" if lab.place != "node" else "the server's CPU")
@@ -166,8 +166,8 @@ step.answer(f"Triton went from {small['throughput_img_s']:.1f} img/s at batch {l
 # %% [markdown]
 # ## Under concurrency: batch-1 requests from N clients
 # The FastAPI service (its micro-batcher from notebook 01) against Triton (its dynamic batcher). Triton counts
-# **inferences** (images) and **executions** (calls to `execute`); their ratio is the average executed batch. The
-# next cells read them before and after the sweep (`GET …/v2/models/<model>/versions/1/stats`).
+# **inferences** (images) and **executions** (calls to `execute`); their ratio is the average executed batch.
+# Exercise 04.3 reads them before and after the sweep (`GET …/v2/models/<model>/versions/1/stats`).
 #
 # **Predict first.** Call *t* Triton's compute time at concurrency 1. Without batching a request at concurrency
 # N finds N−1 ahead of it: latency ≈ N·t, throughput flat. With batches of B it waits about (N−1)/B executions,
@@ -180,33 +180,45 @@ step.answer(f"Triton went from {small['throughput_img_s']:.1f} img/s at batch {l
 prediction_04 = None
 
 # %%
-show_code(by_hand.ModelCounts.read)
-stats_before = by_hand.ModelCounts.read(lab.triton_http_url, lab.triton_model)
-print(f"GET {by_hand.ModelCounts.url(lab.triton_http_url, lab.triton_model)}\n{stats_before}")
+stats_before = by_hand.ModelCounts.read(lab.triton_http_url, lab.triton_model)  # servelab's own reading, for the sentences
 with (served("fastapi", engine="torch", log_path=step.out_dir / "logs" / "04-service-torch.log")
       if step.skip_unless(lab.extra_servers, "PyTorch-engine FastAPI service", "extra_servers=False (smoke profile)",
                           "this run's FastAPI service (ONNX Runtime engine) stands in")
       else contextlib.nullcontext(lab.attach("fastapi"))) as service:
     service_conc = concurrency_sweep(step.run, service, concurrencies=tuple(concurrency_levels), opts=opts,
                                      experiment="04-service-concurrency")
-# Triton: its highest concurrency against one client first, in alternating windows (docs/METHOD.md), then the rest
-lo_c, hi_c = min(concurrency_levels), max(concurrency_levels)
-conc_ab = ab(step.run, "04-triton-concurrency-ratio",
-             Side(f"concurrency {hi_c}", triton, "tensor", concurrency=hi_c),
-             Side(f"concurrency {lo_c}", triton, "tensor", concurrency=lo_c), opts=opts)
-conc_ratio = conc_ab[-1]
-triton_conc = concurrency_sweep(step.run, triton, concurrencies=tuple(concurrency_levels), opts=opts,
-                                experiment="04-triton-concurrency", measured=conc_ab)
-by_conc = step.table(step.frame(service_conc + triton_conc, *cols), "by_concurrency",
-                     "FastAPI service vs Triton under concurrent batch-1 requests")
+lo_c, hi_c, swept = min(concurrency_levels), max(concurrency_levels), {}
+def triton_sweep():  # Triton: its highest concurrency against one client in alternating windows (docs/METHOD.md), then the rest
+    pair = ab(step.run, "04-triton-concurrency-ratio", Side(f"concurrency {hi_c}", triton, "tensor", concurrency=hi_c),
+              Side(f"concurrency {lo_c}", triton, "tensor", concurrency=lo_c), opts=opts)
+    swept.update(ab=pair, sweep=concurrency_sweep(step.run, triton, concurrencies=tuple(concurrency_levels), opts=opts,
+                                                  experiment="04-triton-concurrency", measured=pair))
+
+# %% tags=["exercise"]
+# Exercise 04.3: Triton's statistics, read by you (httpx, or tritonclient's get_inference_statistics)
+def executed_batch(http_url, model, sweep):
+    """GET <http_url>/v2/models/<model>/versions/1/stats (its model_stats[0] has inference_count and
+    execution_count), call sweep() once, read again: return the sweep's inferences per execution."""
+    # BEGIN SOLUTION
+    import httpx
+
+    url = f"{http_url}/v2/models/{model}/versions/1/stats"
+    before = httpx.get(url).json()["model_stats"][0]
+    sweep()
+    after = httpx.get(url).json()["model_stats"][0]
+    return (after["inference_count"] - before["inference_count"]) / max(after["execution_count"] - before["execution_count"], 1)
+    # END SOLUTION
 
 # %%
-# Triton's counters again: what the sweep made it do (images, `execute` calls, calls by batch size)
-stats_after = by_hand.ModelCounts.read(lab.triton_http_url, lab.triton_model)
-sweep_counts = stats_after.since(stats_before)
-histogram = sweep_counts.by_batch
-print(f"{stats_after}\nthis sweep: {sweep_counts.inferences} images in {sweep_counts.executions} executions = "
-      f"{sweep_counts.avg_batch:.2f} images per execution; executions by batch size: {histogram}")
+checks.stats_avg_batch(executed_batch, http_url=lab.triton_http_url, model=lab.triton_model, sweep=triton_sweep,
+                       exercise="04.3", step=step)  # runs the sweep itself when your function did not
+
+# %%
+conc_ab, triton_conc, conc_ratio = swept["ab"], swept["sweep"], swept["ab"][-1]
+by_conc = step.table(step.frame(service_conc + triton_conc, *cols), "by_concurrency",
+                     "FastAPI service vs Triton under concurrent batch-1 requests")
+histogram = by_hand.ModelCounts.read(lab.triton_http_url, lab.triton_model).since(stats_before).by_batch
+print(f"the sweep's executions by batch size: {histogram}")
 tc = step.frame(triton_conc, "concurrency", "throughput_img_s", "latency_p50_ms", "server_stats.avg_batch",
                 "server_stats.avg_queue_ms", "server_stats.avg_compute_infer_ms").sort_values("concurrency")
 one, top = tc.iloc[0], tc.iloc[-1]
@@ -221,54 +233,6 @@ step.answer(f"At concurrency 1 Triton computed a request in t = {t:.0f} ms; the 
             f"{step.ratio(conc_ratio)}.")
 
 # %% [markdown]
-# ## NVIDIA's perf_analyzer on the same point
-# The Chameleon lab's tool on the same Triton at the highest concurrency
-# ([when it reports nothing](../docs/TROUBLESHOOTING.md#perf_analyzer-reports-nothing)).
-#
-# **Predict first.** Both tools keep N requests in flight against the same model and config. Should their
-# throughput agree within servelab's window spread? Which one might be a little faster, and why?
-
-# %%
-from servelab.triton import perf_analyzer as pa
-
-pa_binary = pa.find()
-pa_csv = step.out_dir / "perf_analyzer.csv"
-pa_cmd = pa.command(pa_binary or Path("perf_analyzer"), lab.triton_http_url.split("://")[-1], lab.triton_model,
-                    concurrency=hi_c, requests=2 if opts.quick else 6 * hi_c, stability_pct=100 if opts.quick else 15,
-                    max_trials=3 if opts.quick else 6, csv=pa_csv)
-print("$ " + " ".join(pa_cmd))
-pa_result = None
-if step.skip_unless(pa_binary, "perf_analyzer", "no binary on this machine",
-                    "the command above; `servelab triton get-perf-analyzer` fetches it"):
-    with step.attempt("perf_analyzer", "servelab's own measurement only"):
-        try:
-            pa_result, pa_counted = pa.run(pa_cmd, pa_csv), None
-        except CannotRun as exc:  # its windows never agreed (a busy machine): one fixed count of requests instead
-            if "stable measurement" not in str(exc):
-                raise
-            pa_counted = 6 * hi_c
-            pa_cmd = pa.command(Path(pa_binary), lab.triton_http_url.split("://")[-1], lab.triton_model,
-                                concurrency=hi_c, request_count=pa_counted, csv=pa_csv)
-            print(f"no three windows agreed within 15 %: one count of {pa_counted} requests instead\n$ "
-                  + " ".join(pa_cmd))
-            pa_result = pa.run(pa_cmd, pa_csv)
-        print(pa_result.output[pa_result.output.find("Request concurrency"):].strip())
-ours = triton_conc[-1]
-if pa_result is not None:
-    step.table(tables.tools_side_by_side(pa_result, ours).round(1), "perf_analyzer",
-               f"The same point measured by two tools, concurrency {hi_c}, minutes apart (not alternating windows)")
-    inside = ours["throughput_min_img_s"] <= pa_result.throughput_img_s <= ours["throughput_max_img_s"]
-    step.answer(f"perf_analyzer measured {pa_result.throughput_img_s:.1f} img/s at p50 {pa_result.latency_p50_ms:.0f} ms; "
-                f"servelab's sweep {ours['throughput_img_s']:.1f} img/s (windows {ours['throughput_min_img_s']:.1f}–"
-                f"{ours['throughput_max_img_s']:.1f}) at p50 {ours['latency_p50_ms']:.0f} ms: a ratio of "
-                f"{pa_result.throughput_img_s / ours['throughput_img_s']:.2f}, "
-                + ("inside servelab's window range: the tools agree. " if inside else "outside servelab's window range. ")
-                + "The server sees the same queue; the clients differ (C++ against Python threads), and drift is in "
-                  "this ratio too."
-                + (f" perf_analyzer's windows never settled within 15 % here, so its figure is one count of "
-                   f"{pa_counted} requests, not a stable measurement." if pa_counted else ""))
-
-# %% [markdown]
 # ## Batching, request by request: Triton's trace
 # Switched on at runtime, Triton's **trace** records when each request entered the queue and when its execution
 # ran; requests of one execution share its start and end. N threads each resend as soon as they are answered.
@@ -277,11 +241,8 @@ if pa_result is not None:
 # does a request that arrives during an execution wait?
 
 # %%
-from servelab.triton import trace
-
-show_code(trace.tracing)
-show_code(by_hand.traced)
-show_code(by_hand.send)
+for shown in (trace.tracing, by_hand.traced, by_hand.send):
+    show_code(shown)
 trace_per_client = 1 if opts.quick else 3
 spans_on = []
 with step.attempt("Triton's trace", "the executed-batch histogram from /stats"):  # a Triton without a trace file
@@ -292,63 +253,100 @@ if spans_on:
     step.show_plot(plot_batch_histogram(triton_conc, step.plot_path("batch_sizes")))  # /stats, the sweep above
     on_row = tables.trace_row(spans_on, "its own config")
     step.table(pd.DataFrame([on_row]).round(1), "trace_on", "One traced window: requests, executions, queue waits")
-    step.answer(f"{on_row['requests']} requests ran in {on_row['executions']} executions ({on_row['batch_sizes']}; "
-                f"/stats counted {histogram} in the sweep). A request waited {on_row['queue_ms_median']:.0f} ms in the "
-                f"queue (median; at most {on_row['queue_ms_max']:.0f} ms), an execution took {on_row['execution_ms_median']:.0f} ms. "
-                + ("All arrived while the instance was free and ran as one batch." if on_row["executions"] == 1 else
-                   "A request arriving during an execution waits for its end, then rides in the next one with all who "
-                   f"arrived meanwhile: groups taking turns, not one batch of {hi_c}."))
+    step.answer(by_hand.trace_alone(on_row, histogram, hi_c))
 
 # %% [markdown]
-# ## Your edit, loaded into the running Triton by hand
-# **You edit `config.pbtxt` as text** (by default deleting the `dynamic_batching` stanza; a number for
-# `my_edit` sets a queue delay). Triton's `ModelConfig` parses it (a typo fails here), and one request,
-# `POST <url>/v2/repository/models/<model>/load` with the config as JSON, loads it without a restart. It carries
-# the server's key (`headers=lab.triton_headers`; docs/SECURITY.md says why). The next cell loads the original back.
+# ## Your copy of the encoder: edited on disk, loaded by you
+# The next cell copies the encoder's folder to `<model>_mine` in the server's repository. **You edit its
+# `config.pbtxt`** (in code, or in Jupyter's editor: then set `edit_config = None`) and send the load request:
+# Triton loads a new folder only when asked, and only with the server's key (`headers=lab.triton_headers`,
+# docs/SECURITY.md).
 #
 # **Predict first.** With batching off, how many executions will the same traced load take, and how long a wait?
 
 # %%
-import difflib
-import re
+mine, mine_dir = f"{lab.triton_model}_mine", Path(lab.triton_repository) / f"{lab.triton_model}_mine"
+# a server whose files are elsewhere (place=node): copy and edit its folder there, then send the load against it
+not_here = None if repository == Path(lab.triton_repository) else f"{lab.triton_model}'s folder is not on this machine"
+if not not_here:
+    show_code(by_hand.copy_model)
+    print("copied:", sorted(p.name for p in by_hand.copy_model(repository, lab.triton_model, mine).rglob("*")))
 
-from servelab.lab.config_text import as_json, as_text
-
-config_path = repository / lab.triton_model / "config.pbtxt"
-if repository == Path(lab.triton_repository):  # the running server's own repository
-    pbtxt = config_path.read_text()
-else:  # a server whose files are elsewhere (the node's): its loaded config, written out as config.pbtxt text
-    pbtxt = as_text(client.get_model_config(lab.triton_model))
-my_edit = "off"  # "off": delete the dynamic_batching stanza; or a number: max_queue_delay_microseconds
-stanza = re.compile(r"(?ms)^dynamic_batching\s*\{.*?^\}\n")  # from its first line to the closing brace
-my_pbtxt = stanza.sub("" if my_edit == "off" else
-                      f"dynamic_batching {{\n  max_queue_delay_microseconds: {int(my_edit)}\n}}\n", pbtxt)
-print("".join(difflib.unified_diff(pbtxt.splitlines(True), my_pbtxt.splitlines(True), "config.pbtxt", "your edit")))
-assert my_pbtxt != pbtxt, f"the edit changed nothing: is there a dynamic_batching stanza in {config_path}?"
-my_json = as_json(my_pbtxt)  # parsed by Triton's own ModelConfig: a typo fails here
-print(f"POST {lab.triton_http_url}/v2/repository/models/{lab.triton_model}/load  (config: {len(my_json)} bytes of JSON)")
-client.load_model(lab.triton_model, config=my_json, headers=lab.triton_headers)
-print("the running server now says:", client.get_model_config(lab.triton_model).get("dynamic_batching", "no dynamic_batching"))
+# %% tags=["exercise"]
+# Exercise 04.4: turn dynamic batching off in your copy's config.pbtxt, on disk
+def edit_config(path):
+    """Rewrite the file at `path` without its dynamic_batching stanza (nothing else changed)."""
+    # BEGIN SOLUTION
+    text = path.read_text()
+    start = text.index("\ndynamic_batching") + 1  # the stanza, from its first line to its closing brace
+    path.write_text(text[:start] + text[text.index("\n}", start) + 3:])
+    # END SOLUTION
 
 # %%
-try:
-    spans_mine = by_hand.traced(lab.triton_http_url, lab.triton_model, pixels, hi_c, trace_per_client) if spans_on else []
-finally:
-    own_json = as_json(pbtxt)
-    client.load_model(lab.triton_model, config=own_json, headers=lab.triton_headers)  # the file's own config back, by the same request
-print("restored:", client.get_model_config(lab.triton_model).get("dynamic_batching", "no dynamic_batching"))
+checks.config_on_disk(edit_config, path=mine_dir / "config.pbtxt", original=repository / lab.triton_model / "config.pbtxt",
+                      model=mine, not_here=not_here, exercise="04.4", step=step)
+
+# %% tags=["exercise"]
+# Exercise 04.5: the load request, sent by you with tritonclient (or the curl line, then set load_mine = None)
+def load_mine(address, model):
+    """POST /v2/repository/models/<model>/load, with the server's key, no config of yours (Triton reads the file)."""
+    # BEGIN SOLUTION
+    httpclient.InferenceServerClient(address).load_model(model, headers=lab.triton_headers)
+    # END SOLUTION
+
+# %%
+(loaded_mine := checks.loaded_from_disk(load_mine, http_url=lab.triton_http_url, model=mine, path=mine_dir / "config.pbtxt",
+                                       not_here=not_here, exercise="04.5", step=step))
+
+# %%
+spans_mine = (by_hand.traced(lab.triton_http_url, mine, pixels, hi_c, trace_per_client)  # the same load, your copy
+              if spans_on and loaded_mine.passed else [])
 if spans_mine:
     step.show_plot(trace.plot_timeline(spans_mine, step.plot_path("trace_timeline_edit"),
-                                       title=f"{lab.triton_model}, your edit ({my_edit}): {hi_c} clients"))
-    mine_row = tables.trace_row(spans_mine, f"your edit ({my_edit})")
-    step.table(pd.DataFrame([on_row, mine_row]).round(1), "trace_edit",
-               "The same traced load with the model's own config and with your edit (one short window each: "
-               "a picture, not a throughput measurement; the alternating windows below measure that)")
-    step.answer(f"With your edit ({my_edit}) the {mine_row['requests']} requests ran in {mine_row['executions']} executions "
-                f"({mine_row['batch_sizes']}) against {on_row['executions']}; median queue wait {mine_row['queue_ms_median']:.0f} "
-                f"ms against {on_row['queue_ms_median']:.0f} ms, execution {mine_row['execution_ms_median']:.0f} against "
-                f"{on_row['execution_ms_median']:.0f} ms, window {mine_row['window_ms'] / on_row['window_ms']:.2f}× as long "
-                "(one short window each: the alternating windows below measure the difference).")
+                                       title=f"{mine}, no dynamic_batching: {hi_c} clients"))
+    mine_row = tables.trace_row(spans_mine, f"{mine} (no dynamic_batching)")
+    step.table(pd.DataFrame([on_row, mine_row]).round(1), "trace_edit", "The same traced load, the encoder and "
+               "your copy (one short window each: a picture, not a throughput measurement)")
+    step.answer(by_hand.trace_versus(on_row, mine_row))
+
+# %% [markdown]
+# ## NVIDIA's perf_analyzer: batching on and off, by concurrency
+# **You write two command lines**, the encoder (on) and your copy (off): batch-1 requests over
+# `--concurrency-range lo:hi:step` in windows of N requests (`--measurement-mode count_windows
+# --measurement-request-count N`), otherwise alike. The check runs them ([when it reports
+# nothing](../docs/TROUBLESHOOTING.md#perf_analyzer-reports-nothing)).
+#
+# **Predict first.** At which concurrency will batching on pull ahead of off, if at all, on this hardware?
+
+# %%
+pa_binary, pa_range, pa_requests = pa.find(), (lo_c, hi_c, max(1, hi_c - lo_c)), 2 * hi_c if opts.quick else 8 * hi_c
+print(f"perf_analyzer: {pa_binary}; HTTP at {lab.triton_address}; concurrency {pa_range}, windows of {pa_requests}")
+
+# %% tags=["exercise"]
+# Exercise 04.6: two perf_analyzer lines, batching on (the encoder) and off (your copy)
+def sweep_lines(binary, models, address, concurrency_range, requests):
+    """{"on": line, "off": line}: shell lines running `binary` against models["on"] / models["off"] at
+    `address`, over the concurrency range (lo, hi, step), in windows of `requests` requests."""
+    # BEGIN SOLUTION
+    lo, hi, by = concurrency_range
+    point = (f"--concurrency-range {lo}:{hi}:{by} --measurement-mode count_windows --measurement-request-count "
+             f"{requests} -s 15 --max-trials 4 -u {address} -i http -b 1")
+    return {key: f"{binary} -m {model} {point}" for key, model in models.items()}
+    # END SOLUTION
+
+# %%
+(swept_pa := checks.perf_analyzer_sweep(sweep_lines, binary=pa_binary, models={"on": lab.triton_model, "off": mine},
+                                        address=lab.triton_address, concurrency_range=pa_range, requests=pa_requests,
+                                        out_dir=step.out_dir, exercise="04.6", step=step)
+ if step.skip_unless(pa_binary and loaded_mine.passed, "perf_analyzer", "no binary here, or no loaded copy of yours",
+                     "`servelab triton get-perf-analyzer` fetches the binary") else None)
+
+# %%
+if swept_pa is not None and swept_pa.passed:
+    pa_table = by_hand.on_off_table(swept_pa.detail["rows"])
+    step.table(pa_table.round(2).reset_index(), "perf_analyzer",
+               "perf_analyzer, img/s and p50 by concurrency: batching on (the encoder) and off (your copy)")
+    step.answer(by_hand.on_off_answer(swept_pa.detail["rows"], triton_conc[-1]))
 
 # %% [markdown]
 # ## Baseline: dynamic batching off
@@ -406,8 +404,7 @@ def read_outcome(bands):
     # END SOLUTION
 
 # %%
-loaded = step.frame(service_conc + triton_conc)
-loaded = loaded[loaded["concurrency"] == max(concurrency_levels)]
+loaded = step.frame(service_conc + triton_conc).query("concurrency == @hi_c")
 checks.outcome(read_outcome, loaded, key="server", a="fastapi", b="triton-http", prediction=prediction_04,
                exercise="04.1", step=step)
 
@@ -547,3 +544,7 @@ step.shows(
     + "; ".join(f"{system}: {step.ratio(ratio)}" for system, *_, ratio in baseline)
     + f". In-process PyTorch, measured in alternating windows: {step.ratio(torch_ratio)}."
 )
+
+# %%
+if loaded_mine.passed:  # each python-backend copy holds an ONNX Runtime session: give its memory back
+    client.unload_model(mine, headers=lab.triton_headers)

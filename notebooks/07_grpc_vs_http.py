@@ -253,18 +253,21 @@ from pathlib import Path
 from servelab.triton import perf_analyzer as pa
 
 pa_path = pa.find() or Path("perf_analyzer")  # build/perf_analyzer/, else PATH
-model, clients, pa_requests = lab.triton_model, max(concurrency_levels), (2 if opts.quick else 8) * max(concurrency_levels)
+model, clients, pa_requests = lab.triton_model, max(concurrency_levels), (1 if opts.quick else 3) * max(concurrency_levels)
 http_address, grpc_address = lab.triton_http_url.split("://")[-1], lab.triton_grpc_url.split("://")[-1]
-print("04's line:\n$ " + shlex.join(pa.command(pa_path, http_address, model, concurrency=clients, request_count=pa_requests)))
+print("a fixed count over HTTP:\n$ " + shlex.join(pa.fixed_count(pa.command(pa_path, http_address, model, concurrency=clients),
+                                                                pa_requests)))
 
 # %% tags=["exercise"]
 # Exercise 07.3: write the three perf_analyzer lines
 def perf_lines(binary, model, http_address, grpc_address, clients, requests):
-    """{"http": …, "grpc": …, "grpc shared": …}: three shell lines measuring `requests` batch-1 requests from
-    `clients` concurrent clients (`--concurrency-range`, `--request-count`) against `model`: over HTTP, over gRPC
-    with a channel per client, over gRPC with one channel for all. Only protocol, address and channel differ."""
+    """{"http": …, "grpc": …, "grpc shared": …}: three shell lines measuring three windows of `requests` batch-1
+    requests (`--measurement-mode count_windows --measurement-request-count`, taken as they come: `-s 999
+    --max-trials 3`) from `clients` concurrent clients (`--concurrency-range`) against `model`: over HTTP, over
+    gRPC with a channel per client, over gRPC with one channel for all. Only protocol, address and channel differ."""
     # BEGIN SOLUTION
-    point = f"{binary} -m {model} -b 1 --concurrency-range {clients} --request-count {requests}"
+    point = (f"{binary} -m {model} -b 1 --concurrency-range {clients} --measurement-mode count_windows "
+             f"--measurement-request-count {requests} -s 999 --max-trials 3")
     return {"http": f"{point} -i http -u {http_address}",
             "grpc": f"TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT=1 {point} -i grpc -u {grpc_address}",
             "grpc shared": f"TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT={2 * clients} {point} -i grpc -u {grpc_address}"}

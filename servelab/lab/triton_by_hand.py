@@ -12,9 +12,12 @@ These are the calls a student would type; servelab's load generator (servelab.be
 
 from __future__ import annotations
 
+import os
+import shutil
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -118,3 +121,57 @@ def traced(http_url: str, model: str, pixels: np.ndarray, clients: int, per_clie
     if not spans:
         raise CannotRun("its trace file held no request of this window (a server on another machine writes it there)")
     return spans
+
+
+def copy_model(repository: Path, model: str, name: str) -> Path:
+    """`model`'s folder copied to `name` in the same repository, its config.pbtxt naming it `name` (its weights
+    and model.py hard-linked, not copied; the config a file of its own, so that editing it leaves `model`'s alone)."""
+    src, dst = Path(repository) / model, Path(repository) / name
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst, copy_function=os.link, ignore=shutil.ignore_patterns("config.pbtxt", "__pycache__"))
+    text = (src / "config.pbtxt").read_text()
+    (dst / "config.pbtxt").write_text(text.replace(f'name: "{model}"', f'name: "{name}"'))
+    return dst
+
+
+def on_off_table(rows: list[dict]) -> pd.DataFrame:
+    """perf_analyzer's rows (batching "on" / "off", by concurrency) as one row per concurrency: img/s and p50 of
+    each side and the ratio on ÷ off."""
+    frame = pd.DataFrame(rows)
+    table = frame.pivot(index="concurrency", columns="batching", values="throughput_img_s")[["on", "off"]]
+    table["on ÷ off"] = table["on"] / table["off"]
+    p50 = frame.pivot(index="concurrency", columns="batching", values="latency_p50_ms")[["on", "off"]]
+    return table.join(p50.add_suffix(" p50 ms"))
+
+
+def on_off_answer(rows: list[dict], ours: dict) -> str:
+    """The sentence under `on_off_table(rows)`: on ÷ off at the lowest and the highest concurrency, beside
+    servelab's own figure for the encoder at that concurrency (`ours`, a record), and whether a fixed count
+    stood in for windows that never settled."""
+    table, counted = on_off_table(rows), [r["counted"] for r in rows if r.get("counted")]
+    first, top = table.iloc[0], table.iloc[-1]
+    return (f"perf_analyzer: batching on ÷ off went from {first['on ÷ off']:.2f} at concurrency {table.index[0]} to "
+            f"{top['on ÷ off']:.2f} at {table.index[-1]} ({top['on']:.1f} against {top['off']:.1f} img/s); servelab's "
+            f"sweep measured the encoder at {ours['throughput_img_s']:.1f} img/s at concurrency {ours['concurrency']}, "
+            "minutes apart. One run per line, not alternating windows: read a ratio near 1 as no difference."
+            + (f" Its windows never settled here, so these are its first three windows of {counted[0]} requests, "
+               "taken as they came, not stable measurements." if counted else ""))
+
+
+def trace_versus(on_row: dict, off_row: dict) -> str:
+    """Two traced windows' rows (batching_tables.trace_row), batching on and off, compared in one sentence."""
+    return (f"Without dynamic batching the {off_row['requests']} requests ran in {off_row['executions']} executions "
+            f"({off_row['batch_sizes']}) against {on_row['executions']}; median queue wait {off_row['queue_ms_median']:.0f} "
+            f"ms against {on_row['queue_ms_median']:.0f} ms, execution {off_row['execution_ms_median']:.0f} against "
+            f"{on_row['execution_ms_median']:.0f} ms, window {off_row['window_ms'] / on_row['window_ms']:.2f}× as long "
+            "(one short window each: the alternating windows below measure the difference).")
+
+
+def trace_alone(row: dict, histogram: dict, clients: int) -> str:
+    """One traced window's row (batching_tables.trace_row) in a sentence, beside the sweep's /stats histogram."""
+    return (f"{row['requests']} requests ran in {row['executions']} executions ({row['batch_sizes']}; /stats counted "
+            f"{histogram} in the sweep). A request waited {row['queue_ms_median']:.0f} ms in the queue (median; at most "
+            f"{row['queue_ms_max']:.0f} ms), an execution took {row['execution_ms_median']:.0f} ms. "
+            + ("All arrived while the instance was free and ran as one batch." if row["executions"] == 1 else
+               "A request arriving during an execution waits for its end, then rides in the next one with all who "
+               f"arrived meanwhile: groups taking turns, not one batch of {clients}."))

@@ -5,6 +5,8 @@ point, read its CSV.
     binary = pa.find()                       # Path, or None: `servelab triton get-perf-analyzer` fetches it
     cmd = pa.command(binary, "127.0.0.1:8003", "openclip_vit_b32_cpu", concurrency=8, csv=Path("pa.csv"))
     result = pa.run(cmd, csv=Path("pa.csv"))   # PerfResult: throughput, p50/p99, server queue/compute, output
+    results = pa.measure(cmd, Path("pa.csv"), fallback_requests=16)  # one per concurrency; `counted` when the
+                                             # windows never settled and three windows of 16 requests stood in
     env, argv = pa.parse_line("TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT=1 perf_analyzer -i grpc …")  # a typed line
 
 Where the binary comes from: the perf-analyzer wheels need glibc 2.38 and tritonclient >= 2.61 no longer
@@ -103,7 +105,8 @@ def command(binary: Path, address: str, model: str, *, concurrency: int = 8, inp
 
     request_count: one measurement of exactly that many requests instead, with no stability rule: it always
     completes, however busy the machine (checking that the tool runs; a benchmark wants the stable windows).
-    Such a count has a floor of about a second (32 requests at 8 clients report ~32/s): size it well above that.
+    Its figure is that count over the elapsed time rounded up to whole seconds (64 requests in 5.1 s read as 64 in
+    6): a check that the tool runs, not a figure; `fixed_count`, what `measure` falls back to, is one that is.
     time_window_ms: windows of that many milliseconds instead of `requests` requests (time_windows), under the
     same stability rule; a `stability_pct` over 100 with `max_trials` 3 takes the first three windows, whatever
     they say (perf_analyzer reports the three together), as a load generator's fixed duration does.
@@ -147,6 +150,7 @@ class PerfResult:
     server_compute_ms: float
     output: str  # what perf_analyzer printed
     connections: int | None = None  # the most TCP connections it held to the server at once (None: not counted)
+    counted: int | None = None  # the windows never settled: three windows of this many requests instead (`measure`)
 
 
 def environment() -> dict:
@@ -158,8 +162,63 @@ def environment() -> dict:
 def run(cmd: list[str], csv: Path, timeout: float = 120.0, env: dict | None = None,
         count_port: int | None = None) -> PerfResult:
     """Run `cmd` (from `command` or `parse_line`, with the same `csv`) with `env` added to its environment;
-    RuntimeError with perf_analyzer's last lines on failure. `count_port`: also count the TCP connections it holds
-    to that port (sampled while it runs; the peak goes into `connections`)."""
+    CannotRun with perf_analyzer's last lines on failure. `count_port`: also count the TCP connections it holds
+    to that port (sampled while it runs; the peak goes into `connections`). The CSV's first row."""
+    return _run_rows(cmd, csv, timeout, env, count_port)[0]
+
+
+UNSETTLED = "stable measurement"  # in perf_analyzer's message when its windows never agreed within its trials
+# the options that choose how perf_analyzer measures (windows, their size, the stability rule, a fixed count)
+_MEASUREMENT = {"--measurement-mode", "--measurement-request-count", "--measurement-interval", "-p",
+                "--stability-percentage", "-s", "--max-trials", "-r", "--request-count"}
+
+
+FIRST_WINDOWS = ("--stability-percentage", "999", "--max-trials", "3")  # three windows, taken whatever they say
+
+
+def fixed_count(cmd: list[str], requests: int) -> list[str]:
+    """`cmd` with its measurement options replaced by one fixed count of requests: three windows of `requests`
+    requests each (count_windows), taken whatever they say (a stability percentage of 999), so it always
+    completes, however busy the machine, over a whole `--concurrency-range`. Not `--request-count`: its figure is
+    that count over the elapsed time rounded up to whole seconds (20 requests in 2.7 s read 6.7/s, not 7.4), and
+    perf_analyzer takes it for one concurrency only."""
+    out, skip = [], False
+    for word in cmd:
+        if skip:
+            skip = False
+        elif word in _MEASUREMENT:
+            skip = True
+        elif not word.startswith(tuple(f"{o}=" for o in _MEASUREMENT if o.startswith("--"))):
+            out.append(word)
+    return out + ["--measurement-mode", "count_windows", "--measurement-request-count", str(requests), *FIRST_WINDOWS]
+
+
+def concurrencies(cmd: list[str]) -> list[int]:
+    """The concurrency levels `cmd` asks for: `--concurrency-range start[:end[:step]]` (1 when not given)."""
+    start, end, step = ((option(cmd, "--concurrency-range") or "1").split(":") + ["", ""])[:3]
+    return list(range(int(start), int(end or start) + 1, int(step or 1)))
+
+
+def measure(cmd: list[str], csv: Path, *, fallback_requests: int, timeout: float = 120.0, env: dict | None = None,
+            count_port: int | None = None) -> list[PerfResult]:
+    """Run `cmd` as `run` does and return one result per concurrency of its `--concurrency-range`, in order.
+    When its windows never settle ("Failed to obtain stable measurement", a busy machine; or a level missing
+    from its CSV), run it once more as one fixed count, three windows of `fallback_requests` requests taken as
+    they come (`fixed_count`), and say so: every result's `counted` is then `fallback_requests`."""
+    try:
+        rows = _run_rows(cmd, csv, timeout, env, count_port)
+    except CannotRun as exc:
+        if UNSETTLED not in str(exc):
+            raise
+        rows = []
+    if sorted(r.concurrency for r in rows) == concurrencies(cmd):
+        return sorted(rows, key=lambda r: r.concurrency)
+    Path(csv).unlink(missing_ok=True)
+    rows = _run_rows(fixed_count(cmd, fallback_requests), csv, timeout, env, count_port)
+    return sorted((dataclasses.replace(r, counted=fallback_requests) for r in rows), key=lambda r: r.concurrency)
+
+
+def _run_rows(cmd: list[str], csv: Path, timeout: float, env: dict | None, count_port: int | None) -> list[PerfResult]:
     proc = subprocess.Popen(cmd, env={**environment(), **(env or {})}, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     deadline, peak = time.monotonic() + timeout, 0
@@ -175,10 +234,11 @@ def run(cmd: list[str], csv: Path, timeout: float = 120.0, env: dict | None = No
                 proc.communicate()
                 raise CannotRun(f"perf_analyzer ran past {timeout:.0f} s: {shlex.join(cmd)}") from None
     if proc.returncode != 0 or not Path(csv).is_file():
-        tail = " | ".join(line for line in output.strip().splitlines()[-3:])
-        raise CannotRun(f"perf_analyzer exited {proc.returncode}: {tail}")
-    result = parse_csv(Path(csv).read_text(), output)
-    return dataclasses.replace(result, connections=peak if count_port is not None else None)
+        lines = output.strip().splitlines()
+        said = [line for line in lines if re.match(r"\s*(error|failed|Failed)", line)] or lines[-3:]  # its own words
+        raise CannotRun(f"perf_analyzer exited {proc.returncode}: {' | '.join(said[:3])}")
+    return [dataclasses.replace(r, connections=peak if count_port is not None else None)
+            for r in parse_csv_rows(Path(csv).read_text(), output)]
 
 
 def connections_to(pid: int, port: int) -> int:
@@ -221,9 +281,19 @@ def option(argv: list[str], *names: str, default: str | None = None) -> str | No
 
 def parse_csv(text: str, output: str = "") -> PerfResult:
     """perf_analyzer's `-f` CSV (latencies in microseconds) -> PerfResult of its first row."""
-    row = next(csvlib.DictReader(text.splitlines()))
-    us = lambda key: float(row[key]) / 1000.0  # noqa: E731
-    return PerfResult(concurrency=int(row["Concurrency"]), throughput_img_s=float(row["Inferences/Second"]),
-                      latency_p50_ms=us("p50 latency"), latency_p99_ms=us("p99 latency"),
-                      server_queue_ms=us("Server Queue"), server_compute_ms=us("Server Compute Infer"),
-                      output=output)
+    return parse_csv_rows(text, output)[0]
+
+
+def parse_csv_rows(text: str, output: str = "") -> list[PerfResult]:
+    """perf_analyzer's `-f` CSV -> one PerfResult per row (per concurrency), in concurrency order."""
+    def result(row):
+        us = lambda key: float(row[key]) / 1000.0  # noqa: E731
+        return PerfResult(concurrency=int(row["Concurrency"]), throughput_img_s=float(row["Inferences/Second"]),
+                          latency_p50_ms=us("p50 latency"), latency_p99_ms=us("p99 latency"),
+                          server_queue_ms=us("Server Queue"), server_compute_ms=us("Server Compute Infer"),
+                          output=output)
+
+    rows = sorted((result(row) for row in csvlib.DictReader(text.splitlines())), key=lambda r: r.concurrency)
+    if not rows:
+        raise CannotRun("perf_analyzer's CSV has no row")
+    return rows

@@ -161,11 +161,16 @@ PA = dict(binary="build/perf_analyzer/perf_analyzer", model="enc", http_address=
           grpc_address="127.0.0.1:8004", clients=8, requests=96)
 
 
+PA_BIN = "build/perf_analyzer/perf_analyzer"
+WINDOWS = "--measurement-mode count_windows --measurement-request-count 96 -s 999 --max-trials 3"
+SHARE = "TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT"
+
+
 def perf_lines(**change):
-    point = "build/perf_analyzer/perf_analyzer -m enc -b 1 --concurrency-range 8 --request-count 96"
+    point = f"{PA_BIN} -m enc -b 1 --concurrency-range 8 {WINDOWS}"
     lines = {"http": f"{point} -i http -u 127.0.0.1:8003",
-             "grpc": f"TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT=1 {point} -i grpc -u 127.0.0.1:8004",
-             "grpc shared": f"TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT=16 {point} -u 127.0.0.1:8004 -i grpc"}
+             "grpc": f"{SHARE}=1 {point} -i grpc -u 127.0.0.1:8004",
+             "grpc shared": f"{SHARE}=16 {point} -u 127.0.0.1:8004 -i grpc"}
     return checks.perf_analyzer_lines({**lines, **change}, exercise="t.pa", **PA)
 
 
@@ -174,18 +179,22 @@ def test_perf_analyzer_lines_accepts_three_lines_of_one_point():
 
 
 @pytest.mark.parametrize("change, hint", [
-    ({"grpc": "TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT=1 build/perf_analyzer/perf_analyzer -m enc "
-              "--concurrency-range 8 --request-count 96 -i http -u 127.0.0.1:8004"}, "should speak -i grpc"),
-    ({"grpc": "build/perf_analyzer/perf_analyzer -m enc --concurrency-range 8 --request-count 96 -i grpc "
-              "-u 127.0.0.1:8004"}, "its own channel"),
-    ({"grpc shared": "TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT=4 build/perf_analyzer/perf_analyzer -m enc "
-                     "--concurrency-range 8 --request-count 96 -i grpc -u 127.0.0.1:8004"}, "at least 8"),
-    ({"http": "build/perf_analyzer/perf_analyzer -m enc --concurrency-range 8 --request-count 96 -i http "
-              "-u 127.0.0.1:8004"}, "listens at 127.0.0.1:8003"),
-    ({"http": "build/perf_analyzer/perf_analyzer -m enc --concurrency-range 4 --request-count 96 -i http "
-              "-u 127.0.0.1:8003"}, "--concurrency-range 8"),
-    ({"http": "build/perf_analyzer/perf_analyzer -m enc --concurrency-range 8 --request-count 96 -i http "
-              "-u 127.0.0.1:8003 --async"}, "different measurements"),
+    ({"grpc": f"{SHARE}=1 {PA_BIN} -m enc --concurrency-range 8 {WINDOWS} -i http -u 127.0.0.1:8004"},
+     "should speak -i grpc"),
+    ({"grpc": f"{PA_BIN} -m enc --concurrency-range 8 {WINDOWS} -i grpc -u 127.0.0.1:8004"}, "its own channel"),
+    ({"grpc shared": f"{SHARE}=4 {PA_BIN} -m enc --concurrency-range 8 {WINDOWS} -i grpc -u 127.0.0.1:8004"},
+     "at least 8"),
+    ({"http": f"{PA_BIN} -m enc --concurrency-range 8 {WINDOWS} -i http -u 127.0.0.1:8004"},
+     "listens at 127.0.0.1:8003"),
+    ({"http": f"{PA_BIN} -m enc --concurrency-range 4 {WINDOWS} -i http -u 127.0.0.1:8003"}, "--concurrency-range 8"),
+    ({"http": f"{PA_BIN} -m enc --concurrency-range 8 --request-count 96 -i http -u 127.0.0.1:8003"},
+     "--measurement-mode"),
+    ({"http": f"{PA_BIN} -m enc --concurrency-range 8 {WINDOWS} --request-count 96 -i http -u 127.0.0.1:8003"},
+     "whole seconds"),
+    ({"http": f"{PA_BIN} -m enc --concurrency-range 8 {WINDOWS.replace('-s 999', '-s 15')} -i http -u 127.0.0.1:8003"},
+     "-s 15"),
+    ({"http": f"{PA_BIN} -m enc --concurrency-range 8 {WINDOWS} -i http -u 127.0.0.1:8003 --async"},
+     "different measurements"),
     ({"grpc shared": None}, "missing"),
 ])
 def test_perf_analyzer_lines_names_what_a_wrong_line_breaks(change, hint):

@@ -104,10 +104,15 @@ def test_instructor_notebooks_passed_in_the_last_lab_run(tmp_path_factory):
     assert not failed, f"instructor solutions failed their checks in lab run {run.name}:\n" + "\n".join(failed)
 
 
+# a step with more: 04 puts the student at Triton's controls (their own /stats read, config edited on disk, load
+# request and perf_analyzer lines) besides its prediction and its stanza
+MORE_EXERCISES = {"04": 6}
+
+
 def test_every_step_has_one_to_four_exercises():
     steps = ["01", "02", "03", "04", "05a", "05b", "06a", "06b", "06c", "07", "08", "09"]
     counts = {notebook_id(p): len(find(jupytext.read(p), p.name)) for p in SOURCES}
-    assert {s: counts.get(s, 0) for s in steps if not 1 <= counts.get(s, 0) <= 4} == {}
+    assert {s: counts.get(s, 0) for s in steps if not 1 <= counts.get(s, 0) <= MORE_EXERCISES.get(s, 4)} == {}
 
 
 @pytest.mark.notebooks

@@ -15,11 +15,12 @@ import numpy as np
 import pandas as pd
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 
 from servelab.assignments import checks
 from servelab.assignments.exercises import find, student_source
 from servelab.assignments.live import Trials
-from servelab.assignments.result import NOT_IMPLEMENTED, PASS, STRICT_ENV
+from servelab.assignments.result import NOT_IMPLEMENTED, PASS, STRICT_ENV, CheckResult
 from servelab.bench.experiments import emulated_lesson
 from servelab.bench.load import LoadOpts
 from servelab.client import InferenceClient
@@ -98,6 +99,54 @@ class Live:
 
         return SimpleNamespace(service_url=self._request.getfixturevalue("service").url)
 
+    def sweep_of_batch_1_requests(self):
+        """04.3's sweep: a few batch-1 requests from two clients to the live Triton's encoder."""
+        from servelab.lab.triton_by_hand import send
+
+        send(self.triton.http_address, CPU_ENCODER, np.zeros((1, 3, 224, 224), np.float32), clients=2, per_client=2)
+
+    def copy_of_encoder(self, live: bool, edited: bool = False, loaded: bool = False) -> dict:
+        """04.4-04.6: the student's copy of the encoder as the lesson's copy cell leaves it (`edited`: without its
+        dynamic_batching stanza, as 04.4 leaves it; `loaded`: loaded, as 04.5 leaves it): in the live Triton's
+        repository, or (`live` False) in a repository of this test's own. Unloaded and removed after the test."""
+        import shutil
+
+        from servelab.lab.triton_by_hand import copy_model
+        from servelab.triton.control import load_model, model_states, unload_model
+        from servelab.triton.repository import STAGING
+
+        mine = f"{CPU_ENCODER}_mine"
+        if live:
+            repository, url = self.triton.repository, self.triton.http_url
+        else:
+            repository, url = self.step.out_dir / "models", "http://127.0.0.1:9"
+            (repository / CPU_ENCODER).mkdir(parents=True, exist_ok=True)
+            shutil.copy(STAGING / "cpu" / CPU_ENCODER / "config.pbtxt", repository / CPU_ENCODER / "config.pbtxt")
+        path = copy_model(repository, CPU_ENCODER, mine) / "config.pbtxt"
+        if edited:
+            text = path.read_text()
+            start = text.index("\ndynamic_batching") + 1
+            path.write_text(text[:start] + text[text.index("\n}", start) + 3:])
+        if loaded:
+            load_model(url, mine)
+
+        def cleanup():
+            if live and model_states(url).get(mine, "").startswith("READY"):
+                unload_model(url, mine)
+            shutil.rmtree(path.parent, ignore_errors=True)
+
+        self._request.addfinalizer(cleanup)
+        return {"repository": repository, "mine": mine, "mine_dir": path.parent, "not_here": None,
+                "lab": self.lab("04", triton_http_url=url, triton_model=CPU_ENCODER)}
+
+    @property
+    def perf_analyzer(self):
+        from servelab.triton import perf_analyzer as pa
+
+        if pa.find() is None:
+            pytest.skip("no perf_analyzer here: `servelab triton get-perf-analyzer` fetches it")
+        return pa.find()
+
     @property
     def photos(self):
         self._request.getfixturevalue("onnx_meta")
@@ -109,11 +158,17 @@ BINDINGS: dict[str, dict] = {
         "throughput_img_s": [18.0, 23.0, 54.0, 26.0, 31.0, 70.0, _NAN]})},
     "03.2": {},
     "03.3": {},
-    "04.1": {"concurrency_levels": [1, 4], "prediction_04": "triton-http",
+    "04.1": {"concurrency_levels": [1, 4], "hi_c": 4, "prediction_04": "triton-http",
              "service_conc": [_rec(server="fastapi", concurrency=c, windows=w) for c, w in ((1, [19, 21]), (4, [22, 25]))],
              "triton_conc": [_rec(server="triton-http", concurrency=c, windows=w) for c, w in ((1, [18, 20]), (4, [24, 27]))]},
     "04.2": lambda ctx: {"max_batch": 32, "instance_kind": "KIND_CPU", "concurrency_levels": [1, 2], "opts": _opts(),
                          "lab": ctx.lab("04", triton_http_url=ctx.triton.http_url, triton_model=CPU_ENCODER)},
+    "04.3": lambda ctx: {"lab": ctx.lab("04", triton_http_url=ctx.triton.http_url, triton_model=CPU_ENCODER),
+                         "triton_sweep": ctx.sweep_of_batch_1_requests},
+    "04.4": lambda ctx: ctx.copy_of_encoder(live=False),
+    "04.5": lambda ctx: {**ctx.copy_of_encoder(live=True, edited=True), "httpclient": httpclient},
+    "04.6": lambda ctx: {**ctx.copy_of_encoder(live=True, edited=True, loaded=True), "pa_binary": ctx.perf_analyzer,
+                         "pa_range": (1, 2, 1), "pa_requests": 2, "loaded_mine": CheckResult("04.5", PASS, "")},
     "05a.1": {"hi_c": 4, "latency_budget_ms": 1.25 * 300.0, "cells": pd.DataFrame({
         "max_queue_delay_us": [0, 0, 2000, 2000, 10000, 10000], "concurrency": [1, 4, 1, 4, 1, 4],
         "throughput_img_s": [19.0, 24.0, 18.0, 28.0, 16.0, 31.0],

@@ -4,8 +4,12 @@ and its figures agree with Triton's own statistics of the same requests."""
 
 from __future__ import annotations
 
+import csv as csvlib
+from pathlib import Path
+
 import pytest
 
+from servelab.errors import CannotRun
 from servelab.triton import perf_analyzer as pa
 from servelab.triton.server_stats import stats_delta
 
@@ -35,17 +39,74 @@ def test_perf_analyzer_measures_the_running_triton(triton, tmp_path):
     if binary is None:
         pytest.skip("no perf_analyzer here: `servelab triton get-perf-analyzer` fetches it")
     csv = tmp_path / "pa.csv"
-    # one measurement of a fixed number of requests, no stability rule: this checks that the tool runs and that its
-    # output is read right, not that the machine is quiet (stable windows are a benchmark's business; beside the
-    # suite's other worker, ten windows were once not stable enough for perf_analyzer to report at all)
-    cmd = pa.command(binary, triton.http_address, ENCODER, concurrency=2, request_count=12, csv=csv)
-    assert "--stability-percentage" not in cmd
+    # its own stability windows, and where they never settle (beside the suite's other worker, ten windows were once
+    # not stable enough for perf_analyzer to report at all) the one fallback every caller shares: a fixed count
+    cmd = pa.command(binary, triton.http_address, ENCODER, concurrency=2, requests=6, stability_pct=20, max_trials=4,
+                     csv=csv)
     with stats_delta(triton.http_url, ENCODER) as d:
-        r = pa.run(cmd, csv)
-    assert r.concurrency == 2 and r.throughput_img_s > 0
+        (r,) = pa.measure(cmd, csv, fallback_requests=12)
+    assert r.concurrency == 2 and r.throughput_img_s > 0 and r.counted in (None, 12)
     assert 0 < r.latency_p50_ms <= r.latency_p99_ms
     assert "Request concurrency: 2" in r.output
-    assert d.result.summary()["requests"] >= 12  # the twelve measured requests reached the server
+    assert d.result.summary()["requests"] >= (12 if r.counted else 3 * 6)  # the measured requests reached the server
+
+
+def test_a_fixed_count_replaces_every_measurement_option():
+    cmd = pa.command(pa.home() / "perf_analyzer", "127.0.0.1:8003", ENCODER, concurrency=8, requests=16,
+                     stability_pct=15, max_trials=3, csv=Path("pa.csv"))
+    fixed = pa.fixed_count(cmd + ["-s", "20", "--max-trials=9", "--request-count", "5"], 48)
+    assert pa.option(fixed, "--measurement-mode") == "count_windows"
+    assert pa.option(fixed, "--measurement-request-count") == "48" and fixed.count("--measurement-request-count") == 1
+    assert pa.option(fixed, "--stability-percentage") == "999" and pa.option(fixed, "--max-trials") == "3"
+    assert not {"-s", "20", "--max-trials=9", "--request-count"} & set(fixed)
+    assert fixed[fixed.index("-f") + 1] == "pa.csv" and fixed[fixed.index("--concurrency-range") + 1] == "8"
+
+
+UNSETTLING = """#!/bin/sh
+# stands in for perf_analyzer on a machine too busy for its windows to settle at concurrency 2: under a
+# stability rule it writes concurrency 1's row and fails, as perf_analyzer does; with three windows taken as they
+# come (-s 999) it reports every level of the range; the CSV goes where -f says
+prev=""; for a; do [ "$prev" = "-f" ] && out="$a"; prev="$a"; done
+head="Concurrency,Inferences/Second,Server Queue,Server Compute Infer,p50 latency,p99 latency"
+case " $* " in
+  *" --stability-percentage 999 "*) printf '%s\\n' "$head" "2,22.0,1000,40000,92000,120000" \\
+                                      "1,11.0,500,45000,95000,110000" > "$out";;
+  *) printf '%s\\n' "$head" "1,10.0,500,45000,95000,110000" > "$out"
+     echo "Failed to obtain stable measurement within 3 measurement windows for concurrency 2."; exit 2;;
+esac
+"""
+
+
+def test_windows_that_never_settle_fall_back_to_one_fixed_count_and_say_so(tmp_path):
+    stand_in = tmp_path / "perf_analyzer"
+    stand_in.write_text(UNSETTLING)
+    stand_in.chmod(0o755)
+    csv = tmp_path / "pa.csv"
+    cmd = pa.command(stand_in, "127.0.0.1:1", ENCODER, concurrency=2, csv=csv)
+    cmd[cmd.index("--concurrency-range") + 1] = "1:2:1"
+    assert pa.concurrencies(cmd) == [1, 2]
+    with pytest.raises(CannotRun, match="stable measurement"):
+        pa.run(cmd, csv)
+    rows = pa.measure(cmd, csv, fallback_requests=24)
+    assert [(r.concurrency, r.counted) for r in rows] == [(1, 24), (2, 24)]  # every level, in order, said so
+    assert rows[1].throughput_img_s == 22.0 and rows[1].latency_p50_ms == 92.0
+
+
+def test_the_fixed_count_reads_a_rate_one_client_can_have(triton, tmp_path):
+    """Little's law at concurrency 1: one client waiting for each answer sends 1 / (mean latency) requests a second.
+    The fallback's three windows keep to it; `--request-count`, whose elapsed time perf_analyzer rounds up to
+    whole seconds, read about 0.9 of it."""
+    binary = pa.find()
+    if binary is None:
+        pytest.skip("no perf_analyzer here: `servelab triton get-perf-analyzer` fetches it")
+    csv = tmp_path / "pa.csv"
+    cmd = pa.fixed_count(pa.command(binary, triton.http_address, ENCODER, concurrency=1, csv=csv), 5)
+    r = pa.run(cmd, csv)
+    row = next(csvlib.DictReader(csv.read_text().splitlines()))
+    mean_ms = sum(float(row[k]) for k in ("Client Send", "Network+Server Send/Recv", "Server Queue",
+                                          "Server Compute Input", "Server Compute Infer", "Server Compute Output",
+                                          "Client Recv")) / 1000
+    assert r.throughput_img_s * mean_ms / 1000 == pytest.approx(1.0, rel=0.05)
 
 
 def test_a_typed_line_splits_into_its_environment_and_the_command():

@@ -20,7 +20,8 @@ The pure checks read tables and text and start nothing: predictions (predict, th
 reading of servelab.bench.report), measured (answers read off a table), sizing (replicas, cost), config_answers
 (config.pbtxt, probes, healthchecks, providers, perf_analyzer command lines), over the table helpers in
 answer_tables. by_hand runs a call the student makes by hand (one request to the service, one ONNX Runtime
-session) and reports what happened. The live checks put an answer into the running stack: live_configs (a stanza loaded into Triton and measured, the p99 budget),
+session) and reports what happened. The live checks put an answer into the running stack: live_configs (a stanza loaded into Triton and measured, the p99 budget,
+a config edited on disk and its load request, perf_analyzer lines run, /stats read),
 emulated_plan (a plan on the emulated accelerator), live_code (a client call, a python-backend execute, a
 FastAPI route) and live_requests (a JPEG sent to the ensemble, a configuration loaded, a PromQL query put to
 Prometheus), through servelab.assignments.live.
@@ -43,7 +44,14 @@ from servelab.assignments.checks.live_code import (
     python_backend_execute,
     triton_client_call,
 )
-from servelab.assignments.checks.live_configs import live_config, p99_budget
+from servelab.assignments.checks.live_configs import (
+    config_on_disk,
+    live_config,
+    loaded_from_disk,
+    p99_budget,
+    perf_analyzer_sweep,
+    stats_avg_batch,
+)
 from servelab.assignments.checks.live_requests import loaded_config, promql_rates, triton_jpeg_call
 from servelab.assignments.checks.measured import (
     best_choice,
@@ -64,6 +72,7 @@ __all__ = [
     "smallest_payload", "best_choice", "speedup", "difference", "share", "scaling_efficiency", "cost_per_1k_images",
     "threshold_for_precision", "replicas_for_load", "execution_providers", "k8s_probes", "compose_healthcheck",
     "perf_analyzer_lines", "hand_request", "ort_session", "triton_jpeg_call", "loaded_config", "promql_rates",
+    "config_on_disk", "loaded_from_disk", "perf_analyzer_sweep", "stats_avg_batch",
     "measured_bands", "reading", "TIE", "NO_SPREAD", "QUICK_PLAN_TOL", "L2NORM_CONFIG",
 ]
 # the check functions an exercise may call (the exercise format test holds the notebooks to this list)

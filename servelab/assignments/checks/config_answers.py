@@ -277,38 +277,60 @@ def execution_providers(answer, *, want: str, exercise: str, step=None, strict: 
 PERF_LINES = ("http", "grpc", "grpc shared")
 
 
+def perf_command(lines, key: str, keys, binary, wanted: dict[str, str]) -> tuple[dict, list[str]]:
+    """The command line `lines[key]` (one of `keys`) as (environment, argv), held to what every perf_analyzer line of an exercise
+    needs (rejects with a hint): it runs `binary`, each option of `wanted` has its value (a single concurrency
+    `8` also matches `8:8`; a range `1:8:7` must be written as such), and its requests are of batch 1."""
+    from pathlib import Path
+
+    from servelab.triton.perf_analyzer import option, parse_line
+
+    text = lines.get(key)
+    if not isinstance(text, str) or not text.strip():
+        reject(f'"{key}" is missing: return a dict with the keys {", ".join(keys)}, each a command line')
+    try:
+        env, argv = parse_line(text)
+    except ValueError as exc:
+        reject(f'"{key}": {exc}')
+    if Path(argv[0]).name != Path(str(binary)).name:
+        reject(f'"{key}" runs {argv[0]!r}: start the command with the perf_analyzer binary ({binary})')
+    for flag, value in wanted.items():
+        got = option(argv, flag)
+        single = ":" not in value
+        if (got is None or (single and (got.split(":")[0] != value or got.count(":") and got.split(":")[1] not in ("", value)))
+                or (not single and got != value)):
+            reject(f'"{key}": {flag} {got or "(missing)"}; this measurement needs {flag} {value}')
+    if option(argv, "-b", "--batch-size", default="1") != "1":
+        reject(f'"{key}": batch {option(argv, "-b", "--batch-size")}: the comparison is of batch-1 requests')
+    return env, argv
+
+
 def perf_analyzer_lines(answer, *, binary, model: str, http_address: str, grpc_address: str, clients: int,
                         requests: int, exercise: str, step=None, strict: bool | None = None) -> CheckResult:
     """answer: {"http": line, "grpc": line, "grpc shared": line} of shell command lines, or fn(binary, model,
     http_address, grpc_address, clients, requests) returning it.
 
     Correct: each line runs `binary` against `model` with `clients` concurrent clients (`--concurrency-range`) of
-    batch-1 requests for `requests` requests (`--request-count`); "http" over `-i http` at http_address, the two
+    batch-1 requests, in three windows of `requests` requests taken as they come (`--measurement-mode
+    count_windows --measurement-request-count`, a stability percentage of at least 100; not `--request-count`,
+    whose figure perf_analyzer divides by whole seconds); "http" over `-i http` at http_address, the two
     others over `-i grpc` at grpc_address, "grpc" with every client on its own channel (TRITON_CLIENT_GRPC_CHANNEL_
     MAX_SHARE_COUNT=1 before the command) and "grpc shared" with all of them on one (a share count of at least
     `clients`); apart from those, the three lines ask for the same measurement, so a ratio of two compares only
     the protocol or the channel."""
-    from pathlib import Path
-
-    from servelab.triton.perf_analyzer import SHARE_ENV, option, parse_line
+    from servelab.triton.perf_analyzer import SHARE_ENV, option
 
     def words(lines, key):
-        text = lines.get(key)
-        if not isinstance(text, str) or not text.strip():
-            reject(f'"{key}" is missing: return a dict with the keys {", ".join(PERF_LINES)}, each a command line')
-        try:
-            env, argv = parse_line(text)
-        except ValueError as exc:
-            reject(f'"{key}": {exc}')
-        if Path(argv[0]).name != Path(str(binary)).name:
-            reject(f'"{key}" runs {argv[0]!r}: start the command with the perf_analyzer binary ({binary})')
-        wanted = {"-m": model, "--concurrency-range": str(clients), "--request-count": str(requests)}
-        for flag, value in wanted.items():
-            got = option(argv, flag)
-            if got is None or got.split(":")[0] != value or got.count(":") and got.split(":")[1] not in ("", value):
-                reject(f'"{key}": {flag} {got or "(missing)"}; this point needs {flag} {value}')
-        if option(argv, "-b", "--batch-size", default="1") != "1":
-            reject(f'"{key}": batch {option(argv, "-b", "--batch-size")}: the comparison is of batch-1 requests')
+        env, argv = perf_command(lines, key, PERF_LINES, binary, {"-m": model, "--concurrency-range": str(clients),
+                                                                  "--measurement-mode": "count_windows",
+                                                                  "--measurement-request-count": str(requests)})
+        if option(argv, "--request-count"):
+            reject(f'"{key}": --request-count: perf_analyzer divides that count by the elapsed time rounded up to '
+                   "whole seconds; measure windows of requests instead")
+        stability = option(argv, "-s", "--stability-percentage", default="10")
+        if not stability.isdigit() or int(stability) < 100:
+            reject(f'"{key}": -s {stability}: on a shared machine the windows may never agree; a stability percentage '
+                   "of 999 takes three windows as they come, the same count on every line")
         protocol = "http" if key == "http" else "grpc"
         if option(argv, "-i", "--protocol", default="http") != protocol:
             reject(f'"{key}" speaks -i {option(argv, "-i", "--protocol", default="http")}; it should speak -i {protocol}')
@@ -337,8 +359,8 @@ def perf_analyzer_lines(answer, *, binary, model: str, http_address: str, grpc_a
         if not measured["http"] == measured["grpc"] == measured["grpc shared"]:
             reject("the three lines ask for different measurements beyond protocol, address and channel: keep every "
                    "other option the same, or the ratio compares those too")
-        return (f"three lines for one point: {clients} clients, {requests} batch-1 requests, HTTP against gRPC with a "
-                "channel per client and with one shared channel")
+        return (f"three lines for one point: {clients} clients, three windows of {requests} batch-1 requests, HTTP "
+                "against gRPC with a channel per client and with one shared channel")
 
     return run_check("perf_analyzer_lines", exercise, answer, (binary, model, http_address, grpc_address, clients,
                                                               requests), judge, step, strict)

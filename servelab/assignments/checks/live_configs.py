@@ -18,7 +18,7 @@ import pandas as pd
 
 from servelab.assignments.checks.config_answers import batching_rules, parse_config
 from servelab.assignments.checks.predictions import TIE, measured_bands, reading
-from servelab.assignments.result import CheckResult, reject, run_check
+from servelab.assignments.result import CheckResult, NotRunHere, reject, run_check
 from servelab.bench.report import Reading, Why, said
 
 
@@ -163,3 +163,224 @@ def p99_budget(answer, *, trials, budget_ms: float, exercise: str, step=None, st
 
     return run_check("p99_budget", exercise, answer, (trials, budget_ms), judge, step, strict)
 
+
+
+# --- the student at the controls (lesson 04): a config edited on disk, its load request, perf_analyzer's lines, /stats
+
+
+def _config_file(path, what: str):
+    """The file at `path` parsed as Triton's ModelConfig (rejects with the parse error's line and column)."""
+    from pathlib import Path
+
+    if not Path(path).is_file():
+        reject(f"{path} is not there any more: run the cell that copies the encoder again")
+    return parse_config(Path(path).read_text(), what)
+
+
+def _without(cfg, *fields):
+    out = type(cfg)()
+    out.CopyFrom(cfg)
+    for f in fields:
+        out.ClearField(f)
+    return out
+
+
+def config_on_disk(answer, *, path, original, model: str, exercise: str, step=None, strict: bool | None = None,
+                   not_here: str | None = None) -> CheckResult:
+    """answer: fn(path) that edits the config.pbtxt at `path` (the student's copy of the encoder whose config is
+    the file `original`; its model name `model`) on disk so that it runs without dynamic batching; or None when
+    the file was edited in Jupyter's editor.
+
+    Correct: the file parses as Triton's ModelConfig, its `name` is `model` (the folder's), it has no
+    dynamic_batching stanza, and nothing else differs from `original`. `not_here`: the reason this place has no
+    such file (a server whose files are elsewhere): the check reports `not run`."""
+    from pathlib import Path
+
+    def judge(_):
+        if not_here:
+            raise NotRunHere(not_here)
+        cfg = _config_file(path, "your config.pbtxt")
+        if cfg.name != model:
+            reject(f'its name: is "{cfg.name}"; the folder is {model}, and Triton loads a folder only under its own name')
+        if cfg.HasField("dynamic_batching"):
+            reject("the file still has a dynamic_batching stanza: delete it, from its first line to its closing brace")
+        mine, theirs = _without(cfg, "name"), _without(_config_file(original, "the encoder's config.pbtxt"),
+                                                        "name", "dynamic_batching")
+        changed = [f.name for f in mine.DESCRIPTOR.fields if getattr(mine, f.name) != getattr(theirs, f.name)]
+        if changed:
+            reject(f"more than dynamic_batching changed ({', '.join(changed)}): change only that, or the comparison "
+                   "measures your other edits too")
+        return f"{path} parses as Triton's ModelConfig: {model}, max_batch_size {cfg.max_batch_size}, no dynamic_batching"
+
+    return run_check("config_on_disk", exercise, answer if not not_here else None,
+                     (Path(path) if path else None,), judge, step, strict)
+
+
+def loaded_from_disk(answer, *, http_url: str, model: str, path, exercise: str, step=None,
+                     strict: bool | None = None, not_here: str | None = None) -> CheckResult:
+    """answer: fn(address, model) that sends Triton's repository-API load for `model` (tritonclient's
+    `load_model(model, headers=…)`, with the server's key), or None when it was sent another way (curl).
+
+    The check first unloads `model` if it is loaded, so only your request can load it. Correct: the running
+    server at `http_url` has `model` ready, with the config of the file at `path` as Triton reads it: no
+    dynamic_batching, and the file's max_batch_size and instances (a load with a config override of its own
+    would serve something else than the file). `not_here`: not run, with that reason."""
+    from servelab.triton.control import _normalise, get_config, model_states, unload_model
+
+    if not not_here and str(model_states(http_url).get(model, "")).startswith("READY"):
+        unload_model(http_url, model)
+
+    def judge(_):
+        if not_here:
+            raise NotRunHere(not_here)
+        state = model_states(http_url).get(model, "not in the repository index")
+        if not str(state).startswith("READY"):
+            reject(f"the server has no {model} ready ({state}): send the load request for it (the repository API "
+                   "refuses it without the server's key: headers=lab.triton_headers)")
+        disk = _config_file(path, "the config.pbtxt on disk")
+        live = _normalise(get_config(http_url, model))
+        if live.HasField("dynamic_batching") != disk.HasField("dynamic_batching"):
+            reject("the server's config of the model " + ("has" if live.HasField("dynamic_batching") else "has no")
+                   + " dynamic_batching and the file on disk " + ("has none" if live.HasField("dynamic_batching")
+                                                                  else "has one")
+                   + ": load without a config of your own, so Triton reads the file")
+        n_live = sum(max(g.count, 1) for g in live.instance_group)
+        n_disk = sum(max(g.count, 1) for g in disk.instance_group) or n_live
+        if live.max_batch_size != disk.max_batch_size or n_live != n_disk:
+            reject(f"the server serves max_batch_size {live.max_batch_size} with {n_live} instance(s); the file says "
+                   f"{disk.max_batch_size} with {n_disk}: load without a config of your own")
+        return (f"Triton loaded {model} from disk: max_batch_size {live.max_batch_size}, {n_live} instance(s), "
+                "no dynamic_batching")
+
+    return run_check("loaded_from_disk", exercise, answer if not not_here else None,
+                     (http_url.split("://")[-1], model), judge, step, strict)
+
+
+PERF_SWEEP = ("on", "off")
+
+
+def perf_analyzer_sweep(answer, *, binary, models: Mapping[str, str], address: str, concurrency_range: tuple,
+                        requests: int, out_dir, exercise: str, step=None, strict: bool | None = None,
+                        fallback_requests: int | None = None, timeout: float = 300.0) -> CheckResult:
+    """answer: {"on": line, "off": line} of perf_analyzer command lines, or fn(binary, models, address,
+    concurrency_range, requests) returning it; models = {"on": model with dynamic batching, "off": one without}.
+
+    Correct: each line runs `binary` against its model (`-m`) at `address` (`-u`, HTTP) with batch-1 requests over
+    `--concurrency-range lo:hi:step`, in windows of `requests` requests (`--measurement-mode count_windows
+    --measurement-request-count`), and the two lines differ in nothing else. The check then runs them, on then off
+    (`-f` adds a CSV under `out_dir`; windows that never settle fall back to three windows of `fallback_requests`
+    requests (the lines' own window by default), taken as they come: servelab.triton.perf_analyzer.measure), and keeps each
+    concurrency's figures in the detail ("rows")."""
+    from pathlib import Path
+
+    from servelab.assignments.checks.config_answers import perf_command
+    from servelab.errors import CannotRun
+    from servelab.triton import perf_analyzer as pa
+
+    lo, hi, step_c = concurrency_range
+    span = f"{lo}:{hi}:{step_c}"
+
+    def judge(lines):
+        if not isinstance(lines, Mapping):
+            reject(f"return a dict of command lines with the keys {', '.join(PERF_SWEEP)}")
+        argvs, rests = {}, {}
+        for key in PERF_SWEEP:
+            _, argv = perf_command(lines, key, PERF_SWEEP, binary, {"-m": models[key], "-u": address,
+                                                                    "--concurrency-range": span})
+            if pa.option(argv, "-i", "--protocol", default="http") != "http":
+                reject(f'"{key}" speaks -i {pa.option(argv, "-i", "--protocol")}; this sweep is over HTTP (-u {address})')
+            if pa.option(argv, "--measurement-mode") != "count_windows":
+                reject(f'"{key}": without --measurement-mode count_windows perf_analyzer measures windows of 5 s and '
+                       "ignores --measurement-request-count")
+            if pa.option(argv, "--measurement-request-count") != str(requests):
+                reject(f'"{key}": --measurement-request-count {pa.option(argv, "--measurement-request-count")}; '
+                       f"this sweep's windows are of {requests} requests")
+            if pa.option(argv, "-f") or pa.option(argv, "--request-count"):
+                reject(f'"{key}": leave out -f and --request-count: the check adds the CSV, and perf_analyzer reads '
+                       "a --request-count over its elapsed time rounded up to whole seconds")
+            argvs[key] = argv
+            words = list(argv[1:])
+            k = words.index("-m") if "-m" in words else None
+            rests[key] = sorted(words[:k] + words[k + 2:]) if k is not None else sorted(words)
+        if rests["on"] != rests["off"]:
+            reject("the two lines differ beyond the model: keep every other option the same, or the table compares "
+                   "those too")
+        rows = []
+        for key in PERF_SWEEP:
+            csv = Path(out_dir) / f"perf-analyzer-{exercise}-{key}.csv"
+            try:
+                results = pa.measure(argvs[key] + ["-f", str(csv)], csv, fallback_requests=fallback_requests or requests,
+                                     timeout=timeout)
+            except CannotRun as exc:
+                reject(f'"{key}" did not run: {exc}')
+            rows += [{"batching": key, "model": models[key], "concurrency": r.concurrency,
+                      "throughput_img_s": r.throughput_img_s, "latency_p50_ms": r.latency_p50_ms,
+                      "latency_p99_ms": r.latency_p99_ms, "server_queue_ms": r.server_queue_ms,
+                      "server_compute_ms": r.server_compute_ms, "counted": r.counted} for r in results]
+        levels = {key: sorted(r["concurrency"] for r in rows if r["batching"] == key) for key in PERF_SWEEP}
+        if levels["on"] != list(range(lo, hi + 1, step_c)) or levels["off"] != levels["on"]:
+            reject(f"perf_analyzer reported concurrencies {levels}, not {span}")
+        counted = sorted({r["counted"] for r in rows if r["counted"]})
+        return (f"ran both lines: concurrency {span}, batching on ({models['on']}) and off ({models['off']})"
+                + (f"; windows that never settled fell back to three windows of {counted[0]} requests, taken as they "
+                   "came" if counted else ""),
+                {"rows": rows})
+
+    return run_check("perf_analyzer_sweep", exercise, answer, (binary, dict(models), address, concurrency_range,
+                                                               requests), judge, step, strict)
+
+
+def stats_avg_batch(answer, *, http_url: str, model: str, sweep, exercise: str, step=None,
+                    strict: bool | None = None) -> CheckResult:
+    """answer: fn(http_url, model, sweep) that reads `GET <http_url>/v2/models/<model>/versions/1/stats`, calls
+    `sweep()` (a load on that model), reads it again and returns the sweep's average executed batch: the
+    inference_count delta over the execution_count delta.
+
+    The check reads the same counters itself around the call (servelab.lab.triton_by_hand.ModelCounts) and runs
+    `sweep` itself when the function did not (so the lesson goes on). Correct: the sweep ran once, and the number
+    matches the check's counts over the same interval."""
+    from servelab.lab.triton_by_hand import ModelCounts
+
+    calls = []
+
+    def counted_sweep():
+        calls.append(1)
+        return sweep()
+
+    before = ModelCounts.read(http_url, model)
+
+    result_holder = {"by_check": False}
+
+    def judge(value):
+        after = result_holder["after"]
+        got = after.since(before)
+        if result_holder["by_check"]:
+            reject("your function never called sweep(): read the counters, call sweep(), read them again")
+        if len(calls) > 1:
+            reject(f"your function called sweep() {len(calls)} times: once, between the two reads")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            reject(f"return the average executed batch as a number, got {value!r}")
+        total = after.inferences / max(after.executions, 1)
+        if abs(value - got.avg_batch) <= 1e-6 * max(1.0, got.avg_batch):
+            return (f"{value:.3f} images per execution: {got.inferences} inferences in {got.executions} executions "
+                    "during the sweep", {"avg_batch": got.avg_batch, "inferences": got.inferences,
+                                         "executions": got.executions})
+        if got.avg_batch and abs(value * got.avg_batch - 1) < 1e-6:
+            reject("that is executions per inference: divide inference_count by execution_count")
+        if abs(value - total) <= 1e-6 * max(1.0, total):
+            reject("that is the ratio of the counters since the server started: subtract the read before the sweep "
+                   "from the read after it")
+        reject(f"{value!r} is not the sweep's inferences per execution: take both counters' deltas between your "
+               "two reads (inference_count and execution_count of model_stats[0])")
+
+    class _Answer:
+        def __call__(self, url, name, _sweep):
+            try:
+                return answer(url, name, _sweep)
+            finally:
+                if not calls:
+                    result_holder["by_check"] = True
+                    counted_sweep()
+                result_holder["after"] = ModelCounts.read(http_url, model)
+
+    return run_check("stats_avg_batch", exercise, _Answer(), (http_url, model, counted_sweep), judge, step, strict)

@@ -429,8 +429,10 @@ def perf_analyzer_sweep(run: Run, *, engine: str = "torch", device: str = "cuda"
                         request_count: int | None = None) -> list[dict]:
     """NVIDIA's perf_analyzer (C++, the client that can offer what a Python one cannot) against the embedded
     tritonserver's encoder on `device`: batch-1 requests of random data over HTTP, one point per concurrency, each
-    measured until perf_analyzer's own windows agree. `request_count`: one measurement of that many requests
-    instead, which always completes however busy the machine (checking that the stage runs, not a result)."""
+    measured until perf_analyzer's own windows agree; windows that never agree fall back to one count of requests
+    (`perf_analyzer.measure`; params.counted says so). `request_count`: that fixed count (three windows of that
+    many requests, `perf_analyzer.fixed_count`) from the start, which always completes however busy the machine
+    (checking that the stage runs, not a result)."""
     from urllib.parse import urlsplit
 
     from servelab.bench.servers.lifecycle import served
@@ -446,18 +448,21 @@ def perf_analyzer_sweep(run: Run, *, engine: str = "torch", device: str = "cuda"
         address = urlsplit(srv.http_url).netloc
         for c in concurrencies:
             csv = run.dir / f"perf-analyzer-c{c}.csv"
-            res = pa.run(pa.command(binary, address, srv.model, concurrency=c, requests=max(64, 4 * c), csv=csv,
-                                    request_count=request_count), csv=csv, timeout=180)
+            # its windows on a busy machine may never settle: then one fixed count of requests, said in the record
+            cmd = pa.command(binary, address, srv.model, concurrency=c, requests=max(64, 4 * c), csv=csv)
+            (res,) = pa.measure(pa.fixed_count(cmd, request_count) if request_count else cmd, csv,
+                                fallback_requests=request_count or max(64, 4 * c), timeout=180)
+            counted = request_count or res.counted
             out.append(run.record(experiment, kind="load", server="triton-http", engine=engine, provider=device,
                                   protocol="http", payload="tensor", batch=1, concurrency=c, precision=precision,
                                   throughput_img_s=round(res.throughput_img_s, 1), latency_p50_ms=round(res.latency_p50_ms, 3),
                                   latency_p99_ms=round(res.latency_p99_ms, 3),
                                   server_stats={"queue_ms": res.server_queue_ms, "compute_ms": res.server_compute_ms},
-                                  params={"client": "perf_analyzer", "binary": str(binary)},
-                                  quick=request_count is not None,
+                                  params={"client": "perf_analyzer", "binary": str(binary), "counted": counted},
+                                  quick=counted is not None,
                                   note="perf_analyzer, batch-1 random tensors over HTTP ("
-                                       + ("its own stability windows)" if request_count is None
-                                          else f"one count of {request_count} requests: not a result)")))
+                                       + ("its own stability windows)" if counted is None
+                                          else f"three windows of {counted} requests as they came: not a result)")))
     return out
 
 

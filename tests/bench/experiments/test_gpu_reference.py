@@ -96,8 +96,9 @@ def test_perf_analyzer_drives_the_embedded_triton_point_by_point(run, onnx_meta)
 
     if pa.find() is None:
         pytest.skip("no perf_analyzer here: `servelab triton get-perf-analyzer` fetches it")
-    (rec,) = gr.perf_analyzer_sweep(run, engine="onnx", device="cpu", concurrencies=(1,), request_count=8)
+    (rec,) = gr.perf_analyzer_sweep(run, engine="onnx", device="cpu", concurrencies=(1,), request_count=4)
     assert rec["params"]["client"] == "perf_analyzer" and rec["concurrency"] == 1 and rec["throughput_img_s"] > 0
+    assert rec["params"]["counted"] == 4 and rec["quick"]  # a fixed count: said in the record
     assert 0 < rec["latency_p50_ms"] <= rec["latency_p99_ms"]
 
 
