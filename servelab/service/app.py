@@ -147,7 +147,7 @@ class Job:
         except DeadlineExceeded as exc:
             self.drop(f"{exc} ({self.bound})")
         except ImageDecodeError as exc:  # a file the device could not decode: this request's alone
-            reject(400, exc.kind, str(exc))
+            codecs.refuse_image(exc)
         return self.computed.rows
 
     def server_timing(self) -> str:
