@@ -48,7 +48,7 @@ from servelab.service.batcher import Computed, DeadlineExceeded, MicroBatcher, Q
 from servelab.service.bodies import BoundedBody, read_into
 from servelab.service.errors import ApiError, reject, shed
 from servelab.service.gate import WAIT_BOUND, Gate
-from servelab.service.metrics import UNMATCHED, Metrics
+from servelab.service.metrics import GAUGE_REFRESH_S, UNMATCHED, Metrics
 
 log = logging.getLogger("servelab.service")
 
@@ -302,8 +302,7 @@ async def info(request: Request):
 @router.get("/metrics")
 async def prometheus_metrics(request: Request):
     svc = service_of(request)
-    svc.metrics.queue.set(svc.batcher.depth if svc.batcher else 0)
-    svc.metrics.in_flight.set(svc.admission.in_flight)
+    svc.refresh_gauges()
     body, media_type = svc.metrics.exposition()
     return Response(body, media_type=media_type)
 
@@ -316,7 +315,7 @@ class Service:
     def __init__(self, settings: Settings, embedder=None):
         self.settings = settings
         self.limits = codecs.Limits.from_settings(settings)
-        self.metrics = Metrics()
+        self.metrics = Metrics(settings.metrics_run_dir)  # a worker of several: the run's shared folder
         self.admission = Admission(settings.in_flight_limit, max_wait_s=(settings.max_wait_ms or 0) / 1000.0,
                                    always_admit=settings.always_admit)
         self.decode_pool = ThreadPoolExecutor(settings.decode_threads, thread_name_prefix="decode")
@@ -329,6 +328,7 @@ class Service:
         # where JPEG files are decoded, once the engine is built (`choose_decode`); until then nothing is decoded
         self.decode_in_force, self.decode_why = "cpu", "the engine is not built yet"
         self.decoded = {DEVICE: 0, "cpu": 0}  # images decoded on the engine's device and in the decode pool
+        self._gauges: asyncio.Task | None = None  # a worker of several: the task writing its gauges
 
     def check_ready(self) -> None:
         if self.load_error:
@@ -413,16 +413,32 @@ class Service:
         batch_s = full / pace if pace else cost.batch_s(full) / self.batcher.parallel  # before a batch: the warm-up's
         return max(batch_s, single, WAIT_FLOOR_S)
 
+    def refresh_gauges(self) -> None:
+        """The gauges as they are now: this process's queue and requests in flight."""
+        self.metrics.queue.set(self.batcher.depth if self.batcher else 0)
+        self.metrics.in_flight.set(self.admission.in_flight)
+
+    async def _refresh_gauges_forever(self) -> None:
+        # a worker of several: a scrape reaches one worker, which reads the others' gauges from their files
+        while True:
+            self.refresh_gauges()
+            await asyncio.sleep(GAUGE_REFRESH_S)
+
     def start(self) -> None:
         s = self.settings
         self.batcher = MicroBatcher(self._run_engine, max_batch=s.max_batch, max_delay_s=s.max_delay_ms / 1000.0,
                                     max_queue=s.max_queue, on_batch=self._on_batch, into=codecs.into_batch)
         self.batcher.start()
+        if self.metrics.shared_dir is not None:
+            self._gauges = asyncio.get_running_loop().create_task(self._refresh_gauges_forever())
         threading.Thread(target=self.load_and_warm, name="model-loader", daemon=True).start()
 
     async def stop(self) -> None:
+        if self._gauges is not None:
+            self._gauges.cancel()
         await self.batcher.stop()
         self.decode_pool.shutdown(wait=False, cancel_futures=True)
+        self.metrics.process_gone()
 
 
 # --- the app ---------------------------------------------------------------------------------------------
