@@ -497,6 +497,5 @@ class Observe:
             await self.app(scope, receive, observed)
         finally:
             endpoint = getattr(scope.get("route"), "path", None) or UNMATCHED  # the template, never the raw path
-            if endpoint.startswith("/embed"):
-                self.svc.metrics.latency.labels(endpoint).observe(time.perf_counter() - t0)
-            self.svc.metrics.requests.labels(endpoint, str(status)).inc()
+            timed = time.perf_counter() - t0 if endpoint.startswith("/embed") else None
+            self.svc.metrics.answered(endpoint, status, timed)

@@ -53,11 +53,24 @@ class Metrics:
                                multiprocess_mode="liveall")
         self.rejections = Counter("servelab_rejections", "Requests refused, by reason", ["reason"], registry=r)
         self._scraped = r
+        self._children: dict[tuple[str, int, bool], tuple] = {}
         if shared_dir is not None:
             from prometheus_client import multiprocess
 
             self._scraped = CollectorRegistry()
             multiprocess.MultiProcessCollector(self._scraped, path=str(shared_dir))
+
+    def answered(self, endpoint: str, status: int, seconds: float | None) -> None:
+        """One request answered: counted by route template and status, and its latency where it is timed (the
+        embedding routes; None: not timed)."""
+        key = (endpoint, status, seconds is not None)
+        children = self._children.get(key)
+        if children is None:  # each label set's series looked up once, not per request (a lock and a validation)
+            children = self._children[key] = (self.requests.labels(endpoint, str(status)),
+                                               self.latency.labels(endpoint) if seconds is not None else None)
+        if children[1] is not None:
+            children[1].observe(seconds)
+        children[0].inc()
 
     def exposition(self) -> tuple[bytes, str]:
         """What /metrics answers: this process's metrics, or with several workers all of theirs."""
