@@ -3,7 +3,8 @@
 Read it top-down: the step every embedding route takes once the gate in front of the app has admitted the
 request (`admitted`; the gate is `servelab.service.gate`, the rule `servelab.service.admission`), the work a
 request does once admitted (`Job`: decode in the bounded pool, then the micro-batcher, against a
-deadline), the routes (the embedding routes as plain ASGI routes, `Direct`; the rest on `router`), the service
+deadline), the routes (the embedding routes as plain ASGI routes, `Direct`, served straight from behind the gate by
+`DirectRoutes`; the rest on `router`), the service
 that owns the engine (`Service`), `create_app`, which wires them together, and `Observe`, which times and counts every request. Request bodies are
 bounded in size and time by `servelab.service.bodies` and parsed by `servelab.service.codecs`; refusals come
 from `servelab.service.errors`.
@@ -47,7 +48,7 @@ from servelab.service.admission import Admission
 from servelab.service.batcher import Computed, DeadlineExceeded, MicroBatcher, QueueFull
 from servelab.service.bodies import BoundedBody, read_into
 from servelab.service.errors import ApiError, reject, shed
-from servelab.service.gate import WAIT_BOUND, Gate
+from servelab.service.gate import WAIT_BOUND, Gate, answer, route_path
 from servelab.service.metrics import GAUGE_REFRESH_S, UNMATCHED, Metrics
 
 log = logging.getLogger("servelab.service")
@@ -232,9 +233,44 @@ class DirectRoute(Route):
         return match, child_scope
 
 
-# the embedding routes; create_app puts them before FastAPI's
+# the embedding routes; create_app puts them before FastAPI's, and DirectRoutes serves their POSTs
 EMBED_ROUTES = [DirectRoute("/embed", embed), DirectRoute("/embed/base64", embed_base64),
                 DirectRoute("/embed/tensor", embed_tensor)]
+
+
+class DirectRoutes:
+    """Behind the gate: a POST to an embedding route runs its `Direct` handler at once, inside the body's bounds
+    (`BoundedBody`), and a refusal it raises (`ApiError`) is answered here as the app's exception handler answers
+    one (counted, the same JSON body). Starlette's exception middleware, FastAPI's exit stack and the router's
+    matching of every route in turn sat between the gate and the handler of every embedding request, doing
+    nothing for it. Anything else goes on to the app (a GET to an embedding route is refused there, 405)."""
+
+    def __init__(self, app, svc: Service, routes: list[DirectRoute]):
+        self.app, self.svc = app, svc
+        s = svc.settings
+        self.routes = {r.path: (r, BoundedBody(r.app, max_bytes=s.max_body_bytes, timeout_s=s.body_timeout_s))
+                       for r in routes}
+
+    async def __call__(self, scope, receive, send):
+        found = self.routes.get(route_path(scope)) if scope["type"] == "http" and scope["method"] == "POST" else None
+        if found is None:
+            return await self.app(scope, receive, send)
+        route, bounded = found
+        scope["route"] = route  # as the router names it: Observe labels the metrics by its template
+        started = False
+
+        async def answer_once(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await bounded(scope, receive, answer_once)
+        except ApiError as refusal:
+            if started:  # the answer is on its way: nothing more can be said on this connection
+                raise
+            self.svc.metrics.rejections.labels(refusal.code).inc()
+            await answer(refusal, send)
 
 
 @router.get("/healthz")
@@ -464,6 +500,7 @@ def create_app(settings: Settings | None = None, embedder=None) -> FastAPI:
         return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
     app.add_middleware(BoundedBody, max_bytes=svc.settings.max_body_bytes, timeout_s=svc.settings.body_timeout_s)
+    app.add_middleware(DirectRoutes, svc=svc, routes=EMBED_ROUTES)  # the embedding routes' POSTs, bounded the same
     # outside the body's bounds, inside Observe: a refusal reads no body and is still timed and counted
     embedding = {r.path: r for r in EMBED_ROUTES}
     app.add_middleware(Gate, svc=svc, routes=embedding)
