@@ -20,6 +20,7 @@ and one that stalls gets 408, giving its slot back.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 import platform
@@ -479,6 +480,13 @@ class Service:
 
 # --- the app ---------------------------------------------------------------------------------------------
 
+# FastAPI's own OpenTelemetry hooks off (FastAPI 0.165 has them; older ones take no such argument): the service's
+# metrics are its Prometheus ones, and with no provider configured the hooks still looked up the global providers
+# on every request, on the event loop
+_NO_NATIVE_TELEMETRY = ({"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+                        if "telemetry" in inspect.signature(FastAPI.__init__).parameters else {})
+
+
 def create_app(settings: Settings | None = None, embedder=None) -> FastAPI:
     """The service as an ASGI app; `embedder` replaces the configured engine (any object with embed/info/engine/weights)."""
     svc = Service(settings or Settings.from_env(), embedder)
@@ -489,7 +497,8 @@ def create_app(settings: Settings | None = None, embedder=None) -> FastAPI:
         yield
         await svc.stop()
 
-    app = FastAPI(title="servelab embedding service", version=servelab.__version__, lifespan=lifespan)
+    app = FastAPI(title="servelab embedding service", version=servelab.__version__, lifespan=lifespan,
+                  **_NO_NATIVE_TELEMETRY)
     app.state.service = svc
     app.include_router(router)
     app.router.routes[:0] = EMBED_ROUTES
