@@ -57,6 +57,10 @@ def serve(
     max_queue: int | None = typer.Option(None, help="images allowed to wait before 503"),
     workers: int | None = typer.Option(None, help="frontend processes on the port, each with its own engine "
                                                   "(default 1; also SERVELAB_WORKERS or WEB_CONCURRENCY)"),
+    decode: str | None = typer.Option(None, help="where JPEG files are decoded: auto (the engine's device where the "
+                                                 "engine is torch on cuda, else the CPU) | device (the torch engine's "
+                                                 "device; refused by other engines) | cpu (the decode pool); default "
+                                                 "auto, also SERVELAB_DECODE. /info says which is in force and why"),
 ):
     """Run the FastAPI embedding service (settings also from SERVELAB_* env)."""
     from servelab.config import Settings
@@ -64,7 +68,8 @@ def serve(
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     run(Settings.from_env(host=host, port=port, engine=engine, provider=provider, threads=threads,
-                          max_batch=max_batch, max_delay_ms=max_delay_ms, max_queue=max_queue, workers=workers))
+                          max_batch=max_batch, max_delay_ms=max_delay_ms, max_queue=max_queue, workers=workers,
+                          decode=decode))
 
 
 @app.command()

@@ -129,6 +129,14 @@ class Settings:
     # frontend processes on one port (SERVELAB_WORKERS, else WEB_CONCURRENCY as uvicorn and gunicorn read it): each
     # owns its engine, batcher, gate and metrics; on a CPU each engine gets cores ÷ workers threads
     workers: int = 1
+    # with several workers, the folder under which each run of the service keeps its workers' metrics (a private
+    # folder per run, made and emptied when it starts: prometheus-client's multiprocess mode), so one scrape of
+    # /metrics covers every worker; a temporary folder of this user's, as device_dir is
+    metrics_dir: Path = field(
+        default_factory=lambda: Path(tempfile.gettempdir()) / f"servelab-metrics-{os.getuid()}")
+    # the run's own folder of metrics its workers share, set by the launcher for each worker (never read from the
+    # environment); None: this process's metrics alone
+    metrics_run_dir: Path | None = None
     max_batch: int = 16
     max_delay_ms: float = 2.0
     max_queue: int = 64  # images waiting; more -> 503 with Retry-After
@@ -215,6 +223,7 @@ class Settings:
             host=_env("HOST", d.host),
             port=_env("PORT", d.port, int),
             workers=_env("WORKERS", _web_concurrency(d.workers), int),
+            metrics_dir=Path(_env("METRICS_DIR", str(d.metrics_dir))),
             max_batch=_env("MAX_BATCH", d.max_batch, int),
             max_delay_ms=_env("MAX_DELAY_MS", d.max_delay_ms, float),
             max_queue=_env("MAX_QUEUE", d.max_queue, int),
@@ -289,6 +298,8 @@ class Settings:
         d = asdict(self)
         d["artifacts"] = str(self.artifacts)
         d["device_dir"] = str(self.device_dir)
+        d["metrics_dir"] = str(self.metrics_dir)
+        d["metrics_run_dir"] = str(self.metrics_run_dir) if self.metrics_run_dir else None
         d["trt_cache"] = str(self.trt_cache)
         d.pop("triton_key")  # a secret: never into a record, a log or a page
         return d

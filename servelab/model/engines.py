@@ -213,22 +213,30 @@ class TorchEmbedder(Embedder):
         return {}
 
     def _decode_each(self, parts: list, jpeg_parts: list[int], starts: list[int], x) -> dict[int, Exception]:
+        """The JPEG parts decoded one file at a time, after a batched call failed. A file the device decoder refuses
+        is decoded on the CPU, as the service's decode pool would (servelab.model.preprocess.preprocess_bytes): it is
+        served from there if it decodes, and otherwise its part fails with the CPU path's own error
+        (`image_error`), so a corrupt file gets the same answer wherever it was decoded."""
         from servelab.model.gpu_decode import pixels_into
-        from servelab.model.preprocess import ImageDecodeError
+        from servelab.model.preprocess import ImageDecodeError, image_error, preprocess_bytes
 
+        torch = self._torch
         failed: dict[int, Exception] = {}
         for i in jpeg_parts:
-            images = []
             for k, blob in enumerate(parts[i].blobs):
+                row = x[starts[i] + k : starts[i] + k + 1]
                 try:
-                    images.extend(self._decode([blob], device=self.device))
-                except Exception as exc:
-                    failed[i] = ImageDecodeError(f"image {k}: JPEG data is corrupt or truncated ({self.decoder}: "
-                                                 f"{str(exc).strip()[:200]})", "corrupt")
+                    pixels_into(self._decode([blob], device=self.device), row)
+                    continue
+                except Exception:  # the device decoder's refusal: the CPU decoder says whether and why
+                    pass
+                try:
+                    # the service's limits were checked on the file's header before it was queued for the device
+                    row.copy_(torch.from_numpy(preprocess_bytes(blob, max_bytes=len(blob), max_pixels=2**62)))
+                except ImageDecodeError as exc:
+                    failed[i] = image_error(k, exc)
                     break
-            if i not in failed:
-                pixels_into(images, x[starts[i] : starts[i + 1]])
-            else:  # its rows are computed and dropped: zeros, not whatever the memory held
+            if i in failed:  # its rows are computed and dropped: zeros, not whatever the memory held
                 x[starts[i] : starts[i + 1]].zero_()
         return failed
 

@@ -45,6 +45,13 @@ class ImageDecodeError(ServelabError, ValueError):
         self.kind = kind
 
 
+def image_error(i: int, exc: ImageDecodeError) -> ImageDecodeError:
+    """Image `i` of a request refused for `exc`: the words every path that decodes a request's files answers with
+    (the service's decode pool and the engine's device decoder alike), so a file is refused the same way wherever
+    it was decoded."""
+    return ImageDecodeError(f"image {i}: {exc}", exc.kind)
+
+
 def decode_image(data: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES, max_pixels: int = DEFAULT_MAX_PIXELS,
                  reduce_to: int | None = None) -> Image.Image:
     """Bytes -> upright RGB PIL image, with size and pixel limits checked before full decoding.

@@ -3,7 +3,8 @@
 Read it top-down: the step every embedding route takes once the gate in front of the app has admitted the
 request (`admitted`; the gate is `servelab.service.gate`, the rule `servelab.service.admission`), the work a
 request does once admitted (`Job`: decode in the bounded pool, then the micro-batcher, against a
-deadline), the routes (the embedding routes as plain ASGI routes, `Direct`; the rest on `router`), the service
+deadline), the routes (the embedding routes as plain ASGI routes, `Direct`, served straight from behind the gate by
+`DirectRoutes`; the rest on `router`), the service
 that owns the engine (`Service`), `create_app`, which wires them together, and `Observe`, which times and counts every request. Request bodies are
 bounded in size and time by `servelab.service.bodies` and parsed by `servelab.service.codecs`; refusals come
 from `servelab.service.errors`.
@@ -19,6 +20,7 @@ and one that stalls gets 408, giving its slot back.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 import platform
@@ -47,8 +49,8 @@ from servelab.service.admission import Admission
 from servelab.service.batcher import Computed, DeadlineExceeded, MicroBatcher, QueueFull
 from servelab.service.bodies import BoundedBody, read_into
 from servelab.service.errors import ApiError, reject, shed
-from servelab.service.gate import WAIT_BOUND, Gate
-from servelab.service.metrics import UNMATCHED, Metrics
+from servelab.service.gate import WAIT_BOUND, Gate, answer, route_path
+from servelab.service.metrics import GAUGE_REFRESH_S, UNMATCHED, Metrics
 
 log = logging.getLogger("servelab.service")
 
@@ -147,7 +149,7 @@ class Job:
         except DeadlineExceeded as exc:
             self.drop(f"{exc} ({self.bound})")
         except ImageDecodeError as exc:  # a file the device could not decode: this request's alone
-            reject(400, exc.kind, str(exc))
+            codecs.refuse_image(exc)
         return self.computed.rows
 
     def server_timing(self) -> str:
@@ -232,9 +234,44 @@ class DirectRoute(Route):
         return match, child_scope
 
 
-# the embedding routes; create_app puts them before FastAPI's
+# the embedding routes; create_app puts them before FastAPI's, and DirectRoutes serves their POSTs
 EMBED_ROUTES = [DirectRoute("/embed", embed), DirectRoute("/embed/base64", embed_base64),
                 DirectRoute("/embed/tensor", embed_tensor)]
+
+
+class DirectRoutes:
+    """Behind the gate: a POST to an embedding route runs its `Direct` handler at once, inside the body's bounds
+    (`BoundedBody`), and a refusal it raises (`ApiError`) is answered here as the app's exception handler answers
+    one (counted, the same JSON body). Starlette's exception middleware, FastAPI's exit stack and the router's
+    matching of every route in turn sat between the gate and the handler of every embedding request, doing
+    nothing for it. Anything else goes on to the app (a GET to an embedding route is refused there, 405)."""
+
+    def __init__(self, app, svc: Service, routes: list[DirectRoute]):
+        self.app, self.svc = app, svc
+        s = svc.settings
+        self.routes = {r.path: (r, BoundedBody(r.app, max_bytes=s.max_body_bytes, timeout_s=s.body_timeout_s))
+                       for r in routes}
+
+    async def __call__(self, scope, receive, send):
+        found = self.routes.get(route_path(scope)) if scope["type"] == "http" and scope["method"] == "POST" else None
+        if found is None:
+            return await self.app(scope, receive, send)
+        route, bounded = found
+        scope["route"] = route  # as the router names it: Observe labels the metrics by its template
+        started = False
+
+        async def answer_once(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await bounded(scope, receive, answer_once)
+        except ApiError as refusal:
+            if started:  # the answer is on its way: nothing more can be said on this connection
+                raise
+            self.svc.metrics.rejections.labels(refusal.code).inc()
+            await answer(refusal, send)
 
 
 @router.get("/healthz")
@@ -302,8 +339,7 @@ async def info(request: Request):
 @router.get("/metrics")
 async def prometheus_metrics(request: Request):
     svc = service_of(request)
-    svc.metrics.queue.set(svc.batcher.depth if svc.batcher else 0)
-    svc.metrics.in_flight.set(svc.admission.in_flight)
+    svc.refresh_gauges()
     body, media_type = svc.metrics.exposition()
     return Response(body, media_type=media_type)
 
@@ -316,7 +352,7 @@ class Service:
     def __init__(self, settings: Settings, embedder=None):
         self.settings = settings
         self.limits = codecs.Limits.from_settings(settings)
-        self.metrics = Metrics()
+        self.metrics = Metrics(settings.metrics_run_dir)  # a worker of several: the run's shared folder
         self.admission = Admission(settings.in_flight_limit, max_wait_s=(settings.max_wait_ms or 0) / 1000.0,
                                    always_admit=settings.always_admit)
         self.decode_pool = ThreadPoolExecutor(settings.decode_threads, thread_name_prefix="decode")
@@ -329,6 +365,7 @@ class Service:
         # where JPEG files are decoded, once the engine is built (`choose_decode`); until then nothing is decoded
         self.decode_in_force, self.decode_why = "cpu", "the engine is not built yet"
         self.decoded = {DEVICE: 0, "cpu": 0}  # images decoded on the engine's device and in the decode pool
+        self._gauges: asyncio.Task | None = None  # a worker of several: the task writing its gauges
 
     def check_ready(self) -> None:
         if self.load_error:
@@ -413,19 +450,42 @@ class Service:
         batch_s = full / pace if pace else cost.batch_s(full) / self.batcher.parallel  # before a batch: the warm-up's
         return max(batch_s, single, WAIT_FLOOR_S)
 
+    def refresh_gauges(self) -> None:
+        """The gauges as they are now: this process's queue and requests in flight."""
+        self.metrics.queue.set(self.batcher.depth if self.batcher else 0)
+        self.metrics.in_flight.set(self.admission.in_flight)
+
+    async def _refresh_gauges_forever(self) -> None:
+        # a worker of several: a scrape reaches one worker, which reads the others' gauges from their files
+        while True:
+            self.refresh_gauges()
+            await asyncio.sleep(GAUGE_REFRESH_S)
+
     def start(self) -> None:
         s = self.settings
         self.batcher = MicroBatcher(self._run_engine, max_batch=s.max_batch, max_delay_s=s.max_delay_ms / 1000.0,
                                     max_queue=s.max_queue, on_batch=self._on_batch, into=codecs.into_batch)
         self.batcher.start()
+        if self.metrics.shared_dir is not None:
+            self._gauges = asyncio.get_running_loop().create_task(self._refresh_gauges_forever())
         threading.Thread(target=self.load_and_warm, name="model-loader", daemon=True).start()
 
     async def stop(self) -> None:
+        if self._gauges is not None:
+            self._gauges.cancel()
         await self.batcher.stop()
         self.decode_pool.shutdown(wait=False, cancel_futures=True)
+        self.metrics.process_gone()
 
 
 # --- the app ---------------------------------------------------------------------------------------------
+
+# FastAPI's own OpenTelemetry hooks off (FastAPI 0.165 has them; older ones take no such argument): the service's
+# metrics are its Prometheus ones, and with no provider configured the hooks still looked up the global providers
+# on every request, on the event loop
+_NO_NATIVE_TELEMETRY = ({"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+                        if "telemetry" in inspect.signature(FastAPI.__init__).parameters else {})
+
 
 def create_app(settings: Settings | None = None, embedder=None) -> FastAPI:
     """The service as an ASGI app; `embedder` replaces the configured engine (any object with embed/info/engine/weights)."""
@@ -437,7 +497,8 @@ def create_app(settings: Settings | None = None, embedder=None) -> FastAPI:
         yield
         await svc.stop()
 
-    app = FastAPI(title="servelab embedding service", version=servelab.__version__, lifespan=lifespan)
+    app = FastAPI(title="servelab embedding service", version=servelab.__version__, lifespan=lifespan,
+                  **_NO_NATIVE_TELEMETRY)
     app.state.service = svc
     app.include_router(router)
     app.router.routes[:0] = EMBED_ROUTES
@@ -448,6 +509,7 @@ def create_app(settings: Settings | None = None, embedder=None) -> FastAPI:
         return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
     app.add_middleware(BoundedBody, max_bytes=svc.settings.max_body_bytes, timeout_s=svc.settings.body_timeout_s)
+    app.add_middleware(DirectRoutes, svc=svc, routes=EMBED_ROUTES)  # the embedding routes' POSTs, bounded the same
     # outside the body's bounds, inside Observe: a refusal reads no body and is still timed and counted
     embedding = {r.path: r for r in EMBED_ROUTES}
     app.add_middleware(Gate, svc=svc, routes=embedding)
@@ -481,6 +543,5 @@ class Observe:
             await self.app(scope, receive, observed)
         finally:
             endpoint = getattr(scope.get("route"), "path", None) or UNMATCHED  # the template, never the raw path
-            if endpoint.startswith("/embed"):
-                self.svc.metrics.latency.labels(endpoint).observe(time.perf_counter() - t0)
-            self.svc.metrics.requests.labels(endpoint, str(status)).inc()
+            timed = time.perf_counter() - t0 if endpoint.startswith("/embed") else None
+            self.svc.metrics.answered(endpoint, status, timed)

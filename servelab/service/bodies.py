@@ -29,17 +29,30 @@ class BoundedBody:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        return await self.app(scope, _Reader(self, scope, receive), send)
+        reader = _Reader(self, scope, receive)
+        try:
+            return await self.app(scope, reader, send)
+        finally:
+            reader.close()
 
 
 class _Reader:
-    """One request's `receive`: counts the body's bytes against the limit and its reads against the deadline."""
+    """One request's `receive`: counts the body's bytes against the limit and its reads against the deadline.
+
+    One timer per request, armed at the first read, not one per chunk (`asyncio.timeout_at` around each of a
+    tensor's ten or so chunks cost a timer armed and cancelled each time, on the event loop): at the deadline it
+    cancels a read in progress, which is answered 408; a read that starts after it is refused at once."""
 
     def __init__(self, bounds: BoundedBody, scope, receive):
         self.bounds, self.receive = bounds, receive
-        self.deadline = asyncio.get_running_loop().time() + bounds.timeout_s
+        self.loop = asyncio.get_running_loop()
+        self.deadline = self.loop.time() + bounds.timeout_s
         self.declared = _content_length(scope)
         self.read, self.done = 0, False
+        self._timer: asyncio.TimerHandle | None = None
+        self._waiting: asyncio.Task | None = None  # the task inside a read, while it is
+        self._cancelling = 0  # its cancellation requests when the read began (others' are not ours to answer)
+        self._expired = self._cancelled_it = False
 
     async def __call__(self):
         if self.done:  # the body is in: what follows is the wait for a disconnect, which has no deadline
@@ -47,12 +60,20 @@ class _Reader:
         limit = self.bounds.max_bytes
         if self.declared is not None and self.declared > limit:
             self._too_large(f"the body is {self.declared} bytes (Content-Length)")
-        try:  # asyncio.timeout_at, not wait_for: no task per 64 KiB chunk on the event loop
-            async with asyncio.timeout_at(self.deadline):
-                message = await self.receive()
-        except TimeoutError:
-            reject(408, "body_timeout", f"the request body did not arrive within {self.bounds.timeout_s:g}s of its "
-                                        f"headers ({self.read} bytes came); send it whole and without pauses")
+        if self._expired:
+            self._timed_out()
+        if self._timer is None:
+            self._timer = self.loop.call_at(self.deadline, self._expire)
+        task = self._waiting = asyncio.current_task()
+        self._cancelling = task.cancelling()
+        try:
+            message = await self.receive()
+        except asyncio.CancelledError:
+            if self._cancelled_it and task.uncancel() <= self._cancelling:
+                self._timed_out()
+            raise
+        finally:
+            self._waiting = None
         if message["type"] == "http.request":
             self.read += len(message.get("body", b""))
             if self.read > limit:
@@ -60,7 +81,25 @@ class _Reader:
             self.done = not message.get("more_body", False)
         else:
             self.done = True
+        if self.done:
+            self.close()
         return message
+
+    def _expire(self) -> None:
+        self._timer, self._expired = None, True
+        if self._waiting is not None:
+            self._cancelled_it = True
+            self._waiting.cancel()
+
+    def close(self) -> None:
+        """The body is in, or the request is over: the deadline no longer applies."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _timed_out(self):
+        reject(408, "body_timeout", f"the request body did not arrive within {self.bounds.timeout_s:g}s of its "
+                                    f"headers ({self.read} bytes came); send it whole and without pauses")
 
     def _too_large(self, what: str):
         reject(413, "body_too_large", f"{what}; the limit is {self.bounds.max_bytes} bytes per request: send fewer "

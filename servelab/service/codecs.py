@@ -24,6 +24,7 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NoReturn
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
@@ -31,7 +32,7 @@ from starlette.requests import Request
 
 from servelab.model.contract import DTYPE, INPUT_SHAPE, PIXEL_DTYPE, TENSOR_DTYPES
 from servelab.model.gpu_decode import JpegImages, device_decodable
-from servelab.model.preprocess import ImageDecodeError, normalise, preprocess_bytes
+from servelab.model.preprocess import ImageDecodeError, image_error, normalise, preprocess_bytes
 from servelab.service.errors import ApiError, reject
 
 IMAGE_TYPES = frozenset({"image/jpeg", "image/jpg", "image/png", "image/webp"})
@@ -234,8 +235,14 @@ def decode_images(blobs: list[bytes], limits: Limits, before_each: Callable[[], 
         try:
             out[i] = preprocess_bytes(blob, max_bytes=limits.max_bytes, max_pixels=limits.max_pixels)
         except ImageDecodeError as exc:
-            reject(_DECODE_STATUS.get(exc.kind, 400), exc.kind, f"image {i}: {exc}")
+            refuse_image(image_error(i, exc))
     return out
+
+
+def refuse_image(exc: ImageDecodeError) -> NoReturn:
+    """Refuse a request for an image that did not decode (`image_error`'s words, from the decode pool or from the
+    engine's device): 413 for one over the size or pixel limits, else 400."""
+    reject(_DECODE_STATUS.get(exc.kind, 400), exc.kind, str(exc))
 
 
 

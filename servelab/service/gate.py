@@ -28,7 +28,7 @@ class Gate:
         self.app, self.svc, self.routes = app, svc, routes
 
     async def __call__(self, scope, receive, send):
-        route = self.routes.get(_route_path(scope)) if scope["type"] == "http" and scope["method"] == "POST" else None
+        route = self.routes.get(route_path(scope)) if scope["type"] == "http" and scope["method"] == "POST" else None
         if route is None:
             return await self.app(scope, receive, send)
         svc, gate = self.svc, self.svc.admission
@@ -57,7 +57,7 @@ async def answer(refusal: ApiError, send) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def _route_path(scope) -> str:
+def route_path(scope) -> str:
     """The path the router matches: without the root path a proxy mounted the app under."""
     path, root = scope["path"], scope.get("root_path", "")
     return path[len(root):] if root and path.startswith(root) else path

@@ -122,12 +122,25 @@ def test_a_corrupt_jpeg_gets_a_4xx_naming_the_problem_and_the_others_are_answere
         bad, good, other = pool.map(on_device.embed, [truncated, photos[1], photos[2]])
     assert bad.status_code == 400 and bad.headers["content-type"] == "application/json", bad.text
     error = bad.json()["error"]
-    assert error["code"] == "corrupt" and error["message"].startswith("image 0: JPEG data is corrupt or truncated")
+    assert error["code"] == "corrupt" and error["message"].startswith("image 0: image data is corrupt or truncated")
     assert cosine(np.concatenate([_embeddings(good), _embeddings(other)]), reference[1:3]).min() >= 0.999
     files = [("file", ("a.jpg", photos[3], "image/jpeg")), ("file", ("b.jpg", truncated, "image/jpeg"))]
     r = httpx.post(on_device.url + "/embed", files=files, timeout=120)
     assert r.status_code == 400 and r.json()["error"]["message"].startswith("image 1: "), r.text
     assert on_device.embed(photos[3]).status_code == 200  # and it goes on serving
+
+
+def test_a_truncated_jpeg_gets_the_same_400_body_decoded_on_the_device_or_on_the_cpu(on_device, engine, photos):
+    truncated = photos[0][: len(photos[0]) // 3]
+    files = [("file", ("a.jpg", photos[1], "image/jpeg")), ("file", ("b.jpg", truncated, "image/jpeg"))]
+    with Served(_settings(decode="cpu"), engine) as on_cpu:
+        answers = {name: (srv.embed(truncated), httpx.post(srv.url + "/embed", files=files, timeout=120))
+                   for name, srv in (("device", on_device), ("cpu", on_cpu))}
+        assert on_cpu.info()["decode"]["images"]["device"] == 0
+    for device, cpu in zip(answers["device"], answers["cpu"], strict=True):
+        assert device.status_code == cpu.status_code == 400, (device.text, cpu.text)
+        assert device.json() == cpu.json()
+        assert device.json()["error"]["code"] == "corrupt"
 
 
 def test_decode_cpu_decodes_in_the_pool_and_auto_on_a_cpu_engine_too(engine, photos, reference):

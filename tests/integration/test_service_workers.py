@@ -63,3 +63,51 @@ def test_each_worker_engine_gets_its_share_of_the_cores():
     split = per_worker(Settings(workers=2))
     assert split.threads == max(1, usable_cores() // 2) and split.engine_instances == 1
     assert per_worker(Settings(workers=2, threads=3)).threads == 3  # an explicit thread count is kept
+
+
+def _samples(text: str) -> list:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return [s for family in text_string_to_metric_families(text) for s in family.samples]
+
+
+def _value(samples, name: str, **labels) -> float:
+    return sum(s.value for s in samples if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+
+
+def test_one_scrape_of_two_workers_counts_the_requests_both_answered(tmp_path):
+    """Every /metrics answer, from whichever worker, counts what both workers served: the /info requests each of
+    them answered (their pids say which), and the tensors sent; the gauges are one series per worker."""
+    env = {"SERVELAB_ENGINE": "emulated", "SERVELAB_DEVICE_PROFILE": "linear", "SERVELAB_WARMUP_ITERS": "1",
+           "SERVELAB_DEVICE_DIR": str(tmp_path / "devices"), "SERVELAB_METRICS_DIR": str(tmp_path / "metrics"),
+           "SERVELAB_WORKERS": "2"}
+    with ServiceProcess(env=env, log_path=tmp_path / "service.log") as svc:
+        pids = {w.pid for w in _workers(svc.pid)}
+        answered: dict[int, int] = {}
+
+        def both_answered() -> bool:  # a fresh connection each time: the kernel hands it to either worker
+            info = httpx.get(svc.url + "/info", timeout=10).json()
+            answered[info["process"]["pid"]] = answered.get(info["process"]["pid"], 0) + 1
+            return len(answered) == 2 and info["ready"]
+
+        assert wait_until(both_answered, timeout=60), f"answered: {answered}"
+        assert set(answered) == pids and len(pids) == 2
+        tensors = [httpx.post(svc.url + "/embed/tensor", content=TENSOR, headers=HEADERS, timeout=30)
+                   for _ in range(6)]
+        assert [r.status_code for r in tensors] == [200] * 6, [r.text for r in tensors]
+
+        def counted() -> bool:  # a count lands once its answer is sent: a scrape may come just before it
+            samples = _samples(httpx.get(svc.url + "/metrics", timeout=10).text)
+            return (_value(samples, "servelab_requests_total", endpoint="/info", status="200") == sum(answered.values())
+                    and _value(samples, "servelab_requests_total", endpoint="/embed/tensor", status="200") == 6)
+
+        assert wait_until(counted, timeout=20), httpx.get(svc.url + "/metrics", timeout=10).text
+        for _ in range(6):  # whichever worker answers the scrape
+            samples = _samples(httpx.get(svc.url + "/metrics", timeout=10).text)
+            assert _value(samples, "servelab_images_total") >= 6  # the warm-ups' images and the tensors'
+            assert _value(samples, "servelab_requests_total", endpoint="/embed/tensor", status="200") == 6
+            gauges = {int(s.labels["pid"]) for s in samples if s.name == "servelab_in_flight"}
+            assert gauges == pids  # one series per worker: its own gate's requests in flight
+        run_folders = list((tmp_path / "metrics").iterdir())
+        assert [f.name for f in run_folders] == [f"run-{svc.pid}"]  # the run's own folder, named by its supervisor
+    assert list((tmp_path / "metrics").iterdir()) == []  # removed when the run ends

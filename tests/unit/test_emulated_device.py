@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -10,7 +11,7 @@ import time
 
 import pytest
 
-from servelab.model.device_profile import profile
+from servelab.model.device_profile import DeviceProfile, profile
 from servelab.model.emulated_device import EmulatedDevices, advance, finish_time
 
 FLAT = profile("flat")  # t(B) = 168 ms up to 4 images, then 40 ms per image
@@ -134,3 +135,44 @@ def test_a_state_folder_others_may_write_is_refused(tmp_path):
     shared.chmod(0o777)
     with pytest.raises(RuntimeError, match="others may write"):
         EmulatedDevices(FLAT, shared)
+
+
+# a device whose lone batch of one takes 3 µs (within the timers' slack: done on arrival) and whose large batches
+# take a while (20 ms per 10,000 images), so one process's large batch keeps it busy for another's small one
+QUICK = DeviceProfile(name="quick", fixed_ms=0.001, per_image_ms=0.002, full_at=1, source="a test profile")
+
+
+def _file_state(devices: EmulatedDevices, device: int = 0) -> dict:
+    raw = (devices.folder / f"device-{device}.json").read_bytes()
+    return json.loads(raw) if raw.strip() else {}
+
+
+def test_a_batch_the_idle_device_runs_at_once_is_neither_written_nor_waited_for(tmp_path):
+    devices = EmulatedDevices(QUICK, tmp_path)
+    path = devices.folder / "device-0.json"
+    before = path.read_bytes()
+    for _ in range(3):
+        with devices.occupied(1) as batch:
+            pass
+        assert batch.waited_s >= 0
+    assert path.read_bytes() == before  # the device's state as it was: no write, so no other process waits on it
+
+
+def test_a_small_batch_joining_a_busy_device_is_written_and_shares_it(tmp_path):
+    """Another user's large batch on the device (another EmulatedDevices on the folder, as another process would
+    be): a batch of one that alone would be done on arrival now joins it, and leaves no later than it does."""
+    other, ours = EmulatedDevices(QUICK, tmp_path), EmulatedDevices(QUICK, tmp_path)
+    with other.occupied(10_000):  # t(10,000) = 20 ms
+        with ours.occupied(1) as batch:
+            shared = _file_state(ours)["batches"]
+            assert batch.id in shared and len(shared) == 2
+    assert _file_state(ours)["batches"] == {}  # both left; a shorter state written over a longer one still reads
+    assert batch.waited_s > 0
+
+
+def test_a_state_another_process_wrote_is_read_not_the_one_seen_before(tmp_path):
+    ours, other = EmulatedDevices(FLAT, tmp_path), EmulatedDevices(FLAT, tmp_path)
+    assert ours.occupancy(0) == 0
+    with other.occupied(3):
+        assert ours.occupancy(0) == 3
+    assert ours.occupancy(0) == 0

@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from servelab.model.gpu_decode import JpegImages, decoder_check
-from servelab.model.preprocess import ImageDecodeError, decode_image, pixels_pil, preprocess_batch
+from servelab.model.preprocess import ImageDecodeError, decode_image, pixels_pil, preprocess_batch, preprocess_bytes
 from tests.conftest import cosine
 
 TORCHVISION_CPU = decoder_check("cpu")
@@ -107,14 +107,34 @@ def test_jpegs_decoded_by_torchvision_on_the_cpu_match_the_pil_path(settings, ph
     assert cosine(out, reference).min() >= 0.999
 
 
-def test_a_corrupt_jpeg_fails_its_own_request_and_names_the_file(engine, photos, reference, decoder):
+def test_a_corrupt_jpeg_fails_its_own_request_with_the_cpu_paths_words(engine, photos, reference, decoder):
     truncated = photos[0][: len(photos[0]) // 3]
     decoder.calls.clear()
     good, bad = engine.embed_parts([JpegImages((photos[1],)), JpegImages((photos[2], truncated))])
-    assert isinstance(bad, ImageDecodeError) and bad.kind == "corrupt"
-    assert str(bad).startswith("image 1: JPEG data is corrupt or truncated") and STANDIN in str(bad)
+    with pytest.raises(ImageDecodeError) as on_cpu:
+        preprocess_bytes(truncated)
+    assert isinstance(bad, ImageDecodeError) and bad.kind == on_cpu.value.kind == "corrupt"
+    assert str(bad) == f"image 1: {on_cpu.value}"  # the decode pool's words: image_error(1, its error)
     assert cosine(good, reference[1:2]).min() >= 0.999
     assert decoder.calls[0] == 3  # the batch's one call failed; then each file alone found the bad one
+
+
+def test_a_file_the_device_decoder_refuses_and_the_cpu_reads_is_served(settings, photos, reference):
+    """A device decoder that cannot read one file (as nvJPEG refuses some a CPU decoder reads): that file is
+    decoded on the CPU, as the decode pool would, and its request answered; the others still on the device."""
+    from servelab.model.engines import TorchEmbedder
+
+    refused = photos[3]
+
+    def picky(blobs, device="cpu"):
+        if refused in blobs:
+            raise RuntimeError("this decoder cannot read that file")
+        return pil_jpeg_decoder(blobs, device)
+
+    engine = TorchEmbedder(settings.with_(engine="torch", provider="cpu"), jpeg_decoder=picky, decoder_name=STANDIN)
+    out = engine.embed_parts([JpegImages(tuple(photos[2:5])), JpegImages((photos[5],))])
+    assert not any(isinstance(o, Exception) for o in out)
+    assert cosine(np.concatenate(out), reference[2:6]).min() >= 0.999
 
 
 def test_cuda_only_parts_are_off_on_a_cpu(engine):

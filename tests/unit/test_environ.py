@@ -22,12 +22,16 @@ READERS = {
     "triton/perf_analyzer.py": "perf_analyzer's environment",
     "bench/servers/litserve_server.py": "the LitServe child's environment",
     "lab/notebooks.py": "a notebook kernel's environment: this one's plus what the lab run gives it",
+    "service/launch.py": "none read: it writes one variable (WRITERS)",
     # not servelab's settings: OpenStack's own convention, which python-chi and the openstack CLI read the same way
     "provision/plan.py": "the OpenStack RC file's OS_* variables",
 }
 # Writes that pass a setting to code or to child processes through os.environ: none. A child process is given
 # its environment explicitly; code is given an argument or a Settings field.
-WRITERS: dict[str, str] = {}
+WRITERS: dict[str, str] = {
+    # not servelab's setting: a third-party library whose one switch is a variable it reads itself
+    "service/launch.py": "a worker of several switches prometheus-client's multiprocess mode on (PROMETHEUS_MULTIPROC_DIR)",
+}
 WRITE_METHODS = {"update", "pop", "setdefault", "clear", "popitem", "__setitem__", "__delitem__"}
 
 
