@@ -254,7 +254,7 @@ from servelab.client import InferenceClient
 triton_jpeg = lab.attach("triton-http", payload="jpeg", jpeg_model=lab.triton_jpeg_model)  # the run's Triton, JPEGs
 step_s = min(monitor_step_s, 0.5) if opts.quick else monitor_step_s
 interval_s = 0.5  # Prometheus scrapes (and evaluates the rule) every 0.5 s: four times per 2 s step
-held = contextlib.ExitStack()  # Prometheus, up until the exercise below is checked (or the kernel exits)
+prometheus_up = contextlib.ExitStack()  # Prometheus, up until the exercise below is checked (or the kernel exits)
 with contextlib.ExitStack() as stack:  # the monitored service, stopped at the end of this cell
     if lab.extra_servers:  # a service that admits 4 at a time, on the engine the overload section used
         svc = stack.enter_context(served("fastapi", "onnx-int8", payload="jpeg", max_queue=32,
@@ -264,7 +264,7 @@ with contextlib.ExitStack() as stack:  # the monitored service, stopped at the e
     else:  # a quick run starts no extra server: the run's own service, whose limit is far above 5 clients
         monitored_url, admits = lab.service_url, None
     jpegs = list(sample_jpegs(1))
-    view = held.enter_context(monitoring(
+    view = prometheus_up.enter_context(monitoring(
         [Target("servelab", monitored_url + "/metrics"), Target("triton", lab.triton_metrics_url)],
         {"servelab": client_factory(lambda: InferenceClient(mode="remote", backend="fastapi", url=monitored_url,
                                                             payload="jpeg", retries=0), blobs=jpegs),
@@ -347,7 +347,7 @@ checks.promql_rates(answers_per_second, prometheus_url=view.prometheus_url, star
                     counts=view.outcomes.get("servelab", {}), unavailable=view.prometheus, exercise="06c.1", step=step)
 
 # %%
-held.close()  # Prometheus stops here
+prometheus_up.close()  # Prometheus stops here
 
 # %% [markdown]
 # ### Why the monitoring view looks the way it does

@@ -138,3 +138,34 @@ def test_hardware_sentences_follow_the_server_not_the_place():
     t06b = nbs.discover()[0].parent.joinpath("06b_scaling.py").read_text()
     assert "these two cores" not in t04 and "triton.gpus" in t04
     assert "gpus_seen < 2" in t06b and 'if place != "node":\n    step.not_run("multi-GPU' not in t06b
+
+
+def _rebound_functions(py) -> list[str]:
+    """Names a lesson defines with `def` at top level and later binds to something else at top level (an
+    assignment, a `with … as`, a `for` target): every cell after the rebinding calls the wrong object."""
+    import ast
+
+    import jupytext
+
+    defined, found = set(), []
+    for cell in jupytext.read(py).cells:
+        if cell.cell_type != "code":
+            continue
+        for node in ast.parse(cell.source).body:
+            if isinstance(node, ast.FunctionDef):
+                defined.add(node.name)
+                continue
+            targets = [t for sub in ast.walk(node) if isinstance(sub, (ast.Assign, ast.AnnAssign, ast.For, ast.With))
+                       for t in (sub.targets if isinstance(sub, ast.Assign) else
+                                 [i.optional_vars for i in sub.items if i.optional_vars] if isinstance(sub, ast.With)
+                                 else [sub.target])]
+            names = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            found += sorted(names & defined)
+    return found
+
+
+@pytest.mark.parametrize("py", nbs.discover(), ids=lambda p: p.stem)
+def test_no_lesson_rebinds_a_function_it_defined(py):
+    """06c once named its Prometheus ExitStack `held`, the name of a helper its overload answer calls later: the
+    default run failed there (the smoke profile skips that answer)."""
+    assert not _rebound_functions(py), "give the value another name: a later cell calls the function"
