@@ -316,7 +316,7 @@ step.show_plot(plot_server_breakdown(tensor_recs, step.plot_path("server_breakdo
 
 # %% [markdown]
 # ## Why they come out where they do
-# Each server spends most of a request inside `session.run`. LitServe and Triton (as staged) run one session
+# Each server computes inside `session.run`. LitServe and Triton (as staged) run one session
 # on all cores, one batch at a time: its threads split every operator of an image and meet after each one, a
 # few hundred times per image. Such a server is held to throughput ≈ 1 / (compute time per image at the batches
 # it forms, notebook 04's batch table, + its own per-image overhead: decoding, base64, the python backend's

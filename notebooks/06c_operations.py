@@ -364,7 +364,7 @@ prometheus_up.close()  # Prometheus stops here
 #   refusal has slid out. Lag ≈ one or two scrape intervals plus an evaluation; linger ≈ the window.
 #   Production rules add `for: 1m` so that a blip pages no one; here `for: 0s` shows the mechanism.
 # - **Refused clients come straight back.** The load generator resends at once, ignoring `Retry-After`, so a
-#   couple of clients over the limit make many refusals per second, each almost free to the service.
+#   couple of clients over the limit make many refusals per second.
 
 # %% [markdown]
 # ## Compared with the source material
