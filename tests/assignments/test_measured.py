@@ -144,6 +144,9 @@ def test_best_choice_reads_pairs_measured_together_by_their_alternating_windows(
     swapped = {**together, "a": "fastapi", "b": "triton-http", "ratio": 1 / 1.2, "ratio_min": 1 / 1.25,
                "ratio_max": 1 / 1.15}
     assert checks.best_choice("fastapi", CLOSE, pairs=[swapped], **kw).status == FAIL, "either orientation"
+    table_first = {**together, "a": "fastapi", "b": "triton-http"}  # windows rank fastapi, the table triton-http
+    r = checks.best_choice("triton-http", CLOSE, pairs=[table_first], **kw)
+    assert r.passed and "the windows hold, so server fastapi is the better answer" in r.message
     unsure = {**together, "ratio_min": 0.95}  # pairs on both sides of 1: the windows tie them too
     assert "tied" in checks.best_choice("fastapi", CLOSE, pairs=[unsure], **kw).message
 

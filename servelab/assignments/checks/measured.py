@@ -118,7 +118,7 @@ def best_choice(answer, table, *, key: str, metric: str, mode: str = "max", at: 
     the run's margin, or a side that never settled (the message gives the reading). `pairs`: interleaved A/B
     records (kind "ab": `a` and `b` values of `key`, the ratio of `metric` A ÷ B, higher better, with its pair
     range): for the two keys one covers, its reading replaces that of their bands measured apart, as the run's
-    own sentences read them."""
+    own sentences read them (the table's best, ranked behind in those windows, still passes, told so)."""
     if mode not in ("max", "min"):
         raise InvalidValue("mode must be 'max' or 'min'")
     df = where(frame(table), at)
@@ -154,8 +154,13 @@ def best_choice(answer, table, *, key: str, metric: str, mode: str = "max", at: 
         where = at_words(at)
         read = {k: compare(k, v) for k in band.index if k != v and v in band.index}
         beaten = {k: r for k, r in read.items() if r[0].ranked and r[0].ahead == "a"}
+        inter = {k: r for k, r in beaten.items() if r[1]}
+        if v == top_key and inter:  # the table's best, ranked behind in alternating windows: its points are of
+            k, (verdict, _) = next(iter(inter.items()))  # other moments; accepted, with the verdict that holds
+            return (f"{key} {value}: {metric} {got:.4g}{where}, the {word} in the table, but in alternating windows "
+                    f"{said(verdict, str(k), str(v), interleaved=True)}: the windows hold, so {key} {k} is the "
+                    "better answer")
         if beaten and not (ok and rel_tol):
-            inter = {k: r for k, r in beaten.items() if r[1]}
             if inter:  # ranked in alternating windows: the run's own verdict names the key ahead
                 k, (verdict, _) = next(iter(inter.items()))
                 reject(f"{key} {value} has {metric} {got:.4g}{where}, but in alternating windows "
