@@ -96,10 +96,11 @@ import pandas as pd
 
 from servelab.bench.experiments.overload import knee_rows, overload, plot_knee
 
+overload_engine = overload.__kwdefaults__["engine"]  # what `servelab bench overload` serves, so both agree
 knee = None
 if step.skip_unless(lab.extra_servers, "overload knee", "extra_servers=False (smoke profile)",  # two services, 1.5 min
                     "`servelab bench overload` measures it, with LitServe and Triton alongside"):
-    overload_recs = overload(step.run, servers=("fastapi", "fastapi-no-admission"), engine="onnx-int8",
+    overload_recs = overload(step.run, servers=("fastapi", "fastapi-no-admission"), engine=overload_engine,
                              levels=(1, 2, 8), duration_s=4.0, queue=32, quick=opts.quick)
     knee = step.table(pd.DataFrame(knee_rows(overload_recs)), "overload_knee",
                       "Goodput and accepted latency past capacity, with and without admission control")
@@ -115,6 +116,7 @@ if knee is not None:
     on1, on_top = _at("fastapi", 1), _at("fastapi", top)
     off1, off_top = _at("fastapi-no-admission", 1), _at("fastapi-no-admission", top)
     step.answer(
+        f"Both copies served the `{overload_engine}` engine (the benchmark's, `servelab bench overload`). "
         f"With admission control, goodput went from {on1['goodput_img_s']:.1f} img/s at capacity to "
         f"{on_top['goodput_img_s']:.1f} img/s at {top}× "
         f"({100 * on_top['goodput_img_s'] / max(on1['goodput_img_s'], 1e-9):.0f} %), refusing "
@@ -258,7 +260,7 @@ interval_s = 0.5  # Prometheus scrapes (and evaluates the rule) every 0.5 s: fou
 prometheus_up = contextlib.ExitStack()  # Prometheus, up until the exercise below is checked (or the kernel exits)
 with contextlib.ExitStack() as stack:  # the monitored service, stopped at the end of this cell
     if lab.extra_servers:  # a service that admits 4 at a time, on the engine the overload section used
-        svc = stack.enter_context(served("fastapi", "onnx-int8", payload="jpeg", max_queue=32,
+        svc = stack.enter_context(served("fastapi", overload_engine, payload="jpeg", max_queue=32,
                                          env={"SERVELAB_MAX_IN_FLIGHT": 4, "SERVELAB_REQUEST_TIMEOUT_S": 10},
                                          log_path=step.out_dir / "logs" / "monitored-service.log"))
         monitored_url, admits = svc.url, 4
