@@ -194,7 +194,7 @@ if knee is not None:
                        "the engine, which computed fewer images, some for clients that had already given up",
            Grade.FLAT: f"the engine computed {work_on} images with the gate and {work_off} without (totals over each "
                        f"copy's whole run; goodput is the windows' rate), a difference within this run's "
-                       f"{step.margin():.0%} margin for figures measured apart: this run cannot say the gate changed "
+                       f"{100 * step.margin():.0f} % margin for figures measured apart: this run cannot say the gate changed "
                        "how much the engine did, only which requests it computed and how long they waited"}[engine]
     step.answer(f"At {top}× capacity: {goodput_said} (goodput); {p99_said} (accepted p99). "
                 f"{held('fastapi')}; {held('fastapi-no-admission')}. {went('fastapi')}. {went('fastapi-no-admission')}. "

@@ -394,8 +394,8 @@ if link_ab:
         versus = (f", {on_average:.0f} ms on average — less than that arithmetic{inside}: the loopback and link "
                   "points are means of a few windows measured apart. ")
     elif step.margin() > step.margin(interleaved=True):  # "close" only within the floor, not within a drift
-        versus = (f", {on_average:.0f} ms on average ({on_average / link_adds:.0%} of that arithmetic, within this "
-                  f"run's {step.margin():.0%} margin for figures measured apart{inside}). ")
+        versus = (f", {on_average:.0f} ms on average ({100 * on_average / link_adds:.0f} % of that arithmetic, within this "
+                  f"run's {100 * step.margin():.0f} % margin for figures measured apart{inside}). ")
     else:
         versus = f", {on_average:.0f} ms on average, close to that arithmetic{inside}. "
     step.answer(
