@@ -115,13 +115,17 @@ if knee is not None:
     top = int(knee["level"].max())
     on1, on_top = _at("fastapi", 1), _at("fastapi", top)
     off1, off_top = _at("fastapi-no-admission", 1), _at("fastapi-no-admission", top)
+    gate = next((r["params"] for r in overload_recs if r["server"] == "fastapi" and r.get("kind") == "load"
+                 and r["params"].get("admission_control") and r["params"].get("level") == top), {})  # its limits at top
     step.answer(
         f"Both copies served the `{overload_engine}` engine (the benchmark's, `servelab bench overload`). "
         f"With admission control, goodput went from {on1['goodput_img_s']:.1f} img/s at capacity to "
         f"{on_top['goodput_img_s']:.1f} img/s at {top}× "
         f"({100 * on_top['goodput_img_s'] / max(on1['goodput_img_s'], 1e-9):.0f} %), refusing "
         f"{int(on_top['shed_503'])} requests with 503, and the accepted p99 was {on_top['accepted_p99_ms'] / 1000:.1f} s "
-        f"(a full queue drains in {on_top['drain_s']:.1f} s). Without it, goodput went from "
+        f"(a full queue drains in {on_top['drain_s']:.1f} s; the gate let in up to {gate.get('max_in_flight')} requests, "
+        f"the first {gate.get('always_admit')} whatever their expected wait, against a wait budget of "
+        f"{gate.get('max_wait_ms') or 0:.0f} ms). Without it, goodput went from "
         f"{off1['goodput_img_s']:.1f} to {off_top['goodput_img_s']:.1f} img/s "
         f"({100 * off_top['goodput_img_s'] / max(off1['goodput_img_s'], 1e-9):.0f} %) with an accepted p99 of "
         f"{off_top['accepted_p99_ms'] / 1000:.1f} s, {int(off_top['shed_503'])} refused only after being decoded and "
@@ -135,7 +139,7 @@ if knee is not None:
 # failure costs:
 #
 # - **With the gate**, a refused request costs a connection, a parsed header and a short answer. An accepted
-#   one waits about the budget at most (Little's law: requests inside ÷ throughput). But every refusal still
+#   one's wait is bounded by the requests let in (Little's law: requests inside ÷ throughput). But every refusal still
 #   takes the event loop's time on the server's cores, and a gate that refuses while the engine could still
 #   take work leaves the engine less to do.
 # - **Without it**, every request is read and decoded before it can be turned away, on the cores the engine
