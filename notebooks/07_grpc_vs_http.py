@@ -306,8 +306,9 @@ if pa_runs:
 # ## What a protocol can save
 # A protocol can only save what the transport costs. Per request, HTTP/1.1 sends a short JSON header and the
 # raw tensor; gRPC sends a protobuf message with the same raw bytes; both go through the kernel's loopback
-# at memory speed. The time per request is then compute + queueing + that copy, so the ratio can move away from
-# one only by what the copy costs next to the compute; the answer below splits this run's time. Over a real
+# at memory speed. The time per request is then compute + queueing + that copy, so the transport can move the
+# ratio only by what the copy costs; a larger move happened inside Triton (`server_stats.avg_request_ms` in the
+# tables), and the answer below splits this run's time. Over a real
 # link two things change: the bytes take time (602 KB is 48 ms at 100 Mbit/s), and HTTP/1.1 needs one
 # connection per concurrent request while HTTP/2 multiplexes many streams over one — which helps when
 # connections are costly and hurts when one shared channel becomes the bottleneck.
