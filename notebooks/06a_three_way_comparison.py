@@ -162,7 +162,8 @@ def best_backend(three_way):
 from servelab.assignments import checks
 
 checks.best_choice(best_backend, step.frame(recs), key="server", metric="throughput_img_s",  # with window spread
-                   at={"concurrency": max(concurrency_levels)}, exercise="06a.1", step=step)
+                   at={"concurrency": max(concurrency_levels)}, exercise="06a.1", step=step,
+                   pairs=[r for r in head_to_head + peer if r["kind"] == "ab"])  # pairs measured together: their windows
 
 # %%
 hi = max(concurrency_levels)
@@ -176,9 +177,8 @@ step.answer(f"At concurrency {hi}, in alternating windows (the verdict): "
             + "".join(f" {idle_sentence(measured[-1])}." for measured in (head_to_head, peer) if measured)
             + "".join(f" {a['server']} and {b['server']} were never measured together: read apart, from windows of "
                       f"different comparisons, {step.versus(a['server'], a, b['server'], b)}." for a, b in apart)
-            + (" The table's points at this concurrency come from those comparisons, so a band there can overlap "
-               "another server's, or not, where the alternating windows say otherwise: the windows hold."
-               if peer else ""))
+            + (" The table's points at this concurrency come from those comparisons; where their bands and the "
+               "alternating windows disagree, the windows hold (the check above reads them too)." if peer else ""))
 
 # %%
 from servelab.bench.report import plot_latency_throughput, plot_server_breakdown
@@ -316,7 +316,7 @@ step.show_plot(plot_server_breakdown(tensor_recs, step.plot_path("server_breakdo
 
 # %% [markdown]
 # ## Why they come out where they do
-# Each server spends most of a request inside `session.run`. LitServe and Triton (as staged) run one session
+# Each server computes inside `session.run`. LitServe and Triton (as staged) run one session
 # on all cores, one batch at a time: its threads split every operator of an image and meet after each one, a
 # few hundred times per image. Such a server is held to throughput ≈ 1 / (compute time per image at the batches
 # it forms, notebook 04's batch table, + its own per-image overhead: decoding, base64, the python backend's

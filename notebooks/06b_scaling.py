@@ -259,7 +259,7 @@ if cpu_hands:
                 f"{(a_rec.get('server_stats') or {}).get('avg_batch') or float('nan'):.1f} against "
                 f"{(b_rec.get('server_stats') or {}).get('avg_batch') or float('nan'):.1f}. " + reasons[ahead]
                 + " The sweep's second copy, with a whole machine's threads, had the same cores to share and more "
-                  "threads than cores taking turns on them (and spinning while the other waited).")
+                  "threads than cores taking turns on them.")
 else:
     step.answer(sweep_text + f"In alternating windows: {step.ratio(instance_ratio)}.")
 
@@ -368,8 +368,10 @@ if emu_ready:
     full_pred = emulated.two_instances_gain(flat, full_c)
     dev_pred = emulated.two_devices_gain(flat, full_c)
     # room: a second device would add nothing a run can call, because one batch of all the clients costs about
-    # what half of them does (the device's fixed cost per batch dominates)
-    room = grade(emulated.two_devices_gain(emu_profile, top_c), margin=step.margin()) is Grade.FLAT
+    # what half of them does (the device's fixed cost per batch dominates). The profile's arithmetic and the batch
+    # sizes Triton reports do not move with the host: they are read with the fixed floor, not the run's drift
+    exact = step.margin(interleaved=True)
+    room = grade(emulated.two_devices_gain(emu_profile, top_c), margin=exact) is Grade.FLAT
     half = max(1, top_c // 2)
     step.answer(
         f"On the emulated device ({emu_profile.label}; an emulation, not a GPU measurement), {top_c} clients send "
@@ -396,7 +398,7 @@ if emu_ready:
         at_batches = [emulated.throughput_at(emu_profile, avg[0], 2) / emulated.throughput_at(emu_profile, avg[1]),
                       emulated.throughput_at(flat, avg[2], 2) / emulated.throughput_at(flat, avg[3]),
                       emulated.throughput_at(flat, avg[4], 2, 2) / emulated.throughput_at(flat, avg[5], 2)]
-        broke = any(grade(got / group, margin=step.margin()) is Grade.LOSS  # batches below the groups' size
+        broke = any(grade(got / group, margin=exact) is Grade.LOSS  # batches below the groups' size
                     for got, group in ((avg[0], top_c / 2), (avg[2], full_c / 2)))
         step.answer(
             "Those predictions take each group of clients as one batch. Triton reported batches of "

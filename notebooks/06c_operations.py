@@ -96,10 +96,11 @@ import pandas as pd
 
 from servelab.bench.experiments.overload import knee_rows, overload, plot_knee
 
+overload_engine = overload.__kwdefaults__["engine"]  # what `servelab bench overload` serves, so both agree
 knee = None
 if step.skip_unless(lab.extra_servers, "overload knee", "extra_servers=False (smoke profile)",  # two services, 1.5 min
                     "`servelab bench overload` measures it, with LitServe and Triton alongside"):
-    overload_recs = overload(step.run, servers=("fastapi", "fastapi-no-admission"), engine="onnx-int8",
+    overload_recs = overload(step.run, servers=("fastapi", "fastapi-no-admission"), engine=overload_engine,
                              levels=(1, 2, 8), duration_s=4.0, queue=32, quick=opts.quick)
     knee = step.table(pd.DataFrame(knee_rows(overload_recs)), "overload_knee",
                       "Goodput and accepted latency past capacity, with and without admission control")
@@ -114,12 +115,17 @@ if knee is not None:
     top = int(knee["level"].max())
     on1, on_top = _at("fastapi", 1), _at("fastapi", top)
     off1, off_top = _at("fastapi-no-admission", 1), _at("fastapi-no-admission", top)
+    gate = next((r["params"] for r in overload_recs if r["server"] == "fastapi" and r.get("kind") == "load"
+                 and r["params"].get("admission_control") and r["params"].get("level") == top), {})  # its limits at top
     step.answer(
+        f"Both copies served the `{overload_engine}` engine (the benchmark's, `servelab bench overload`). "
         f"With admission control, goodput went from {on1['goodput_img_s']:.1f} img/s at capacity to "
         f"{on_top['goodput_img_s']:.1f} img/s at {top}× "
         f"({100 * on_top['goodput_img_s'] / max(on1['goodput_img_s'], 1e-9):.0f} %), refusing "
         f"{int(on_top['shed_503'])} requests with 503, and the accepted p99 was {on_top['accepted_p99_ms'] / 1000:.1f} s "
-        f"(a full queue drains in {on_top['drain_s']:.1f} s). Without it, goodput went from "
+        f"(a full queue drains in {on_top['drain_s']:.1f} s; the gate let in up to {gate.get('max_in_flight')} requests, "
+        f"the first {gate.get('always_admit')} whatever their expected wait, against a wait budget of "
+        f"{gate.get('max_wait_ms') or 0:.0f} ms). Without it, goodput went from "
         f"{off1['goodput_img_s']:.1f} to {off_top['goodput_img_s']:.1f} img/s "
         f"({100 * off_top['goodput_img_s'] / max(off1['goodput_img_s'], 1e-9):.0f} %) with an accepted p99 of "
         f"{off_top['accepted_p99_ms'] / 1000:.1f} s, {int(off_top['shed_503'])} refused only after being decoded and "
@@ -133,7 +139,7 @@ if knee is not None:
 # failure costs:
 #
 # - **With the gate**, a refused request costs a connection, a parsed header and a short answer. An accepted
-#   one waits about the budget at most (Little's law: requests inside ÷ throughput). But every refusal still
+#   one's wait is bounded by the requests let in (Little's law: requests inside ÷ throughput). But every refusal still
 #   takes the event loop's time on the server's cores, and a gate that refuses while the engine could still
 #   take work leaves the engine less to do.
 # - **Without it**, every request is read and decoded before it can be turned away, on the cores the engine
@@ -190,9 +196,10 @@ if knee is not None:
                        "images; the accepted requests' wait is what that bought",
            Grade.GAIN: "without the gate, reading and decoding the requests it would refuse took the cores from "
                        "the engine, which computed fewer images, some for clients that had already given up",
-           Grade.FLAT: "the engine computed about as many images either way (totals over each copy's whole run; "
-                       "goodput is the windows' rate): the difference lies in which requests it computed and how "
-                       "long they waited"}[engine]
+           Grade.FLAT: f"the engine computed {work_on} images with the gate and {work_off} without (totals over each "
+                       f"copy's whole run; goodput is the windows' rate), a difference within this run's "
+                       f"{100 * step.margin():.0f} % margin for figures measured apart: this run cannot say the gate changed "
+                       "how much the engine did, only which requests it computed and how long they waited"}[engine]
     step.answer(f"At {top}× capacity: {goodput_said} (goodput); {p99_said} (accepted p99). "
                 f"{held('fastapi')}; {held('fastapi-no-admission')}. {went('fastapi')}. {went('fastapi-no-admission')}. "
                 f"So, in this run, {why}.")
@@ -257,7 +264,7 @@ interval_s = 0.5  # Prometheus scrapes (and evaluates the rule) every 0.5 s: fou
 prometheus_up = contextlib.ExitStack()  # Prometheus, up until the exercise below is checked (or the kernel exits)
 with contextlib.ExitStack() as stack:  # the monitored service, stopped at the end of this cell
     if lab.extra_servers:  # a service that admits 4 at a time, on the engine the overload section used
-        svc = stack.enter_context(served("fastapi", "onnx-int8", payload="jpeg", max_queue=32,
+        svc = stack.enter_context(served("fastapi", overload_engine, payload="jpeg", max_queue=32,
                                          env={"SERVELAB_MAX_IN_FLIGHT": 4, "SERVELAB_REQUEST_TIMEOUT_S": 10},
                                          log_path=step.out_dir / "logs" / "monitored-service.log"))
         monitored_url, admits = svc.url, 4
@@ -363,7 +370,7 @@ prometheus_up.close()  # Prometheus stops here
 #   refusal has slid out. Lag ≈ one or two scrape intervals plus an evaluation; linger ≈ the window.
 #   Production rules add `for: 1m` so that a blip pages no one; here `for: 0s` shows the mechanism.
 # - **Refused clients come straight back.** The load generator resends at once, ignoring `Retry-After`, so a
-#   couple of clients over the limit make many refusals per second, each almost free to the service.
+#   couple of clients over the limit make many refusals per second.
 
 # %% [markdown]
 # ## Compared with the source material

@@ -306,8 +306,9 @@ if pa_runs:
 # ## What a protocol can save
 # A protocol can only save what the transport costs. Per request, HTTP/1.1 sends a short JSON header and the
 # raw tensor; gRPC sends a protobuf message with the same raw bytes; both go through the kernel's loopback
-# at memory speed. The time per request is then compute + queueing + that copy, so the ratio can move away from
-# one only by what the copy costs next to the compute; the answer below splits this run's time. Over a real
+# at memory speed. The time per request is then compute + queueing + that copy, so the transport can move the
+# ratio only by what the copy costs; a larger move happened inside Triton (`server_stats.avg_request_ms` in the
+# tables), and the answer below splits this run's time. Over a real
 # link two things change: the bytes take time (602 KB is 48 ms at 100 Mbit/s), and HTTP/1.1 needs one
 # connection per concurrent request while HTTP/2 multiplexes many streams over one — which helps when
 # connections are costly and hurts when one shared channel becomes the bottleneck.
@@ -378,17 +379,26 @@ if link_ab:
     predicted = (lo_mean["http"] + link_adds) / (lo_mean["grpc"] + link_adds)  # one client: throughput ∝ 1 / mean
     added = {p: wan_mean[p] - lo_mean[p] for p in ("http", "grpc")}
     on_average = sum(added.values()) / 2
-    # measured apart, so this run's margin for such figures; a link that added nothing reads as a loss
+    # measured apart, so this run's margin for such figures; a link that added nothing reads as a loss. What Triton
+    # itself spent per request is measured beside it: a server that moved between the two points moves the sum
     against_arithmetic = grade(max(on_average / link_adds, 1e-9), margin=step.margin())
+    server_moved = sum(float((points[link, p].get("server_stats") or {}).get("avg_request_ms") or "nan")
+                       - float((points["loopback", p].get("server_stats") or {}).get("avg_request_ms") or "nan")
+                       for p in ("http", "grpc")) / 2
+    inside = ("" if server_moved != server_moved else  # NaN: no server statistics
+              f"; Triton's own time per request moved by {server_moved:+.0f} ms between the two points")
     if against_arithmetic is Grade.GAIN:
-        versus = (f", {on_average:.0f} ms on average — more than that arithmetic: the relay that shapes the link runs "
-                  "on the same cores as client and server, and what it adds beyond the rate and the round trip falls "
-                  "on both protocols. ")
+        versus = (f", {on_average:.0f} ms on average — more than that arithmetic{inside}: the relay that shapes the "
+                  "link runs on the same cores as client and server, and what it adds beyond the rate and the round "
+                  "trip falls on both protocols. ")
     elif against_arithmetic is Grade.LOSS:
-        versus = (f", {on_average:.0f} ms on average — less than that arithmetic: the loopback and link points are "
-                  "means of a few windows measured apart, and on this machine they move by more than the link adds. ")
+        versus = (f", {on_average:.0f} ms on average — less than that arithmetic{inside}: the loopback and link "
+                  "points are means of a few windows measured apart. ")
+    elif step.margin() > step.margin(interleaved=True):  # "close" only within the floor, not within a drift
+        versus = (f", {on_average:.0f} ms on average ({100 * on_average / link_adds:.0f} % of that arithmetic, within this "
+                  f"run's {100 * step.margin():.0f} % margin for figures measured apart{inside}). ")
     else:
-        versus = f", {on_average:.0f} ms on average, close to that arithmetic. "
+        versus = f", {on_average:.0f} ms on average, close to that arithmetic{inside}. "
     step.answer(
         f"Over {link}, each request carried {size / 1e6:.2f} MB (batch {link_batch}): {prof.transfer_ms(size):.0f} ms "
         f"at {prof.rate_mbit:g} Mbit/s plus a {prof.rtt_ms:g} ms round trip, about {link_adds:.0f} ms that the link "

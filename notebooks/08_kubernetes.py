@@ -147,6 +147,9 @@ assignment_checks.replicas_for_load(hpa_replicas, per_replica_img_s=per_pod, tar
 # %%
 if len(service_points):
     best_thr = float(service_points["throughput_img_s"].max())
+    best_row = service_points.loc[service_points["throughput_img_s"].idxmax()]  # which point: a figure of its moment
+    best_at = ", ".join(f"{name} {best_row[col]}" for name, col in (("experiment", "experiment"), ("payload", "payload"),
+                        ("clients", "concurrency")) if col in best_row and best_row[col] == best_row[col])
     node_memory_mb = float(step.environment.get("memory_gb") or 0) * 1024
     rss = (service_points["memory.rss_mb"].where(service_points["memory.rss_of"].astype(str).str.endswith("server"))
            if "memory.rss_of" in service_points else None)  # the service process's own memory, not the client's
@@ -164,7 +167,7 @@ if len(service_points):
         bounds = f", within the HPA's {shape.min_replicas}–{shape.max_replicas}. "
     step.answer(
         f"The Deployment runs the `{deployed_engine}` engine (`SERVELAB_ENGINE` in deployment.yaml); that engine's "
-        f"best service point in this run was {best_thr:.1f} img/s on {cores:g} cores, {best_thr / cores:.1f} img/s "
+        f"best service point in this run was {best_thr:.1f} img/s ({best_at}) on {cores:g} cores, {best_thr / cores:.1f} img/s "
         f"per core, so a pod held at {shape.cpu_target:.0%} of its {shape.cpu_request:g} CPU delivers about "
         f"{plan.per_pod_img_s:.1f} img/s and 20 img/s needs ⌈20 / {plan.per_pod_img_s:.1f}⌉ = {plan.replicas}"
         + bounds

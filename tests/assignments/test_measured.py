@@ -131,6 +131,26 @@ def test_best_choice_treats_overlapping_bands_as_ties():
     assert checks.best_choice("triton-http", APART, **kw).passed
 
 
+def test_best_choice_reads_pairs_measured_together_by_their_alternating_windows():
+    """06a's check once called fastapi "tied" with two servers, read apart with a drift margin of 114 %, while the
+    answer under it ranked fastapi ahead of both in alternating windows, every pair past the margin."""
+    kw = dict(key="server", metric="throughput_img_s", exercise="t")
+    together = {"kind": "ab", "a": "triton-http", "b": "fastapi", "ratio": 1.2, "ratio_min": 1.15, "ratio_max": 1.25,
+                "repeats": 3, "stable": True}
+    assert checks.best_choice("fastapi", CLOSE, **kw).passed, "apart, the bands overlap: a tie"
+    r = checks.best_choice("fastapi", CLOSE, pairs=[together], **kw)
+    assert r.status == FAIL and "in alternating windows triton-http ahead by 20 %" in r.message
+    assert "the highest" in checks.best_choice("triton-http", CLOSE, pairs=[together], **kw).message
+    swapped = {**together, "a": "fastapi", "b": "triton-http", "ratio": 1 / 1.2, "ratio_min": 1 / 1.25,
+               "ratio_max": 1 / 1.15}
+    assert checks.best_choice("fastapi", CLOSE, pairs=[swapped], **kw).status == FAIL, "either orientation"
+    table_first = {**together, "a": "fastapi", "b": "triton-http"}  # windows rank fastapi, the table triton-http
+    r = checks.best_choice("triton-http", CLOSE, pairs=[table_first], **kw)
+    assert r.passed and "the windows hold, so server fastapi is the better answer" in r.message
+    unsure = {**together, "ratio_min": 0.95}  # pairs on both sides of 1: the windows tie them too
+    assert "tied" in checks.best_choice("fastapi", CLOSE, pairs=[unsure], **kw).message
+
+
 PROTOCOLS = pd.DataFrame({"protocol": ["http", "grpc", "http", "grpc"], "batch": [1, 1, 8, 8],
                           "throughput_img_s": [18.0, 19.8, 24.0, 30.0]})
 

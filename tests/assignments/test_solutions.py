@@ -188,7 +188,10 @@ BINDINGS: dict[str, dict] = {
     "06a.1": {"concurrency_levels": [1, 4], "recs": [
         _rec(server=t, concurrency=c, windows=w) for t, c, w in (
             ("fastapi", 1, [18, 20]), ("fastapi", 4, [24, 26]), ("triton-http", 1, [17, 19]),
-            ("triton-http", 4, [28, 30]), ("litserve", 1, [19, 21]), ("litserve", 4, [25, 27]))]},
+            ("triton-http", 4, [28, 30]), ("litserve", 1, [19, 21]), ("litserve", 4, [25, 27]))],
+        # the alternating windows at the highest concurrency, as compare_servers writes them (a ÷ b)
+        "head_to_head": [{"kind": "ab", "a": "fastapi", "b": "triton-http", "concurrency": 4, "ratio": 0.86,
+                          "ratio_min": 0.83, "ratio_max": 0.89, "repeats": 3, "stable": True}], "peer": []},
     "06a.3": lambda ctx: {"lab": ctx.lab("06a", triton_http_url=ctx.triton.http_url,
                                           triton_repository=str(ctx.triton.repository))},
     "06a.4": lambda ctx: {"lab": ctx.lab("06a", triton_http_url=ctx.jpeg_triton.http_url, triton_model=CPU_ENCODER,

@@ -105,3 +105,15 @@ def test_a_reason_follows_the_direction_the_run_measured():
     text = lesson("06b_")
     assert '"the cores were already busy, so there was no room to add"}[ahead]' in text
     assert "this machine: 2 cores" not in text, "the diagram names no core count of its own"
+
+
+def test_figures_that_do_not_move_with_the_host_are_not_graded_with_its_drift():
+    """A run whose drift probes moved 2.7x had a margin of 114 % for figures measured apart. 06b graded Triton's batch
+    of 2.5 against a group of 4 with it ("the groups stayed whole"); 06c called 222 against 142 computed images
+    "about as many"; 07 called a link that added 74 % of the arithmetic "close to that arithmetic"."""
+    text = lesson("06b_")
+    assert "exact = step.margin(interleaved=True)" in text
+    assert "margin=exact) is Grade.LOSS" in text and "margin=exact) is Grade.FLAT" in text
+    assert "about as many images either way" not in lesson("06c_"), "a grade on a drift margin says it is one"
+    grpc = lesson("07_")
+    assert "elif step.margin() > step.margin(interleaved=True):" in grpc, "'close' only within the floor"

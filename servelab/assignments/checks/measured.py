@@ -10,6 +10,7 @@ reads the bands).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 
 import pandas as pd
@@ -17,7 +18,7 @@ import pandas as pd
 from servelab.assignments.checks.answer_tables import at_words, close, col, frame, norm, number, where
 from servelab.assignments.checks.predictions import measured_bands, reading
 from servelab.assignments.result import CheckResult, reject, run_check
-from servelab.bench.report import said
+from servelab.bench.report import ratio_reading, said
 from servelab.errors import InvalidValue
 
 
@@ -107,13 +108,17 @@ def smallest_payload(answer, table, *, batch: int | None = None, among: Iterable
 
 
 def best_choice(answer, table, *, key: str, metric: str, mode: str = "max", at: Mapping | None = None,
-                rel_tol: float = 0.0, exercise: str, step=None, strict: bool | None = None) -> CheckResult:
+                rel_tol: float = 0.0, exercise: str, step=None, strict: bool | None = None,
+                pairs: Iterable[Mapping] = ()) -> CheckResult:
     """answer: a value of column `key` (a backend, a batch size, a protocol …), or fn(table) -> value.
 
     Correct: the `key` whose row (restricted to `at`, e.g. {"concurrency": 16}) has the highest (`mode="max"`)
     or lowest (`"min"`) `metric`; answers within `rel_tol` of the best are accepted too, and so is any the run's
-    reading (`reading`, with the step's margin) does not rank below the best: bands that overlap, a lead below
-    the run's margin, or a side that never settled (the message gives the reading)."""
+    reading (`reading`, with the step's margin) does not rank below another: bands that overlap, a lead below
+    the run's margin, or a side that never settled (the message gives the reading). `pairs`: interleaved A/B
+    records (kind "ab": `a` and `b` values of `key`, the ratio of `metric` A ÷ B, higher better, with its pair
+    range): for the two keys one covers, its reading replaces that of their bands measured apart, as the run's
+    own sentences read them (the table's best, ranked behind in those windows, still passes, told so)."""
     if mode not in ("max", "min"):
         raise InvalidValue("mode must be 'max' or 'min'")
     df = where(frame(table), at)
@@ -123,9 +128,19 @@ def best_choice(answer, table, *, key: str, metric: str, mode: str = "max", at: 
     band = measured_bands(df, key=key, metric=metric, margin=step.margin() if hasattr(step, "margin") else None)
     band.index = band.index.map(norm)
     top_key = agg.idxmax() if mode == "max" else agg.idxmin()
-    read = {k: reading(band, top_key, k, higher_is_better=mode == "max") for k in band.index if k != top_key}
-    tied = {top_key} | {k for k, v in read.items() if not v.ranked}
     pct = f"{100 * float(band['margin'].iloc[0]):.0f} %" if len(band) else ""
+    together = {frozenset((norm(r["a"]), norm(r["b"]))): r for r in pairs if r.get("kind", "ab") == "ab"}
+
+    def compare(x, y):
+        """(the reading of x against y, whether it comes from interleaved windows)."""
+        rec = together.get(frozenset((x, y)))
+        if rec is None:
+            return reading(band, x, y, higher_is_better=mode == "max"), False
+        verdict = ratio_reading(rec)
+        if norm(rec["a"]) != x:  # the record reads y ÷ x: the side ahead swaps
+            verdict = dataclasses.replace(verdict, ahead={"a": "b", "b": "a"}.get(verdict.ahead),
+                                          unsettled=tuple({"a": "b", "b": "a"}[s] for s in verdict.unsettled))
+        return verdict, True
 
     def judge(value):
         v = norm(value)
@@ -137,13 +152,29 @@ def best_choice(answer, table, *, key: str, metric: str, mode: str = "max", at: 
         got = agg[v]
         ok = got >= best * (1 - rel_tol) if mode == "max" else got <= best * (1 + rel_tol)
         where = at_words(at)
-        if v in tied and len(tied) > 1:
-            readings = "; ".join(said(read[k], str(top_key), str(k), interleaved=False) for k in sorted(tied - {top_key}, key=str))
-            return (f"{key} {value}: {metric} {got:.4g}{where}, tied with {len(tied) - 1} other(s) this run does not "
-                    f"rank apart from the best ({readings})")
-        if not ok:
+        read = {k: compare(k, v) for k in band.index if k != v and v in band.index}
+        beaten = {k: r for k, r in read.items() if r[0].ranked and r[0].ahead == "a"}
+        inter = {k: r for k, r in beaten.items() if r[1]}
+        if v == top_key and inter:  # the table's best, ranked behind in alternating windows: its points are of
+            k, (verdict, _) = next(iter(inter.items()))  # other moments; accepted, with the verdict that holds
+            return (f"{key} {value}: {metric} {got:.4g}{where}, the {word} in the table, but in alternating windows "
+                    f"{said(verdict, str(k), str(v), interleaved=True)}: the windows hold, so {key} {k} is the "
+                    "better answer")
+        if beaten and not (ok and rel_tol):
+            if inter:  # ranked in alternating windows: the run's own verdict names the key ahead
+                k, (verdict, _) = next(iter(inter.items()))
+                reject(f"{key} {value} has {metric} {got:.4g}{where}, but in alternating windows "
+                       f"{said(verdict, str(k), str(v), interleaved=True)}")
             reject(f"{key} {value} has {metric} {got:.4g}{where}; another {key} in this table has a {better} value, "
                    f"beyond the measured spread and this run's {pct} margin")
+        tied = {k: r for k, r in read.items() if not r[0].ranked}
+        if tied:
+            readings = "; ".join(said(verdict, str(k), str(v), interleaved=inter)
+                                 for k, (verdict, inter) in sorted(tied.items(), key=lambda kv: str(kv[0])))
+            return (f"{key} {value}: {metric} {got:.4g}{where}, tied with {len(tied)} other(s) this run does not "
+                    f"rank apart from it ({readings})")
+        if v != top_key and not ok:
+            return f"{key} {value}: {metric} {got:.4g}{where}, ranked ahead of every other {key} in alternating windows"
         return f"{key} {value}: {metric} {got:.4g}{where}, the {word} in this run"
 
     return run_check("best_choice", exercise, answer, (table,), judge, step, strict)
