@@ -121,6 +121,9 @@ def test_promql_rates(assignments_monitoring):
     r = checks.promql_rates(lambda w: f'sum by (status) (increase(servelab_requests_total{{endpoint="/embed"}}[{w}]))',
                             **kw)  # a count, not a rate
     assert r.status == FAIL and "divide increase()" in r.message, r.message
+    r = checks.promql_rates(lambda w: f'sum by (status) (increase(servelab_requests_total{{endpoint="/embed"}}[{w}]))'
+                            f" / {seconds}", **kw)  # the same rate, written as a count over the window's seconds
+    assert r.status == PASS, r.message
     r = checks.promql_rates(lambda w: f'sum(rate(servelab_requests_total{{endpoint="/embed"}}[{w}]))', **kw)
     assert r.status == FAIL and "status" in r.message
     r = checks.promql_rates(lambda w: "sum by (status) (rate(servelab_requests_total[", **kw)
