@@ -117,7 +117,8 @@ print(f"This service's engine, from its own runs: {runs}. Fitted fixed cost per 
       f"{cost.get('fixed_cost_ms', float('nan')):.1f} ms, the longest a batch waits for a request still on its way." if runs else
       "This service's engine has run no batch beside another yet, so it has no fitted cost: a request still on its "
       "way is not waited for.")
-print(f"Instances: {instances['note']}; batches so far: {instances['batches_run']}." if instances else
+print(f"Instances: {instances['note']}; batches so far: "
+      + ", ".join(f"{n} on {kind.replace('_', ' ')}" for kind, n in instances["batches_run"].items()) + "." if instances else
       "Instances: one engine session (this service's engine is not the ONNX one on several CPU cores).")
 
 # %% [markdown]
@@ -308,7 +309,7 @@ else:
 
 # %%
 if link:
-    said = [link_effect(lo_rec, wan_rec, link) + "; " + step.ratio(r)
+    said = [link_effect(lo_rec, wan_rec, link, pairs=r) + "; " + step.ratio(r)
             for lo_rec, wan_rec, r in zip(link_sides[::2], link_sides[1::2], link_ab, strict=True)]
     prof = link_profile(link)
     gap = prof.transfer_ms(link_sides[1]["payload_bytes_per_request"]) - prof.transfer_ms(link_sides[3]["payload_bytes_per_request"])
