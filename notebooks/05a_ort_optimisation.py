@@ -45,7 +45,7 @@
 # ```
 #
 # **Honest framing for this machine.** On a CPU that one image already keeps busy, a batch of B costs about B
-# single images and waiting for company buys little; section 2 measures whether this CPU is one.
+# single images and waiting for company buys little; notebook 04 measured whether this CPU is one.
 
 # %% tags=["parameters"]
 harness = {}              # where this runs: filled by `servelab lab run` ({}: this place's defaults)
@@ -92,7 +92,7 @@ from servelab.lab.step import show_code
 show_code(ort_profile, "so = ort.SessionOptions()", "x = sample_tensor")
 
 # %% [markdown]
-# Now change the options yourself and measure them. Four sessions of the same model at batch 1: the graph as
+# `ort_session` below makes them (edit it to try others). Four sessions of the same model at batch 1: the graph as
 # exported (`ORT_DISABLE_ALL`), fully optimised (`ORT_ENABLE_ALL`, what every engine here uses), the same on
 # **one** thread, and the dynamically quantised **int8** model. Each round runs all four in turn, so drift hits
 # them alike, and each ratio is read like an alternating-window ratio, with its spread over the rounds.
@@ -186,7 +186,8 @@ in_process_note(step, lab.place, prof.get("provider", "cpu"), "the op-type profi
 ops = pd.DataFrame({"op_type": list(prof["op_time_ms"]), "kernel_ms": list(prof["op_time_ms"].values())})
 ops["share_pct"] = 100 * ops["kernel_ms"] / ops["kernel_ms"].sum()
 ops = step.table(ops.sort_values("share_pct", ascending=False).round(3), "op_profile",
-                 f"Kernel time by operator type ({prof['repeats']} profiled runs; nodes by provider: {prof['nodes_by_provider']})")
+                 f"Kernel time by operator type ({prof['repeats']} profiled runs; "
+                 + ", ".join(f"{n} nodes on {p}" for p, n in prof["nodes_by_provider"].items()) + ")")
 
 # %%
 matmul_like = ops[ops["op_type"].str.contains("MatMul|Gemm|Attention", regex=True)]["share_pct"].sum()
