@@ -90,7 +90,7 @@ class QueueWait:
 
     def sentence(self) -> str:
         n, b = self.clients, self.avg_batch
-        return (f"the rule N/B − 1 predicts a wait of {n}/{b:.2f} − 1 ≈ {self.predicted:.1f} executions; Triton's "
+        return (f"The rule N/B − 1 predicts a wait of {n}/{b:.2f} − 1 ≈ {self.predicted:.1f} executions; Triton's "
                 f"queue held a request {self.queue_ms:.0f} ÷ {self.compute_ms:.0f} ms ≈ {self.measured:.2f} "
                 f"executions, {self.reading} the rule"
                 + (" (a request that arrives during an execution waits only for the rest of it)"
