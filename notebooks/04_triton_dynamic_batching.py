@@ -229,7 +229,7 @@ wait = tables.QueueWait(n, float(top["server_stats.avg_batch"] or 1), float(top[
                         float(top["server_stats.avg_compute_infer_ms"]))
 step.answer(f"At concurrency 1 Triton computed a request in t = {t:.0f} ms (mean); the client's mean latency was "
             f"{one['latency_mean_ms']:.0f} ms. At concurrency {n} a queue without batching predicts {n} × {t:.0f} "
-            f"{'+' if rest >= 0 else '−'} {abs(rest):.0f} = {n * round(t) + round(rest)} ms; the run measured a mean of "
+            f"{'+' if rest >= 0 else '−'} {abs(rest):.0f} = {n * float(f'{t:.0f}') + float(f'{rest:.0f}'):.0f} ms; the run measured a mean of "
             f"{top['latency_mean_ms']:.0f} ms (p50 {top['latency_p50_ms']:.0f} ms): {wait.queue_ms:.0f} ms queueing and "
             f"{wait.compute_ms:.0f} ms compute, in batches of {wait.avg_batch:.2f} images. {wait.sentence()}. "
             f"Throughput, alternating windows: {step.ratio(conc_ratio)}.")
