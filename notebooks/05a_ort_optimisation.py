@@ -15,8 +15,8 @@
 # %% [markdown]
 # # 05a · ONNX Runtime optimisation
 #
-# Stuck on an error? [When something goes wrong](../docs/TROUBLESHOOTING.md) has the messages and their fixes.
-# How a measurement is read here (windows, drift, alternating windows, and when a lead is ranked): [How this lab reads a measurement](../docs/METHOD.md).
+# Stuck? [When something goes wrong](../docs/TROUBLESHOOTING.md); how a figure is read:
+# [How this lab reads a measurement](../docs/METHOD.md).
 #
 # **After this notebook you can**
 # - create an ONNX Runtime session with its options, change them and measure what each buys, int8 included;
@@ -456,9 +456,8 @@ memory = step.table(pd.DataFrame([
 # %% [markdown]
 # ## 5 · Deploy the winner
 # The engine section 0 found best now serves: int8 where the CPU has VNNI, otherwise the one the measurement
-# picks. A second service starts on a free port with the winner and the lab service's settings; Triton's encoder
-# is reloaded with its `onnx_file` parameter pointing at the int8 graph (its own config comes back afterwards).
-# Each runs against fp32 in alternating windows, and both embed the same lab photos.
+# picks. A second service starts on a free port with the winner and the lab service's settings; **you** deploy it
+# to Triton (exercise 05a.4). Each runs against fp32 in alternating windows, and both embed the same lab photos.
 #
 # **Predict first.** Served, will the winner's lead be larger or smaller than in section 0? Will every photo's
 # embedding stay above a cosine of 0.999 to fp32's?
@@ -485,6 +484,33 @@ why_not = (f"{won.why}: the lab's stack already serves the fp32 graph" if not wo
            lab.service_pid and lab.triton_pid and in_process_provider(lab.place) == "cpu" else
            "the lab's servers are not processes on this machine's CPU")
 deployed = step.skip_unless(not why_not, f"serving {won.engine}", why_not, "section 0's in-process figures")
+
+# %% [markdown]
+# ### Exercise: deploy the int8 graph to Triton
+# One load request: the encoder's own config (`client.get_model_config(model)`) with its `onnx_file` parameter
+# set to `{"string_value": str(onnx_path)}`, sent as JSON in `config` with the server's key. The check reads
+# what Triton then serves, and loads the model's own config again for the comparison.
+
+# %% tags=["exercise"]
+# Exercise 05a.4: point Triton's encoder at the int8 graph with one load request
+import json
+
+
+def deploy_graph(client, model, onnx_path):
+    """Load `model` into the running Triton (`client`: tritonclient.http) with its own config, its `onnx_file`
+    parameter set to `onnx_path`, and the server's key (headers=lab.triton_headers)."""
+    # BEGIN SOLUTION
+    config = client.get_model_config(model)
+    config["parameters"]["onnx_file"] = {"string_value": str(onnx_path)}
+    client.load_model(model, config=json.dumps(config), headers=lab.triton_headers)
+    # END SOLUTION
+
+
+# %%
+checks.graph_loaded(deploy_graph, triton_http_url=lab.triton_http_url, model=lab.triton_model,
+                    onnx_path=meta["int8"]["path"], not_here=why_not, exercise="05a.4", step=step)
+
+# %%
 if deployed:
     fp32_service = lab.attach("fastapi")
     with served("fastapi", won.engine, log_path=step.out_dir / "logs" / "05a-deploy-service.log",
