@@ -219,14 +219,12 @@ by_conc = step.table(step.frame(service_conc + triton_conc, *cols), "by_concurre
                      "FastAPI service vs Triton under concurrent batch-1 requests")
 histogram = by_hand.ModelCounts.read(lab.triton_http_url, lab.triton_model).since(stats_before).by_batch
 print(f"the sweep's executions by batch size: {histogram}")
-tc = step.frame(triton_conc, "concurrency", "throughput_img_s", "latency_p50_ms", "latency_mean_ms",
-                "server_stats.avg_batch", "server_stats.avg_queue_ms", "server_stats.avg_compute_infer_ms"
-                ).sort_values("concurrency")
+tc = step.frame(triton_conc, "concurrency", "throughput_img_s", "latency_p50_ms", "latency_mean_ms", "server_stats.avg_batch",
+                "server_stats.avg_queue_ms", "server_stats.avg_compute_infer_ms").sort_values("concurrency")
 one, top = tc.iloc[0], tc.iloc[-1]
 n, t = int(top["concurrency"]), float(one["server_stats.avg_compute_infer_ms"])
 rest = float(one["latency_mean_ms"]) - t  # client, HTTP and copies around the compute (Triton's figures are means)
-wait = tables.QueueWait(n, float(top["server_stats.avg_batch"] or 1), float(top["server_stats.avg_queue_ms"]),
-                        float(top["server_stats.avg_compute_infer_ms"]))
+wait = tables.QueueWait.of(max(triton_conc, key=lambda r: r["concurrency"]))  # Triton's own means at the top
 step.answer(f"At concurrency 1 Triton computed a request in t = {t:.0f} ms (mean); the client's mean latency was "
             f"{one['latency_mean_ms']:.0f} ms. At concurrency {n} a queue without batching predicts {n} × {t:.0f} "
             f"{'+' if rest >= 0 else '−'} {abs(rest):.0f} = {n * float(f'{t:.0f}') + float(f'{rest:.0f}'):.0f} ms; the run measured a mean of "

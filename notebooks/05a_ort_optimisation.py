@@ -258,7 +258,6 @@ checks.queue_delay_for_budget(choose_queue_delay, cells, latency_budget_ms, conc
                               exercise="05a.1", step=step)
 
 # %%
-
 def grid_point(delay, c):
     return next(r for r in grid if r["params"]["max_queue_delay_us"] == delay and r["concurrency"] == c)
 
@@ -463,22 +462,11 @@ memory = step.table(pd.DataFrame([
 # embedding stay above a cosine of 0.999 to fp32's?
 
 # %%
-import dataclasses
-
-from servelab.bench.experiments import Side, ab
 from servelab.bench.load.inputs import sample_jpegs
-from servelab.bench.servers import served
-from servelab.client import InferenceClient
-from servelab.lab.winner import beside_in_process, drift_record, graph_switch, service_settings, winner
+from servelab.lab.winner import beside_in_process, served_gain, winner
 
 won, top_c = winner(vnni, int8_rec), max(concurrency_levels)
 photos = list(sample_jpegs(8 if opts.quick else 32))  # generated lab photos, never downloaded
-
-
-def embed(backend, url, **options):  # the lab photos, as this server embeds them
-    with InferenceClient(mode="remote", backend=backend, url=url, payload="tensor", **options) as client:
-        return client.embed_images(photos)
-
 
 why_not = (f"{won.why}: the lab's stack already serves the fp32 graph" if not won.deploys else "" if
            lab.service_pid and lab.triton_pid and in_process_provider(lab.place) == "cpu" else
@@ -511,23 +499,10 @@ checks.graph_loaded(deploy_graph, triton_http_url=lab.triton_http_url, model=lab
                     onnx_path=meta["int8"]["path"], not_here=why_not, exercise="05a.4", step=step)
 
 # %%
-if deployed:
-    fp32_service = lab.attach("fastapi")
-    with served("fastapi", won.engine, log_path=step.out_dir / "logs" / "05a-deploy-service.log",
-                **service_settings(Settings.from_env())) as service:
-        service_ab = ab(step.run, "05a-deploy-service", Side(f"{won.engine} service", service, concurrency=top_c),
-                        Side(f"{fp32_service.engine} service", fp32_service, concurrency=top_c), opts=opts)
-        drift = [drift_record(step.run, "05a-deploy-drift", "fastapi", won.engine, embed("fastapi", service.url),
-                              embed("fastapi", lab.service_url))]
-    with graph_switch(lab.triton_http_url, lab.triton_model, meta["int8"]["path"]) as use:  # 0: int8, 1: its own
-        triton_ab = ab(step.run, "05a-deploy-triton",
-                       Side(f"{won.engine} Triton", dataclasses.replace(triton, engine=won.engine), concurrency=top_c),
-                       Side(f"{triton.engine} Triton", triton, concurrency=top_c), opts=opts, prepare=use)
-        served_by = []
-        for side in (0, 1):  # the int8 graph, then the model's own
-            use(side)
-            served_by.append(embed("triton-http", lab.triton_http_url, model=lab.triton_model))
-    drift.append(drift_record(step.run, "05a-deploy-drift", "triton-http", won.engine, *served_by))
+if deployed:  # the winner served by a second service and by Triton, each against fp32
+    service_ab, triton_ab, drift = served_gain(step.run, lab, won, triton, meta["int8"]["path"], photos, concurrency=top_c,
+                                               opts=opts, settings=Settings.from_env(),
+                                               log_path=step.out_dir / "logs" / "05a-deploy-service.log")
     step.table(step.frame([service_ab[-1], triton_ab[-1]], "server", "ratio", "ratio_min", "ratio_max",
                           "latency_p50_ratio", "repeats", "stable"), "deploy_gain",
                f"{won.engine} ÷ fp32, served, alternating windows, {top_c} clients")

@@ -72,6 +72,14 @@ class QueueWait:
     queue_ms: float
     compute_ms: float
 
+    @classmethod
+    def of(cls, rec: dict) -> QueueWait:
+        """From a record measured with Triton's statistics (`server_stats`): its clients, executed batch, queue
+        and compute means (NaN where the statistics could not be read)."""
+        stats, nan = rec.get("server_stats") or {}, float("nan")
+        return cls(int(rec["concurrency"]), float(stats.get("avg_batch") or 1),
+                   float(stats.get("avg_queue_ms", nan)), float(stats.get("avg_compute_infer_ms", nan)))
+
     @property
     def predicted(self) -> float:
         return max(0.0, self.clients / max(self.avg_batch, 1.0) - 1)

@@ -105,8 +105,8 @@ def test_instructor_notebooks_passed_in_the_last_lab_run(tmp_path_factory):
 
 
 # a step with more: 04 puts the student at Triton's controls (their own /stats read, config edited on disk, load
-# request and perf_analyzer lines) besides its prediction and its stanza; 05a has the student deploy its winner
-MORE_EXERCISES = {"04": 6, "05a": 4}
+# request and perf_analyzer lines) besides its prediction and its stanza
+MORE_EXERCISES = {"04": 6}
 
 
 def test_every_step_has_one_to_four_exercises():

@@ -118,3 +118,9 @@ def test_queue_wait_without_batching_is_n_minus_one_executions():
     wait = tables.QueueWait(clients=8, avg_batch=1.0, queue_ms=7 * 90.0, compute_ms=90.0)
     assert wait.predicted == pytest.approx(7) and wait.reading == "close to"
     assert tables.QueueWait(clients=4, avg_batch=4.0, queue_ms=5.0, compute_ms=100.0).reading == "close to"
+
+
+def test_queue_wait_reads_a_records_triton_statistics():
+    rec = {"concurrency": 8, "server_stats": {"avg_batch": 3.74, "avg_queue_ms": 212.0, "avg_compute_infer_ms": 315.0}}
+    assert tables.QueueWait.of(rec) == tables.QueueWait(8, 3.74, 212.0, 315.0)
+    assert tables.QueueWait.of({"concurrency": 2, "server_stats": None}).avg_batch == 1.0
