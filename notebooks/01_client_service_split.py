@@ -88,8 +88,9 @@ show_code(service_app.embed_tensor)
 # A lone client never has company, so it pays the short wait for nothing; under concurrency, requests that
 # queued while the engine was busy form the next batch at once. A request still being decoded is waited for at
 # most a batch's *fixed* cost (`self.cost`, fitted as t(n) = fixed + per-image × n): left out, it costs one more
-# fixed cost in the next batch. That wait is long on a GPU, where a batch costs about what one image does, and
-# short where each image costs as much as the first. A cell below prints this service's fitted costs.
+# fixed cost in the next batch. That wait is long on a GPU, where a batch costs about what one image does
+# (`reference/nvidia-h100-80gb-hbm3/`), and short where each image costs as much as the first. A cell below
+# prints this service's fitted costs.
 
 # %%
 show_code(MicroBatcher._loop)
