@@ -76,9 +76,13 @@ class QueueWait:
     def of(cls, rec: dict) -> QueueWait:
         """From a record measured with Triton's statistics (`server_stats`): its clients, executed batch, queue
         and compute means (NaN where the statistics could not be read)."""
-        stats, nan = rec.get("server_stats") or {}, float("nan")
-        return cls(int(rec["concurrency"]), float(stats.get("avg_batch") or 1),
-                   float(stats.get("avg_queue_ms", nan)), float(stats.get("avg_compute_infer_ms", nan)))
+        stats = rec.get("server_stats") or {}
+
+        def mean(key):
+            return float("nan") if stats.get(key) is None else float(stats[key])
+
+        return cls(int(rec["concurrency"]), float(stats.get("avg_batch") or 1), mean("avg_queue_ms"),
+                   mean("avg_compute_infer_ms"))
 
     @property
     def predicted(self) -> float:

@@ -123,4 +123,5 @@ def test_queue_wait_without_batching_is_n_minus_one_executions():
 def test_queue_wait_reads_a_records_triton_statistics():
     rec = {"concurrency": 8, "server_stats": {"avg_batch": 3.74, "avg_queue_ms": 212.0, "avg_compute_infer_ms": 315.0}}
     assert tables.QueueWait.of(rec) == tables.QueueWait(8, 3.74, 212.0, 315.0)
-    assert tables.QueueWait.of({"concurrency": 2, "server_stats": None}).avg_batch == 1.0
+    unread = tables.QueueWait.of({"concurrency": 2, "server_stats": {"avg_queue_ms": None}})
+    assert unread.avg_batch == 1.0 and unread.queue_ms != unread.queue_ms  # NaN: the statistics were not read
