@@ -102,6 +102,9 @@ class QueueWait:
 
     def sentence(self) -> str:
         n, b = self.clients, self.avg_batch
+        if self.measured != self.measured:  # NaN: Triton's statistics were not read
+            return (f"The rule N/B − 1 predicts a wait of {n}/{b:.2f} − 1 ≈ {self.predicted:.1f} executions; Triton's "
+                    "statistics were not read, so this run does not check it")
         return (f"The rule N/B − 1 predicts a wait of {n}/{b:.2f} − 1 ≈ {self.predicted:.1f} executions; Triton's "
                 f"queue held a request {self.queue_ms:.0f} ÷ {self.compute_ms:.0f} ms ≈ {self.measured:.2f} "
                 f"executions, {self.reading} the rule"

@@ -125,3 +125,4 @@ def test_queue_wait_reads_a_records_triton_statistics():
     assert tables.QueueWait.of(rec) == tables.QueueWait(8, 3.74, 212.0, 315.0)
     unread = tables.QueueWait.of({"concurrency": 2, "server_stats": {"avg_queue_ms": None}})
     assert unread.avg_batch == 1.0 and unread.queue_ms != unread.queue_ms  # NaN: the statistics were not read
+    assert "does not check it" in unread.sentence() and "nan" not in unread.sentence()
