@@ -15,8 +15,8 @@
 # %% [markdown]
 # # 00 · Provision a GPU node
 #
-# Stuck on an error? [When something goes wrong](../docs/TROUBLESHOOTING.md) has the messages and their fixes.
-# How a measurement is read here (windows, drift, alternating windows, and when a lead is ranked): [How this lab reads a measurement](../docs/METHOD.md).
+# Stuck? [When something goes wrong](../docs/TROUBLESHOOTING.md); how a figure is read:
+# [How this lab reads a measurement](../docs/METHOD.md).
 #
 # **After this notebook you can**
 # - reserve a bare-metal GPU node on Chameleon Cloud with python-chi (lease → server → floating IP) and say

@@ -15,8 +15,8 @@
 # %% [markdown]
 # # 01 · The client/service split
 #
-# Stuck on an error? [When something goes wrong](../docs/TROUBLESHOOTING.md) has the messages and their fixes.
-# How a measurement is read here (windows, drift, alternating windows, and when a lead is ranked): [How this lab reads a measurement](../docs/METHOD.md).
+# Stuck? [When something goes wrong](../docs/TROUBLESHOOTING.md); how a figure is read:
+# [How this lab reads a measurement](../docs/METHOD.md).
 #
 # **After this notebook you can**
 # - say what crosses the boundary when a model moves out of the application into a service (photos or
@@ -88,8 +88,9 @@ show_code(service_app.embed_tensor)
 # A lone client never has company, so it pays the short wait for nothing; under concurrency, requests that
 # queued while the engine was busy form the next batch at once. A request still being decoded is waited for at
 # most a batch's *fixed* cost (`self.cost`, fitted as t(n) = fixed + per-image × n): left out, it costs one more
-# fixed cost in the next batch. That wait is long on a GPU, where a batch costs about what one image does, and
-# short where each image costs as much as the first. A cell below prints this service's fitted costs.
+# fixed cost in the next batch. That wait is long on a GPU, where a batch costs about what one image does
+# (`reference/nvidia-h100-80gb-hbm3/`), and short where each image costs as much as the first. A cell below
+# prints this service's fitted costs.
 
 # %%
 show_code(MicroBatcher._loop)
@@ -117,7 +118,8 @@ print(f"This service's engine, from its own runs: {runs}. Fitted fixed cost per 
       f"{cost.get('fixed_cost_ms', float('nan')):.1f} ms, the longest a batch waits for a request still on its way." if runs else
       "This service's engine has run no batch beside another yet, so it has no fitted cost: a request still on its "
       "way is not waited for.")
-print(f"Instances: {instances['note']}; batches so far: {instances['batches_run']}." if instances else
+print(f"Instances: {instances['note']}; batches so far: "
+      + ", ".join(f"{n} on {kind.replace('_', ' ')}" for kind, n in instances["batches_run"].items()) + "." if instances else
       "Instances: one engine session (this service's engine is not the ONNX one on several CPU cores).")
 
 # %% [markdown]
@@ -308,7 +310,7 @@ else:
 
 # %%
 if link:
-    said = [link_effect(lo_rec, wan_rec, link) + "; " + step.ratio(r)
+    said = [link_effect(lo_rec, wan_rec, link, pairs=r) + "; " + step.ratio(r)
             for lo_rec, wan_rec, r in zip(link_sides[::2], link_sides[1::2], link_ab, strict=True)]
     prof = link_profile(link)
     gap = prof.transfer_ms(link_sides[1]["payload_bytes_per_request"]) - prof.transfer_ms(link_sides[3]["payload_bytes_per_request"])

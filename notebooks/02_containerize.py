@@ -132,10 +132,12 @@ print(f"service process start -> ready over {cold['repeats']} starts: median {co
 
 # %%
 step.answer(f"The slowest of {cold['repeats']} fresh services took {cold_start_s:.1f} s from process start to ready on "
-            "this machine: loading the model, creating the ONNX Runtime session and running a warm-up batch. The "
-            "photo-dedup write-ups measured 541 ms for PyTorch and 614 ms for Triton on their GPU host, and 279 ms for "
-            "creating the ONNX Runtime session alone (SOURCES.md). A health check that fails during that time without a "
-            "`start_period` would mark a healthy container as failed.")
+            "this machine: in that time it imports its packages, loads the model, creates the ONNX Runtime session and "
+            "runs a warm-up batch (this run timed only their sum). The photo-dedup write-ups measured 541 ms for "
+            "PyTorch and 614 ms for Triton on their GPU host, and 279 ms for creating the ONNX Runtime session alone "
+            "(SOURCES.md). Without a `start_period`, every probe that fails while the model loads counts toward "
+            "`retries`: a start longer than `interval` × `retries` marks a healthy container unhealthy, and the "
+            "slowest start, not the median, is the one to allow for.")
 
 # %% tags=["exercise"]
 # Exercise 02.1: write the compose healthcheck for the service

@@ -170,7 +170,7 @@ step.answer(f"Triton went from {small['throughput_img_s']:.1f} img/s at batch {l
 # Exercise 04.3 reads them before and after the sweep (`GET …/v2/models/<model>/versions/1/stats`).
 #
 # **Predict first.** Call *t* Triton's compute time at concurrency 1. Without batching a request at concurrency
-# N finds N−1 ahead of it: latency ≈ N·t, throughput flat. With batches of B it waits about (N−1)/B executions,
+# N finds N−1 ahead of it: latency ≈ N·t, throughput flat. With batches of B, N/B − 1 executions stand ahead,
 # each lasting what a batch of B cost above. Will latency be near N·t, and what average batch will Triton report?
 
 # %%
@@ -219,18 +219,18 @@ by_conc = step.table(step.frame(service_conc + triton_conc, *cols), "by_concurre
                      "FastAPI service vs Triton under concurrent batch-1 requests")
 histogram = by_hand.ModelCounts.read(lab.triton_http_url, lab.triton_model).since(stats_before).by_batch
 print(f"the sweep's executions by batch size: {histogram}")
-tc = step.frame(triton_conc, "concurrency", "throughput_img_s", "latency_p50_ms", "server_stats.avg_batch",
+tc = step.frame(triton_conc, "concurrency", "throughput_img_s", "latency_p50_ms", "latency_mean_ms", "server_stats.avg_batch",
                 "server_stats.avg_queue_ms", "server_stats.avg_compute_infer_ms").sort_values("concurrency")
 one, top = tc.iloc[0], tc.iloc[-1]
 n, t = int(top["concurrency"]), float(one["server_stats.avg_compute_infer_ms"])
-rest = float(one["latency_p50_ms"]) - t  # client, HTTP and copies around the compute
-b_avg = float(top["server_stats.avg_batch"] or 1)
-step.answer(f"At concurrency 1 Triton computed a request in t = {t:.0f} ms; the client saw {one['latency_p50_ms']:.0f} ms. At "
-            f"concurrency {n} a queue without batching predicts {n} × {t:.0f} {'+' if rest >= 0 else '−'} {abs(rest):.0f} = "
-            f"{n * t + rest:.0f} ms; the run measured p50 {top['latency_p50_ms']:.0f} ms ({top['server_stats.avg_queue_ms']:.0f} "
-            f"ms queueing, {top['server_stats.avg_compute_infer_ms']:.0f} ms compute), with batches of {b_avg:.2f} images: a "
-            f"wait of about ({n}−1)/{b_avg:.2f} ≈ {(n - 1) / b_avg:.1f} executions. Throughput, alternating windows: "
-            f"{step.ratio(conc_ratio)}.")
+rest = float(one["latency_mean_ms"]) - t  # client, HTTP and copies around the compute (Triton's figures are means)
+wait = tables.QueueWait.of(max(triton_conc, key=lambda r: r["concurrency"]))  # Triton's own means at the top
+step.answer(f"At concurrency 1 Triton computed a request in t = {t:.0f} ms (mean); the client's mean latency was "
+            f"{one['latency_mean_ms']:.0f} ms. At concurrency {n} a queue without batching predicts {n} × {t:.0f} "
+            f"{'+' if rest >= 0 else '−'} {abs(rest):.0f} = {n * float(f'{t:.0f}') + float(f'{rest:.0f}'):.0f} ms; the run measured a mean of "
+            f"{top['latency_mean_ms']:.0f} ms (p50 {top['latency_p50_ms']:.0f} ms): {wait.queue_ms:.0f} ms queueing and "
+            f"{wait.compute_ms:.0f} ms compute, in batches of {wait.avg_batch:.2f} images. {wait.sentence()}. "
+            f"Throughput, alternating windows: {step.ratio(conc_ratio)}.")
 
 # %% [markdown]
 # ## Batching, request by request: Triton's trace
@@ -448,10 +448,10 @@ checks.live_config(triton_stanzas, run=step.run, triton_http_url=lab.triton_http
 # %% [markdown]
 # ## Why: what a batch costs decides what batching buys
 # Batching shortens the *time per image* only if a batch of B costs less than B single runs; it saves only what
-# one image wastes: **per-call cost** (PyTorch eager dispatches a few hundred operators from Python per call) and
-# **idle parallel units** (cores or GPU multiply units one image leaves unused). `max_queue_delay_microseconds`
-# only *holds* a request while fewer than `max_batch_size` wait (05a measures it); `preferred_batch_size` is best
-# left unset unless particular sizes run much faster (a TensorRT engine built for them).
+# one image wastes: **per-call cost** and **idle parallel units** (cores or GPU multiply units one image leaves
+# unused). `max_queue_delay_microseconds` only *holds* a request while fewer than `max_batch_size` wait (05a
+# measures it); `preferred_batch_size` is best left unset unless particular sizes run much faster (a TensorRT
+# engine built for them).
 
 # %%
 by_engine = tables.batch_gain_by_engine({"PyTorch in-process": torch_batches,

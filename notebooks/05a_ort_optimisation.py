@@ -15,8 +15,8 @@
 # %% [markdown]
 # # 05a · ONNX Runtime optimisation
 #
-# Stuck on an error? [When something goes wrong](../docs/TROUBLESHOOTING.md) has the messages and their fixes.
-# How a measurement is read here (windows, drift, alternating windows, and when a lead is ranked): [How this lab reads a measurement](../docs/METHOD.md).
+# Stuck? [When something goes wrong](../docs/TROUBLESHOOTING.md); how a figure is read:
+# [How this lab reads a measurement](../docs/METHOD.md).
 #
 # **After this notebook you can**
 # - create an ONNX Runtime session with its options, change them and measure what each buys, int8 included;
@@ -45,7 +45,7 @@
 # ```
 #
 # **Honest framing for this machine.** On a CPU that one image already keeps busy, a batch of B costs about B
-# single images and waiting for company buys little; section 2 measures whether this CPU is one.
+# single images and waiting for company buys little; notebook 04 measured whether this CPU is one.
 
 # %% tags=["parameters"]
 harness = {}              # where this runs: filled by `servelab lab run` ({}: this place's defaults)
@@ -92,7 +92,7 @@ from servelab.lab.step import show_code
 show_code(ort_profile, "so = ort.SessionOptions()", "x = sample_tensor")
 
 # %% [markdown]
-# Now change the options yourself and measure them. Four sessions of the same model at batch 1: the graph as
+# `ort_session` below makes them (edit it to try others). Four sessions of the same model at batch 1: the graph as
 # exported (`ORT_DISABLE_ALL`), fully optimised (`ORT_ENABLE_ALL`, what every engine here uses), the same on
 # **one** thread, and the dynamically quantised **int8** model. Each round runs all four in turn, so drift hits
 # them alike, and each ratio is read like an alternating-window ratio, with its spread over the rounds.
@@ -186,7 +186,8 @@ in_process_note(step, lab.place, prof.get("provider", "cpu"), "the op-type profi
 ops = pd.DataFrame({"op_type": list(prof["op_time_ms"]), "kernel_ms": list(prof["op_time_ms"].values())})
 ops["share_pct"] = 100 * ops["kernel_ms"] / ops["kernel_ms"].sum()
 ops = step.table(ops.sort_values("share_pct", ascending=False).round(3), "op_profile",
-                 f"Kernel time by operator type ({prof['repeats']} profiled runs; nodes by provider: {prof['nodes_by_provider']})")
+                 f"Kernel time by operator type ({prof['repeats']} profiled runs; "
+                 + ", ".join(f"{n} nodes on {p}" for p, n in prof["nodes_by_provider"].items()) + ")")
 
 # %%
 matmul_like = ops[ops["op_type"].str.contains("MatMul|Gemm|Attention", regex=True)]["share_pct"].sum()
@@ -257,7 +258,6 @@ checks.queue_delay_for_budget(choose_queue_delay, cells, latency_budget_ms, conc
                               exercise="05a.1", step=step)
 
 # %%
-
 def grid_point(delay, c):
     return next(r for r in grid if r["params"]["max_queue_delay_us"] == delay and r["concurrency"] == c)
 
@@ -455,52 +455,54 @@ memory = step.table(pd.DataFrame([
 # %% [markdown]
 # ## 5 · Deploy the winner
 # The engine section 0 found best now serves: int8 where the CPU has VNNI, otherwise the one the measurement
-# picks. A second service starts on a free port with the winner and the lab service's settings; Triton's encoder
-# is reloaded with its `onnx_file` parameter pointing at the int8 graph (its own config comes back afterwards).
-# Each runs against fp32 in alternating windows, and both embed the same lab photos.
+# picks. A second service starts on a free port with the winner and the lab service's settings; **you** deploy it
+# to Triton (exercise 05a.4). Each runs against fp32 in alternating windows, and both embed the same lab photos.
 #
 # **Predict first.** Served, will the winner's lead be larger or smaller than in section 0? Will every photo's
 # embedding stay above a cosine of 0.999 to fp32's?
 
 # %%
-import dataclasses
-
-from servelab.bench.experiments import Side, ab
 from servelab.bench.load.inputs import sample_jpegs
-from servelab.bench.servers import served
-from servelab.client import InferenceClient
-from servelab.lab.winner import beside_in_process, drift_record, graph_switch, service_settings, winner
+from servelab.lab.winner import beside_in_process, served_gain, winner
 
 won, top_c = winner(vnni, int8_rec), max(concurrency_levels)
 photos = list(sample_jpegs(8 if opts.quick else 32))  # generated lab photos, never downloaded
-
-
-def embed(backend, url, **options):  # the lab photos, as this server embeds them
-    with InferenceClient(mode="remote", backend=backend, url=url, payload="tensor", **options) as client:
-        return client.embed_images(photos)
-
 
 why_not = (f"{won.why}: the lab's stack already serves the fp32 graph" if not won.deploys else "" if
            lab.service_pid and lab.triton_pid and in_process_provider(lab.place) == "cpu" else
            "the lab's servers are not processes on this machine's CPU")
 deployed = step.skip_unless(not why_not, f"serving {won.engine}", why_not, "section 0's in-process figures")
-if deployed:
-    fp32_service = lab.attach("fastapi")
-    with served("fastapi", won.engine, log_path=step.out_dir / "logs" / "05a-deploy-service.log",
-                **service_settings(Settings.from_env())) as service:
-        service_ab = ab(step.run, "05a-deploy-service", Side(f"{won.engine} service", service, concurrency=top_c),
-                        Side(f"{fp32_service.engine} service", fp32_service, concurrency=top_c), opts=opts)
-        drift = [drift_record(step.run, "05a-deploy-drift", "fastapi", won.engine, embed("fastapi", service.url),
-                              embed("fastapi", lab.service_url))]
-    with graph_switch(lab.triton_http_url, lab.triton_model, meta["int8"]["path"]) as use:  # 0: int8, 1: its own
-        triton_ab = ab(step.run, "05a-deploy-triton",
-                       Side(f"{won.engine} Triton", dataclasses.replace(triton, engine=won.engine), concurrency=top_c),
-                       Side(f"{triton.engine} Triton", triton, concurrency=top_c), opts=opts, prepare=use)
-        served_by = []
-        for side in (0, 1):  # the int8 graph, then the model's own
-            use(side)
-            served_by.append(embed("triton-http", lab.triton_http_url, model=lab.triton_model))
-    drift.append(drift_record(step.run, "05a-deploy-drift", "triton-http", won.engine, *served_by))
+
+# %% [markdown]
+# ### Exercise: deploy the int8 graph to Triton
+# One load request: the encoder's own config (`client.get_model_config(model)`) with its `onnx_file` parameter
+# set to `{"string_value": str(onnx_path)}`, sent as JSON in `config` with the server's key. The check reads
+# what Triton then serves, and loads the model's own config again for the comparison.
+
+# %% tags=["exercise"]
+# Exercise 05a.4: point Triton's encoder at the int8 graph with one load request
+import json
+
+
+def deploy_graph(client, model, onnx_path):
+    """Load `model` into the running Triton (`client`: tritonclient.http) with its own config, its `onnx_file`
+    parameter set to `onnx_path`, and the server's key (headers=lab.triton_headers)."""
+    # BEGIN SOLUTION
+    config = client.get_model_config(model)
+    config["parameters"]["onnx_file"] = {"string_value": str(onnx_path)}
+    client.load_model(model, config=json.dumps(config), headers=lab.triton_headers)
+    # END SOLUTION
+
+
+# %%
+checks.graph_loaded(deploy_graph, triton_http_url=lab.triton_http_url, model=lab.triton_model,
+                    onnx_path=meta["int8"]["path"], not_here=why_not, exercise="05a.4", step=step)
+
+# %%
+if deployed:  # the winner served by a second service and by Triton, each against fp32
+    service_ab, triton_ab, drift = served_gain(step.run, lab, won, triton, meta["int8"]["path"], photos, concurrency=top_c,
+                                               opts=opts, settings=Settings.from_env(),
+                                               log_path=step.out_dir / "logs" / "05a-deploy-service.log")
     step.table(step.frame([service_ab[-1], triton_ab[-1]], "server", "ratio", "ratio_min", "ratio_max",
                           "latency_p50_ratio", "repeats", "stable"), "deploy_gain",
                f"{won.engine} ÷ fp32, served, alternating windows, {top_c} clients")

@@ -211,7 +211,7 @@ show_commands("node",
               "docker compose -f docker/compose.04-triton.yaml up -d",
               "docker compose -f docker/compose.04-triton.yaml logs -f triton   # first start: engine build",
               "docker compose -f docker/compose.04-triton.yaml exec triton ls -la /trt_cache   # engines + timing cache",
-              "docker compose -f docker/compose.04-triton.yaml restart triton     # second start: cache hit, seconds")
+              "docker compose -f docker/compose.04-triton.yaml restart triton     # second start: loads the cached engine")
 
 # %% [markdown]
 # ## Why TensorRT is faster, and compared with the source material

@@ -4,6 +4,7 @@ engine, one traced window summed up, and the same point measured by perf_analyze
     batch_gain_by_engine({"PyTorch in-process": torch_batches, "ONNX Runtime in Triton": triton_batches}, 1, 8)
     batch_gain_cause(triton_batch_ratio, target=8, margin=step.margin(interleaved=True))   # what the batch bought
     trace_row(spans, "its own config")        # requests, executions, batch sizes, queue waits, window
+    QueueWait(clients=8, avg_batch=3.7, queue_ms=212, compute_ms=315).sentence()   # the N/B − 1 rule, checked
     tools_side_by_side(pa_result, triton_conc[-1])
     switch_row("this CPU", triton_ratio, triton_on, predicted=1.4, predicted_from="the batch-size table")
 
@@ -11,6 +12,8 @@ Each takes the records or spans a lesson already has and returns plain rows; the
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -58,6 +61,57 @@ def batch_gain_cause(ratio: dict, *, target: float, margin: float) -> str:
     return BATCH_GAIN_CAUSE[batch_gain_grade(ratio, target=target, margin=margin)]
 
 
+@dataclass(frozen=True)
+class QueueWait:
+    """A closed-loop request's wait at `clients` clients, in executions: the rule against Triton's own means.
+    A request rides with avg_batch − 1 others, so the clients − avg_batch ahead of it go avg_batch at a time:
+    N/B − 1 executions (N − 1 without batching). Measured: Triton's mean queue wait ÷ its mean compute time."""
+
+    clients: int
+    avg_batch: float
+    queue_ms: float
+    compute_ms: float
+
+    @classmethod
+    def of(cls, rec: dict) -> QueueWait:
+        """From a record measured with Triton's statistics (`server_stats`): its clients, executed batch, queue
+        and compute means (NaN where the statistics could not be read)."""
+        stats = rec.get("server_stats") or {}
+
+        def mean(key):
+            return float("nan") if stats.get(key) is None else float(stats[key])
+
+        return cls(int(rec["concurrency"]), float(stats.get("avg_batch") or 1), mean("avg_queue_ms"),
+                   mean("avg_compute_infer_ms"))
+
+    @property
+    def predicted(self) -> float:
+        return max(0.0, self.clients / max(self.avg_batch, 1.0) - 1)
+
+    @property
+    def measured(self) -> float:
+        return self.queue_ms / self.compute_ms if self.compute_ms else float("nan")
+
+    @property
+    def reading(self) -> str:
+        """"close to" (within a factor of 4/3 either way), "less than" or "more than" the rule."""
+        if self.predicted < 0.1:
+            return "close to" if self.measured < 0.25 else "more than"
+        r = self.measured / self.predicted
+        return "close to" if 0.75 <= r <= 4 / 3 else "less than" if r < 1 else "more than"
+
+    def sentence(self) -> str:
+        n, b = self.clients, self.avg_batch
+        if self.measured != self.measured:  # NaN: Triton's statistics were not read
+            return (f"The rule N/B − 1 predicts a wait of {n}/{b:.2f} − 1 ≈ {self.predicted:.1f} executions; Triton's "
+                    "statistics were not read, so this run does not check it")
+        return (f"The rule N/B − 1 predicts a wait of {n}/{b:.2f} − 1 ≈ {self.predicted:.1f} executions; Triton's "
+                f"queue held a request {self.queue_ms:.0f} ÷ {self.compute_ms:.0f} ms ≈ {self.measured:.2f} "
+                f"executions, {self.reading} the rule"
+                + (" (a request that arrives during an execution waits only for the rest of it)"
+                   if self.reading == "less than" else ""))
+
+
 def batch_gain_by_engine(by_engine: dict[str, list[dict]], lo_b: int, hi_b: int) -> pd.DataFrame:
     """One row per engine: ms per image at batch `lo_b` and `hi_b`, what the batch saved per image, the images per
     second at both, and their ratio (`batch_gain`). `by_engine`: engine label -> its batch-sweep records."""
@@ -74,10 +128,11 @@ def trace_row(spans: list[trace.RequestSpan], label: str) -> dict:
     """One traced window summed up: requests, executions and their batch sizes, queue wait (median, max),
     execution time (median) and the whole window, in ms."""
     runs = trace.executions(spans)
+    hist = trace.batch_histogram(runs)
     queue = np.array([s.queue_ms for s in spans])
     compute = np.array([r.compute_end - r.compute_start for r in runs]) / 1e6
     return {"config": label, "requests": len(spans), "executions": len(runs),
-            "batch_sizes": str(trace.batch_histogram(runs)), "queue_ms_median": float(np.median(queue)),
+            "batch_sizes": str(hist), "largest_batch": max(hist, default=0), "queue_ms_median": float(np.median(queue)),
             "queue_ms_max": float(queue.max()), "execution_ms_median": float(np.median(compute)),
             "window_ms": (max(s.request_end for s in spans) - min(s.queue_start for s in spans)) / 1e6}
 

@@ -8,6 +8,7 @@ served embeddings moved from fp32's.
         ab(run, …, Side(…), Side(…), prepare=use)
     drift_record(run, "05a-deploy-drift", "fastapi", won.engine, served_int8, served_fp32)
     beside_in_process(service_ab[-1], int8_rec)           # "smaller than": the served lead against section 0's
+    served_gain(run, lab, won, triton, int8_path, photos, concurrency=8, opts=opts, settings=settings)  # all of it
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import copy
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -107,3 +109,45 @@ def beside_in_process(served: dict, in_process: dict) -> str:
     _, s_lo, s_hi = band(served, "ratio")
     _, i_lo, i_hi = band(in_process, "ratio")
     return "smaller than" if s_hi < i_lo else "larger than" if s_lo > i_hi else "within the range of"
+
+
+class Served(NamedTuple):
+    """The winner served, each against fp32 in alternating windows (`ab` records: [A, B, A ÷ B]), and how far it
+    moved the same photos' embeddings (drift records: the service's, then Triton's)."""
+
+    service_ab: list[dict]
+    triton_ab: list[dict]
+    drift: list[dict]
+
+
+def served_gain(run, lab, won: Winner, triton, onnx_path: str | Path, photos: list[bytes], *, concurrency: int, opts,
+                settings, log_path: Path | None = None) -> Served:
+    """`won` served two ways, each measured against the fp32 the lab serves: a second FastAPI service on a free port
+    with the lab service's settings (`service_settings`), and the lab's Triton encoder pointed at `onnx_path`
+    (`graph_switch`: its own config is back afterwards); both embed `photos` on each side for the drift."""
+    import dataclasses
+
+    from servelab.bench.experiments import Side, ab
+    from servelab.bench.servers import served
+    from servelab.client import InferenceClient
+
+    def embed(backend, url, **options):  # the photos, as this server embeds them
+        with InferenceClient(mode="remote", backend=backend, url=url, payload="tensor", **options) as client:
+            return client.embed_images(photos)
+
+    fp32_service = lab.attach("fastapi")
+    with served("fastapi", won.engine, log_path=log_path, **service_settings(settings)) as service:
+        service_ab = ab(run, "05a-deploy-service", Side(f"{won.engine} service", service, concurrency=concurrency),
+                        Side(f"{fp32_service.engine} service", fp32_service, concurrency=concurrency), opts=opts)
+        drift = [drift_record(run, "05a-deploy-drift", "fastapi", won.engine, embed("fastapi", service.url),
+                              embed("fastapi", lab.service_url))]
+    with graph_switch(lab.triton_http_url, lab.triton_model, onnx_path) as use:  # 0: the winner's graph, 1: its own
+        triton_ab = ab(run, "05a-deploy-triton",
+                       Side(f"{won.engine} Triton", dataclasses.replace(triton, engine=won.engine), concurrency=concurrency),
+                       Side(f"{triton.engine} Triton", triton, concurrency=concurrency), opts=opts, prepare=use)
+        embedded = []
+        for side in (0, 1):  # the winner's graph, then the model's own
+            use(side)
+            embedded.append(embed("triton-http", lab.triton_http_url, model=lab.triton_model))
+    drift.append(drift_record(run, "05a-deploy-drift", "triton-http", won.engine, *embedded))
+    return Served(service_ab, triton_ab, drift)

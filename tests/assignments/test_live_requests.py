@@ -102,6 +102,42 @@ def test_loaded_config(assignments_triton):
         load_model(triton.http_url, CPU_ENCODER, json.loads(as_json(staged)))
 
 
+# --- a graph deployed by hand (05a.4) --------------------------------------------------------------------------
+
+def deploy_graph(client, model, onnx_path, headers):
+    config = client.get_model_config(model)
+    config["parameters"]["onnx_file"] = {"string_value": str(onnx_path)}
+    client.load_model(model, config=json.dumps(config), headers=headers)
+
+
+@pytest.mark.triton
+def test_graph_loaded(assignments_triton, onnx_meta):
+    from servelab.triton.control import get_config
+
+    triton = assignments_triton
+    own = get_config(triton.http_url, CPU_ENCODER)["parameters"]["onnx_file"]["string_value"]
+    kw = dict(triton_http_url=triton.http_url, model=CPU_ENCODER, onnx_path=onnx_meta["int8"]["path"], exercise="t")
+    r = checks.graph_loaded(lambda c, m, p: deploy_graph(c, m, p, triton.headers), **kw)
+    assert r.status == PASS, r.message
+    assert get_config(triton.http_url, CPU_ENCODER)["parameters"]["onnx_file"]["string_value"] == own  # put back
+    r = checks.graph_loaded(lambda c, m, p: deploy_graph(c, m, p, {}), **kw)  # no key: refused
+    assert r.status == FAIL and "headers=lab.triton_headers" in r.message, r.message
+    r = checks.graph_loaded(lambda c, m, p: c.load_model(m, headers=triton.headers), **kw)  # no config sent
+    assert r.status == FAIL and "without `config`" in r.message, r.message
+
+    def more_instances(client, model, onnx_path):  # the graph, and a setting the exercise did not ask for
+        config = client.get_model_config(model)
+        config["parameters"]["onnx_file"] = {"string_value": str(onnx_path)}
+        config["instance_group"] = [{"kind": "KIND_CPU", "count": 2}]
+        client.load_model(model, config=json.dumps(config), headers=triton.headers)
+
+    r = checks.graph_loaded(more_instances, **kw)
+    assert r.status == FAIL and "change only onnx_file" in r.message, r.message
+    assert checks.graph_loaded(stub, **kw).status == NOT_IMPLEMENTED
+    assert checks.graph_loaded(stub, **kw, not_here="the CPU has no VNNI").status == NOT_RUN
+    assert get_config(triton.http_url, CPU_ENCODER)["parameters"]["onnx_file"]["string_value"] == own
+
+
 # --- PromQL against the Prometheus that watched the load ------------------------------------------------------
 
 def answers_per_second(window):

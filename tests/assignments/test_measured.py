@@ -240,3 +240,12 @@ def test_threshold_from_dedup_metrics_rows():
              for t, p, r in zip(EVAL.threshold, EVAL.precision, EVAL.recall, strict=True)]
     assert checks.threshold_for_precision(0.9, rows, target_precision=0.9, exercise="t").passed
     assert not checks.threshold_for_precision(0.95, rows, target_precision=0.9, exercise="t").passed
+
+
+def test_queue_delay_that_leads_by_less_than_the_runs_margin_is_named_a_tie():
+    """A lesson once passed 4000 µs as "the best throughput within budget" where its own alternating windows
+    called 4000 µs and 0 µs indistinguishable: the best's message names the delays the run does not rank below."""
+    r = checks.queue_delay_for_budget(2000, _apart(27.2), 250.0, exercise="t")  # 0 µs 7 % behind: not ranked
+    assert r.passed and "tied with 0 µs" in r.message
+    r = checks.queue_delay_for_budget(2000, _apart(25.0), 250.0, exercise="t")  # 16 % behind: ranked below
+    assert r.passed and "tied" not in r.message

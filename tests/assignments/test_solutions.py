@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
 import linecache
 import math
 
@@ -148,6 +149,11 @@ class Live:
         return pa.find()
 
     @property
+    def onnx_meta(self):
+        """The exported graphs (fp32 and int8) the lab serves: servelab.model.export.ensure_exported."""
+        return self._request.getfixturevalue("onnx_meta")
+
+    @property
     def photos(self):
         self._request.getfixturevalue("onnx_meta")
         return self._request.getfixturevalue("photos")
@@ -184,6 +190,9 @@ BINDINGS: dict[str, dict] = {
                           "top_c": 4, "opts": LoadOpts.smoke(min_requests=4, min_p50s=2, max_windows=3),
                           "exercise_device": DeviceProfile(name="my-card", fixed_ms=2.0, per_image_ms=0.5, full_at=16,
                                                            time_scale=10.0, source="a student's guess")},
+    # the int8 graph deployed to the live Triton's encoder (the check loads the encoder's own config again)
+    "05a.4": lambda ctx: {"lab": ctx.lab("05a", triton_http_url=ctx.triton.http_url, triton_model=CPU_ENCODER),
+                          "meta": ctx.onnx_meta, "why_not": "", "json": json},
     "05b.1": {"trt_max_batch": 64, "trt_cache": "/trt_cache"},
     "06a.1": {"concurrency_levels": [1, 4], "recs": [
         _rec(server=t, concurrency=c, windows=w) for t, c, w in (

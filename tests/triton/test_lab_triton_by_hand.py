@@ -40,3 +40,17 @@ def test_traced_returns_one_span_per_request(triton):
 def test_send_raises_what_a_thread_met(triton):
     with pytest.raises(Exception, match="no_such_model"):
         by_hand.send(triton.http_address, "no_such_model", PIXELS, clients=1, per_client=1)
+
+
+def test_a_trace_that_held_a_batch_of_every_client_is_never_said_to_hold_none():
+    """A lesson once ended "groups taking turns, not one batch of 8" under a traced window holding a batch of 8."""
+    from servelab.lab.batching_tables import trace_row
+    from servelab.triton.trace import RequestSpan
+
+    ms = 1_000_000
+    alone = RequestSpan(1, "m", 0, 0, 10 * ms, 11 * ms)
+    together = [RequestSpan(i, "m", 1 * ms, 10 * ms, 30 * ms, 31 * ms) for i in (2, 3)]  # one execution of 2
+    said = by_hand.trace_alone(trace_row([alone, *together], "own"), {1: 1, 2: 1}, clients=2)
+    assert "not one batch of 2" not in said and "all 2 rode together" in said
+    said = by_hand.trace_alone(trace_row([alone, *together], "own"), {1: 1, 2: 1}, clients=3)
+    assert "not one batch of 3" in said

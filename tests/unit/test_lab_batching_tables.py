@@ -96,3 +96,33 @@ def test_switch_row_puts_the_measured_switch_beside_its_prediction():
     assert row == {"device": "cpu", "on_div_off": 1.26, "pairs_min": 1.2, "pairs_max": 1.3, "avg_batch_on": 3.5,
                    "predicted": 1.53, "predicted_from": "the batch-size table"}
     assert tables.switch_row("emulated", r, {"server_stats": None}, 2.0, "the profile")["avg_batch_on"] is None
+
+
+def test_trace_row_names_its_largest_batch():
+    ms = 1_000_000
+    spans = [RequestSpan(i, "m", 0, 0, 10 * ms, 11 * ms) for i in (1, 2, 3)]
+    assert tables.trace_row(spans, "own config")["largest_batch"] == 3
+
+
+@pytest.mark.parametrize("queue_ms, reading", [(212.0, "less than"), (360.0, "close to"), (700.0, "more than")])
+def test_queue_wait_reads_the_rule_against_tritons_own_means(queue_ms, reading):
+    """A lesson once printed "(8−1)/3.74 ≈ 1.9 executions" beside a measured wait of 0.67 of one, and compared
+    nothing: the rule is N/B − 1 (a request rides with B − 1 others), and the sentence says how the run read it."""
+    wait = tables.QueueWait(clients=8, avg_batch=3.74, queue_ms=queue_ms, compute_ms=315.0)
+    assert wait.predicted == pytest.approx(8 / 3.74 - 1)
+    assert wait.reading == reading
+    assert f"{reading} the rule" in wait.sentence() and "1.1 executions" in wait.sentence()
+
+
+def test_queue_wait_without_batching_is_n_minus_one_executions():
+    wait = tables.QueueWait(clients=8, avg_batch=1.0, queue_ms=7 * 90.0, compute_ms=90.0)
+    assert wait.predicted == pytest.approx(7) and wait.reading == "close to"
+    assert tables.QueueWait(clients=4, avg_batch=4.0, queue_ms=5.0, compute_ms=100.0).reading == "close to"
+
+
+def test_queue_wait_reads_a_records_triton_statistics():
+    rec = {"concurrency": 8, "server_stats": {"avg_batch": 3.74, "avg_queue_ms": 212.0, "avg_compute_infer_ms": 315.0}}
+    assert tables.QueueWait.of(rec) == tables.QueueWait(8, 3.74, 212.0, 315.0)
+    unread = tables.QueueWait.of({"concurrency": 2, "server_stats": {"avg_queue_ms": None}})
+    assert unread.avg_batch == 1.0 and unread.queue_ms != unread.queue_ms  # NaN: the statistics were not read
+    assert "does not check it" in unread.sentence() and "nan" not in unread.sentence()

@@ -52,7 +52,7 @@ from servelab.assignments.checks.live_configs import (
     perf_analyzer_sweep,
     stats_avg_batch,
 )
-from servelab.assignments.checks.live_requests import loaded_config, promql_rates, triton_jpeg_call
+from servelab.assignments.checks.live_requests import graph_loaded, loaded_config, promql_rates, triton_jpeg_call
 from servelab.assignments.checks.measured import (
     best_choice,
     difference,
@@ -71,7 +71,8 @@ __all__ = [
     "queue_delay_for_budget", "batching_stanza", "gpu_instance_group", "trt_accelerator_stanza",
     "smallest_payload", "best_choice", "speedup", "difference", "share", "scaling_efficiency", "cost_per_1k_images",
     "threshold_for_precision", "replicas_for_load", "execution_providers", "k8s_probes", "compose_healthcheck",
-    "perf_analyzer_lines", "hand_request", "ort_session", "triton_jpeg_call", "loaded_config", "promql_rates",
+    "perf_analyzer_lines", "hand_request", "ort_session", "triton_jpeg_call", "loaded_config", "graph_loaded",
+    "promql_rates",
     "config_on_disk", "loaded_from_disk", "perf_analyzer_sweep", "stats_avg_batch",
     "measured_bands", "reading", "TIE", "NO_SPREAD", "QUICK_PLAN_TOL", "L2NORM_CONFIG",
 ]

@@ -5,6 +5,7 @@ Prometheus that scraped the monitored service.
     triton_jpeg_call(embed_jpeg, triton_http_url=url, model=lab.triton_jpeg_model, photo=jpeg,
                      embed_images=service.embed_images, exercise="06a.4")
     loaded_config(load_mine, triton_http_url=url, model=lab.triton_model, config_text=my_text, exercise="06b.4")
+    graph_loaded(deploy_graph, triton_http_url=url, model=lab.triton_model, onnx_path=int8_path, exercise="05a.4")
     promql_rates(answers_per_second, prometheus_url=view.prometheus_url, start=view.started, end=view.ended,
                  counts=view.outcomes["servelab"], exercise="06c.1")
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 
@@ -127,6 +129,63 @@ def loaded_config(answer, *, triton_http_url: str, model: str, config_text: str 
                          step, strict)
     finally:
         client.close()
+
+
+def graph_loaded(answer, *, triton_http_url: str, model: str, onnx_path, exercise: str, not_here: str = "",
+                 step=None, strict: bool | None = None) -> CheckResult:
+    """answer: fn(client, model, onnx_path) that deploys the ONNX graph at `onnx_path` to the running `model`:
+    read its config (`client.get_model_config(model)`), set its `onnx_file` parameter to the path
+    (`{"string_value": str(onnx_path)}`), and load it with that config and the server's key
+    (`client.load_model(model, config=json.dumps(config), headers=…)`).
+
+    Checked by reading the running server's configuration afterwards: `model` must be READY with its `onnx_file`
+    naming `onnx_path` and otherwise the config it had. The model's own config is loaded again afterwards,
+    whatever the answer did, so that the notebook's comparison starts from it. Not run where `not_here` says why."""
+    import tritonclient.http as httpclient
+
+    from servelab.triton.control import address, config_dict, load_model, model_states
+
+    if not_here:
+        return run_check("graph_loaded", exercise, lambda *a: None, (), _not_here(not_here), step, strict)
+    want = str(Path(onnx_path).resolve())
+    client = httpclient.InferenceServerClient(address(triton_http_url), network_timeout=300, connection_timeout=300)
+    own = config_dict(client.get_model_config(model))
+
+    def onnx_file(config: dict) -> str | None:
+        return ((config.get("parameters") or {}).get("onnx_file") or {}).get("string_value")
+
+    def judge(value):
+        refused = _refused(value)
+        if refused:
+            key = any(w in refused.lower() for w in ("key", "header", "forbidden", "unauthori", "denied"))
+            reject(f"Triton refused the load ({refused})"
+                   + (": every repository request carries the server's key (headers=lab.triton_headers)" if key else
+                      ": send the model's whole config, as JSON, with only its onnx_file parameter changed"))
+        state = str(model_states(triton_http_url).get(model, "not in the repository index"))
+        if not state.startswith("READY"):
+            reject(f"{model} is not ready after your load ({state}): the path must be the int8 graph's file")
+        served = config_dict(client.get_model_config(model))
+        got = onnx_file(served)
+        if got == onnx_file(own):
+            reject(f"Triton still runs {got}, as before your request: a load without `config` reloads the "
+                   "repository's file; send the config with onnx_file changed")
+        if got is None or Path(got).resolve() != Path(want):
+            reject(f"Triton runs {got}, not {want}: set onnx_file to the graph's path")
+        rest = {k: v for k, v in served.items() if k != "parameters"}
+        if rest != {k: v for k, v in own.items() if k != "parameters"}:
+            reject("Triton serves your graph with other settings than the model's own: change only onnx_file")
+        return f"Triton runs {model} on {Path(want).name} (onnx_file), its other settings as they were; its own config is back"
+
+    try:
+        return run_check("graph_loaded", exercise, _server_error(answer), (client, model, onnx_path), judge, step,
+                         strict)
+    finally:
+        try:  # the notebook's comparison starts from the model's own config
+            ready = str(model_states(triton_http_url).get(model, "")).startswith("READY")
+            if not ready or config_dict(client.get_model_config(model)) != own:
+                load_model(triton_http_url, model, own)
+        finally:
+            client.close()
 
 
 def _not_here(why: str):

@@ -68,7 +68,12 @@ def queue_delay_for_budget(answer, grid, budget_ms: float, *, concurrency: int |
             reject(f"{d:g} µs meets the budget, but another delay that also meets it gave more {throughput_col}, "
                    f"beyond the measured spread and this run's {pct} margin: compare throughput among the rows "
                    "within budget")
-        best_words = ("the best throughput within budget" if d == leader else
+        # the best, and any other delay within budget this run does not rank below it: the best is then a tie
+        level = [o for o in within.index if o != d and o in bands.index and d in bands.index
+                 and not (reading(bands, d, o).ranked and reading(bands, d, o).ahead == "a")]
+        best_words = (("the best throughput within budget" + (
+                          f", tied with {', '.join(f'{o:g} µs' for o in level)}, which this run does not rank below it"
+                          if level else "")) if d == leader else
                       f"which this run does not rank below the best within budget ({leader:g} µs: "
                       + said(read, f"{leader:g} µs", f"{d:g} µs", interleaved=False) + ")" if read is not None else
                       f"within {rel_tol:.0%} of the best within budget")

@@ -24,7 +24,6 @@ from servelab.bench.experiments.point import measure
 from servelab.bench.load.options import LoadOpts
 from servelab.bench.results.records import Run
 from servelab.bench.servers.in_process import InProcess
-from servelab.fingerprint import usable_cores
 from servelab.model.device_profile import DeviceProfile
 from servelab.vocabulary import Engine
 
@@ -38,8 +37,9 @@ def short_name(provider: str) -> str:
 
 
 class PlainSession:
-    """An ONNX Runtime session made as a user's script makes it: the provider list asked for, no check of which
-    provider it got. The Embedder interface, so the bench measures it as it measures servelab's engines."""
+    """An ONNX Runtime session made as a user's script makes it, `ort.InferenceSession(path, providers=…)` and
+    nothing else (ONNX Runtime's default options: its own thread count), with no check of which provider it got.
+    The Embedder interface, so the bench measures it as it measures servelab's engines."""
 
     engine = Engine.ONNX
 
@@ -48,15 +48,13 @@ class PlainSession:
 
         from servelab.model.providers import ort_providers
 
-        so = ort.SessionOptions()
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        self.threads = so.intra_op_num_threads = usable_cores()
         self.asked = asked
         self.providers = ort_providers(asked)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            self.session = ort.InferenceSession(model if isinstance(model, bytes) else str(model), sess_options=so,
+            self.session = ort.InferenceSession(model if isinstance(model, bytes) else str(model),
                                                 providers=self.providers)
+        self.threads = self.session.get_session_options().intra_op_num_threads  # 0: ONNX Runtime chooses
         self.warnings = [str(w.message) for w in caught]
         self.active = self.session.get_providers()
         self.provider = short_name(self.active[0])

@@ -76,12 +76,15 @@ def link_profile(name: str | LinkProfile) -> LinkProfile:
     return LinkProfile(name, rate_mbit=rate, rtt_ms=float(m["rtt"]), loss=float(m["loss"] or 0) / 100)
 
 
-def link_effect(loopback: dict, shaped: dict, link: str | LinkProfile, name: str | None = None) -> str:
+def link_effect(loopback: dict, shaped: dict, link: str | LinkProfile, name: str | None = None,
+                pairs: dict | None = None) -> str:
     """One sentence on what the link did to a point measured both ways (two records or table rows with
     latency_p50_ms, its window range and payload_bytes_per_request): measured p50 change beside what the link
-    alone should add (the request's serialisation at the link's rate + one round trip) — or, when the two p50
-    ranges overlap, that the difference is inside this run's spread."""
-    from servelab.bench.report.verdicts import overlap
+    alone should add (the request's serialisation at the link's rate + one round trip) — or, when this run cannot
+    tell the two apart, that the difference is inside its spread. `pairs`, the `ab` record of the two measured in
+    alternating windows, decides that where given (drift widens each side's window range, the pairs cancel it);
+    without it, overlapping p50 window ranges do."""
+    from servelab.bench.report.verdicts import overlap, ratio_reading
 
     prof = link_profile(link)
     size = int(shaped.get("payload_bytes_per_request") or 0)
@@ -90,8 +93,10 @@ def link_effect(loopback: dict, shaped: dict, link: str | LinkProfile, name: str
            f"{size / 1000:.0f} kB at {prof.rate_mbit:g} Mbit/s + {prof.rtt_ms:g} ms round trip")
     lo, hi = loopback["latency_p50_ms"], shaped["latency_p50_ms"]
     head = f"{name or shaped.get('payload') or 'the request'}: p50 {lo:.0f} ms on loopback, {hi:.0f} ms over {prof.name}"
-    if overlap(loopback, shaped, "latency_p50_ms"):
-        return f"{head}, indistinguishable here (their window ranges overlap; {why}, inside this run's spread)"
+    apart = ratio_reading(pairs).ranked if pairs is not None else not overlap(loopback, shaped, "latency_p50_ms")
+    if not apart:
+        spread = "the pairs do not rank them" if pairs is not None else "their window ranges overlap"
+        return f"{head}, indistinguishable here ({spread}; {why}, inside this run's spread)"
     return f"{head} ({hi - lo:+.0f} ms; {why})"
 
 

@@ -66,3 +66,16 @@ def test_the_device_record_is_at_real_time_scale(tmp_path):
     rec = device_record(Run("d", root=tmp_path, weights="none"), p.with_devices(2), 4)
     assert rec["throughput_img_s"] == pytest.approx(2 * 4 / 0.168, rel=1e-3) and rec["latency_p50_ms"] == 168.0
     assert rec["params"]["time_scale"] == 1.0
+
+
+def test_the_plain_session_has_the_options_a_plain_script_gets(tiny_encoder):
+    """A lesson once measured a "plain" session with its threads set, beside the student's plain one with
+    ONNX Runtime's default (0): the session measured is made as the lesson says a script makes it."""
+    import onnxruntime as ort
+
+    s = PlainSession(tiny_encoder, "cpu")
+    plain = ort.InferenceSession(tiny_encoder, providers=["CPUExecutionProvider"]).get_session_options()
+    got = s.session.get_session_options()
+    assert (got.intra_op_num_threads, got.graph_optimization_level) == (plain.intra_op_num_threads,
+                                                                         plain.graph_optimization_level)
+    assert s.threads == plain.intra_op_num_threads

@@ -177,3 +177,16 @@ def test_link_effect_states_measured_beside_expected_and_never_ranks_overlaps():
                     "68 ms: 48.2 ms to serialise 602 kB at 100 Mbit/s + 20 ms round trip)")
     noisy = {**wan, "latency_p50_ms": 104.0, "latency_p50_min_ms": 90.0, "latency_p50_max_ms": 180.0}
     assert "indistinguishable here" in link_effect(lo, noisy, "wan-100mbit-20ms", name="JPEG to the service")
+
+
+def test_link_effect_reads_the_alternating_pairs_over_window_ranges_drift_widened():
+    """A lesson once called a JPEG's p50 "indistinguishable here" (window ranges 90–216 and 111–264 ms, widened
+    by drift) in the same sentence as its pairs "1.22×, every pair past the 10 % margin"."""
+    lo = {"latency_p50_ms": 95.0, "latency_p50_min_ms": 90.6, "latency_p50_max_ms": 215.8, "payload": "jpeg",
+          "payload_bytes_per_request": 26_737}
+    wan = {**lo, "latency_p50_ms": 121.0, "latency_p50_min_ms": 110.9, "latency_p50_max_ms": 263.7}
+    ranked = {"ratio": 1.22, "ratio_min": 1.18, "ratio_max": 1.26, "repeats": 4, "stable": True}
+    assert "indistinguishable" not in link_effect(lo, wan, "wan-100mbit-20ms", pairs=ranked)
+    assert "(+26 ms;" in link_effect(lo, wan, "wan-100mbit-20ms", pairs=ranked)
+    close = {"ratio": 1.01, "ratio_min": 0.97, "ratio_max": 1.05, "repeats": 4, "stable": True}
+    assert "indistinguishable here (the pairs do not rank them" in link_effect(lo, wan, "wan-100mbit-20ms", pairs=close)
