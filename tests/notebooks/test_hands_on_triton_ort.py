@@ -15,18 +15,19 @@ def lesson(name: str) -> str:
     return next(p for p in nbs.discover() if p.stem.startswith(name)).read_text()
 
 
-def test_04_loads_the_students_edit_with_a_plain_repository_api_request():
+def test_04_loads_the_students_edit_on_disk_with_a_plain_repository_api_request():
     text = lesson("04_")
-    assert 'config_path.read_text()' in text and "my_edit" in text
-    assert "client.load_model(lab.triton_model, config=my_json, headers=lab.triton_headers)" in text, "tritonclient's own call, not a servelab helper"
-    assert "client.load_model(lab.triton_model, config=own_json, headers=lab.triton_headers)" in text, "the file's own config loaded back the same way"
+    assert "show_code(by_hand.copy_model)" in text, "the copy of the encoder the student edits is made on screen"
+    assert "def edit_config(path):" in text and "path.write_text(" in text, "the student edits the file on disk"
+    assert ".load_model(model, headers=lab.triton_headers)" in text, "tritonclient's own call, written by the student"
     assert "/v2/repository/models/" in text, "the HTTP request it stands for is on screen"
+    assert "my_edit" not in text, "no regex on a Python string in place of the file"
 
 
-def test_04_shows_perf_analyzer_and_the_trace_beside_its_own_numbers():
+def test_04_runs_the_students_perf_analyzer_lines_and_the_trace_beside_its_own_numbers():
     text = lesson("04_")
-    assert "pa.command(" in text and "pa.run(" in text and '"perf_analyzer"' in text
-    assert "show_code(trace.tracing)" in text and "by_hand.traced(" in text and "trace.plot_timeline(" in text
+    assert "def sweep_lines(" in text and "--concurrency-range" in text and "checks.perf_analyzer_sweep(" in text
+    assert "by_hand.traced(" in text and "trace.plot_timeline(" in text
     assert "plot_batch_histogram(" in text, "the /stats histogram beside the timeline"
     assert "batch_gain_by_engine" in text, "what a batch saved each engine, read from the run"
 
