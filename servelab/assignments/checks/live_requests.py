@@ -45,6 +45,17 @@ def _refused(value) -> str | None:
     return str(value).splitlines()[0][:300] if isinstance(value, InferenceServerException) else None
 
 
+def _reject_refused_load(value, otherwise: str) -> None:
+    """Fail an answer whose load request Triton refused: a missing key is named as such, any other refusal gets
+    `otherwise` (what the request should have sent)."""
+    refused = _refused(value)
+    if refused:
+        key = any(w in refused.lower() for w in ("key", "header", "forbidden", "unauthori", "denied"))
+        reject(f"Triton refused the load ({refused})"
+               + (": every repository request carries the server's key (headers=lab.triton_headers)" if key else
+                  f": {otherwise}"))
+
+
 def triton_jpeg_call(answer, *, triton_http_url: str, model: str, photo: bytes, embed_images, exercise: str,
                      step=None, strict: bool | None = None) -> CheckResult:
     """answer: fn(url, model, jpeg) -> embedding, written by hand with `tritonclient.http`: an
@@ -105,12 +116,7 @@ def loaded_config(answer, *, triton_http_url: str, model: str, config_text: str 
     before = _threads_and_instances(client.get_model_config(model))
 
     def judge(value):
-        refused = _refused(value)
-        if refused:
-            key = any(w in refused.lower() for w in ("key", "header", "forbidden", "unauthori", "denied"))
-            reject(f"Triton refused the load ({refused})"
-                   + (": every repository request carries the server's key (headers=lab.triton_headers)" if key else
-                      ": send the whole config.pbtxt, converted to JSON, as `config`"))
+        _reject_refused_load(value, "send the whole config.pbtxt, converted to JSON, as `config`")
         served = client.get_model_config(model)
         got = _threads_and_instances(served)
         detail = {"instances": got[0], "intra_op_threads": got[1]}
@@ -155,12 +161,7 @@ def graph_loaded(answer, *, triton_http_url: str, model: str, onnx_path, exercis
         return ((config.get("parameters") or {}).get("onnx_file") or {}).get("string_value")
 
     def judge(value):
-        refused = _refused(value)
-        if refused:
-            key = any(w in refused.lower() for w in ("key", "header", "forbidden", "unauthori", "denied"))
-            reject(f"Triton refused the load ({refused})"
-                   + (": every repository request carries the server's key (headers=lab.triton_headers)" if key else
-                      ": send the model's whole config, as JSON, with only its onnx_file parameter changed"))
+        _reject_refused_load(value, "send the model's whole config, as JSON, with only its onnx_file parameter changed")
         state = str(model_states(triton_http_url).get(model, "not in the repository index"))
         if not state.startswith("READY"):
             reject(f"{model} is not ready after your load ({state}): the path must be the int8 graph's file")
