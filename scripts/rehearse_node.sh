@@ -25,8 +25,6 @@ now() { date +%s; }
 timeout 10 docker info >/dev/null 2>&1 || { say "no Docker engine answers (as root: bash scripts/docker_engine.sh start)"; exit 1; }
 bash scripts/standin_images.sh
 
-# The node's clone: what the bootstrap would clone from your repository, here from this one's HEAD.
-rm -rf "$CLONE"
 export SERVELAB_REHEARSAL=1 SERVELAB_COMPOSE_OVERRIDE=$OVERRIDE
 export REPO_URL=$ROOT REPO_REF=$(git rev-parse HEAD) REMOTE_DIR=$CLONE STACKS="06a-all-backends jupyter"
 export JUPYTER_TOKEN=${JUPYTER_TOKEN:-rehearsal-$(head -c 6 /dev/urandom | od -An -tx1 | tr -d ' \n')}
@@ -39,8 +37,13 @@ down() {
     compose -f "docker/compose.$stack.yaml" -f "$OVERRIDE" down --remove-orphans >/dev/null 2>&1 || true
   done
 }
-trap down EXIT
 trap 'exit 130' INT TERM  # so the stacks come down on an interrupt too
+
+# The node's clone: what the bootstrap would clone from your repository, here from this one's HEAD. A rehearsal
+# killed before its trap ran (SIGKILL, a lost session) left its stacks up on the ports this one needs: down first.
+[ -d "$CLONE/docker" ] && KEEP=0 down
+rm -rf "$CLONE"
+trap down EXIT
 
 t0=$(now)
 bash scripts/node_bootstrap.sh

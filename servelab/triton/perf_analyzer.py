@@ -96,26 +96,22 @@ def library_dir(dest: Path | None = None) -> Path:
 
 def command(binary: Path, address: str, model: str, *, concurrency: int = 8, input_name: str = INPUT_NAME,
             shape: str = ",".join(map(str, INPUT_SHAPE)), requests: int = 24, stability_pct: int = 10, max_trials: int = 5,
-            request_count: int | None = None, time_window_ms: int | None = None, csv: Path | None = None,
+            time_window_ms: int | None = None, csv: Path | None = None,
             input_data: Path | None = None) -> list[str]:
     """perf_analyzer's command line for one point: batch-1 requests of random data from `concurrency` clients over
     HTTP, in windows of `requests` completed requests (count_windows), measured until the last three windows agree
     within `stability_pct` % or `max_trials` windows were measured (then it fails: "Failed to obtain stable
     measurement").
 
-    request_count: one measurement of exactly that many requests instead, with no stability rule: it always
-    completes, however busy the machine (checking that the tool runs; a benchmark wants the stable windows).
-    Its figure is that count over the elapsed time rounded up to whole seconds (64 requests in 5.1 s read as 64 in
-    6): a check that the tool runs, not a figure; `fixed_count`, what `measure` falls back to, is one that is.
+    A line that must complete however busy the machine is `fixed_count(command(...), n)`: not `--request-count`,
+    whose figure perf_analyzer rounds (see `fixed_count`).
     time_window_ms: windows of that many milliseconds instead of `requests` requests (time_windows), under the
     same stability rule; a `stability_pct` over 100 with `max_trials` 3 takes the first three windows, whatever
     they say (perf_analyzer reports the three together), as a load generator's fixed duration does.
     input_data: a JSON file of the tensors to send (`input_data_file`: real pixels, say) instead of random data."""
     cmd = [str(binary), "-m", model, "-u", address, "-i", "http", "-b", "1", "--shape", f"{input_name}:{shape}",
            "--concurrency-range", str(concurrency)]
-    if request_count is not None:
-        cmd += ["--request-count", str(request_count)]
-    elif time_window_ms is not None:
+    if time_window_ms is not None:
         cmd += ["--measurement-mode", "time_windows", "--measurement-interval", str(time_window_ms),
                 "--stability-percentage", str(stability_pct), "--max-trials", str(max_trials)]
     else:

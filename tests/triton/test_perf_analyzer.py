@@ -128,7 +128,7 @@ def test_grpc_clients_share_one_connection_unless_each_gets_its_own_channel(trit
     held = {}
     for share in ("1", "64"):
         csv = tmp_path / f"pa-{share}.csv"
-        cmd = pa.command(binary, triton.grpc_url, ENCODER, concurrency=4, request_count=16, csv=csv)
+        cmd = pa.fixed_count(pa.command(binary, triton.grpc_url, ENCODER, concurrency=4, csv=csv), 16)
         cmd[cmd.index("-i") + 1] = "grpc"
         r = pa.run(cmd, csv, env={pa.SHARE_ENV: share}, count_port=port)
         assert r.concurrency == 4 and r.throughput_img_s > 0
