@@ -34,7 +34,7 @@ def requires(wheel: str, env: dict) -> list[str]:
 
 def main() -> None:
     # name==version of each pin (a pin line continues with ` \` and its --hash lines)
-    pins = {norm(line.split("==")[0]): line.split()[0] for line in open("requirements-gpu.txt")
+    pins = {norm(Requirement(line.split()[0]).name): line.split()[0] for line in open("requirements-gpu.txt")
             if "==" in line and not line.startswith("#")}
     env = {**default_environment(), "python_version": "3.12", "python_full_version": "3.12.3",
            "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",

@@ -251,12 +251,13 @@ def read_lock() -> dict:
     return packages
 
 
-def closure(packages: dict, roots: list[str], target: Target) -> set[str]:
-    """Names of every package the roots need on `target`, following each package's requirements and extras."""
+def closure(packages: dict, roots: list[str], target: Target) -> dict[str, set[str]]:
+    """{name: the extras asked of it} for every package the roots need on `target`, following each package's
+    requirements and extras."""
     env = target.environment()
     own = {"servelab": {"name": "servelab", "version": "", "requires_dist": project_requires(), "cuda_requires": []}}
     seen: set[tuple[str, str]] = set()
-    names: set[str] = set()
+    names: dict[str, set[str]] = {}
     todo = [Requirement(r) for r in roots]
     while todo:
         req = todo.pop()
@@ -267,7 +268,7 @@ def closure(packages: dict, roots: list[str], target: Target) -> set[str]:
                 continue
             seen.add((name, extra))
             if name != "servelab":
-                names.add(name)
+                names.setdefault(name, set()).update({extra} - {""})
             pkg = own.get(name) or packages[name]
             requires = pkg["requires_dist"] + (pkg["cuda_requires"] if target.build == "cuda" else [])
             for text in requires:
@@ -277,20 +278,23 @@ def closure(packages: dict, roots: list[str], target: Target) -> set[str]:
     return names
 
 
-def requirement_lines(package: dict, targets: list[Target]) -> str:
-    """`name==version` with a --hash for each wheel the targets can get, in pip's requirements-file syntax."""
+def requirement_lines(package: dict, targets: list[Target], extras: set[str] = frozenset()) -> str:
+    """`name[extras]==version` with a --hash for each wheel the targets can get, in pip's requirements-file syntax.
+    The extras that packages of the set ask for are named: pip's --require-hashes mode refuses `uvicorn[standard]`
+    asked by a dependency as unpinned when the line pins only `uvicorn`."""
     hashes = sorted({h for f, h in package["wheels"].items() if any(t.takes(f) for t in targets)})
     if not hashes:
         raise SystemExit(f"no wheel of {package['name']} {package['version']} in requirements.lock fits "
                          f"{', '.join(f'Python {t.python}' for t in targets)} on Linux x86_64: "
                          "run python scripts/lock.py")
-    lines = [f"{package['name']}=={package['version']}", *(f"    --hash=sha256:{h}" for h in hashes)]
+    named = f"[{','.join(sorted(extras))}]" if extras else ""
+    lines = [f"{package['name']}{named}=={package['version']}", *(f"    --hash=sha256:{h}" for h in hashes)]
     return " \\\n".join(lines) + "\n"
 
 
 def rendered(packages: dict) -> dict[str, str]:
-    sets = {f: set().union(*(closure(packages, roots, t) for t in targets))
-            for f, (_, roots, _, targets) in OUTPUTS.items()}
+    asked = {f: [closure(packages, roots, t) for t in targets] for f, (_, roots, _, targets) in OUTPUTS.items()}
+    sets = {f: set().union(*closures) for f, closures in asked.items()}
     out = {}
     for f, (why, _, on_top_of, targets) in OUTPUTS.items():
         names = sets[f] - set().union(*(sets[o] for o in on_top_of))
@@ -298,7 +302,8 @@ def rendered(packages: dict) -> dict[str, str]:
         if "torch" in names and all(t.build == "cpu" for t in targets):
             index = ("# torch is listed with its CPU build's hash only: install with --extra-index-url "
                      f"{TORCH_CPU_INDEX}\n# (`make setup` adds it where it answers) or a find-links folder holding that wheel.\n")
-        body = "".join(requirement_lines(packages[n], targets) for n in sorted(names))
+        extras = {n: set().union(*(c.get(n, set()) for c in asked[f])) for n in names}
+        body = "".join(requirement_lines(packages[n], targets, extras[n]) for n in sorted(names))
         out[f] = HEADER + f"# {why}\n" + index + body
     return out
 

@@ -37,12 +37,13 @@ lock = _lock_script()
 
 
 def pins(name: str) -> dict[str, str]:
-    """{canonical name: version} of the requirement lines of a requirements file (options and hashes skipped)."""
+    """{canonical name: version} of the requirement lines of a requirements file (options, extras and hashes
+    skipped)."""
     out = {}
     for line in (ROOT / name).read_text().splitlines():
         if line and not line[0].isspace() and not line.startswith(("#", "-")):
-            req, _, version = line.split()[0].partition("==")
-            out[canonicalize_name(req)] = version
+            req = Requirement(line.split()[0])
+            out[canonicalize_name(req.name)] = str(req.specifier).removeprefix("==")
     return out
 
 
