@@ -102,7 +102,7 @@ checks = step.table(check_trt_config(trt_config), "trt_settings", "TensorRT engi
 ok = int(checks["ok"].sum())
 step.answer(f"{ok} of {len(checks)} settings checked above are as one build requires. By the EP's rules (above), "
             "without a profile: one build for the first batch's shape and one more each time a batch lands outside "
-            f"the range seen so far, i.e. larger than any before it: up to {trt_max_batch} builds for traffic that "
+            f"the range seen so far, smaller or larger than any before it: up to {trt_max_batch} builds for traffic that "
             "ramps up batch by batch, each taking minutes (the photo-dedup write-ups measured 2–5 min for a first "
             f"start) while the requests in that batch wait. With one profile for batch 1 to {trt_max_batch}: one "
             "build, done at load by the warm-up, and the cache volume makes it a once-per-GPU cost. The emulated "
