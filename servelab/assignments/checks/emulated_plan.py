@@ -70,12 +70,15 @@ def emulated_plan(answer, *, emulated, device, run, clients: int, opts, exercise
         measured = float(yours["throughput_img_s"])
         server_ms = (yours.get("server_stats") or {}).get("avg_request_ms")
         served = clients / (server_ms / 1000) if server_ms else measured  # Little's law, the server's own time
-        client_ms = (yours.get("latency_mean_ms") or 0) - (server_ms or 0)
+        cycle_ms = clients / measured * 1000 if measured > 0 else float("nan")  # each client's request, end to end
+        outside = (f"{cycle_ms - server_ms:.0f} ms of it outside Triton" if server_ms and cycle_ms > server_ms else
+                   "no time measurable outside Triton's own")
         ahead, _ = ratio_verdict(ratio)
         figures = (f"your plan (max_batch_size {int(mb)}, queue delay {int(delay)} µs, {int(inst)} instance(s)) "
                    f"serves {clients} clients at {served:.1f} img/s on {device.label} (Triton's own "
-                   f"{server_ms or 0:.0f} ms per request; {measured:.1f} img/s end to end, this machine's CPU adding "
-                   f"{max(client_ms, 0):.0f} ms around each); you predicted {predicted:.1f}; against the default in "
+                   f"{server_ms or 0:.0f} ms per request; {measured:.1f} img/s end to end, i.e. {cycle_ms:.0f} ms a "
+                   f"request for each client, {outside}); "
+                   f"you predicted {predicted:.1f}; against the default in "
                    f"alternating windows: {ratio['ratio']:.2f}×")
         detail = {"served_img_s": served, "measured_img_s": measured, "server_request_ms": server_ms,
                   "predicted_img_s": predicted, "ratio_vs_default": ratio["ratio"],
